@@ -1,0 +1,126 @@
+package bus
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+
+	"github.com/nodelet/nodelet/schemas"
+)
+
+// eventQueueSize bounds the events kept while the bus is away; beyond it
+// the oldest are dropped (and counted in the log).
+const eventQueueSize = 10000
+
+type pendingEvent struct {
+	subject string
+	id      string
+	data    []byte
+}
+
+type emitter struct {
+	mu      sync.Mutex
+	queue   []pendingEvent
+	wake    chan struct{}
+	dropped int
+	started bool
+}
+
+// Emit queues ev for the events stream and returns at once. A background
+// sender publishes in order and retries while the bus is away; each event
+// carries a message ID, so a retry is never stored twice.
+func (c *Conn) Emit(ev schemas.Event) {
+	ev.Component = c.Component
+	if ev.Time.IsZero() {
+		ev.Time = time.Now().UTC()
+	}
+	b, err := schemas.EncodeAt(c.Component, ev.Time, ev)
+	if err != nil {
+		c.Log.Error("Cannot encode event", "reason", ev.Reason, "err", err)
+		return
+	}
+	e := &c.events
+	e.mu.Lock()
+	if !e.started {
+		e.started = true
+		e.wake = make(chan struct{}, 1)
+		go c.sendEvents()
+	}
+	if len(e.queue) >= eventQueueSize {
+		e.queue = e.queue[1:]
+		e.dropped++
+	}
+	e.queue = append(e.queue, pendingEvent{
+		subject: EventSubject(c.Component, string(ev.Object.UID)),
+		id:      c.Component + "-" + nuid.Next(),
+		data:    b,
+	})
+	e.mu.Unlock()
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (c *Conn) sendEvents() {
+	e := &c.events
+	for {
+		e.mu.Lock()
+		if len(e.queue) == 0 {
+			e.mu.Unlock()
+			if c.NC.IsClosed() {
+				return
+			}
+			select {
+			case <-e.wake:
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		next := e.queue[0]
+		if e.dropped > 0 {
+			c.Log.Warn("Dropped events while the bus was away", "count", e.dropped)
+			e.dropped = 0
+		}
+		e.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		msg := nats.NewMsg(next.subject)
+		msg.Data = next.data
+		_, err := c.JS.PublishMsg(ctx, msg, jetstream.WithMsgID(next.id))
+		cancel()
+		if err != nil {
+			if c.NC.IsClosed() {
+				return
+			}
+			time.Sleep(250 * time.Millisecond)
+			continue
+		}
+		e.mu.Lock()
+		if len(e.queue) > 0 && e.queue[0].id == next.id {
+			e.queue = e.queue[1:]
+		}
+		e.mu.Unlock()
+	}
+}
+
+// FlushEvents waits until every queued event is stored or ctx ends.
+func (c *Conn) FlushEvents(ctx context.Context) error {
+	for {
+		c.events.mu.Lock()
+		n := len(c.events.queue)
+		c.events.mu.Unlock()
+		if n == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d events not stored: %w", n, ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,119 @@
+package schemas
+
+import (
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// Pod sources, as the kubelet names them in kubernetes.io/config.source.
+const (
+	SourceFile = "file"
+	SourceHTTP = "http"
+	SourceAPI  = "api"
+)
+
+// PodDesired is one pod the node should run: the desired-pods bucket, key =
+// pod UID, written by nodelet-sources only.
+type PodDesired struct {
+	// Pod is the full pod, API defaults applied. Static pods carry the
+	// kubelet's config.source/config.hash/config.seen annotations.
+	Pod *corev1.Pod `json:"pod"`
+	// Source is file, http or api.
+	Source string `json:"source"`
+	// FirstSeen is when a source first delivered this UID.
+	FirstSeen time.Time `json:"firstSeen"`
+}
+
+func (PodDesired) SchemaName() string { return "nodelet.v1.PodDesired" }
+
+// SourcesReady says which configured sources have delivered their first full
+// list: the sources bucket, key "ready". The runtime kills pods it does not
+// know only once AllReady is true.
+type SourcesReady struct {
+	Configured []string `json:"configured"`
+	Ready      []string `json:"ready"`
+	AllReady   bool     `json:"allReady"`
+}
+
+func (SourcesReady) SchemaName() string { return "nodelet.v1.SourcesReady" }
+
+// AdmissionVerdict is admission's decision on one pod: the admission bucket,
+// key = pod UID, written by nodelet-admission only. The verdict of a pod
+// that left the desired bucket is deleted.
+type AdmissionVerdict struct {
+	UID       string `json:"uid"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Admitted  bool   `json:"admitted"`
+	// Reason and Message use the kubelet's wording (OutOfcpu, NodeAffinity,
+	// Taint, ...). Empty when admitted.
+	Reason  string `json:"reason,omitempty"`
+	Message string `json:"message,omitempty"`
+	// DesiredRevision is the desired-bucket revision the verdict was made on.
+	DesiredRevision uint64 `json:"desiredRevision"`
+	// PressureRevision is the pressure-bucket revision seen at the time.
+	PressureRevision uint64    `json:"pressureRevision,omitempty"`
+	DecidedAt        time.Time `json:"decidedAt"`
+}
+
+func (AdmissionVerdict) SchemaName() string { return "nodelet.v1.AdmissionVerdict" }
+
+// Container kinds in observed state.
+const (
+	ContainerKindInit    = "init"
+	ContainerKindSidecar = "sidecar"
+	ContainerKindApp     = "app"
+)
+
+// PodObserved is what the runtime sees of one pod: the observed bucket, key
+// = pod UID, written by nodelet-runtime only, and only when it changed.
+type PodObserved struct {
+	UID       string `json:"uid"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// Sandbox is the newest sandbox of the pod, nil before the first one.
+	Sandbox *SandboxObserved `json:"sandbox,omitempty"`
+	// InitContainers holds init containers and sidecars in spec order;
+	// Containers the app containers in spec order. A container not yet
+	// created is listed with a Waiting state and its reason.
+	InitContainers []ContainerObserved `json:"initContainers,omitempty"`
+	Containers     []ContainerObserved `json:"containers,omitempty"`
+	// Reason/Message explain a pod-level wait or failure, e.g.
+	// NetworkNotReady, or why init containers stopped the pod.
+	Reason  string `json:"reason,omitempty"`
+	Message string `json:"message,omitempty"`
+	// Terminating: the runtime is killing the pod. Terminated: every
+	// container and the sandbox are stopped; the state is final.
+	Terminating bool `json:"terminating,omitempty"`
+	Terminated  bool `json:"terminated,omitempty"`
+	// Generation counts the changes the runtime published for this pod.
+	Generation uint64 `json:"generation"`
+}
+
+func (PodObserved) SchemaName() string { return "nodelet.v1.PodObserved" }
+
+// SandboxObserved is the pod sandbox as CRI reports it.
+type SandboxObserved struct {
+	ID        string    `json:"id"`
+	Attempt   uint32    `json:"attempt"`
+	Ready     bool      `json:"ready"`
+	IPs       []string  `json:"ips,omitempty"`
+	CreatedAt time.Time `json:"createdAt"`
+}
+
+// ContainerObserved is one container of a pod as the runtime sees it.
+type ContainerObserved struct {
+	Name string `json:"name"`
+	// Kind is init, sidecar or app.
+	Kind        string `json:"kind"`
+	ContainerID string `json:"containerID,omitempty"` // containerd://<id>
+	Image       string `json:"image,omitempty"`
+	ImageID     string `json:"imageID,omitempty"`
+	// Hash is the io.kubernetes.container.hash of the spec it runs.
+	Hash                 string                       `json:"hash,omitempty"`
+	State                corev1.ContainerState        `json:"state"`
+	LastTerminationState corev1.ContainerState        `json:"lastState"`
+	RestartCount         int32                        `json:"restartCount"`
+	Resources            *corev1.ResourceRequirements `json:"resources,omitempty"`
+}
