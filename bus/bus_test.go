@@ -100,7 +100,7 @@ func TestAccessMatrix(t *testing.T) {
 	} {
 		t.Run(tc.component+"→"+tc.bucket, func(t *testing.T) {
 			c := b.Connect(tc.component)
-			pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			pctx, cancel := context.WithTimeout(ctx, time.Second)
 			defer cancel()
 			_, err := c.Put(pctx, tc.bucket, "k-"+tc.component, &schemas.Heartbeat{Component: tc.component})
 			if tc.allowed && err != nil {

@@ -1,0 +1,84 @@
+// Package busd is nodelet-bus: it runs the embedded bus until SIGTERM.
+package busd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	sddaemon "github.com/coreos/go-systemd/v22/daemon"
+	"github.com/spf13/pflag"
+
+	"github.com/nodelet/nodelet/bus"
+	"github.com/nodelet/nodelet/services/common/config"
+	"github.com/nodelet/nodelet/services/common/version"
+)
+
+// Main runs nodelet-bus and exits.
+func Main() { os.Exit(Run(os.Args[1:], os.Stderr)) }
+
+// Run starts the bus, signals readiness (sd_notify READY=1 once every
+// bucket and stream exists) and serves until SIGTERM or SIGINT.
+func Run(args []string, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	flags := pflag.NewFlagSet("nodelet-bus", pflag.ContinueOnError)
+	flags.SetOutput(stderr)
+	loader := config.NewLoader(flags)
+	if err := flags.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return 0
+		}
+		return config.ExitCode
+	}
+	cfg, err := loader.Load()
+	if err != nil {
+		fmt.Fprintf(stderr, "nodelet-bus: %v\n", err)
+		return config.ExitCode
+	}
+	log := slog.New(slog.NewTextHandler(stderr, nil)).With("component", bus.BusAdmin)
+	slog.SetDefault(log)
+	if err := os.MkdirAll(cfg.Node.StateDir, 0o755); err != nil {
+		fmt.Fprintf(stderr, "nodelet-bus: cannot start: state dir %s (node.stateDir): %v\n", cfg.Node.StateDir, err)
+		return 1
+	}
+	srv, err := bus.StartServer(ctx, bus.ServerOptions{
+		StateDir: cfg.Node.StateDir, Listen: cfg.Bus.Listen, MonitorListen: cfg.Bus.MonitorListen, Log: log,
+	})
+	if err != nil {
+		log.Error("Cannot start the bus", "err", err)
+		fmt.Fprintf(stderr, "nodelet-bus: cannot start: %v\n", err)
+		return 1
+	}
+	_, _ = sddaemon.SdNotify(false, sddaemon.SdNotifyReady)
+	log.Info("Bus ready", "version", version.Version, "listen", srv.Addr(), "store", cfg.Node.StateDir+"/bus")
+
+	go watchdog(ctx, cfg.Bus.HeartbeatInterval)
+	<-ctx.Done()
+	_, _ = sddaemon.SdNotify(false, sddaemon.SdNotifyStopping)
+	srv.Shutdown()
+	log.Info("Bus stopped")
+	return 0
+}
+
+func watchdog(ctx context.Context, interval time.Duration) {
+	if wd, err := sddaemon.SdWatchdogEnabled(false); err == nil && wd > 0 {
+		interval = wd / 2
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		_, _ = sddaemon.SdNotify(false, sddaemon.SdNotifyWatchdog)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

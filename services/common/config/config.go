@@ -1,0 +1,211 @@
+// Package config is nodelet's node configuration: one YAML file with a
+// section per component, overridden by NODELET_<SECTION>_<KEY> environment
+// variables and --<section>.<key> flags (through viper), validated before
+// any daemon starts. Field names and defaults follow KubeletConfiguration
+// where the same setting exists.
+package config
+
+import (
+	"time"
+)
+
+// Config is the whole node configuration.
+type Config struct {
+	Node       NodeConfig       `mapstructure:"node"`
+	Bus        BusConfig        `mapstructure:"bus"`
+	Runtime    RuntimeConfig    `mapstructure:"runtime"`
+	Sources    SourcesConfig    `mapstructure:"sources"`
+	Admission  AdmissionConfig  `mapstructure:"admission"`
+	Prober     ProberConfig     `mapstructure:"prober"`
+	Status     StatusConfig     `mapstructure:"status"`
+	GC         GCConfig         `mapstructure:"gc"`
+	Supervisor SupervisorConfig `mapstructure:"supervisor"`
+}
+
+// Taint is a node taint as written in the config file.
+type Taint struct {
+	// Key of the taint. Default: none.
+	Key string `mapstructure:"key"`
+	// Value of the taint. Default: "".
+	Value string `mapstructure:"value"`
+	// Effect: NoSchedule, PreferNoSchedule or NoExecute. Default: none.
+	Effect string `mapstructure:"effect"`
+}
+
+// NodeConfig describes the node itself.
+type NodeConfig struct {
+	// Name of the node. Default: the hostname.
+	Name string `mapstructure:"name"`
+	// StateDir holds the bus store, credentials and pod volumes. Default: /var/lib/nodelet.
+	StateDir string `mapstructure:"stateDir"`
+	// Labels added to the node's own (kubernetes.io/hostname, os, arch). Default: none.
+	Labels map[string]string `mapstructure:"labels"`
+	// Taints registered with the node (registerWithTaints). Default: none.
+	Taints []Taint `mapstructure:"taints"`
+	// KubeReserved resources (cpu, memory, ephemeral-storage, pid) kept from pods. Default: none.
+	KubeReserved map[string]string `mapstructure:"kubeReserved"`
+	// SystemReserved resources kept from pods. Default: none.
+	SystemReserved map[string]string `mapstructure:"systemReserved"`
+	// MaxPods is the number of pods the node can run. Default: 110.
+	MaxPods int `mapstructure:"maxPods"`
+	// PodCIDR is the pod range when no API server assigns one. Default: 10.88.0.0/16.
+	PodCIDR string `mapstructure:"podCIDR"`
+	// ClusterDNS servers for ClusterFirst pods. Default: none (node's resolv.conf).
+	ClusterDNS []string `mapstructure:"clusterDNS"`
+	// ClusterDomain for DNS search paths. Default: cluster.local.
+	ClusterDomain string `mapstructure:"clusterDomain"`
+	// ResolvConf is the file used for dnsPolicy Default. Default: /etc/resolv.conf.
+	ResolvConf string `mapstructure:"resolvConf"`
+	// PodLogsDir holds container logs, <ns>_<name>_<uid>/. Default: /var/log/pods.
+	PodLogsDir string `mapstructure:"podLogsDir"`
+	// Address is the node's InternalIP; empty picks the first non-loopback one. Default: "".
+	Address string `mapstructure:"address"`
+}
+
+// BusConfig configures nodelet-bus and every client's connection.
+type BusConfig struct {
+	// Listen address of the bus, loopback only. Default: 127.0.0.1:4250.
+	Listen string `mapstructure:"listen"`
+	// MonitorListen enables nats-server monitoring on a loopback address. Default: "" (off).
+	MonitorListen string `mapstructure:"monitorListen"`
+	// HeartbeatInterval between daemon heartbeats. Default: 5s.
+	HeartbeatInterval time.Duration `mapstructure:"heartbeatInterval"`
+}
+
+// RuntimeConfig configures nodelet-runtime and how daemons reach CRI.
+type RuntimeConfig struct {
+	// Endpoint of the CRI runtime. Default: unix:///run/containerd/containerd.sock.
+	Endpoint string `mapstructure:"endpoint"`
+	// ImageEndpoint of the CRI image service. Default: "" (same as Endpoint).
+	ImageEndpoint string `mapstructure:"imageEndpoint"`
+	// ManageContainerd makes `nodelet up` start (first) and stop (last) a private containerd. Default: false.
+	ManageContainerd bool `mapstructure:"manageContainerd"`
+	// ContainerdConfig is the config file scripts/setup.sh wrote. Default: /etc/nodelet/containerd/config.toml.
+	ContainerdConfig string `mapstructure:"containerdConfig"`
+	// SandboxImage is the pause image. Default: nodelet.local/pause:3.10.
+	SandboxImage string `mapstructure:"sandboxImage"`
+	// RelistPeriod of the pod lifecycle event generator. Default: 1s.
+	RelistPeriod time.Duration `mapstructure:"relistPeriod"`
+	// RuntimeRequestTimeout bounds every CRI call but image pulls. Default: 2m.
+	RuntimeRequestTimeout time.Duration `mapstructure:"runtimeRequestTimeout"`
+	// MaxContainerRestartPeriod caps CrashLoopBackOff. Default: 300s.
+	MaxContainerRestartPeriod time.Duration `mapstructure:"maxContainerRestartPeriod"`
+	// MaxParallelImagePulls across different images. Default: 5.
+	MaxParallelImagePulls int `mapstructure:"maxParallelImagePulls"`
+	// MaxConcurrentSandboxCreations bounds RunPodSandbox calls in flight; 0 = unbounded. Default: 2.
+	MaxConcurrentSandboxCreations int `mapstructure:"maxConcurrentSandboxCreations"`
+	// CNIConfDir is where nodelet renders the conflist containerd reads. Default: /etc/nodelet/cni/net.d.
+	CNIConfDir string `mapstructure:"cniConfDir"`
+	// CNIBinDirs hold the CNI plugins. Default: [/usr/lib/cni, /opt/cni/bin].
+	CNIBinDirs []string `mapstructure:"cniBinDirs"`
+	// ManageCNIConfig makes the runtime render the conflist for the pod CIDR. Default: true.
+	ManageCNIConfig bool `mapstructure:"manageCNIConfig"`
+	// CgroupRoot is the parent of every pod cgroup. Default: /nodelet.
+	CgroupRoot string `mapstructure:"cgroupRoot"`
+	// ConfigMapAndSecretChangeDetectionStrategy: Watch, Cache or Get. Default: Watch.
+	ConfigMapAndSecretChangeDetectionStrategy string `mapstructure:"configMapAndSecretChangeDetectionStrategy"`
+	// AllowHostPathForStaticPods: when false, static pods may not use hostPath volumes. Default: true.
+	AllowHostPathForStaticPods bool `mapstructure:"allowHostPathForStaticPods"`
+}
+
+// SourcesConfig configures nodelet-sources.
+type SourcesConfig struct {
+	// StaticPodPath is a directory or file of pod manifests. Default: "" (off).
+	StaticPodPath string `mapstructure:"staticPodPath"`
+	// FileCheckFrequency is the full re-list period of StaticPodPath. Default: 20s.
+	FileCheckFrequency time.Duration `mapstructure:"fileCheckFrequency"`
+	// ManifestURL serves a Pod or PodList. Default: "" (off).
+	ManifestURL string `mapstructure:"manifestURL"`
+	// ManifestURLHeader is sent with every manifest request. Default: none.
+	ManifestURLHeader map[string][]string `mapstructure:"manifestURLHeader"`
+	// HTTPCheckFrequency is the poll period of ManifestURL. Default: 20s.
+	HTTPCheckFrequency time.Duration `mapstructure:"httpCheckFrequency"`
+	// Kubeconfig of the node's identity; empty runs standalone. Default: "".
+	Kubeconfig string `mapstructure:"kubeconfig"`
+	// KubeAPIQPS towards the API server. Default: 50.
+	KubeAPIQPS float64 `mapstructure:"kubeAPIQPS"`
+	// KubeAPIBurst towards the API server. Default: 100.
+	KubeAPIBurst int `mapstructure:"kubeAPIBurst"`
+}
+
+// AdmissionConfig configures nodelet-admission.
+type AdmissionConfig struct {
+	// Disabled admits every pod (debugging only). Default: false.
+	Disabled bool `mapstructure:"disabled"`
+}
+
+// ProberConfig configures nodelet-prober.
+type ProberConfig struct {
+	// MaxConcurrentProbes in flight; 0 = unbounded. Default: 0.
+	MaxConcurrentProbes int `mapstructure:"maxConcurrentProbes"`
+}
+
+// StatusConfig configures nodelet-status.
+type StatusConfig struct {
+	// ReadOnlyAddress of the kubelet-style HTTP API; empty disables it. Default: 127.0.0.1:10255.
+	ReadOnlyAddress string `mapstructure:"readOnlyAddress"`
+	// NodeStatusUpdateFrequency: node status computed and written when changed. Default: 10s.
+	NodeStatusUpdateFrequency time.Duration `mapstructure:"nodeStatusUpdateFrequency"`
+	// NodeStatusReportFrequency: node status written even when unchanged. Default: 5m.
+	NodeStatusReportFrequency time.Duration `mapstructure:"nodeStatusReportFrequency"`
+	// NodeLeaseDurationSeconds of the node's Lease, renewed every quarter of it. Default: 40.
+	NodeLeaseDurationSeconds int `mapstructure:"nodeLeaseDurationSeconds"`
+	// EventRecordQPS towards the API server. Default: 50.
+	EventRecordQPS float64 `mapstructure:"eventRecordQPS"`
+	// EventBurst towards the API server. Default: 100.
+	EventBurst int `mapstructure:"eventBurst"`
+	// HeartbeatStaleAfter marks a daemon unhealthy in /healthz. Default: 30s.
+	HeartbeatStaleAfter time.Duration `mapstructure:"heartbeatStaleAfter"`
+}
+
+// GCConfig configures nodelet-gc.
+type GCConfig struct {
+	// ContainerGCPeriod between container GC passes. Default: 1m.
+	ContainerGCPeriod time.Duration `mapstructure:"containerGCPeriod"`
+	// MaxPerPodContainer dead instances kept per container. Default: 1.
+	MaxPerPodContainer int `mapstructure:"maxPerPodContainer"`
+	// MaxContainers dead containers kept on the node; -1 = no cap. Default: -1.
+	MaxContainers int `mapstructure:"maxContainers"`
+	// MinAge before a dead container may be removed. Default: 0s.
+	MinAge time.Duration `mapstructure:"minAge"`
+	// ImageGCPeriod between image GC passes. Default: 5m.
+	ImageGCPeriod time.Duration `mapstructure:"imageGCPeriod"`
+	// ImageGCHighThresholdPercent of image fs usage that starts image GC. Default: 85.
+	ImageGCHighThresholdPercent int `mapstructure:"imageGCHighThresholdPercent"`
+	// ImageGCLowThresholdPercent image GC frees down to. Default: 80.
+	ImageGCLowThresholdPercent int `mapstructure:"imageGCLowThresholdPercent"`
+	// ImageMinimumGCAge: younger unused images are kept. Default: 2m.
+	ImageMinimumGCAge time.Duration `mapstructure:"imageMinimumGCAge"`
+	// ImageMaximumGCAge: unused longer than this, removed regardless of usage; 0 = off. Default: 0s.
+	ImageMaximumGCAge time.Duration `mapstructure:"imageMaximumGCAge"`
+	// ContainerLogMaxSize before rotation. Default: 10Mi.
+	ContainerLogMaxSize string `mapstructure:"containerLogMaxSize"`
+	// ContainerLogMaxFiles kept per container, current one included. Default: 5.
+	ContainerLogMaxFiles int `mapstructure:"containerLogMaxFiles"`
+	// ContainerLogMonitorInterval between log size checks. Default: 10s.
+	ContainerLogMonitorInterval time.Duration `mapstructure:"containerLogMonitorInterval"`
+	// EvictionHard thresholds. Default: memory.available<100Mi, nodefs.available<10%, imagefs.available<15%, nodefs.inodesFree<5%.
+	EvictionHard map[string]string `mapstructure:"evictionHard"`
+	// EvictionSoft thresholds. Default: none.
+	EvictionSoft map[string]string `mapstructure:"evictionSoft"`
+	// EvictionSoftGracePeriod per soft signal. Default: none.
+	EvictionSoftGracePeriod map[string]string `mapstructure:"evictionSoftGracePeriod"`
+	// EvictionPressureTransitionPeriod a condition is held after pressure ends. Default: 5m.
+	EvictionPressureTransitionPeriod time.Duration `mapstructure:"evictionPressureTransitionPeriod"`
+	// EvictionMonitoringPeriod between signal measurements. Default: 10s.
+	EvictionMonitoringPeriod time.Duration `mapstructure:"evictionMonitoringPeriod"`
+}
+
+// SupervisorConfig configures `nodelet up`.
+type SupervisorConfig struct {
+	// BinDir holds the nodelet-* binaries; empty = next to the nodelet binary. Default: "".
+	BinDir string `mapstructure:"binDir"`
+	// RestartBackoff is the first restart delay, doubled per failure. Default: 1s.
+	RestartBackoff time.Duration `mapstructure:"restartBackoff"`
+	// RestartBackoffMax caps the restart delay. Default: 30s.
+	RestartBackoffMax time.Duration `mapstructure:"restartBackoffMax"`
+	// RestartBackoffReset: a daemon that ran this long restarts with the first delay again. Default: 60s.
+	RestartBackoffReset time.Duration `mapstructure:"restartBackoffReset"`
+	// ReadyTimeout to wait for a daemon's READY=1 before starting its dependents. Default: 30s.
+	ReadyTimeout time.Duration `mapstructure:"readyTimeout"`
+}

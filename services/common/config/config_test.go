@@ -1,0 +1,134 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+func writeFile(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "nodelet.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestDefaults(t *testing.T) {
+	cfg, err := LoadFile("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Sources.FileCheckFrequency != 20*time.Second || cfg.Status.NodeStatusUpdateFrequency != 10*time.Second ||
+		cfg.GC.ImageGCHighThresholdPercent != 85 || cfg.Node.MaxPods != 110 || cfg.Bus.Listen != "127.0.0.1:4250" ||
+		cfg.Runtime.Endpoint != "unix:///run/containerd/containerd.sock" || cfg.Status.ReadOnlyAddress != "127.0.0.1:10255" ||
+		cfg.Node.StateDir != "/var/lib/nodelet" || cfg.GC.EvictionHard["memory.available"] != "100Mi" {
+		t.Fatalf("defaults: %+v", cfg)
+	}
+	host, _ := os.Hostname()
+	if cfg.Node.Name != strings.ToLower(host) {
+		t.Fatalf("node.name = %q, want hostname", cfg.Node.Name)
+	}
+}
+
+func TestExampleConfigLoads(t *testing.T) {
+	cfg, err := LoadFile("../../../deploy/nodelet.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cfg.Runtime.ManageContainerd || cfg.Sources.StaticPodPath != "/etc/nodelet/manifests" {
+		t.Fatalf("example not applied: %+v", cfg.Runtime)
+	}
+}
+
+func TestFileErrorsNameTheKey(t *testing.T) {
+	for _, tc := range []struct {
+		name, input, errContains string
+	}{
+		{"unknown key", "node:\n  nmae: x\n", "node.nmae: unknown key"},
+		{"unknown section", "nodes:\n  name: x\n", "nodes: unknown key"},
+		{"bad duration", "sources:\n  fileCheckFrequency: 20 parsecs\n", "sources.fileCheckFrequency: invalid duration"},
+		{"duration without unit", "sources:\n  fileCheckFrequency: 20\n", "sources.fileCheckFrequency: invalid duration 20"},
+		{"not a number", "node:\n  maxPods: many\n", "node.maxPods"},
+		{"negative", "node:\n  maxPods: -3\n", "node.maxPods: -3 must be positive"},
+		{"bus not loopback", "bus:\n  listen: 0.0.0.0:4250\n", "bus.listen"},
+		{"low above high", "gc:\n  imageGCLowThresholdPercent: 90\n", "gc.imageGCLowThresholdPercent"},
+		{"bad taint effect", "node:\n  taints: [{key: a, effect: Never}]\n", "node.taints[0].effect"},
+		{"bad eviction signal", "gc:\n  evictionHard: {memory.free: 1Gi}\n", "gc.evictionHard: unknown signal"},
+		{"bad eviction value", "gc:\n  evictionHard: {memory.available: lots}\n", "gc.evictionHard"},
+		{"bad url", "sources:\n  manifestURL: ftp://x\n", "sources.manifestURL"},
+		{"bad endpoint", "runtime:\n  endpoint: tcp://1.2.3.4:1\n", "runtime.endpoint"},
+		{"relative state dir", "node:\n  stateDir: var/lib\n", "node.stateDir"},
+		{"bad cidr", "node:\n  podCIDR: 10.88/16\n", "node.podCIDR"},
+		{"bad quantity", "node:\n  kubeReserved: {cpu: lots}\n", "node.kubeReserved"},
+		{"not yaml", "node: [\n", "not valid YAML"},
+		{"section not a map", "node: 3\n", "node: must be a mapping"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := LoadFile(writeFile(t, tc.input))
+			var cerr *Error
+			if !errors.As(err, &cerr) {
+				t.Fatalf("err = %v, want *Error", err)
+			}
+			if !strings.Contains(err.Error(), tc.errContains) {
+				t.Fatalf("err = %q, want it to contain %q", err, tc.errContains)
+			}
+		})
+	}
+}
+
+func TestEnvAndFlagsOverrideFile(t *testing.T) {
+	p := writeFile(t, "sources:\n  staticPodPath: /from/file\n  fileCheckFrequency: 5s\nnode:\n  name: filenode\n")
+	t.Setenv("NODELET_SOURCES_STATICPODPATH", "/from/env")
+	t.Setenv("NODELET_RUNTIME_CNIBINDIRS", "/a, /b")
+	fs := pflag.NewFlagSet("x", pflag.ContinueOnError)
+	l := NewLoader(fs)
+	if err := fs.Parse([]string{"--config", p, "--node.name", "flagnode", "--gc.maxContainers", "7"}); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := l.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Sources.StaticPodPath != "/from/env" {
+		t.Errorf("env did not override: %q", cfg.Sources.StaticPodPath)
+	}
+	if cfg.Node.Name != "flagnode" || cfg.GC.MaxContainers != 7 {
+		t.Errorf("flags did not override: %q %d", cfg.Node.Name, cfg.GC.MaxContainers)
+	}
+	if cfg.Sources.FileCheckFrequency != 5*time.Second {
+		t.Errorf("file value lost: %v", cfg.Sources.FileCheckFrequency)
+	}
+	if strings.Join(cfg.Runtime.CNIBinDirs, ":") != "/a:/b" {
+		t.Errorf("list from env: %v", cfg.Runtime.CNIBinDirs)
+	}
+}
+
+func TestBadEnvValueNamesKey(t *testing.T) {
+	t.Setenv("NODELET_STATUS_NODESTATUSUPDATEFREQUENCY", "often")
+	_, err := LoadFile("")
+	if err == nil || !strings.Contains(err.Error(), "status.nodeStatusUpdateFrequency") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestEveryKeyHasADefaultComment(t *testing.T) {
+	src, err := os.ReadFile("config.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(src), "\n")
+	for i, l := range lines {
+		if strings.Contains(l, "`mapstructure:\"") && !strings.Contains(l, "Config ") && i > 0 {
+			if !strings.Contains(lines[i-1], "Default:") {
+				t.Errorf("config.go:%d: field has no comment ending with its default", i+1)
+			}
+		}
+	}
+}

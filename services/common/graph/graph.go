@@ -1,0 +1,100 @@
+// Package graph declares nodelet's processes and what each needs, once. The
+// supervisor starts them in this order, and the systemd units and the
+// docker-compose file are generated from the same declaration.
+package graph
+
+import (
+	"fmt"
+	"sort"
+)
+
+// Component is one nodelet process.
+type Component struct {
+	// Name is the short name: bus, sources, ...; the binary is nodelet-<Name>.
+	Name string
+	// Requires lists the components that must be ready before this starts.
+	Requires []string
+	// NeedsCRI: the component talks to the container runtime.
+	NeedsCRI bool
+	// NeedsAPI: the component talks to kube-apiserver when one is configured.
+	NeedsAPI bool
+	// Description is one line for units and listings.
+	Description string
+}
+
+// Binary is the executable name.
+func (c Component) Binary() string { return "nodelet-" + c.Name }
+
+// Components lists every process nodelet runs. Order here does not matter:
+// Order() computes the start order from Requires.
+var Components = []Component{
+	{Name: "bus", Description: "nodelet bus (embedded NATS with JetStream)"},
+	{Name: "sources", Requires: []string{"bus"}, NeedsAPI: true, Description: "nodelet pod sources (static files, URL, API server)"},
+	{Name: "admission", Requires: []string{"bus", "sources"}, Description: "nodelet pod admission"},
+	{Name: "runtime", Requires: []string{"bus", "admission"}, NeedsCRI: true, NeedsAPI: true, Description: "nodelet pod runtime over CRI"},
+	{Name: "prober", Requires: []string{"bus", "runtime"}, NeedsCRI: true, Description: "nodelet probes"},
+	{Name: "status", Requires: []string{"bus", "runtime"}, NeedsCRI: true, NeedsAPI: true, Description: "nodelet pod and node status, read-only API"},
+	{Name: "gc", Requires: []string{"bus", "runtime"}, NeedsCRI: true, Description: "nodelet garbage collection and eviction"},
+}
+
+// Get returns the named component.
+func Get(name string) (Component, bool) {
+	for _, c := range Components {
+		if c.Name == name {
+			return c, true
+		}
+	}
+	return Component{}, false
+}
+
+// Order returns the components in a start order that respects Requires;
+// ties keep the declaration order. It fails on unknown names and cycles.
+func Order(cs []Component) ([]Component, error) {
+	index := map[string]int{}
+	for i, c := range cs {
+		index[c.Name] = i
+	}
+	indeg := make([]int, len(cs))
+	for i, c := range cs {
+		for _, r := range c.Requires {
+			if _, ok := index[r]; !ok {
+				return nil, fmt.Errorf("graph: %s requires unknown component %s", c.Name, r)
+			}
+			indeg[i]++
+		}
+	}
+	var out []Component
+	done := map[string]bool{}
+	for len(out) < len(cs) {
+		var ready []int
+		for i, c := range cs {
+			if done[c.Name] {
+				continue
+			}
+			ok := true
+			for _, r := range c.Requires {
+				ok = ok && done[r]
+			}
+			if ok {
+				ready = append(ready, i)
+			}
+		}
+		if len(ready) == 0 {
+			return nil, fmt.Errorf("graph: dependency cycle among the remaining components")
+		}
+		sort.Ints(ready)
+		c := cs[ready[0]]
+		done[c.Name] = true
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// StartOrder is Order(Components); the declaration is known to be valid.
+func StartOrder() []Component {
+	o, err := Order(Components)
+	if err != nil {
+		panic(err)
+	}
+	return o
+}

@@ -1,0 +1,20 @@
+// Package sources is nodelet-sources.
+package sources
+
+import (
+	"context"
+
+	"github.com/nodelet/nodelet/bus"
+	"github.com/nodelet/nodelet/services/common/daemon"
+)
+
+// Spec describes nodelet-sources to the daemon frame.
+func Spec() daemon.Spec {
+	return daemon.Spec{Component: bus.Sources, NeedsCRI: false, Run: Run}
+}
+
+// Run serves until ctx is done.
+func Run(ctx context.Context, env *daemon.Env) error {
+	<-ctx.Done()
+	return nil
+}

@@ -1,0 +1,20 @@
+// Package status is nodelet-status.
+package status
+
+import (
+	"context"
+
+	"github.com/nodelet/nodelet/bus"
+	"github.com/nodelet/nodelet/services/common/daemon"
+)
+
+// Spec describes nodelet-status to the daemon frame.
+func Spec() daemon.Spec {
+	return daemon.Spec{Component: bus.Status, NeedsCRI: true, Run: Run}
+}
+
+// Run serves until ctx is done.
+func Run(ctx context.Context, env *daemon.Env) error {
+	<-ctx.Done()
+	return nil
+}
