@@ -1,0 +1,659 @@
+package testenv
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/hex"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+// ServiceClusterIPRange is the --service-cluster-ip-range of the control plane.
+const ServiceClusterIPRange = "10.96.0.0/16"
+
+// ControlPlane is a running etcd + kube-apiserver on loopback.
+//
+// Authentication is by static bearer tokens: the admin is in group
+// system:masters; the node is "system:node:<NodeName>" in group system:nodes
+// and is held to what the Node authorizer and the NodeRestriction admission
+// plugin allow, as a kubelet would be. No controller-manager or scheduler
+// runs: bind pods by setting spec.nodeName, and use Namespace to get a
+// namespace with the ServiceAccount and ConfigMap the controllers would make.
+type ControlPlane struct {
+	// Dir holds certificates, tokens, kubeconfigs, logs and etcd's data. It
+	// is removed when the control plane stops.
+	Dir string
+	// URL of the kube-apiserver, https://127.0.0.1:<port>.
+	URL string
+	// CAData is the PEM CA certificate that signed the serving certificate;
+	// it is also the ca.crt of the kube-root-ca.crt ConfigMaps.
+	CAData []byte
+	// AdminConfig and NodeConfig are client configs for the two identities.
+	AdminConfig, NodeConfig *rest.Config
+	// AdminKubeconfig and NodeKubeconfig are kubeconfig files for them.
+	AdminKubeconfig, NodeKubeconfig string
+	// NodeName is the node the node identity belongs to.
+	NodeName string
+	// Kubectl is the path of a kubectl of the same version.
+	Kubectl string
+
+	etcd, apiserver *proc
+	stopOnce        sync.Once
+}
+
+// StartControlPlane starts etcd and kube-apiserver on free 127.0.0.1 ports in
+// a new temporary directory, waits until the apiserver is ready and returns it
+// with a function that stops it (apiserver first, then etcd) and removes the
+// directory. Call it once per test binary, from TestMain, and call stop before
+// os.Exit; should the binary die first, the children get SIGKILL from the
+// kernel (Pdeathsig).
+//
+// kube-apiserver and kubectl are built by `scripts/controlplane.sh build`
+// (and cached, see scripts/CONTROLPLANE.md) when missing, which takes several
+// minutes the first time; etcd comes from $NODELET_ETCD or PATH. An empty
+// nodeName means "testnode".
+func StartControlPlane(nodeName string) (cp *ControlPlane, stop func(), err error) {
+	if nodeName == "" {
+		nodeName = "testnode"
+	}
+	bins, err := Binaries()
+	if err != nil {
+		return nil, nil, err
+	}
+	// Ports are picked free and then released, so another process may take
+	// one in between: try again with new ports when a start fails.
+	for attempt := 1; ; attempt++ {
+		cp, err = startControlPlane(bins, nodeName)
+		if err == nil {
+			return cp, cp.Stop, nil
+		}
+		if attempt == 3 {
+			return nil, nil, err
+		}
+		fmt.Fprintf(os.Stderr, "testenv: starting control plane failed (attempt %d), retrying: %v\n", attempt, err)
+	}
+}
+
+// Stop stops kube-apiserver, then etcd, and removes Dir. It may be called
+// more than once.
+func (cp *ControlPlane) Stop() {
+	cp.stopOnce.Do(func() {
+		cp.apiserver.stop()
+		cp.etcd.stop()
+		_ = os.RemoveAll(cp.Dir)
+	})
+}
+
+// AdminClient returns a clientset acting as a cluster admin.
+func (cp *ControlPlane) AdminClient(t testing.TB) kubernetes.Interface {
+	t.Helper()
+	c, err := kubernetes.NewForConfig(cp.AdminConfig)
+	if err != nil {
+		t.Fatalf("admin client: %v", err)
+	}
+	return c
+}
+
+// NodeClient returns a clientset acting as system:node:<NodeName>.
+func (cp *ControlPlane) NodeClient(t testing.TB) kubernetes.Interface {
+	t.Helper()
+	c, err := kubernetes.NewForConfig(cp.NodeConfig)
+	if err != nil {
+		t.Fatalf("node client: %v", err)
+	}
+	return c
+}
+
+// Namespace creates a fresh namespace with ServiceAccount "default" and
+// ConfigMap "kube-root-ca.crt" (what kube-controller-manager would add) and
+// returns its name. The namespace is deleted at t.Cleanup; with no namespace
+// controller running it then stays Terminating, which is harmless.
+func (cp *ControlPlane) Namespace(t testing.TB) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := cp.AdminClient(t)
+	ns, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "test-"},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("creating namespace: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = c.CoreV1().Namespaces().Delete(ctx, ns.Name, metav1.DeleteOptions{})
+	})
+	if err := cp.prepareNamespace(ctx, c, ns.Name); err != nil {
+		t.Fatal(err)
+	}
+	return ns.Name
+}
+
+// prepareNamespace creates ServiceAccount default and ConfigMap
+// kube-root-ca.crt in namespace ns, if missing.
+func (cp *ControlPlane) prepareNamespace(ctx context.Context, c kubernetes.Interface, ns string) error {
+	_, err := c.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{
+		ObjectMeta: metav1.ObjectMeta{Name: "default"},
+	}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating ServiceAccount %s/default: %w", ns, err)
+	}
+	_, err = c.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "kube-root-ca.crt"},
+		Data:       map[string]string{"ca.crt": string(cp.CAData)},
+	}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating ConfigMap %s/kube-root-ca.crt: %w", ns, err)
+	}
+	return nil
+}
+
+// ---------------------------------------------------------------- binaries
+
+// BinaryPaths are the programs a control plane runs.
+type BinaryPaths struct {
+	KubeAPIServer, Kubectl, Etcd string
+}
+
+var binaries struct {
+	once  sync.Once
+	paths BinaryPaths
+	err   error
+}
+
+// Binaries returns the paths of kube-apiserver, kubectl and etcd, building
+// the first two (or reusing them from the cache) with
+// `scripts/controlplane.sh build`. The build's progress goes to stderr.
+func Binaries() (BinaryPaths, error) {
+	binaries.once.Do(func() {
+		binaries.paths, binaries.err = buildBinaries()
+	})
+	return binaries.paths, binaries.err
+}
+
+func buildBinaries() (BinaryPaths, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return BinaryPaths{}, err
+	}
+	script := filepath.Join(root, "scripts", "controlplane.sh")
+	cmd := exec.Command("bash", script, "build")
+	cmd.Dir = root
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return BinaryPaths{}, fmt.Errorf("%s build: %w", script, err)
+	}
+	var p BinaryPaths
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		k, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), "=")
+		if !ok {
+			continue
+		}
+		switch k {
+		case "KUBE_APISERVER":
+			p.KubeAPIServer = v
+		case "KUBECTL":
+			p.Kubectl = v
+		case "ETCD":
+			p.Etcd = v
+		}
+	}
+	for name, path := range map[string]string{"kube-apiserver": p.KubeAPIServer, "kubectl": p.Kubectl, "etcd": p.Etcd} {
+		if path == "" {
+			return BinaryPaths{}, fmt.Errorf("%s build did not print the path of %s; output:\n%s", script, name, out)
+		}
+		if _, err := os.Stat(path); err != nil {
+			return BinaryPaths{}, fmt.Errorf("%s build: %s: %w", script, name, err)
+		}
+	}
+	return p, nil
+}
+
+// RepoRoot returns the root of the nodelet repository: the first directory,
+// walking up from the working directory, that has a go.mod and
+// scripts/controlplane.sh.
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if fileExists(filepath.Join(dir, "go.mod")) && fileExists(filepath.Join(dir, "scripts", "controlplane.sh")) {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("testenv: repository root (go.mod with scripts/controlplane.sh) not found above the working directory")
+		}
+		dir = parent
+	}
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+// ------------------------------------------------------------------ start
+
+func startControlPlane(bins BinaryPaths, nodeName string) (_ *ControlPlane, err error) {
+	removeOrphanDirs()
+	dir, err := os.MkdirTemp("", tempDirPrefix)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		return nil, err
+	}
+	cp := &ControlPlane{Dir: dir, NodeName: nodeName, Kubectl: bins.Kubectl}
+	defer func() {
+		if err != nil {
+			cp.Stop()
+		}
+	}()
+
+	ports, err := freePorts(3)
+	if err != nil {
+		return nil, err
+	}
+	etcdPort, peerPort, apiPort := ports[0], ports[1], ports[2]
+	cp.URL = "https://127.0.0.1:" + strconv.Itoa(apiPort)
+
+	pki := filepath.Join(dir, "pki")
+	if err := writePKI(pki); err != nil {
+		return nil, fmt.Errorf("testenv: certificates: %w", err)
+	}
+	if cp.CAData, err = os.ReadFile(filepath.Join(pki, "ca.crt")); err != nil {
+		return nil, err
+	}
+	adminToken, nodeToken := randHex(16), randHex(16)
+	user := "system:node:" + nodeName
+	tokens := fmt.Sprintf("%s,nodelet-admin,nodelet-admin,\"system:masters\"\n%s,%s,%s,\"system:nodes\"\n",
+		adminToken, nodeToken, user, user)
+	if err := os.WriteFile(filepath.Join(dir, "tokens.csv"), []byte(tokens), 0o600); err != nil {
+		return nil, err
+	}
+
+	etcdURL := "http://127.0.0.1:" + strconv.Itoa(etcdPort)
+	peerURL := "http://127.0.0.1:" + strconv.Itoa(peerPort)
+	cp.etcd, err = startProc(filepath.Join(dir, "etcd.log"), bins.Etcd,
+		"--name=testenv",
+		"--data-dir="+filepath.Join(dir, "etcd"),
+		"--listen-client-urls="+etcdURL,
+		"--advertise-client-urls="+etcdURL,
+		"--listen-peer-urls="+peerURL,
+		"--initial-advertise-peer-urls="+peerURL,
+		"--initial-cluster=testenv="+peerURL,
+		"--logger=zap", "--log-outputs=stderr",
+	)
+	if err != nil {
+		return nil, err
+	}
+	if err := waitFor(30*time.Second, cp.etcd, func() bool {
+		return httpGetOK(http.DefaultClient, etcdURL+"/health", `"health":"true"`)
+	}); err != nil {
+		return nil, fmt.Errorf("testenv: etcd did not become healthy: %w", err)
+	}
+
+	cp.apiserver, err = startProc(filepath.Join(dir, "kube-apiserver.log"), bins.KubeAPIServer,
+		"--etcd-servers="+etcdURL,
+		"--bind-address=127.0.0.1",
+		"--secure-port="+strconv.Itoa(apiPort),
+		"--advertise-address=127.0.0.1",
+		"--endpoint-reconciler-type=none",
+		"--tls-cert-file="+filepath.Join(pki, "apiserver.crt"),
+		"--tls-private-key-file="+filepath.Join(pki, "apiserver.key"),
+		"--client-ca-file="+filepath.Join(pki, "ca.crt"),
+		"--token-auth-file="+filepath.Join(dir, "tokens.csv"),
+		"--authorization-mode=Node,RBAC",
+		"--enable-admission-plugins=NodeRestriction",
+		"--allow-privileged=true",
+		"--service-account-issuer=https://kubernetes.default.svc",
+		"--service-account-key-file="+filepath.Join(pki, "sa.pub"),
+		"--service-account-signing-key-file="+filepath.Join(pki, "sa.key"),
+		"--service-cluster-ip-range="+ServiceClusterIPRange,
+		"--cert-dir="+filepath.Join(dir, "apiserver-certs"),
+	)
+	if err != nil {
+		return nil, err
+	}
+
+	cp.AdminConfig = cp.restConfig(adminToken)
+	cp.NodeConfig = cp.restConfig(nodeToken)
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(cp.CAData)
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	if err := waitFor(60*time.Second, cp.apiserver, func() bool {
+		return httpGetOK(hc, cp.URL+"/readyz", "ok")
+	}); err != nil {
+		return nil, fmt.Errorf("testenv: kube-apiserver did not become ready: %w", err)
+	}
+	hc.CloseIdleConnections()
+
+	cp.AdminKubeconfig = filepath.Join(dir, "admin.kubeconfig")
+	cp.NodeKubeconfig = filepath.Join(dir, "node.kubeconfig")
+	if err := cp.writeKubeconfig(cp.AdminKubeconfig, "nodelet-admin", adminToken); err != nil {
+		return nil, err
+	}
+	if err := cp.writeKubeconfig(cp.NodeKubeconfig, user, nodeToken); err != nil {
+		return nil, err
+	}
+
+	c, err := kubernetes.NewForConfig(cp.AdminConfig)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := cp.prepareNamespace(ctx, c, metav1.NamespaceDefault); err != nil {
+		return nil, err
+	}
+	return cp, nil
+}
+
+const (
+	tempDirPrefix = "nodelet-testenv-cp-"
+	ownerFile     = "owner.pid"
+)
+
+// removeOrphanDirs removes the directories of control planes whose test
+// binary was killed before it could stop them (its children died with it
+// through Pdeathsig, but the directory, with etcd's preallocated WAL, stays).
+func removeOrphanDirs() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), tempDirPrefix+"*"))
+	for _, d := range dirs {
+		b, err := os.ReadFile(filepath.Join(d, ownerFile))
+		if err != nil {
+			continue
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || pid <= 0 {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			_ = os.RemoveAll(d)
+		}
+	}
+}
+
+func (cp *ControlPlane) restConfig(token string) *rest.Config {
+	return &rest.Config{
+		Host:            cp.URL,
+		BearerToken:     token,
+		TLSClientConfig: rest.TLSClientConfig{CAData: cp.CAData},
+		QPS:             200,
+		Burst:           400,
+		Timeout:         30 * time.Second,
+	}
+}
+
+func (cp *ControlPlane) writeKubeconfig(path, user, token string) error {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["testenv"] = &clientcmdapi.Cluster{Server: cp.URL, CertificateAuthorityData: cp.CAData}
+	cfg.AuthInfos[user] = &clientcmdapi.AuthInfo{Token: token}
+	cfg.Contexts[user] = &clientcmdapi.Context{Cluster: "testenv", AuthInfo: user, Namespace: metav1.NamespaceDefault}
+	cfg.CurrentContext = user
+	return clientcmd.WriteToFile(*cfg, path)
+}
+
+func httpGetOK(c *http.Client, url, want string) bool {
+	resp, err := c.Get(url)
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+	return resp.StatusCode == http.StatusOK && strings.Contains(string(body), want)
+}
+
+// waitFor polls ok until it is true, p exits or the timeout passes.
+func waitFor(timeout time.Duration, p *proc, ok func() bool) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		if ok() {
+			return nil
+		}
+		select {
+		case <-p.exited:
+			return fmt.Errorf("%s exited (%v); last log lines:\n%s", filepath.Base(p.cmd.Path), p.waitErr, p.logTail())
+		default:
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("timed out after %s; last log lines of %s:\n%s", timeout, filepath.Base(p.cmd.Path), p.logTail())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// freePorts returns n distinct free TCP ports on 127.0.0.1.
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+// -------------------------------------------------------------- processes
+
+// proc is a child process whose output goes to a log file.
+type proc struct {
+	cmd     *exec.Cmd
+	logPath string
+	exited  chan struct{}
+	waitErr error
+}
+
+// startProc starts a program with Pdeathsig SIGKILL, so it dies with the test
+// binary even when the binary is killed before it can stop it.
+func startProc(logPath, path string, args ...string) (*proc, error) {
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close() // the child has its own copy
+	cmd := exec.Command(path, args...)
+	cmd.Stdout = logf
+	cmd.Stderr = logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	if err := spawn(cmd); err != nil {
+		return nil, fmt.Errorf("testenv: starting %s: %w", path, err)
+	}
+	p := &proc{cmd: cmd, logPath: logPath, exited: make(chan struct{})}
+	go func() {
+		p.waitErr = cmd.Wait()
+		close(p.exited)
+	}()
+	return p, nil
+}
+
+// stop sends SIGTERM, waits up to 15 s, then sends SIGKILL and waits.
+func (p *proc) stop() {
+	if p == nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+		return
+	case <-time.After(15 * time.Second):
+	}
+	_ = p.cmd.Process.Kill()
+	<-p.exited
+}
+
+func (p *proc) logTail() string {
+	b, err := os.ReadFile(p.logPath)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > 30 {
+		lines = lines[len(lines)-30:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Pdeathsig fires when the thread that forked the child exits, not the
+// process. Go may retire threads, so all children are forked from one
+// goroutine locked to its thread for the life of the process.
+var spawner struct {
+	once sync.Once
+	reqs chan spawnReq
+}
+
+type spawnReq struct {
+	cmd  *exec.Cmd
+	done chan error
+}
+
+func spawn(cmd *exec.Cmd) error {
+	spawner.once.Do(func() {
+		spawner.reqs = make(chan spawnReq)
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread lives as long as the process
+			for r := range spawner.reqs {
+				r.done <- r.cmd.Start()
+			}
+		}()
+	})
+	done := make(chan error, 1)
+	spawner.reqs <- spawnReq{cmd: cmd, done: done}
+	return <-done
+}
+
+// -------------------------------------------------------------------- PKI
+
+// writePKI writes into dir a CA (ca.crt, ca.key), a serving certificate
+// signed by it for 127.0.0.1 and localhost (apiserver.crt, apiserver.key) and
+// an RSA service-account key pair (sa.key, sa.pub).
+func writePKI(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	now := time.Now()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	caTmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "nodelet-testenv-ca"},
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              now.Add(10 * 365 * 24 * time.Hour),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		return err
+	}
+	caCert, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		return err
+	}
+
+	srvKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	srvTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(2),
+		Subject:      pkix.Name{CommonName: "kube-apiserver"},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.Add(10 * 365 * 24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
+		DNSNames:     []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"},
+	}
+	srvDER, err := x509.CreateCertificate(rand.Reader, srvTmpl, caCert, &srvKey.PublicKey, caKey)
+	if err != nil {
+		return err
+	}
+
+	saKey, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return err
+	}
+	saPub, err := x509.MarshalPKIXPublicKey(&saKey.PublicKey)
+	if err != nil {
+		return err
+	}
+
+	caKeyDER, err := x509.MarshalECPrivateKey(caKey)
+	if err != nil {
+		return err
+	}
+	srvKeyDER, err := x509.MarshalECPrivateKey(srvKey)
+	if err != nil {
+		return err
+	}
+	files := []struct {
+		name, typ string
+		der       []byte
+		mode      os.FileMode
+	}{
+		{"ca.crt", "CERTIFICATE", caDER, 0o644},
+		{"ca.key", "EC PRIVATE KEY", caKeyDER, 0o600},
+		{"apiserver.crt", "CERTIFICATE", srvDER, 0o644},
+		{"apiserver.key", "EC PRIVATE KEY", srvKeyDER, 0o600},
+		{"sa.key", "RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(saKey), 0o600},
+		{"sa.pub", "PUBLIC KEY", saPub, 0o644},
+	}
+	for _, f := range files {
+		data := pem.EncodeToMemory(&pem.Block{Type: f.typ, Bytes: f.der})
+		if err := os.WriteFile(filepath.Join(dir, f.name), data, f.mode); err != nil {
+			return err
+		}
+	}
+	return nil
+}
