@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# setup.sh — make this machine (Debian 12, root) ready to build, test and run
+# nodelet. Idempotent: a second run changes nothing and takes a few seconds.
+#
+# Usage: scripts/setup.sh        (as root, from anywhere in the tree)
+#
+# Steps, one line of output each:
+#   1. apt-get install what is missing of: containerd runc
+#      containernetworking-plugins busybox-static iproute2 iptables
+#      etcd-server openssl util-linux procps (apt-get update only when
+#      something must be installed);
+#   2. go build -o bin/ ./cmd/... (every nodelet binary, nodelet-pause
+#      included) and bin/setuptool (this script's helper, scripts/setuptool);
+#   3. the node's containerd config: /etc/nodelet/containerd/config.toml
+#      (root /var/lib/nodelet/containerd, state /run/nodelet/containerd,
+#      socket /run/nodelet/containerd/containerd.sock, CNI conf dir
+#      /etc/nodelet/cni/net.d, CNI bin dir /usr/lib/cni, sandbox image
+#      nodelet.local/pause:3.10);
+#   4. the node's CNI conflist: /etc/nodelet/cni/net.d/10-nodelet.conflist
+#      (bridge nodelet0, subnet 10.88.0.0/16), validated against the plugins;
+#   5. the local images nodelet.local/pause:3.10 and nodelet.local/busybox:1.35,
+#      built into ${NODELET_CACHE:-$HOME/.cache/nodelet}/images;
+#   6. both images imported into the node's containerd (namespace k8s.io).
+#      If that containerd is running, into it. If not, this script starts it
+#      with the config of step 3 just for the import and stops it again, so
+#      the node is complete whoever starts containerd later (`nodelet up` with
+#      runtime.manageContainerd, or an init system). Images already imported
+#      with the same ID are skipped.
+#
+# Environment: NODELET_SUBNET (default 10.88.0.0/16), NODELET_CACHE,
+# NODELET_BUILD (packages to build, default ./cmd/...).
+set -euo pipefail
+export PATH=$PATH:/usr/local/go/bin:/usr/sbin:/sbin
+
+REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$REPO_ROOT"
+
+ETC=/etc/nodelet
+CONTAINERD_CONFIG=$ETC/containerd/config.toml
+CONTAINERD_ROOT=/var/lib/nodelet/containerd
+CONTAINERD_STATE=/run/nodelet/containerd
+CONTAINERD_SOCKET=$CONTAINERD_STATE/containerd.sock
+CNI_CONF_DIR=$ETC/cni/net.d
+CNI_BIN_DIR=/usr/lib/cni
+SUBNET=${NODELET_SUBNET:-10.88.0.0/16}
+BRIDGE=nodelet0
+PACKAGES=(containerd runc containernetworking-plugins busybox-static iproute2 iptables
+  etcd-server openssl util-linux procps)
+
+step() { echo "setup: $*"; }
+die() { echo "setup: error: $*" >&2; exit 1; }
+
+[ "$(id -u)" -eq 0 ] || die "run as root (it installs packages and writes /etc/nodelet)"
+command -v go >/dev/null || die "go not found (expected /usr/local/go/bin/go)"
+
+# 1. packages
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  step "installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+  step "packages present"
+fi
+
+# 2. binaries
+read -r -a build <<<"${NODELET_BUILD:-./cmd/...}"
+mkdir -p bin
+go build -o bin/ "${build[@]}" ./scripts/setuptool
+step "built ${build[*]} and setuptool into bin/"
+
+# 3. containerd config
+bin/setuptool containerd-config --out "$CONTAINERD_CONFIG" \
+  --root "$CONTAINERD_ROOT" --state "$CONTAINERD_STATE" --socket "$CONTAINERD_SOCKET" \
+  --cni-conf-dir "$CNI_CONF_DIR" --cni-bin-dir "$CNI_BIN_DIR" --sandbox-image nodelet.local/pause:3.10
+step "wrote $CONTAINERD_CONFIG"
+
+# 4. CNI conflist
+bin/setuptool cni-config --out-dir "$CNI_CONF_DIR" --subnet "$SUBNET" --bridge "$BRIDGE" \
+  --cni-bin-dir "$CNI_BIN_DIR"
+step "wrote $CNI_CONF_DIR/10-nodelet.conflist (bridge $BRIDGE, subnet $SUBNET)"
+
+# 5. images
+bin/setuptool images >/dev/null
+step "images built in ${NODELET_CACHE:-$HOME/.cache/nodelet}/images"
+
+# 6. import
+containerd_up() { [ -S "$CONTAINERD_SOCKET" ] && ctr --connect-timeout 1s --address "$CONTAINERD_SOCKET" version >/dev/null 2>&1; }
+if containerd_up; then
+  bin/setuptool images --import "$CONTAINERD_SOCKET" | sed 's/^/setup: /'
+else
+  mkdir -p "$CONTAINERD_STATE"
+  log=$CONTAINERD_STATE/setup-containerd.log
+  containerd --config "$CONTAINERD_CONFIG" >>"$log" 2>&1 &
+  pid=$!
+  trap 'kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null || true' EXIT
+  for _ in $(seq 100); do
+    containerd_up && break
+    kill -0 "$pid" 2>/dev/null || die "containerd exited at start, see $log"
+    sleep 0.1
+  done
+  containerd_up || die "containerd did not answer on $CONTAINERD_SOCKET within 10s, see $log"
+  bin/setuptool images --import "$CONTAINERD_SOCKET" | sed 's/^/setup: /'
+  kill -TERM "$pid"
+  wait "$pid" 2>/dev/null || true
+  trap - EXIT
+  step "stopped the containerd started for the import"
+fi
+step "done"
