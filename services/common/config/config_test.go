@@ -4,11 +4,13 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/spf13/pflag"
+	"sigs.k8s.io/yaml"
 )
 
 func writeFile(t *testing.T, body string) string {
@@ -130,5 +132,23 @@ func TestEveryKeyHasADefaultComment(t *testing.T) {
 				t.Errorf("config.go:%d: field has no comment ending with its default", i+1)
 			}
 		}
+	}
+}
+
+func TestToMapRoundTrips(t *testing.T) {
+	cfg, err := LoadFile("../../../deploy/nodelet.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := yaml.Marshal(ToMap(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := LoadFile(writeFile(t, string(b)))
+	if err != nil {
+		t.Fatalf("shown config does not load: %v\n%s", err, b)
+	}
+	if !reflect.DeepEqual(cfg, again) {
+		t.Fatalf("round trip changed the config:\n%+v\n%+v", cfg, again)
 	}
 }

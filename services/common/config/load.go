@@ -421,3 +421,29 @@ func fieldByKey(v reflect.Value, key string) reflect.Value {
 func EnvName(key string) string {
 	return EnvPrefix + "_" + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
 }
+
+// ToMap renders cfg as the YAML document that would produce it: keys as
+// written in the file, durations as strings.
+func ToMap(cfg *Config) map[string]any {
+	out := map[string]any{}
+	v := reflect.ValueOf(cfg).Elem()
+	for _, lf := range leaves() {
+		f := fieldByKey(v, lf.key)
+		var val any = f.Interface()
+		if d, ok := val.(time.Duration); ok {
+			val = d.String()
+		}
+		parts := strings.Split(lf.key, ".")
+		m := out
+		for _, p := range parts[:len(parts)-1] {
+			next, ok := m[p].(map[string]any)
+			if !ok {
+				next = map[string]any{}
+				m[p] = next
+			}
+			m = next
+		}
+		m[parts[len(parts)-1]] = val
+	}
+	return out
+}
