@@ -30,7 +30,6 @@ func desired(name, uid string) *schemas.PodDesired {
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: ktypes.UID("u-" + uid)}}}
 }
 
-
 func TestAnonymousAndWrongCredentialsRefused(t *testing.T) {
 	b := bustest.Start(t)
 	if nc, err := nats.Connect(b.URL, nats.NoReconnect()); err == nil {

@@ -62,7 +62,7 @@ func samples() []Message {
 		&PodObserved{UID: "u1", Namespace: "default", Name: "web", Generation: 3,
 			Sandbox: &SandboxObserved{ID: "s1", Ready: true, IPs: []string{"10.88.0.2"}, CreatedAt: now},
 			Containers: []ContainerObserved{{Name: "c", Kind: ContainerKindApp, ContainerID: "containerd://abc", RestartCount: 2,
-				State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(now)}},
+				State:                corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(now)}},
 				LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error"}}}}},
 		&ProbeResult{UID: "u1", Container: "c", Probe: ProbeLiveness, Result: ProbeFailure, Message: "Liveness probe failed: x", Since: now, TerminationGracePeriodSeconds: &grace},
 		&PodStatusRecord{UID: "u1", Name: "web", Namespace: "default", Static: true, Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.88.0.2"}},

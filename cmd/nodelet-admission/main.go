@@ -2,8 +2,8 @@
 package main
 
 import (
-	"github.com/nodelet/nodelet/services/common/daemon"
 	"github.com/nodelet/nodelet/services/admission"
+	"github.com/nodelet/nodelet/services/common/daemon"
 )
 
 func main() { daemon.Main(admission.Spec()) }

@@ -1,8 +1,88 @@
-// Package admission is nodelet-admission.
+// Package admission is nodelet-admission: the kubelet's canAdmitPod as a
+// daemon. It decides, one pod at a time and in order of arrival, whether
+// each desired pod may run on this node, and writes one verdict per pod
+// into the admission bucket. The runtime acts only on admitted pods; status
+// turns a rejection into a Failed pod with the verdict's reason.
+//
+// # Inputs and output
+//
+// It watches the desired pods (nodelet_v1_pods_desired), the runtime's
+// observed pods (to know which admitted pods no longer hold resources) and
+// the node's pressure conditions from nodelet-gc. The node itself is built
+// from the configuration and from cAdvisor's view of the machine (see
+// NodeFromConfig). Verdicts go to nodelet_v1_pods_admission, key = pod
+// UID, through a bus.Writer; each rejection also goes on the events stream
+// as a Warning event with the verdict's reason and message.
+//
+// # The rules, as the kubelet's
+//
+// Handlers run in the kubelet's order and the first refusal decides:
+//
+//   - node pressure (the eviction manager's admit handler): under
+//     MemoryPressure alone only BestEffort pods are refused, unless they
+//     tolerate the memory-pressure taint; under any other pressure
+//     (DiskPressure, PIDPressure) every pod is. Reason Evicted, message
+//     "The node had condition: [MemoryPressure]. " (the kubelet's wording,
+//     trailing space included).
+//   - the predicate handler: the pod's kubernetes.io/os label and OS field
+//     (PodOSSelectorNodeLabelDoesNotMatch, PodOSNotSupported),
+//     SupplementalGroupsPolicy=Strict, then pod count, cpu, memory,
+//     ephemeral-storage and scalar resources against allocatable
+//     (OutOfpods, OutOfcpu, ..., OutOf<resource>, message "Node didn't have
+//     enough resource: cpu, requested: 4000, used: 1500, capacity: 2000"),
+//     node selector and required node affinity (NodeAffinity), spec.nodeName
+//     (NodeName), host ports (NodePorts), and NoExecute taints
+//     (TaintToleration, message "Predicate TaintToleration failed: node(s)
+//     had taints that the pod didn't tolerate"). Only the first failure is
+//     reported, resources first, as the kubelet does.
+//   - declared node features (PodFeatureUnsupported).
+//
+// Like the kubelet, admission checks only NoExecute taints, not NoSchedule:
+// NoSchedule keeps the scheduler away, and a pod bound to this node (or a
+// static pod, whose taints are not checked at all) got here on purpose.
+//
+// Critical pods, which for the kubelet are static pods, mirror pods and
+// pods of priority 2000000000 (system-cluster-critical) and above, are
+// never refused for node pressure, and are admitted even when resources
+// are short: the kubelet would evict other pods to make room; admission
+// cannot evict (nodelet-gc owns evictions), so it admits and leaves the
+// overcommit to the eviction manager. On a standalone node every pod comes
+// from a file or URL and is therefore static: resources never refuse one,
+// exactly as on a kubelet.
+//
+// # Order, updates, removals, restarts
+//
+// Pods without a verdict are decided oldest first (creation time, then
+// UID; a burst that arrives together is one batch, as the kubelet's
+// HandlePodAdditions sorts each batch) against the admitted pods that still
+// hold resources: those not terminated by the runtime's report, or still
+// being killed. An update of a decided pod passes through: its verdict is
+// kept as it was, DesiredRevision included (the revision the decision was
+// made on), so the writer writes nothing and the verdict never flips. A pod
+// removed from the desired bucket loses its verdict and frees its
+// resources.
+//
+// Verdicts are facts. On start the stored verdicts are loaded before any
+// decision; only pods without one are decided, once the desired, observed
+// and pressure buckets are all loaded. A restart therefore writes nothing
+// for pods already decided, and the order in which desired pods are
+// replayed cannot turn an admitted pod into a rejected one. Verdicts of
+// pods removed while admission was down are deleted at start. If the bus's
+// store is wiped under a running admission, it writes every verdict it
+// holds again and keeps them while sources put their pods back; a verdict
+// whose pod never comes back is deleted at the next start.
 package admission
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/services/common/daemon"
@@ -13,8 +93,55 @@ func Spec() daemon.Spec {
 	return daemon.Spec{Component: bus.Admission, NeedsCRI: false, Run: Run}
 }
 
+// Options adjust the daemon for tests; the zero value is production.
+type Options struct {
+	// Capacity reports the machine's resources; nil reads them with
+	// cAdvisor (MachineCapacity on node.stateDir).
+	Capacity Capacity
+	// Clock stamps verdicts and events; nil is the real clock.
+	Clock clock.PassiveClock
+}
+
 // Run serves until ctx is done.
 func Run(ctx context.Context, env *daemon.Env) error {
-	<-ctx.Done()
-	return nil
+	return Options{}.Run(ctx, env)
+}
+
+// Run serves until ctx is done, with o.
+func (o Options) Run(ctx context.Context, env *daemon.Env) error {
+	cfg := env.Config
+	capSource := o.Capacity
+	if capSource == nil {
+		capSource = MachineCapacity{Dir: cfg.Node.StateDir}
+	}
+	capacity, err := capSource.Capacity()
+	var fsErr *fsError
+	switch {
+	case errors.As(err, &fsErr):
+		env.Log.Warn("Node has no ephemeral-storage capacity: pods that request it will be refused", "err", err)
+	case err != nil:
+		return fmt.Errorf("node capacity: %w", err)
+	}
+	node, err := NodeFromConfig(cfg, capacity)
+	if err != nil {
+		return err
+	}
+	env.Log.Info("Admitting pods to node", "node", node.Name,
+		"allocatable", formatResources(node.Status.Allocatable), "taints", len(node.Spec.Taints), "disabled", cfg.Admission.Disabled)
+	clk := o.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	c := newController(env.Log, env.Bus, env.SetHealth, clk, node, cfg.Admission.Disabled)
+	return c.run(ctx)
+}
+
+// formatResources renders rl as "cpu=2,memory=4Gi,...", sorted by name.
+func formatResources(rl corev1.ResourceList) string {
+	parts := make([]string, 0, len(rl))
+	for name, q := range rl {
+		parts = append(parts, string(name)+"="+q.String())
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ",")
 }

@@ -1,0 +1,493 @@
+package admission
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/bus"
+	"github.com/nodelet/nodelet/schemas"
+)
+
+// configSourceAnnotation is the kubelet's kubernetes.io/config.source: the
+// source that delivered a pod; anything but "api" makes it a static pod.
+const configSourceAnnotation = "kubernetes.io/config.source"
+
+// writeTimeout bounds one verdict write or delete; a failed one is retried.
+const writeTimeout = 10 * time.Second
+
+// retryPeriod is how often verdicts that could not be stored are retried.
+const retryPeriod = time.Second
+
+// podEntry is one desired pod.
+type podEntry struct {
+	desired *schemas.PodDesired
+	rev     uint64
+	static  bool
+	// info is what the pod holds on the node if admitted, computed from
+	// the current spec (an update of an admitted pod passes through).
+	info *PodInfo
+}
+
+// controller owns admission's state. All of it is touched from the one
+// goroutine of run; the bus watches hand their updates over as closures.
+type controller struct {
+	log      *slog.Logger
+	conn     *bus.Conn
+	health   func(ready bool, message string)
+	clock    clock.PassiveClock
+	writer   *bus.Writer
+	admitter *Admitter
+	disabled bool
+
+	pods        map[string]*podEntry
+	verdicts    map[string]*schemas.AdmissionVerdict
+	observed    map[string]*schemas.PodObserved
+	pressureRev uint64
+
+	pending  map[string]struct{} // desired pods without a verdict
+	dirty    map[string]struct{} // verdicts to store
+	gone     map[string]struct{} // verdicts to delete
+	announce map[string]struct{} // rejections whose event waits until the verdict is stored
+
+	desiredSynced, observedSynced, pressureSynced bool
+	desiredLoaded                                 bool // the first full load of the desired bucket happened
+	ready                                         bool
+	writeErr                                      error
+	others                                        []*PodInfo
+}
+
+func newController(log *slog.Logger, conn *bus.Conn, health func(bool, string), clk clock.PassiveClock, node *corev1.Node, disabled bool) *controller {
+	return &controller{
+		log: log, conn: conn, health: health, clock: clk, admitter: NewAdmitter(node), disabled: disabled,
+		pods: map[string]*podEntry{}, verdicts: map[string]*schemas.AdmissionVerdict{}, observed: map[string]*schemas.PodObserved{},
+		pending: map[string]struct{}{}, dirty: map[string]struct{}{}, gone: map[string]struct{}{}, announce: map[string]struct{}{},
+	}
+}
+
+// run serves until ctx is done. It returns an error only when a watch
+// fails for another reason than ctx.
+func (c *controller) run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ops := make(chan func(), 128)
+	send := func(op func()) {
+		select {
+		case ops <- op:
+		case <-ctx.Done():
+		}
+	}
+	// The bucket recreated under us (the bus's store was wiped): every
+	// verdict is a fact we hold, so write them all again.
+	c.writer = bus.NewWriter(c.conn, bus.BucketAdmission, func() { send(c.rewriteAll) })
+
+	c.health(false, "Loading admission verdicts")
+	if err := c.loadVerdicts(ctx); err != nil {
+		return nil // only ctx ends loadVerdicts
+	}
+	c.health(false, "Loading the desired, observed and pressure buckets")
+
+	var wg sync.WaitGroup
+	errs := make(chan error, 3)
+	watch := func(name string, f func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(); err != nil && ctx.Err() == nil {
+				errs <- fmt.Errorf("watch %s: %w", name, err)
+			}
+		}()
+	}
+	defer wg.Wait()
+	defer cancel()
+	watch(bus.BucketDesired, func() error {
+		return bus.Watch(ctx, c.conn, bus.BucketDesired, ">", func(u bus.Update[schemas.PodDesired]) { send(func() { c.onDesired(u) }) })
+	})
+	watch(bus.BucketObserved, func() error {
+		return bus.Watch(ctx, c.conn, bus.BucketObserved, ">", func(u bus.Update[schemas.PodObserved]) { send(func() { c.onObserved(u) }) })
+	})
+	watch(bus.BucketPressure, func() error {
+		return bus.Watch(ctx, c.conn, bus.BucketPressure, bus.KeyPressure, func(u bus.Update[schemas.NodePressure]) { send(func() { c.onPressure(u) }) })
+	})
+
+	retry := time.NewTicker(retryPeriod)
+	defer retry.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-errs:
+			return err
+		case op := <-ops:
+			op()
+			// Take everything already queued before deciding, so that a
+			// burst of additions is decided as one batch in creation order,
+			// as the kubelet's HandlePodAdditions sorts each batch.
+			for more := true; more; {
+				select {
+				case op := <-ops:
+					op()
+				default:
+					more = false
+				}
+			}
+		case <-retry.C:
+			if len(c.dirty) == 0 && len(c.gone) == 0 {
+				continue
+			}
+		}
+		c.step(ctx)
+	}
+}
+
+// loadVerdicts reads the stored verdicts. They are facts: a pod admitted
+// before a restart stays admitted, a rejected one stays rejected, whatever
+// order the desired pods are replayed in.
+func (c *controller) loadVerdicts(ctx context.Context) error {
+	for {
+		keys, err := c.writer.Keys(ctx)
+		if err == nil {
+			for _, k := range keys {
+				data, _, ok, err := c.writer.Data(ctx, k)
+				if err != nil || !ok {
+					continue
+				}
+				var v schemas.AdmissionVerdict
+				if err := json.Unmarshal(data, &v); err != nil || v.UID != k {
+					if err == nil {
+						err = fmt.Errorf("verdict names pod %q", v.UID)
+					}
+					c.log.Error("Ignoring stored verdict that does not decode; the pod will be decided again",
+						"subject", bus.KVSubject(bus.BucketAdmission, k), "err", err)
+					continue
+				}
+				c.verdicts[k] = &v
+			}
+			c.log.Info("Loaded admission verdicts", "count", len(c.verdicts))
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		c.log.Warn("Cannot read stored verdicts, retrying", "bucket", bus.BucketAdmission, "err", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(retryPeriod):
+		}
+	}
+}
+
+func validDesired(key string, d *schemas.PodDesired) error {
+	switch {
+	case d.Pod == nil:
+		return errors.New("no pod in the message")
+	case d.Pod.UID == "":
+		return errors.New("pod has no UID")
+	case string(d.Pod.UID) != key:
+		return fmt.Errorf("pod UID %s does not match the key", d.Pod.UID)
+	case d.Pod.Name == "" || d.Pod.Namespace == "":
+		return errors.New("pod has no name or namespace")
+	}
+	return nil
+}
+
+// isStatic: a pod from a file or URL, by its config.source annotation (as
+// the kubelet tells) or, lacking it, by the source that delivered it.
+func isStatic(d *schemas.PodDesired) bool {
+	if src, ok := d.Pod.Annotations[configSourceAnnotation]; ok {
+		return src != schemas.SourceAPI
+	}
+	return d.Source == schemas.SourceFile || d.Source == schemas.SourceHTTP
+}
+
+func (c *controller) onDesired(u bus.Update[schemas.PodDesired]) {
+	switch u.Kind {
+	case bus.Put:
+		if err := validDesired(u.Key, u.Value); err != nil {
+			c.log.Error("Ignoring desired pod that is not valid", "subject", bus.KVSubject(bus.BucketDesired, u.Key),
+				"revision", u.Revision, "err", err)
+			return
+		}
+		e, ok := c.pods[u.Key]
+		if !ok {
+			e = &podEntry{}
+			c.pods[u.Key] = e
+		}
+		e.desired, e.rev, e.static, e.info = u.Value, u.Revision, isStatic(u.Value), NewPodInfo(u.Value.Pod)
+		if _, decided := c.verdicts[u.Key]; !decided {
+			c.pending[u.Key] = struct{}{}
+		}
+	case bus.Deleted:
+		e := c.pods[u.Key]
+		delete(c.pods, u.Key)
+		delete(c.pending, u.Key)
+		if _, decided := c.verdicts[u.Key]; decided {
+			c.forget(u.Key)
+			if e != nil {
+				c.log.Info("Pod removed, verdict deleted", "pod", podRef(e.desired.Pod), "podUID", u.Key)
+			} else {
+				c.log.Info("Pod removed, verdict deleted", "podUID", u.Key)
+			}
+		}
+	case bus.Synced:
+		c.desiredSynced = true
+		if c.desiredLoaded {
+			// Synced after a Reset: the bus's store was wiped and sources
+			// may not have put their pods back yet. A verdict we hold must
+			// not be lost (its pod would be decided again, perhaps the
+			// other way), so it stays until its pod is deleted; one whose
+			// pod never comes back goes at the next start.
+			return
+		}
+		c.desiredLoaded = true
+		// Verdicts of pods removed while admission was not running.
+		for uid := range c.verdicts {
+			if _, ok := c.pods[uid]; !ok {
+				c.forget(uid)
+				c.log.Info("Pod no longer desired, verdict deleted", "podUID", uid)
+			}
+		}
+	case bus.Reset:
+		c.desiredSynced = false
+		c.pods = map[string]*podEntry{}
+		c.pending = map[string]struct{}{}
+	}
+}
+
+// forget drops uid's verdict and schedules its deletion: the pod's
+// resources are free again.
+func (c *controller) forget(uid string) {
+	delete(c.verdicts, uid)
+	delete(c.dirty, uid)
+	delete(c.announce, uid)
+	c.gone[uid] = struct{}{}
+}
+
+func (c *controller) onObserved(u bus.Update[schemas.PodObserved]) {
+	switch u.Kind {
+	case bus.Put:
+		c.observed[u.Key] = u.Value
+	case bus.Deleted:
+		delete(c.observed, u.Key)
+	case bus.Synced:
+		c.observedSynced = true
+	case bus.Reset:
+		c.observedSynced = false
+		c.observed = map[string]*schemas.PodObserved{}
+	}
+}
+
+func (c *controller) onPressure(u bus.Update[schemas.NodePressure]) {
+	switch u.Kind {
+	case bus.Put:
+		var conds []corev1.NodeConditionType
+		for _, cond := range u.Value.Conditions {
+			if cond.Status == corev1.ConditionTrue {
+				conds = append(conds, cond.Type)
+			}
+		}
+		c.admitter.Pressure.Conditions = conds
+		c.pressureRev = u.Revision
+	case bus.Deleted:
+		c.admitter.Pressure.Conditions = nil
+		c.pressureRev = u.Revision
+	case bus.Synced:
+		c.pressureSynced = true
+	case bus.Reset:
+		c.pressureSynced = false
+		c.admitter.Pressure.Conditions = nil
+		c.pressureRev = 0
+	}
+}
+
+func (c *controller) rewriteAll() {
+	for uid := range c.verdicts {
+		c.dirty[uid] = struct{}{}
+	}
+}
+
+// step decides the pending pods once every input is loaded, then stores
+// what changed.
+func (c *controller) step(ctx context.Context) {
+	if c.desiredSynced && c.observedSynced && c.pressureSynced {
+		c.decidePending()
+		if !c.ready {
+			c.ready = true
+			c.log.Info("Admission synced", "pods", len(c.pods), "verdicts", len(c.verdicts))
+		}
+	}
+	err := c.flush(ctx)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return
+	case err != nil && c.writeErr == nil:
+		c.log.Warn("Cannot store admission verdicts, will retry", "bucket", bus.BucketAdmission, "err", err)
+	case err == nil && c.writeErr != nil:
+		c.log.Info("Admission verdicts stored again", "bucket", bus.BucketAdmission)
+	}
+	c.writeErr = err
+	switch {
+	case c.writeErr != nil:
+		c.health(false, "Cannot store admission verdicts: "+c.writeErr.Error())
+	case c.ready:
+		c.health(true, "")
+	}
+}
+
+// decidePending decides every pod without a verdict, oldest first
+// (creation time, then UID), each against the pods admitted before it.
+func (c *controller) decidePending() {
+	if len(c.pending) == 0 {
+		return
+	}
+	uids := make([]string, 0, len(c.pending))
+	for uid := range c.pending {
+		if _, ok := c.pods[uid]; ok {
+			uids = append(uids, uid)
+		}
+	}
+	sort.Slice(uids, func(i, j int) bool {
+		a, b := c.pods[uids[i]].desired.Pod, c.pods[uids[j]].desired.Pod
+		if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+			return a.CreationTimestamp.Before(&b.CreationTimestamp)
+		}
+		return uids[i] < uids[j]
+	})
+	for _, uid := range uids {
+		e := c.pods[uid]
+		v := c.decide(uid, e)
+		c.verdicts[uid] = v
+		c.dirty[uid] = struct{}{}
+		if v.Admitted {
+			c.log.Debug("Admitted pod", "pod", podRef(e.desired.Pod), "podUID", uid)
+			continue
+		}
+		c.announce[uid] = struct{}{}
+		c.log.Info("Rejected pod", "pod", podRef(e.desired.Pod), "podUID", uid, "reason", v.Reason, "message", v.Message)
+	}
+	clear(c.pending)
+}
+
+func (c *controller) decide(uid string, e *podEntry) *schemas.AdmissionVerdict {
+	pod := e.desired.Pod
+	res := Result{Admit: true}
+	switch {
+	case c.disabled:
+		// admission.disabled: debugging only.
+	case pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed:
+		// The kubelet does not admit a pod that already ended: it only
+		// makes sure nothing of it runs.
+	default:
+		res = c.admitter.Admit(&Attributes{Pod: pod, Static: e.static, OtherPods: c.holding()})
+	}
+	return &schemas.AdmissionVerdict{
+		UID: uid, Namespace: pod.Namespace, Name: pod.Name,
+		Admitted: res.Admit, Reason: res.Reason, Message: res.Message,
+		DesiredRevision: e.rev, PressureRevision: c.pressureRev,
+		DecidedAt: c.clock.Now().UTC(),
+	}
+}
+
+// holding lists the admitted pods that still hold resources.
+func (c *controller) holding() []*PodInfo {
+	c.others = c.others[:0]
+	for uid, e := range c.pods {
+		if v := c.verdicts[uid]; v == nil || !v.Admitted {
+			continue
+		}
+		if podInactive(e.desired.Pod, c.observed[uid]) {
+			continue
+		}
+		c.others = append(c.others, e.info)
+	}
+	return c.others
+}
+
+// podInactive: the pod no longer holds resources (the kubelet's
+// filterOutInactivePods). A pod the runtime reports terminated is done; one
+// being killed still holds what it has; otherwise a pod is done when its
+// phase is terminal or, by the runtime's report, its app containers all
+// ended for good under its restart policy.
+func podInactive(pod *corev1.Pod, obs *schemas.PodObserved) bool {
+	if obs != nil && obs.Terminated {
+		return true
+	}
+	if obs != nil && obs.Terminating {
+		return false
+	}
+	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return true
+	}
+	if obs == nil || len(obs.Containers) == 0 || len(obs.Containers) < len(pod.Spec.Containers) {
+		return false
+	}
+	for _, ctr := range obs.Containers {
+		t := ctr.State.Terminated
+		switch {
+		case t == nil:
+			return false
+		case pod.Spec.RestartPolicy == corev1.RestartPolicyNever:
+		case pod.Spec.RestartPolicy == corev1.RestartPolicyOnFailure && t.ExitCode == 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// flush stores and deletes what changed. On the first failure it stops
+// (the bus is likely away) and the retry tick tries again.
+func (c *controller) flush(ctx context.Context) error {
+	for _, uid := range sortedKeys(c.gone) {
+		wctx, cancel := context.WithTimeout(ctx, writeTimeout)
+		_, err := c.writer.Delete(wctx, uid)
+		cancel()
+		if err != nil {
+			return err
+		}
+		delete(c.gone, uid)
+	}
+	for _, uid := range sortedKeys(c.dirty) {
+		v := c.verdicts[uid]
+		if v == nil {
+			delete(c.dirty, uid)
+			continue
+		}
+		wctx, cancel := context.WithTimeout(ctx, writeTimeout)
+		_, _, err := c.writer.Put(wctx, uid, v)
+		cancel()
+		if err != nil {
+			return err
+		}
+		delete(c.dirty, uid)
+		if _, ok := c.announce[uid]; ok {
+			delete(c.announce, uid)
+			c.conn.Emit(schemas.Event{
+				Object: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: v.Namespace, Name: v.Name, UID: types.UID(uid)},
+				Type:   corev1.EventTypeWarning, Reason: v.Reason, Message: v.Message, Time: v.DecidedAt,
+			})
+		}
+	}
+	return nil
+}
+
+func sortedKeys(m map[string]struct{}) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func podRef(p *corev1.Pod) string { return p.Namespace + "/" + p.Name }

@@ -1,0 +1,384 @@
+package admission
+
+import (
+	"fmt"
+	"runtime"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/version"
+	"k8s.io/component-helpers/nodedeclaredfeatures"
+	resourcehelper "k8s.io/component-helpers/resource"
+	schedcorev1 "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+	"k8s.io/klog/v2"
+)
+
+// Reasons, worded as the kubelet words them (pkg/kubelet/lifecycle,
+// pkg/kubelet/eviction and the scheduler plugins the kubelet's predicate
+// runs), so that a rejected pod reads the same as on a kubelet node.
+const (
+	ReasonOutOfCPU              = "OutOfcpu"
+	ReasonOutOfMemory           = "OutOfmemory"
+	ReasonOutOfEphemeralStorage = "OutOfephemeral-storage"
+	ReasonOutOfPods             = "OutOfpods"
+	// ReasonOutOfPrefix + resource name for any other resource.
+	ReasonOutOfPrefix = "OutOf"
+
+	ReasonNodeAffinity    = "NodeAffinity"
+	ReasonNodeName        = "NodeName"
+	ReasonNodePorts       = "NodePorts"
+	ReasonTaintToleration = "TaintToleration"
+
+	ReasonPodOSSelectorNodeLabelDoesNotMatch   = "PodOSSelectorNodeLabelDoesNotMatch"
+	ReasonPodOSNotSupported                    = "PodOSNotSupported"
+	ReasonSupplementalGroupsPolicyNotSupported = "SupplementalGroupsPolicyNotSupported"
+	ReasonPodFeatureUnsupported                = "PodFeatureUnsupported"
+
+	// ReasonEvicted is the eviction manager's reason for refusing pods
+	// under node pressure.
+	ReasonEvicted = "Evicted"
+)
+
+// The scheduler plugins' failure descriptions, shown after "Predicate <name>
+// failed: ".
+const (
+	errNodeAffinity    = "node(s) didn't match Pod's node affinity/selector"
+	errNodeName        = "node(s) didn't match the requested node name"
+	errNodePorts       = "node(s) didn't have free ports for the requested pod ports"
+	errTaintToleration = "node(s) had taints that the pod didn't tolerate"
+)
+
+// systemCriticalPriority is the lowest priority of a critical pod
+// (system-cluster-critical; system-node-critical is 2000001000).
+const systemCriticalPriority = 2000000000
+
+// kubeletVersion is the Kubernetes version whose rules nodelet follows; the
+// node-declared-features framework asks which version a pod targets.
+var kubeletVersion = version.MustParseGeneric("1.37.2")
+
+// Result is one handler's answer, as the kubelet's PodAdmitResult. Reason
+// and Message are empty when Admit is true.
+type Result struct {
+	Admit   bool
+	Reason  string
+	Message string
+}
+
+// Attributes is what a handler decides on: the pod, whether it is a static
+// pod, and the pods already admitted that still hold resources.
+type Attributes struct {
+	Pod *corev1.Pod
+	// Static: the pod comes from a file or URL source. The kubelet treats
+	// static pods as critical and does not check their taints.
+	Static    bool
+	OtherPods []*PodInfo
+}
+
+// Critical tells whether the kubelet would treat the pod as critical:
+// static, mirror, or of priority system-cluster-critical and above.
+func (a *Attributes) Critical() bool {
+	if a.Static {
+		return true
+	}
+	if _, ok := a.Pod.Annotations[corev1.MirrorPodAnnotationKey]; ok {
+		return true
+	}
+	return a.Pod.Spec.Priority != nil && *a.Pod.Spec.Priority >= systemCriticalPriority
+}
+
+// Handler is one admission check, as the kubelet's PodAdmitHandler.
+type Handler interface {
+	Admit(attrs *Attributes) Result
+}
+
+// Admitter runs the handlers in the kubelet's order (eviction manager,
+// predicates, declared node features); the first refusal decides.
+type Admitter struct {
+	Pressure *PressureHandler
+	handlers []Handler
+}
+
+// NewAdmitter returns the admitter for node.
+func NewAdmitter(node *corev1.Node) *Admitter {
+	p := &PressureHandler{}
+	return &Admitter{Pressure: p, handlers: []Handler{p, NewPredicateHandler(node), NewFeaturesHandler(node)}}
+}
+
+// Admit decides on attrs.Pod.
+func (a *Admitter) Admit(attrs *Attributes) Result {
+	for _, h := range a.handlers {
+		if r := h.Admit(attrs); !r.Admit {
+			return r
+		}
+	}
+	return Result{Admit: true}
+}
+
+// PressureHandler is the eviction manager's admission check: under memory
+// pressure only BestEffort pods are refused (unless they tolerate the
+// memory-pressure taint); under any other pressure every pod is; critical
+// pods are always admitted.
+type PressureHandler struct {
+	// Conditions are the node conditions under pressure (status True), in
+	// the order the gc daemon published them.
+	Conditions []corev1.NodeConditionType
+}
+
+// Admit implements Handler.
+func (h *PressureHandler) Admit(attrs *Attributes) Result {
+	if len(h.Conditions) == 0 || attrs.Critical() {
+		return Result{Admit: true}
+	}
+	if len(h.Conditions) == 1 && h.Conditions[0] == corev1.NodeMemoryPressure {
+		if !isBestEffort(attrs.Pod) {
+			return Result{Admit: true}
+		}
+		taint := &corev1.Taint{Key: corev1.TaintNodeMemoryPressure, Effect: corev1.TaintEffectNoSchedule}
+		if schedcorev1.TolerationsTolerateTaint(klog.Background(), attrs.Pod.Spec.Tolerations, taint, false) {
+			return Result{Admit: true}
+		}
+	}
+	// The kubelet's message, trailing space included.
+	return Result{Reason: ReasonEvicted, Message: fmt.Sprintf("The node had condition: %v. ", h.Conditions)}
+}
+
+// isBestEffort: the pod has no cpu or memory request or limit anywhere
+// (pod level, init or app containers), the kubelet's QoS rule.
+func isBestEffort(pod *corev1.Pod) bool {
+	if pod.Status.QOSClass != "" {
+		return pod.Status.QOSClass == corev1.PodQOSBestEffort
+	}
+	none := func(r *corev1.ResourceRequirements) bool {
+		for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+			if q, ok := r.Requests[name]; ok && !q.IsZero() {
+				return false
+			}
+			if q, ok := r.Limits[name]; ok && !q.IsZero() {
+				return false
+			}
+		}
+		return true
+	}
+	if resourcehelper.IsPodLevelResourcesSet(pod) {
+		return none(pod.Spec.Resources)
+	}
+	for i := range pod.Spec.InitContainers {
+		if !none(&pod.Spec.InitContainers[i].Resources) {
+			return false
+		}
+	}
+	for i := range pod.Spec.Containers {
+		if !none(&pod.Spec.Containers[i].Resources) {
+			return false
+		}
+	}
+	return true
+}
+
+// PredicateHandler is the kubelet's predicate admit handler: the pod's OS,
+// supplemental groups policy, then resources, node affinity, node name and
+// host ports against the node and the admitted pods, then NoExecute taints.
+type PredicateHandler struct {
+	node        *corev1.Node
+	allocatable resources
+	maxPods     int64
+}
+
+// NewPredicateHandler returns the handler for node.
+func NewPredicateHandler(node *corev1.Node) *PredicateHandler {
+	pods := node.Status.Allocatable[corev1.ResourcePods]
+	return &PredicateHandler{node: node, allocatable: newResources(node.Status.Allocatable), maxPods: pods.Value()}
+}
+
+// failure is one failed predicate: either a resource short (resource set)
+// or a named predicate.
+type failure struct {
+	resource                  corev1.ResourceName
+	requested, used, capacity int64
+
+	predicate, desc string
+}
+
+func (f failure) result() Result {
+	if f.resource == "" {
+		return Result{Reason: f.predicate, Message: fmt.Sprintf("Predicate %s failed: %s", f.predicate, f.desc)}
+	}
+	reason := ReasonOutOfPrefix + string(f.resource)
+	return Result{Reason: reason, Message: fmt.Sprintf("Node didn't have enough resource: %s, requested: %d, used: %d, capacity: %d",
+		f.resource, f.requested, f.used, f.capacity)}
+}
+
+// Admit implements Handler.
+func (h *PredicateHandler) Admit(attrs *Attributes) Result {
+	pod := attrs.Pod
+	// Checks that no eviction could help come first, as in the kubelet.
+	if os, ok := pod.Labels[corev1.LabelOSStable]; ok && os != runtime.GOOS {
+		return Result{Reason: ReasonPodOSSelectorNodeLabelDoesNotMatch,
+			Message: "Failed to admit pod as the `kubernetes.io/os` label doesn't match node label"}
+	}
+	if pod.Spec.OS != nil && string(pod.Spec.OS.Name) != runtime.GOOS {
+		return Result{Reason: ReasonPodOSNotSupported, Message: "Failed to admit pod as the OS field doesn't match node OS"}
+	}
+	if sc := pod.Spec.SecurityContext; sc != nil && sc.SupplementalGroupsPolicy != nil &&
+		*sc.SupplementalGroupsPolicy == corev1.SupplementalGroupsPolicyStrict && !h.supplementalGroupsPolicy() {
+		return Result{Reason: ReasonSupplementalGroupsPolicyNotSupported,
+			Message: fmt.Sprintf("SupplementalGroupsPolicy=%s is not supported in this node", corev1.SupplementalGroupsPolicyStrict)}
+	}
+
+	failures := h.filter(attrs)
+	if len(failures) == 0 {
+		return Result{Admit: true}
+	}
+	if attrs.Critical() {
+		// The kubelet makes room for a critical pod by evicting others
+		// rather than refusing it for resources. Admission cannot evict
+		// (nodelet-gc owns evictions): it admits the pod, and the node's
+		// eviction manager resolves the overcommit if it turns into
+		// pressure. Other failures still refuse it.
+		var rest []failure
+		for _, f := range failures {
+			if f.resource == "" {
+				rest = append(rest, f)
+			}
+		}
+		if len(rest) == 0 {
+			return Result{Admit: true}
+		}
+		failures = rest
+	}
+	return failures[0].result()
+}
+
+func (h *PredicateHandler) supplementalGroupsPolicy() bool {
+	f := h.node.Status.Features
+	return f != nil && f.SupplementalGroupsPolicy != nil && *f.SupplementalGroupsPolicy
+}
+
+// filter is the kubelet's generalFilter: every failure, resources first.
+func (h *PredicateHandler) filter(attrs *Attributes) []failure {
+	pod := attrs.Pod
+	var used resources
+	for _, o := range attrs.OtherPods {
+		used.add(o.requests)
+	}
+	in := newPodInfo(pod, false)
+	failures := h.fits(h.withoutMissingExtended(in.requests), used, int64(len(attrs.OtherPods)))
+
+	if ok, _ := nodeaffinity.GetRequiredNodeAffinity(pod).Match(h.node); !ok {
+		failures = append(failures, failure{predicate: ReasonNodeAffinity, desc: errNodeAffinity})
+	}
+	if pod.Spec.NodeName != "" && pod.Spec.NodeName != h.node.Name {
+		failures = append(failures, failure{predicate: ReasonNodeName, desc: errNodeName})
+	}
+	if hostPortTaken(in.hostPorts, attrs.OtherPods) {
+		failures = append(failures, failure{predicate: ReasonNodePorts, desc: errNodePorts})
+	}
+	if !attrs.Static {
+		// The kubelet only cares about NoExecute taints: NoSchedule is the
+		// scheduler's business, and a pod bound to the node by name has
+		// bypassed it on purpose.
+		_, untolerated := schedcorev1.FindMatchingUntoleratedTaint(klog.Background(), h.node.Spec.Taints, pod.Spec.Tolerations,
+			func(t *corev1.Taint) bool { return t.Effect == corev1.TaintEffectNoExecute }, false)
+		if untolerated {
+			failures = append(failures, failure{predicate: ReasonTaintToleration, desc: errTaintToleration})
+		}
+	}
+	return failures
+}
+
+// hostPortTaken tells whether one of want is held by an admitted pod.
+func hostPortTaken(want []corev1.ContainerPort, others []*PodInfo) bool {
+	for _, w := range want {
+		for _, o := range others {
+			for _, held := range o.hostPorts {
+				if portsConflict(w, held) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// withoutMissingExtended drops requests of extended resources the node does
+// not have: they are cluster-level or DRA-backed resources the kubelet does
+// not account for.
+func (h *PredicateHandler) withoutMissingExtended(r resources) resources {
+	for _, name := range r.scalarNames() {
+		if isExtendedResource(name) && h.allocatable.scalar[name] <= 0 {
+			delete(r.scalar, name)
+		}
+	}
+	return r
+}
+
+// fits is the scheduler's fitsRequest against the node's allocatable: pod
+// count, then cpu, memory, ephemeral storage and the scalar resources.
+func (h *PredicateHandler) fits(req, used resources, pods int64) []failure {
+	var out []failure
+	if pods+1 > h.maxPods {
+		out = append(out, failure{resource: corev1.ResourcePods, requested: 1, used: pods, capacity: h.maxPods})
+	}
+	if req.isZero() {
+		return out
+	}
+	alloc := h.allocatable
+	check := func(name corev1.ResourceName, want, inUse, capacity int64) {
+		if want > 0 && want > capacity-inUse {
+			out = append(out, failure{resource: name, requested: want, used: inUse, capacity: capacity})
+		}
+	}
+	check(corev1.ResourceCPU, req.milliCPU, used.milliCPU, alloc.milliCPU)
+	check(corev1.ResourceMemory, req.memory, used.memory, alloc.memory)
+	check(corev1.ResourceEphemeralStorage, req.ephemeralStorage, used.ephemeralStorage, alloc.ephemeralStorage)
+	for _, name := range req.scalarNames() {
+		check(name, req.scalar[name], used.scalar[name], alloc.scalar[name])
+	}
+	return out
+}
+
+// FeaturesHandler refuses pods that need a node feature this node does not
+// declare (the kubelet's NodeDeclaredFeatures admission), using the
+// node-declared-features framework of k8s.io/component-helpers.
+type FeaturesHandler struct {
+	framework *nodedeclaredfeatures.Framework
+	declared  nodedeclaredfeatures.FeatureSet
+}
+
+// NewFeaturesHandler returns the handler for the features node declares in
+// its status. nodelet declares none yet: its runtime implements none of
+// them (RestartAllContainers rules, user namespaces with host network, bind
+// mount options need runtime support containerd 1.6 lacks).
+func NewFeaturesHandler(node *corev1.Node) *FeaturesHandler {
+	f := nodedeclaredfeatures.DefaultFramework
+	return &FeaturesHandler{framework: f, declared: f.TryMap(node.Status.DeclaredFeatures)}
+}
+
+// Admit implements Handler.
+func (h *FeaturesHandler) Admit(attrs *Attributes) Result {
+	pod := attrs.Pod
+	reqs, err := h.framework.InferForPodScheduling(&nodedeclaredfeatures.PodInfo{Spec: &pod.Spec, Status: &pod.Status}, kubeletVersion)
+	if err != nil {
+		return Result{Reason: ReasonPodFeatureUnsupported, Message: fmt.Sprintf("Failed to infer pod's feature requirements: %v", err)}
+	}
+	if reqs.IsEmpty() {
+		return Result{Admit: true}
+	}
+	match, err := h.framework.MatchNodeFeatureSet(reqs, h.declared)
+	if err != nil {
+		return Result{Reason: ReasonPodFeatureUnsupported, Message: fmt.Sprintf("Failed to match pod's feature requirements against the node: %v", err)}
+	}
+	if !match.IsMatch {
+		return Result{Reason: ReasonPodFeatureUnsupported,
+			Message: fmt.Sprintf("Pod requires node features that are not available: %s", strings.Join(match.UnsatisfiedRequirements, ", "))}
+	}
+	return Result{Admit: true}
+}
+
+// Interface guards.
+var (
+	_ Handler = (*PressureHandler)(nil)
+	_ Handler = (*PredicateHandler)(nil)
+	_ Handler = (*FeaturesHandler)(nil)
+)
