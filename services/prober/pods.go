@@ -1,0 +1,124 @@
+package prober
+
+import (
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/nodelet/nodelet/schemas"
+)
+
+// probeContainers lists the containers that may have probes: app
+// containers and sidecars (init containers with restartPolicy Always).
+func probeContainers(pod *corev1.Pod) []*corev1.Container {
+	var out []*corev1.Container
+	for i := range pod.Spec.Containers {
+		out = append(out, &pod.Spec.Containers[i])
+	}
+	for i := range pod.Spec.InitContainers {
+		c := &pod.Spec.InitContainers[i]
+		if isSidecar(c) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func isSidecar(c *corev1.Container) bool {
+	return c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways
+}
+
+func probeKinds(c *corev1.Container) []string {
+	var kinds []string
+	if c.StartupProbe != nil {
+		kinds = append(kinds, schemas.ProbeStartup)
+	}
+	if c.ReadinessProbe != nil {
+		kinds = append(kinds, schemas.ProbeReadiness)
+	}
+	if c.LivenessProbe != nil {
+		kinds = append(kinds, schemas.ProbeLiveness)
+	}
+	return kinds
+}
+
+func allObserved(o *schemas.PodObserved) []schemas.ContainerObserved {
+	if o == nil {
+		return nil
+	}
+	return append(append([]schemas.ContainerObserved(nil), o.Containers...), o.InitContainers...)
+}
+
+// findObserved finds a container by name among app containers first, then
+// init containers and sidecars, as the kubelet's worker looks it up.
+func findObserved(o *schemas.PodObserved, name string) *schemas.ContainerObserved {
+	if o == nil {
+		return nil
+	}
+	for i := range o.Containers {
+		if o.Containers[i].Name == name {
+			return &o.Containers[i]
+		}
+	}
+	for i := range o.InitContainers {
+		if o.InitContainers[i].Name == name {
+			return &o.InitContainers[i]
+		}
+	}
+	return nil
+}
+
+// finished: the container exited and will not be started again, so its
+// probes end (the kubelet's worker stops there).
+func finished(pod *corev1.Pod, c *corev1.Container, oc *schemas.ContainerObserved) bool {
+	t := oc.State.Terminated
+	if t == nil || isSidecar(c) {
+		return false
+	}
+	return !containerShouldRestart(c, &pod.Spec, t.ExitCode)
+}
+
+// containerShouldRestart is the kubelet's podutil.ContainerShouldRestart
+// (ContainerRestartRules is on by default since 1.35): a matching restart
+// rule, then the container's restart policy, then the pod's.
+func containerShouldRestart(c *corev1.Container, spec *corev1.PodSpec, exitCode int32) bool {
+	if c.RestartPolicy != nil {
+		for _, rule := range c.RestartPolicyRules {
+			if rule.ExitCodes == nil {
+				continue
+			}
+			matched := contains(rule.ExitCodes.Values, exitCode)
+			op := rule.ExitCodes.Operator
+			if (op == corev1.ContainerRestartRuleOnExitCodesOpIn && matched) ||
+				(op == corev1.ContainerRestartRuleOnExitCodesOpNotIn && !matched) {
+				if rule.Action == corev1.ContainerRestartRuleActionRestart {
+					return true
+				}
+				break
+			}
+		}
+		switch *c.RestartPolicy {
+		case corev1.ContainerRestartPolicyAlways:
+			return true
+		case corev1.ContainerRestartPolicyOnFailure:
+			return exitCode != 0
+		case corev1.ContainerRestartPolicyNever:
+			return false
+		}
+	}
+	switch spec.RestartPolicy {
+	case corev1.RestartPolicyOnFailure:
+		return exitCode != 0
+	case corev1.RestartPolicyNever:
+		return false
+	default:
+		return true
+	}
+}
+
+func contains[T comparable](s []T, v T) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
