@@ -21,7 +21,7 @@ var reads = map[string][]string{
 	Runtime:    {BucketDesired, BucketSources, BucketAdmission, BucketObserved, BucketRuntime, BucketProbes, BucketEvictions},
 	Prober:     {BucketDesired, BucketObserved, BucketProbes},
 	Status:     {BucketDesired, BucketSources, BucketAdmission, BucketObserved, BucketRuntime, BucketProbes, BucketStatus, BucketNode, BucketPressure, BucketEvictions},
-	GC:         {BucketDesired, BucketAdmission, BucketObserved, BucketRuntime, BucketStatus, BucketPressure, BucketEvictions, BucketImages},
+	GC:         {BucketDesired, BucketSources, BucketAdmission, BucketObserved, BucketRuntime, BucketStatus, BucketPressure, BucketEvictions, BucketImages},
 	Supervisor: {},
 }
 

@@ -25,7 +25,7 @@
 //	prober      probes, events.prober.>, health.prober     pods_desired, pods_observed, probes
 //	status      pods_status, node, events.status.>,        every bucket but images; the events
 //	            health.status                              stream; health.>
-//	gc          pressure, evictions, images,               pods_desired, pods_admission,
+//	gc          pressure, evictions, images,               pods_desired, sources, pods_admission,
 //	            events.gc.>, health.gc                     pods_observed, runtime, pods_status,
 //	                                                       pressure, evictions, images
 //	supervisor  events.supervisor.>                        health.>

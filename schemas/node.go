@@ -84,6 +84,11 @@ type PodEviction struct {
 	Reason    string    `json:"reason"` // Evicted
 	Message   string    `json:"message"`
 	Time      time.Time `json:"time"`
+	// GracePeriodSeconds overrides the pod's termination grace period for
+	// the kill, as the kubelet's eviction manager does: 1 for a hard
+	// threshold, 0 (the runtime's minimum) for a local storage limit, nil
+	// for a soft threshold (the pod's own grace period).
+	GracePeriodSeconds *int64 `json:"gracePeriodSeconds,omitempty"`
 }
 
 func (PodEviction) SchemaName() string { return "nodelet.v1.PodEviction" }

@@ -1,11 +1,73 @@
-// Package gc is nodelet-gc.
+// Package gc is nodelet-gc: the kubelet's container GC, image manager,
+// container log manager and eviction manager as one daemon that reclaims the
+// node's resources.
+//
+// It reads the desired pods, the sources' readiness, the runtime's observed
+// pods and its own evictions from the bus, talks to CRI directly for what it
+// removes, and writes three buckets: the node's pressure conditions
+// (MemoryPressure, DiskPressure, PIDPressure), pod evictions (the runtime
+// kills an evicted pod, status makes it Failed with reason Evicted), and the
+// image records that keep image GC's least-recently-used order across
+// restarts.
+//
+// It only ever touches containers and sandboxes labelled io.nodelet.managed=true,
+// and never removes what status still needs: a pod's content (every dead
+// container, its sandboxes and log directory) goes only when the pod is gone
+// from the sources (or evicted) and the runtime reports it final; for every
+// other pod the newest dead instance of each container is kept whatever
+// maxPerPodContainer and maxContainers say (nodelet-status derives a
+// container's last state from it), and so is its newest sandbox. Only under
+// disk pressure, as the kubelet, do the dead containers of pods whose
+// runtime is final (completed pods that still exist) all go as well.
+//
+// Every pass is idempotent and keeps no state that the bus and CRI cannot
+// give back, so a SIGKILL in the middle of one is followed by a pass that
+// finishes the job and removes nothing more.
+//
+// # Events and logs
+//
+// Events carry the kubelet's reasons: ContainerGCFailed, ImageGCFailed,
+// FreeDiskSpaceFailed and InvalidDiskCapacity on the node; EvictionThresholdMet
+// on the node and Evicted on the pod; NodeHasInsufficientMemory,
+// NodeHasSufficientMemory, NodeHasDiskPressure, NodeHasNoDiskPressure,
+// NodeHasInsufficientPID and NodeHasSufficientPID when a condition changes.
+// Like the kubelet, single removals (a container, sandbox, image, log file or
+// directory) are not events but log lines, and counted in the metrics (see
+// Gatherer).
 package gc
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	internalapi "k8s.io/cri-api/pkg/apis"
+	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/bus"
+	"github.com/nodelet/nodelet/schemas"
+	"github.com/nodelet/nodelet/services/common/config"
+	"github.com/nodelet/nodelet/services/common/cri"
 	"github.com/nodelet/nodelet/services/common/daemon"
+)
+
+// CRI labels nodelet-runtime puts on what it creates (the kubelet's keys),
+// and the label that marks nodelet's own objects.
+const (
+	LabelManaged      = "io.nodelet.managed"
+	labelPodName      = "io.kubernetes.pod.name"
+	labelPodNamespace = "io.kubernetes.pod.namespace"
+	labelPodUID       = "io.kubernetes.pod.uid"
+	labelContainer    = "io.kubernetes.container.name"
 )
 
 // Spec describes nodelet-gc to the daemon frame.
@@ -15,6 +77,253 @@ func Spec() daemon.Spec {
 
 // Run serves until ctx is done.
 func Run(ctx context.Context, env *daemon.Env) error {
-	<-ctx.Done()
+	rc := env.Config.Runtime
+	clients, err := cri.Connect(ctx, rc.EndpointURL(), rc.ImageEndpoint, rc.RuntimeRequestTimeout)
+	if err != nil {
+		return err
+	}
+	g, err := New(Options{Config: env.Config, Log: env.Log, Bus: env.Bus,
+		Runtime: clients.Runtime, Images: clients.Image, SetHealth: env.SetHealth})
+	if err != nil {
+		return err
+	}
+	return g.Run(ctx)
+}
+
+// Options are what New needs. Config, Bus, Runtime and Images are required.
+type Options struct {
+	Config  *config.Config
+	Log     *slog.Logger
+	Bus     *bus.Conn
+	Runtime internalapi.RuntimeService
+	Images  internalapi.ImageManagerService
+	// Clock drives periods, ages and grace periods. Default: the real clock.
+	Clock clock.WithTicker
+	// Measurer measures node and pod usage. Default: /proc, cgroups, statfs
+	// and CRI (see nodeMeasurer).
+	Measurer Measurer
+	// SetHealth reports whether gc can do its job (e.g. CRI reachable).
+	SetHealth func(ready bool, message string)
+}
+
+// GC is one nodelet-gc.
+type GC struct {
+	cfg       *config.Config
+	log       *slog.Logger
+	bus       *bus.Conn
+	rt        internalapi.RuntimeService
+	img       internalapi.ImageManagerService
+	clock     clock.WithTicker
+	measure   Measurer
+	setHealth func(bool, string)
+	state     *podState
+	began     time.Time
+
+	logMaxSize int64
+
+	pressureW  *bus.Writer
+	evictionsW *bus.Writer
+	imagesW    *bus.Writer
+
+	containerMu sync.Mutex
+	logMu       sync.Mutex
+
+	imageMu           sync.Mutex
+	imageRecords      map[string]*schemas.ImageRecord // by image ID
+	imageRecordsReady bool
+	prevImageGCFailed bool
+
+	ev evictionState
+}
+
+// New builds a GC; it does nothing until Run (or a pass) is called.
+func New(o Options) (*GC, error) {
+	if o.Config == nil || o.Bus == nil || o.Runtime == nil || o.Images == nil {
+		return nil, fmt.Errorf("gc: Config, Bus, Runtime and Images are required")
+	}
+	g := &GC{
+		cfg: o.Config, log: o.Log, bus: o.Bus, rt: o.Runtime, img: o.Images,
+		clock: o.Clock, measure: o.Measurer, setHealth: o.SetHealth,
+		state:        newPodState(),
+		imageRecords: map[string]*schemas.ImageRecord{},
+	}
+	if g.log == nil {
+		g.log = slog.Default()
+	}
+	if g.clock == nil {
+		g.clock = clock.RealClock{}
+	}
+	if g.setHealth == nil {
+		g.setHealth = func(bool, string) {}
+	}
+	g.began = g.clock.Now()
+	if g.measure == nil {
+		g.measure = &nodeMeasurer{
+			procDir: "/proc", cgroupDir: "/sys/fs/cgroup",
+			stateDir: o.Config.Node.StateDir, podLogsDir: o.Config.Node.PodLogsDir,
+			runtime: o.Runtime, images: o.Images, clock: g.clock,
+			emptyDirsOf: g.emptyDirsOf,
+		}
+	}
+	q, err := resource.ParseQuantity(o.Config.GC.ContainerLogMaxSize)
+	if err != nil {
+		return nil, fmt.Errorf("gc.containerLogMaxSize %q: %w", o.Config.GC.ContainerLogMaxSize, err)
+	}
+	g.logMaxSize = q.Value()
+	if o.Config.GC.ContainerLogMaxFiles < 2 {
+		return nil, fmt.Errorf("gc.containerLogMaxFiles %d: must be at least 2", o.Config.GC.ContainerLogMaxFiles)
+	}
+	if err := g.ev.init(o.Config.GC); err != nil {
+		return nil, err
+	}
+	g.pressureW = bus.NewWriter(o.Bus, bus.BucketPressure, func() {
+		g.ev.mu.Lock()
+		g.ev.published = nil
+		g.ev.mu.Unlock()
+	})
+	g.evictionsW = bus.NewWriter(o.Bus, bus.BucketEvictions, g.rewriteEvictions)
+	g.imagesW = bus.NewWriter(o.Bus, bus.BucketImages, func() {
+		g.imageMu.Lock()
+		g.imageRecordsReady = false
+		g.imageMu.Unlock()
+	})
+	return g, nil
+}
+
+// Run starts the state watch and the four loops — container GC, image GC,
+// log rotation and eviction — and returns when ctx is done.
+func (g *GC) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	wg.Go(func() { g.state.run(ctx, g.bus) })
+	gcCfg := g.cfg.GC
+	wg.Go(func() {
+		g.every(ctx, "container", gcCfg.ContainerGCPeriod, func(ctx context.Context) error {
+			_, err := g.garbageCollectContainers(ctx, false)
+			if err != nil {
+				g.nodeEvent(corev1.EventTypeWarning, "ContainerGCFailed", err.Error())
+			}
+			return err
+		})
+	})
+	if gcCfg.ImageGCHighThresholdPercent == 100 {
+		// As the kubelet: a high threshold of 100 % turns image GC off.
+		g.log.Info("ImageGCHighThresholdPercent is set 100, Disable image GC")
+	} else {
+		wg.Go(func() {
+			g.every(ctx, "image", gcCfg.ImageGCPeriod, func(ctx context.Context) error {
+				_, err := g.garbageCollectImages(ctx)
+				return err
+			})
+		})
+	}
+	wg.Go(func() { g.every(ctx, "log_rotation", gcCfg.ContainerLogMonitorInterval, g.rotateLogs) })
+	wg.Go(func() {
+		g.every(ctx, "eviction", gcCfg.EvictionMonitoringPeriod, func(ctx context.Context) error {
+			evicted, err := g.synchronize(ctx)
+			if len(evicted) > 0 {
+				g.waitForPodsCleanup(ctx, evicted)
+			}
+			return err
+		})
+	})
+	wg.Wait()
 	return nil
+}
+
+// every runs pass now and then every period until ctx is done, like the
+// kubelet's wait.Until loops. The first pass waits for the bus state so a
+// freshly started gc does not decide on an empty picture.
+func (g *GC) every(ctx context.Context, name string, period time.Duration, pass func(context.Context) error) {
+	for !g.state.synced() {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	t := g.clock.NewTicker(period)
+	defer t.Stop()
+	for {
+		began := time.Now()
+		err := pass(ctx)
+		passDuration.WithLabelValues(name).Observe(time.Since(began).Seconds())
+		if err != nil && ctx.Err() == nil {
+			passFailures.WithLabelValues(name).Inc()
+			g.log.Error("Garbage collection pass failed", "pass", name, "err", err)
+		}
+		g.passHealth(err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		}
+	}
+}
+
+// passHealth reports gc unready when a pass could not reach the runtime,
+// and ready again as soon as a pass succeeds: the latest outcome wins, so a
+// loop with a long period does not hold a stale verdict.
+func (g *GC) passHealth(err error) {
+	switch {
+	case err == nil:
+		g.setHealth(true, "")
+	case isUnavailable(err):
+		g.setHealth(false, "container runtime unreachable: "+err.Error())
+	}
+}
+
+// nodeEvent emits an event about the node.
+func (g *GC) nodeEvent(typ, reason, message string) {
+	g.bus.Emit(schemas.Event{
+		Object: corev1.ObjectReference{Kind: "Node", Name: g.cfg.Node.Name},
+		Type:   typ, Reason: reason, Message: message, Time: g.clock.Now().UTC(),
+	})
+}
+
+// podEvent emits an event about a pod.
+func (g *GC) podEvent(pod *corev1.Pod, typ, reason, message string) {
+	g.bus.Emit(schemas.Event{
+		Object: corev1.ObjectReference{Kind: "Pod", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, APIVersion: "v1"},
+		Type:   typ, Reason: reason, Message: message, Time: g.clock.Now().UTC(),
+	})
+}
+
+// managedSelector selects nodelet's own sandboxes and containers.
+func managedSelector() map[string]string { return map[string]string{LabelManaged: "true"} }
+
+// podLogDir is the kubelet's pod log directory, <podLogsDir>/<ns>_<name>_<uid>.
+func podLogDir(root, namespace, name, uid string) string {
+	return filepath.Join(root, namespace+"_"+name+"_"+uid)
+}
+
+// podUIDFromLogDir is the kubelet's parsePodUIDFromLogsDirectory.
+func podUIDFromLogDir(name string) string {
+	parts := strings.Split(name, "_")
+	return parts[len(parts)-1]
+}
+
+// emptyDirsOf is where nodelet-runtime keeps a pod's emptyDir volumes (the
+// kubelet's layout).
+func (g *GC) emptyDirsOf(uid string) string {
+	return filepath.Join(g.cfg.Node.StateDir, "pods", uid, "volumes", "kubernetes.io~empty-dir")
+}
+
+func podRef(ns, name string) string { return ns + "/" + name }
+
+func isNotFound(err error) bool {
+	if err == nil {
+		return false
+	}
+	if s, ok := status.FromError(err); ok && s.Code() == codes.NotFound {
+		return true
+	}
+	return strings.Contains(err.Error(), "not found") || os.IsNotExist(err)
+}
+
+func isUnavailable(err error) bool {
+	s, ok := status.FromError(err)
+	if ok && (s.Code() == codes.Unavailable || s.Code() == codes.DeadlineExceeded) {
+		return true
+	}
+	return strings.Contains(err.Error(), "code = Unavailable")
 }

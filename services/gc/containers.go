@@ -1,0 +1,365 @@
+package gc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// containerGCInfo is one dead container considered for removal.
+type containerGCInfo struct {
+	id, name, podUID, podName, podNamespace string
+	created                                 time.Time
+	attempt                                 uint32
+	// unknown: the runtime does not know whether it runs; it is stopped
+	// before removal, as the kubelet does.
+	unknown bool
+}
+
+// evictUnit is a pod's container (by name): its dead instances are counted
+// together.
+type evictUnit struct {
+	uid, name string
+}
+
+type containersByEvictUnit map[evictUnit][]containerGCInfo
+
+func (u containersByEvictUnit) numContainers() int {
+	n := 0
+	for _, c := range u {
+		n += len(c)
+	}
+	return n
+}
+
+// byAttempt sorts newest first: by attempt, then by creation.
+func byAttempt(c []containerGCInfo) {
+	sort.SliceStable(c, func(i, j int) bool {
+		if c[i].attempt == c[j].attempt {
+			return c[i].created.After(c[j].created)
+		}
+		return c[i].attempt > c[j].attempt
+	})
+}
+
+// containerGCResult says what a pass removed, for logs and tests.
+type containerGCResult struct {
+	Containers []string // IDs, in removal order
+	Sandboxes  []string
+	LogDirs    []string
+}
+
+// garbageCollectContainers is the kubelet's containerGC.GarbageCollect: dead
+// containers by policy, then sandboxes without containers, then the log
+// directories of removed pods. evictNonDeletedPods (under disk pressure)
+// also removes every dead container and sandbox of pods whose runtime is
+// final though the pod still exists.
+func (g *GC) garbageCollectContainers(ctx context.Context, evictNonDeletedPods bool) (containerGCResult, error) {
+	g.containerMu.Lock()
+	defer g.containerMu.Unlock()
+	var res containerGCResult
+	var errs []error
+	if err := g.evictContainers(ctx, evictNonDeletedPods, &res); err != nil {
+		errs = append(errs, err)
+	}
+	if err := g.evictSandboxes(ctx, evictNonDeletedPods, &res); err != nil {
+		errs = append(errs, err)
+	}
+	if err := g.evictPodLogDirs(ctx, &res); err != nil {
+		errs = append(errs, err)
+	}
+	g.forgetStaleEvictions(ctx)
+	return res, errors.Join(errs...)
+}
+
+// evictableContainers lists the managed containers that are not running and
+// were created before newestGCTime, by pod container.
+func (g *GC) evictableContainers(ctx context.Context, newestGCTime time.Time) (containersByEvictUnit, error) {
+	containers, err := g.rt.ListContainers(ctx, &runtimeapi.ContainerFilter{LabelSelector: managedSelector()})
+	if err != nil {
+		return nil, fmt.Errorf("list containers: %w", err)
+	}
+	units := containersByEvictUnit{}
+	for _, c := range containers {
+		if c.GetState() == runtimeapi.ContainerState_CONTAINER_RUNNING {
+			continue
+		}
+		created := time.Unix(0, c.GetCreatedAt())
+		if newestGCTime.Before(created) {
+			continue
+		}
+		info := containerGCInfo{
+			id: c.GetId(), name: c.GetMetadata().GetName(),
+			podUID: c.GetLabels()[labelPodUID], podName: c.GetLabels()[labelPodName],
+			podNamespace: c.GetLabels()[labelPodNamespace],
+			created:      created, attempt: c.GetMetadata().GetAttempt(),
+			unknown: c.GetState() == runtimeapi.ContainerState_CONTAINER_UNKNOWN,
+		}
+		if info.podUID == "" {
+			// Not made the way nodelet-runtime makes containers: leave it.
+			continue
+		}
+		key := evictUnit{uid: info.podUID, name: info.name}
+		units[key] = append(units[key], info)
+	}
+	return units, nil
+}
+
+func (g *GC) evictContainers(ctx context.Context, evictNonDeletedPods bool, res *containerGCResult) error {
+	policy := g.cfg.GC
+	units, err := g.evictableContainers(ctx, g.clock.Now().Add(-policy.MinAge))
+	if err != nil {
+		return err
+	}
+	// The containers of removed pods all go, once every source is ready.
+	if g.state.allSourcesReady() {
+		for key, unit := range units {
+			if g.state.shouldContentBeRemoved(key.uid) || (evictNonDeletedPods && g.state.shouldRuntimeBeRemoved(key.uid)) {
+				g.removeOldestN(ctx, unit, len(unit), res)
+				delete(units, key)
+			}
+		}
+	}
+	// Every other pod keeps at least its newest dead instance of each
+	// container: status derives the container's (last) state from it.
+	perUnit := max(policy.MaxPerPodContainer, 1)
+	g.enforceMaxPerUnit(ctx, units, perUnit, res)
+
+	if policy.MaxContainers >= 0 && units.numContainers() > policy.MaxContainers {
+		// Leave an equal number per unit (at least one), then the oldest
+		// of the rest go, never a unit's newest.
+		n := max(policy.MaxContainers/max(len(units), 1), 1)
+		g.enforceMaxPerUnit(ctx, units, n, res)
+		if total := units.numContainers(); total > policy.MaxContainers {
+			var rest []containerGCInfo
+			for key, unit := range units {
+				byAttempt(unit)
+				units[key] = unit
+				rest = append(rest, unit[1:]...)
+			}
+			byAttempt(rest)
+			toRemove := min(total-policy.MaxContainers, len(rest))
+			g.removeOldestN(ctx, rest, toRemove, res)
+		}
+	}
+	return nil
+}
+
+func (g *GC) enforceMaxPerUnit(ctx context.Context, units containersByEvictUnit, keep int, res *containerGCResult) {
+	for key, unit := range units {
+		if toRemove := len(unit) - keep; toRemove > 0 {
+			units[key] = g.removeOldestN(ctx, unit, toRemove, res)
+		}
+	}
+}
+
+// removeOldestN removes the toRemove oldest of containers and returns the
+// rest. Failures are logged and the container counted as removed, as the
+// kubelet does, so one stuck container does not make the pass aggressive.
+func (g *GC) removeOldestN(ctx context.Context, containers []containerGCInfo, toRemove int, res *containerGCResult) []containerGCInfo {
+	numToKeep := len(containers) - toRemove
+	if numToKeep > 0 {
+		byAttempt(containers)
+	}
+	for i := len(containers) - 1; i >= numToKeep; i-- {
+		if ctx.Err() != nil {
+			break
+		}
+		c := containers[i]
+		if c.unknown {
+			if err := g.rt.StopContainer(ctx, c.id, 2); err != nil && !isNotFound(err) {
+				g.log.Error("Failed to stop container in unknown state before removal", "containerID", c.id, "err", err)
+				continue
+			}
+		}
+		if err := g.removeContainer(ctx, c); err != nil {
+			g.log.Error("Failed to remove container", "pod", podRef(c.podNamespace, c.podName), "podUID", c.podUID, "containerName", c.name, "containerID", c.id, "err", err)
+			continue
+		}
+		res.Containers = append(res.Containers, c.id)
+	}
+	return containers[:max(numToKeep, 0)]
+}
+
+// removeContainer removes the container's log files (rotated ones too), then
+// the container, as the kubelet's removeContainer. A container already gone
+// counts as removed: a pass cut short is simply finished by the next one.
+func (g *GC) removeContainer(ctx context.Context, c containerGCInfo) error {
+	st, err := g.rt.ContainerStatus(ctx, c.id, false)
+	if err != nil {
+		if isNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("container status: %w", err)
+	}
+	if lp := st.GetStatus().GetLogPath(); lp != "" {
+		files, _ := filepath.Glob(lp + "*")
+		for _, f := range files {
+			size := fileSize(f)
+			if err := os.Remove(f); err != nil && !os.IsNotExist(err) {
+				return fmt.Errorf("remove container log %s: %w", f, err)
+			}
+			removedTotal.WithLabelValues(objLogFile).Inc()
+			reclaimedBytes.WithLabelValues(objContainerLog).Add(float64(size))
+		}
+	}
+	if err := g.rt.RemoveContainer(ctx, c.id); err != nil && !isNotFound(err) {
+		return err
+	}
+	removedTotal.WithLabelValues(objContainer).Inc()
+	g.log.Info("Removed dead container", "pod", podRef(c.podNamespace, c.podName), "podUID", c.podUID,
+		"containerName", c.name, "containerID", c.id, "attempt", c.attempt)
+	return nil
+}
+
+// sandboxGCInfo is one sandbox considered for removal.
+type sandboxGCInfo struct {
+	id, podName, podNamespace string
+	created                   time.Time
+	attempt                   uint32
+	// active: ready, or still holding containers.
+	active bool
+}
+
+// evictSandboxes removes sandboxes that are not ready and hold no
+// containers: all of them for a removed pod, all but the newest otherwise.
+func (g *GC) evictSandboxes(ctx context.Context, evictNonDeletedPods bool, res *containerGCResult) error {
+	containers, err := g.rt.ListContainers(ctx, &runtimeapi.ContainerFilter{LabelSelector: managedSelector()})
+	if err != nil {
+		return fmt.Errorf("list containers: %w", err)
+	}
+	sandboxes, err := g.rt.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{LabelSelector: managedSelector()})
+	if err != nil {
+		return fmt.Errorf("list pod sandboxes: %w", err)
+	}
+	hasContainers := map[string]bool{}
+	for _, c := range containers {
+		hasContainers[c.GetPodSandboxId()] = true
+	}
+	byPod := map[string][]sandboxGCInfo{}
+	for _, sb := range sandboxes {
+		uid := sb.GetMetadata().GetUid()
+		if uid == "" {
+			continue
+		}
+		byPod[uid] = append(byPod[uid], sandboxGCInfo{
+			id: sb.GetId(), podName: sb.GetMetadata().GetName(), podNamespace: sb.GetMetadata().GetNamespace(),
+			created: time.Unix(0, sb.GetCreatedAt()), attempt: sb.GetMetadata().GetAttempt(),
+			active: sb.GetState() == runtimeapi.PodSandboxState_SANDBOX_READY || hasContainers[sb.GetId()],
+		})
+	}
+	for uid, sbs := range byPod {
+		if g.state.shouldContentBeRemoved(uid) || (evictNonDeletedPods && g.state.shouldRuntimeBeRemoved(uid)) {
+			g.removeOldestNSandboxes(ctx, uid, sbs, len(sbs), res)
+		} else {
+			g.removeOldestNSandboxes(ctx, uid, sbs, len(sbs)-1, res)
+		}
+	}
+	return nil
+}
+
+func (g *GC) removeOldestNSandboxes(ctx context.Context, uid string, sbs []sandboxGCInfo, toRemove int, res *containerGCResult) {
+	numToKeep := len(sbs) - toRemove
+	if numToKeep > 0 {
+		sort.SliceStable(sbs, func(i, j int) bool {
+			if sbs[i].attempt == sbs[j].attempt {
+				return sbs[i].created.After(sbs[j].created)
+			}
+			return sbs[i].attempt > sbs[j].attempt
+		})
+	}
+	for i := len(sbs) - 1; i >= numToKeep; i-- {
+		sb := sbs[i]
+		if sb.active || ctx.Err() != nil {
+			continue
+		}
+		// The runtime should have stopped it; stop it anyway, as the
+		// kubelet does, so that its network is torn down first.
+		if err := g.rt.StopPodSandbox(ctx, sb.id); err != nil && !isNotFound(err) {
+			g.log.Error("Failed to stop sandbox before removing", "pod", podRef(sb.podNamespace, sb.podName), "podUID", uid, "podSandboxID", sb.id, "err", err)
+			continue
+		}
+		if err := g.rt.RemovePodSandbox(ctx, sb.id); err != nil && !isNotFound(err) {
+			g.log.Error("Failed to remove sandbox", "pod", podRef(sb.podNamespace, sb.podName), "podUID", uid, "podSandboxID", sb.id, "err", err)
+			continue
+		}
+		removedTotal.WithLabelValues(objSandbox).Inc()
+		res.Sandboxes = append(res.Sandboxes, sb.id)
+		g.log.Info("Removed pod sandbox", "pod", podRef(sb.podNamespace, sb.podName), "podUID", uid, "podSandboxID", sb.id)
+	}
+}
+
+// evictPodLogDirs removes the log directories of removed pods, once every
+// source is ready. A directory whose pod still has a container or sandbox
+// in the runtime stays until those are gone.
+func (g *GC) evictPodLogDirs(ctx context.Context, res *containerGCResult) error {
+	if !g.state.allSourcesReady() {
+		return nil
+	}
+	root := g.cfg.Node.PodLogsDir
+	dirs, err := os.ReadDir(root)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read pod logs directory %s: %w", root, err)
+	}
+	inRuntime, err := g.podsInRuntime(ctx)
+	if err != nil {
+		return err
+	}
+	for _, d := range dirs {
+		if !d.IsDir() || ctx.Err() != nil {
+			continue
+		}
+		uid := podUIDFromLogDir(d.Name())
+		if uid == "" || inRuntime[uid] || !g.state.shouldContentBeRemoved(uid) {
+			continue
+		}
+		p := filepath.Join(root, d.Name())
+		size, _ := du(p)
+		if err := os.RemoveAll(p); err != nil {
+			g.log.Error("Failed to remove pod logs directory", "path", p, "podUID", uid, "err", err)
+			continue
+		}
+		removedTotal.WithLabelValues(objPodLogDir).Inc()
+		reclaimedBytes.WithLabelValues(objPodLogDir).Add(float64(size))
+		res.LogDirs = append(res.LogDirs, p)
+		g.log.Info("Removed pod logs directory", "path", p, "podUID", uid)
+	}
+	return nil
+}
+
+// podsInRuntime lists the pod UIDs that still have a managed container or
+// sandbox.
+func (g *GC) podsInRuntime(ctx context.Context) (map[string]bool, error) {
+	out := map[string]bool{}
+	containers, err := g.rt.ListContainers(ctx, &runtimeapi.ContainerFilter{LabelSelector: managedSelector()})
+	if err != nil {
+		return nil, fmt.Errorf("list containers: %w", err)
+	}
+	for _, c := range containers {
+		out[c.GetLabels()[labelPodUID]] = true
+	}
+	sandboxes, err := g.rt.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{LabelSelector: managedSelector()})
+	if err != nil {
+		return nil, fmt.Errorf("list pod sandboxes: %w", err)
+	}
+	for _, sb := range sandboxes {
+		out[sb.GetMetadata().GetUid()] = true
+	}
+	return out, nil
+}
+
+func fileSize(p string) int64 {
+	if fi, err := os.Stat(p); err == nil {
+		return fi.Size()
+	}
+	return 0
+}

@@ -1,0 +1,486 @@
+package gc
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodelet/nodelet/bus"
+	"github.com/nodelet/nodelet/schemas"
+	"github.com/nodelet/nodelet/services/common/config"
+)
+
+// Eviction signals, as gc.evictionHard/evictionSoft name them.
+const (
+	SignalMemoryAvailable   = "memory.available"
+	SignalNodeFsAvailable   = "nodefs.available"
+	SignalNodeFsInodesFree  = "nodefs.inodesFree"
+	SignalImageFsAvailable  = "imagefs.available"
+	SignalImageFsInodesFree = "imagefs.inodesFree"
+	SignalPIDAvailable      = "pid.available"
+)
+
+// EvictionReason is the reason of an evicted pod's status and event.
+const EvictionReason = "Evicted"
+
+const (
+	// podCleanupTimeout bounds the wait for an evicted pod's end before the
+	// next eviction, as the kubelet's.
+	podCleanupTimeout = 30 * time.Second
+	// hardEvictionGracePeriod is the kubelet's immediateEvictionGracePeriodSeconds.
+	hardEvictionGracePeriod = int64(1)
+	// systemCriticalPriority is scheduling.SystemCriticalPriority.
+	systemCriticalPriority = int32(2000000000)
+
+	resourceInodes corev1.ResourceName = "inodes"
+	resourcePIDs   corev1.ResourceName = "pids"
+)
+
+var signalToCondition = map[string]corev1.NodeConditionType{
+	SignalMemoryAvailable:   corev1.NodeMemoryPressure,
+	SignalNodeFsAvailable:   corev1.NodeDiskPressure,
+	SignalNodeFsInodesFree:  corev1.NodeDiskPressure,
+	SignalImageFsAvailable:  corev1.NodeDiskPressure,
+	SignalImageFsInodesFree: corev1.NodeDiskPressure,
+	SignalPIDAvailable:      corev1.NodePIDPressure,
+}
+
+var signalToResource = map[string]corev1.ResourceName{
+	SignalMemoryAvailable:   corev1.ResourceMemory,
+	SignalNodeFsAvailable:   corev1.ResourceEphemeralStorage,
+	SignalNodeFsInodesFree:  resourceInodes,
+	SignalImageFsAvailable:  corev1.ResourceEphemeralStorage,
+	SignalImageFsInodesFree: resourceInodes,
+	SignalPIDAvailable:      resourcePIDs,
+}
+
+// conditionWording is what the kubelet's node status setters say for each
+// condition: reason and message when True, then when False; and the node
+// events it records on a change.
+var conditionWording = map[corev1.NodeConditionType]struct {
+	trueReason, trueMessage, falseReason, falseMessage, trueEvent, falseEvent string
+}{
+	corev1.NodeMemoryPressure: {"KubeletHasInsufficientMemory", "kubelet has insufficient memory available",
+		"KubeletHasSufficientMemory", "kubelet has sufficient memory available", "NodeHasInsufficientMemory", "NodeHasSufficientMemory"},
+	corev1.NodeDiskPressure: {"KubeletHasDiskPressure", "kubelet has disk pressure",
+		"KubeletHasNoDiskPressure", "kubelet has no disk pressure", "NodeHasDiskPressure", "NodeHasNoDiskPressure"},
+	corev1.NodePIDPressure: {"KubeletHasInsufficientPID", "kubelet has insufficient PID available",
+		"KubeletHasSufficientPID", "kubelet has sufficient PID available", "NodeHasInsufficientPID", "NodeHasSufficientPID"},
+}
+
+var pressureConditions = []corev1.NodeConditionType{corev1.NodeMemoryPressure, corev1.NodeDiskPressure, corev1.NodePIDPressure}
+
+// threshold is one eviction threshold: signal < value, met for GracePeriod.
+type threshold struct {
+	Signal      string
+	Quantity    *resource.Quantity // or
+	Percentage  float64            // of capacity
+	GracePeriod time.Duration      // 0: hard
+}
+
+func (t threshold) hard() bool { return t.GracePeriod == 0 }
+
+func (t threshold) key() string {
+	return fmt.Sprintf("%s/%v/%s/%g", t.Signal, t.GracePeriod, t.Quantity, t.Percentage)
+}
+
+// quantity is the threshold's value against capacity (GetThresholdQuantity).
+func (t threshold) quantity(capacity *resource.Quantity) *resource.Quantity {
+	if t.Quantity != nil {
+		q := t.Quantity.DeepCopy()
+		return &q
+	}
+	return resource.NewQuantity(int64(float64(capacity.Value())*t.Percentage), resource.BinarySI)
+}
+
+// parseThresholds reads gc.evictionHard and gc.evictionSoft.
+func parseThresholds(c config.GCConfig) ([]threshold, error) {
+	var out []threshold
+	add := func(key string, m map[string]string, soft bool) error {
+		sigs := make([]string, 0, len(m))
+		for s := range m {
+			sigs = append(sigs, s)
+		}
+		sort.Strings(sigs)
+		for _, sig := range sigs {
+			if _, ok := signalToResource[sig]; !ok {
+				return fmt.Errorf("%s: unknown signal %q", key, sig)
+			}
+			q, pct, err := config.ParseThreshold(m[sig])
+			if err != nil {
+				return fmt.Errorf("%s: %s: %w", key, sig, err)
+			}
+			t := threshold{Signal: sig, Quantity: q, Percentage: pct}
+			if soft {
+				d, err := time.ParseDuration(c.EvictionSoftGracePeriod[sig])
+				if err != nil || d <= 0 {
+					return fmt.Errorf("gc.evictionSoftGracePeriod: %s: %q is not a positive duration", sig, c.EvictionSoftGracePeriod[sig])
+				}
+				t.GracePeriod = d
+			}
+			out = append(out, t)
+		}
+		return nil
+	}
+	if err := add("gc.evictionHard", c.EvictionHard, false); err != nil {
+		return nil, err
+	}
+	if err := add("gc.evictionSoft", c.EvictionSoft, true); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// observation is one signal's measured value.
+type observation struct {
+	available, capacity *resource.Quantity
+}
+
+type observations map[string]observation
+
+func makeObservations(ns *NodeStats) observations {
+	obs := observations{}
+	if ns.MemoryCapacity > 0 {
+		obs[SignalMemoryAvailable] = observation{
+			available: resource.NewQuantity(max(ns.MemoryCapacity-ns.MemoryWorkingSet, 0), resource.BinarySI),
+			capacity:  resource.NewQuantity(ns.MemoryCapacity, resource.BinarySI),
+		}
+	}
+	fsObs := func(fs *FsStats, bytesSig, inodesSig string) {
+		if fs == nil {
+			return
+		}
+		obs[bytesSig] = observation{resource.NewQuantity(fs.Available, resource.BinarySI), resource.NewQuantity(fs.Capacity, resource.BinarySI)}
+		if fs.Inodes > 0 {
+			obs[inodesSig] = observation{resource.NewQuantity(fs.InodesFree, resource.DecimalSI), resource.NewQuantity(fs.Inodes, resource.DecimalSI)}
+		}
+	}
+	fsObs(ns.NodeFs, SignalNodeFsAvailable, SignalNodeFsInodesFree)
+	fsObs(ns.ImageFs, SignalImageFsAvailable, SignalImageFsInodesFree)
+	if ns.MaxPID > 0 {
+		obs[SignalPIDAvailable] = observation{resource.NewQuantity(ns.MaxPID-ns.Processes, resource.DecimalSI), resource.NewQuantity(ns.MaxPID, resource.DecimalSI)}
+	}
+	return obs
+}
+
+// thresholdsMet returns the thresholds whose signal is below their value,
+// grace periods aside.
+func thresholdsMet(ts []threshold, obs observations) []threshold {
+	var out []threshold
+	for _, t := range ts {
+		o, ok := obs[t.Signal]
+		if !ok {
+			continue
+		}
+		if t.quantity(o.capacity).Cmp(*o.available) > 0 {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// evictionState is the kubelet's eviction manager state. Everything in it is
+// either recomputed each pass or, for the published conditions, read back
+// from the pressure bucket after a restart.
+type evictionState struct {
+	mu                 sync.Mutex
+	thresholds         []threshold
+	transition         time.Duration
+	firstObservedAt    map[string]time.Time // by threshold key
+	condLastObservedAt map[corev1.NodeConditionType]time.Time
+	published          *schemas.NodePressure
+	loaded             bool
+}
+
+func (e *evictionState) init(c config.GCConfig) error {
+	ts, err := parseThresholds(c)
+	if err != nil {
+		return err
+	}
+	e.thresholds = ts
+	e.transition = c.EvictionPressureTransitionPeriod
+	e.firstObservedAt = map[string]time.Time{}
+	e.condLastObservedAt = map[corev1.NodeConditionType]time.Time{}
+	return nil
+}
+
+// synchronize is one pass of the kubelet's eviction manager: measure, work
+// out the node conditions and publish them, enforce local storage limits,
+// and when a threshold is met past its grace period, reclaim node-level
+// resources first and else evict one pod. It returns the pods it evicted.
+func (g *GC) synchronize(ctx context.Context) ([]*corev1.Pod, error) {
+	e := &g.ev
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	now := g.clock.Now()
+	if err := g.loadPressure(ctx, now); err != nil {
+		return nil, err
+	}
+	ns, err := g.measure.NodeStats(ctx)
+	if ns == nil {
+		return nil, fmt.Errorf("eviction manager: measure node: %w", err)
+	}
+	if err != nil {
+		g.log.Error("Eviction manager: some signals could not be measured", "err", err)
+	}
+	obs := makeObservations(ns)
+	for sig, o := range obs {
+		signalAvailable.WithLabelValues(sig).Set(float64(o.available.Value()))
+	}
+	withImageFs := ns.ImageFs != nil && ns.NodeFs != nil && ns.ImageFs.Device != ns.NodeFs.Device
+
+	met := thresholdsMet(e.thresholds, obs)
+	first := map[string]time.Time{}
+	for _, t := range met {
+		at, ok := e.firstObservedAt[t.key()]
+		if !ok {
+			at = now
+		}
+		first[t.key()] = at
+	}
+	e.firstObservedAt = first
+	for _, t := range met {
+		e.condLastObservedAt[signalToCondition[t.Signal]] = now
+	}
+	conditions := map[corev1.NodeConditionType]bool{}
+	for c, at := range e.condLastObservedAt {
+		if now.Sub(at) < e.transition || at.Equal(now) {
+			conditions[c] = true
+		}
+	}
+	if err := g.publishPressure(ctx, conditions, now); err != nil {
+		g.log.Error("Eviction manager: failed to publish node conditions", "err", err)
+	}
+
+	active := g.state.activePods()
+	usage, err := g.measure.PodUsage(ctx, active)
+	if err != nil {
+		g.log.Error("Eviction manager: failed to measure pod usage", "err", err)
+		usage = map[string]*PodUsage{}
+	}
+	if evicted := g.localStorageEviction(ctx, active, usage); len(evicted) > 0 {
+		return evicted, nil
+	}
+
+	var reclaim []threshold
+	for _, t := range met {
+		if now.Sub(first[t.key()]) >= t.GracePeriod {
+			reclaim = append(reclaim, t)
+		} else {
+			g.log.Info("Eviction manager: eviction criteria not yet met", "signal", t.Signal, "gracePeriod", t.GracePeriod, "duration", now.Sub(first[t.key()]))
+		}
+	}
+	if len(reclaim) == 0 {
+		return nil, nil
+	}
+	// Memory first, as the kubelet's byEvictionPriority.
+	sort.SliceStable(reclaim, func(i, j int) bool {
+		return reclaim[i].Signal == SignalMemoryAvailable && reclaim[j].Signal != SignalMemoryAvailable
+	})
+	t := reclaim[0]
+	res := signalToResource[t.Signal]
+	g.log.Warn("Eviction manager: attempting to reclaim", "resourceName", res)
+	g.nodeEvent(corev1.EventTypeWarning, "EvictionThresholdMet", fmt.Sprintf("Attempting to reclaim %s", res))
+	if g.reclaimNodeLevelResources(ctx, t.Signal, res, withImageFs) {
+		return nil, nil
+	}
+	if len(active) == 0 {
+		g.log.Error("Eviction manager: eviction thresholds have been met, but no pods are active to evict")
+		return nil, nil
+	}
+	rankPods(t.Signal, withImageFs, active, usage)
+	var grace *int64
+	if t.hard() {
+		v := hardEvictionGracePeriod
+		grace = &v
+	}
+	for _, pod := range active {
+		msg := evictionMessage(res, pod, usage[string(pod.UID)], reclaim, obs)
+		if g.evictPod(ctx, pod, grace, msg, t.Signal) {
+			return []*corev1.Pod{pod}, nil
+		}
+	}
+	g.log.Info("Eviction manager: unable to evict any pods from the node")
+	return nil, nil
+}
+
+// reclaimNodeLevelResources runs the node-level reclaim of the signal
+// (dead containers, then unused images, for disk signals) and says whether
+// that ended every threshold without evicting a pod. With a separate image
+// filesystem, nodefs pressure has nothing to reclaim at node level.
+func (g *GC) reclaimNodeLevelResources(ctx context.Context, signal string, res corev1.ResourceName, withImageFs bool) bool {
+	disk := res == corev1.ResourceEphemeralStorage || res == resourceInodes
+	nodefs := signal == SignalNodeFsAvailable || signal == SignalNodeFsInodesFree
+	if !disk || (withImageFs && nodefs) {
+		return false
+	}
+	if _, err := g.garbageCollectContainers(ctx, true); err != nil {
+		g.log.Info("Eviction manager: unexpected error when attempting to reduce resource pressure", "resourceName", res, "err", err)
+	}
+	if _, err := g.deleteUnusedImages(ctx); err != nil {
+		g.log.Info("Eviction manager: unexpected error when attempting to reduce resource pressure", "resourceName", res, "err", err)
+	}
+	ns, err := g.measure.NodeStats(ctx)
+	if ns == nil {
+		g.log.Error("Eviction manager: failed to measure node after reclaim", "err", err)
+		return false
+	}
+	if len(thresholdsMet(g.ev.thresholds, makeObservations(ns))) == 0 {
+		g.log.Info("Eviction manager: able to reduce resource pressure without evicting pods.", "resourceName", res)
+		return true
+	}
+	return false
+}
+
+// evictPod asks the runtime to kill pod and status to fail it: a record in
+// the evictions bucket, an Evicted event. Critical pods (static, mirror, or
+// system-critical priority) are never evicted.
+func (g *GC) evictPod(ctx context.Context, pod *corev1.Pod, grace *int64, message, signal string) bool {
+	if isCriticalPod(pod) {
+		g.log.Error("Eviction manager: cannot evict a critical pod", "pod", podRef(pod.Namespace, pod.Name), "podUID", pod.UID)
+		return false
+	}
+	ev := &schemas.PodEviction{UID: string(pod.UID), Namespace: pod.Namespace, Name: pod.Name,
+		Reason: EvictionReason, Message: message, Time: g.clock.Now().UTC(), GracePeriodSeconds: grace}
+	if _, _, err := g.evictionsW.Put(ctx, string(pod.UID), ev); err != nil {
+		g.log.Error("Eviction manager: pod failed to evict", "pod", podRef(pod.Namespace, pod.Name), "podUID", pod.UID, "err", err)
+		return false
+	}
+	g.state.noteEviction(ev)
+	g.podEvent(pod, corev1.EventTypeWarning, EvictionReason, message)
+	evictionsTotal.WithLabelValues(signal).Inc()
+	g.log.Info("Eviction manager: pod is evicted successfully", "pod", podRef(pod.Namespace, pod.Name), "podUID", pod.UID, "message", message)
+	return true
+}
+
+// waitForPodsCleanup waits until the runtime reports the evicted pods final,
+// or podCleanupTimeout, before the next eviction pass.
+func (g *GC) waitForPodsCleanup(ctx context.Context, pods []*corev1.Pod) {
+	deadline := g.clock.Now().Add(podCleanupTimeout)
+	for g.clock.Now().Before(deadline) {
+		done := true
+		for _, p := range pods {
+			done = done && g.state.observedTerminated(string(p.UID))
+		}
+		if done {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-g.clock.After(time.Second):
+		}
+	}
+	g.log.Info("Eviction manager: timed out waiting for pods to be cleaned up", "pods", len(pods))
+}
+
+// loadPressure reads back the conditions published before a restart, so
+// that their transition times survive it and a condition that was True is
+// held for another transition period rather than dropped at once.
+func (g *GC) loadPressure(ctx context.Context, now time.Time) error {
+	e := &g.ev
+	if e.loaded {
+		return nil
+	}
+	np, rev, err := bus.Get[schemas.NodePressure](ctx, g.bus, bus.BucketPressure, bus.KeyPressure)
+	if err != nil && rev == 0 {
+		return fmt.Errorf("eviction manager: read published conditions: %w", err)
+	}
+	if err != nil {
+		// A value that does not decode is replaced by the next write.
+		g.log.Error("Eviction manager: ignoring published conditions that do not decode", "err", err)
+	}
+	if np != nil {
+		e.published = np
+		for _, c := range np.Conditions {
+			if c.Status == corev1.ConditionTrue {
+				e.condLastObservedAt[c.Type] = now
+			}
+		}
+	}
+	e.loaded = true
+	return nil
+}
+
+// publishPressure writes the three conditions, keeping each one's
+// transition time while its status holds. Heartbeat time equals transition
+// time: the bucket changes only when a condition does, and nodelet-status
+// stamps its own heartbeats. Callers hold ev.mu.
+func (g *GC) publishPressure(ctx context.Context, pressure map[corev1.NodeConditionType]bool, now time.Time) error {
+	e := &g.ev
+	prev := map[corev1.NodeConditionType]corev1.NodeCondition{}
+	if e.published != nil {
+		for _, c := range e.published.Conditions {
+			prev[c.Type] = c
+		}
+	}
+	np := &schemas.NodePressure{}
+	for _, t := range pressureConditions {
+		w := conditionWording[t]
+		c := corev1.NodeCondition{Type: t, Status: corev1.ConditionFalse, Reason: w.falseReason, Message: w.falseMessage}
+		event := w.falseEvent
+		if pressure[t] {
+			c.Status, c.Reason, c.Message, event = corev1.ConditionTrue, w.trueReason, w.trueMessage, w.trueEvent
+			nodePressure.WithLabelValues(string(t)).Set(1)
+		} else {
+			nodePressure.WithLabelValues(string(t)).Set(0)
+		}
+		if p, ok := prev[t]; ok && p.Status == c.Status {
+			c.LastTransitionTime = p.LastTransitionTime
+		} else {
+			c.LastTransitionTime = metav1.NewTime(now.UTC().Truncate(time.Second))
+			if ok || c.Status == corev1.ConditionTrue {
+				// The kubelet records a node event when a condition changes.
+				typ := corev1.EventTypeNormal
+				g.nodeEvent(typ, event, fmt.Sprintf("Node %s status is now: %s", g.cfg.Node.Name, event))
+				g.log.Info("Node condition changed", "condition", t, "status", c.Status, "reason", c.Reason)
+			}
+		}
+		c.LastHeartbeatTime = c.LastTransitionTime
+		np.Conditions = append(np.Conditions, c)
+	}
+	if _, _, err := g.pressureW.Put(ctx, bus.KeyPressure, np); err != nil {
+		return err
+	}
+	e.published = np
+	return nil
+}
+
+// rewriteEvictions writes every eviction again after the bus's store was
+// wiped.
+func (g *GC) rewriteEvictions() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, ev := range g.state.evictionsSnapshot() {
+		if _, _, err := g.evictionsW.Put(ctx, ev.UID, ev); err != nil {
+			g.log.Error("Failed to write eviction again", "podUID", ev.UID, "err", err)
+		}
+	}
+}
+
+// forgetStaleEvictions deletes the evictions of pods that are gone.
+func (g *GC) forgetStaleEvictions(ctx context.Context) {
+	for _, uid := range g.state.staleEvictions() {
+		if _, err := g.evictionsW.Delete(ctx, uid); err != nil {
+			g.log.Error("Failed to delete eviction of a removed pod", "podUID", uid, "err", err)
+		}
+	}
+}
+
+// isCriticalPod is the kubelet's IsCriticalPod: static and mirror pods, and
+// pods of system-critical priority.
+func isCriticalPod(pod *corev1.Pod) bool {
+	if src, ok := pod.Annotations["kubernetes.io/config.source"]; ok && src != schemas.SourceAPI {
+		return true
+	}
+	if _, ok := pod.Annotations["kubernetes.io/config.mirror"]; ok {
+		return true
+	}
+	return pod.Spec.Priority != nil && *pod.Spec.Priority >= systemCriticalPriority
+}
