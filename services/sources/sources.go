@@ -1,10 +1,38 @@
-// Package sources is nodelet-sources.
+// Package sources is nodelet-sources: it collects the pods this node should
+// run from static pod manifests (a directory or file: FILE), a manifest URL
+// (URL) and kube-apiserver (pods bound to the node), merges them with the
+// kubelet's PodConfig semantics, and publishes the result as the
+// desired-pods bucket, the one input of the rest of the node.
+//
+// Each source delivers full lists. The merge tells additions, updates,
+// graceful deletions, removals and status-only reconciles apart, rejects a
+// pod whose namespace/name another pod already has, and keeps the object it
+// first stored, so only meaningful changes reach the bucket. The bucket is
+// written through bus.Writer (only what changed) and read back at start:
+// a restart that finds the same pods writes nothing. The sources-ready key
+// says when every configured source has delivered its first list.
+//
+// Static pods (FILE and URL) get the kubelet's identity and the API
+// server's defaults, and are validated here, since no API server sees them.
 package sources
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/bus"
+	"github.com/nodelet/nodelet/schemas"
 	"github.com/nodelet/nodelet/services/common/daemon"
 )
 
@@ -15,6 +43,312 @@ func Spec() daemon.Spec {
 
 // Run serves until ctx is done.
 func Run(ctx context.Context, env *daemon.Env) error {
-	<-ctx.Done()
+	return run(ctx, env, options{clock: clock.RealClock{}})
+}
+
+// options are what tests change.
+type options struct {
+	clock clock.WithTicker
+	// noWatch turns fsnotify off, leaving the periodic listing.
+	noWatch bool
+	// onFlush is called after each successful publish, with whether every
+	// configured source had delivered its first list.
+	onFlush func(allReady bool)
+}
+
+// retryPeriod is how soon a failed bucket write is tried again.
+const retryPeriod = time.Second
+
+func run(ctx context.Context, env *daemon.Env, o options) error {
+	cfg := env.Config
+	log := env.Log
+	parser := &staticParser{nodeName: cfg.Node.Name, log: log, emit: env.Bus.Emit}
+
+	var (
+		configured []string
+		runners    []func(context.Context, chan<- snapshot)
+	)
+	if p := cfg.Sources.StaticPodPath; p != "" {
+		fs := newFileSource(p, cfg.Sources.FileCheckFrequency, o.clock, log, parser)
+		fs.noWatch = o.noWatch
+		configured = append(configured, schemas.SourceFile)
+		runners = append(runners, fs.run)
+	}
+	if u := cfg.Sources.ManifestURL; u != "" {
+		hs := newHTTPSource(u, cfg.Sources.ManifestURLHeader, cfg.Sources.HTTPCheckFrequency, o.clock, log, parser)
+		configured = append(configured, schemas.SourceHTTP)
+		runners = append(runners, hs.run)
+	}
+	if cfg.Sources.Kubeconfig != "" {
+		client, err := newAPIClient(&cfg.Sources)
+		if err != nil {
+			return err
+		}
+		as := &apiSource{client: client, nodeName: cfg.Node.Name, log: log.With("source", schemas.SourceAPI)}
+		configured = append(configured, schemas.SourceAPI)
+		runners = append(runners, as.run)
+	}
+	if len(configured) == 0 {
+		log.Warn("No pod source configured (sources.staticPodPath, sources.manifestURL, sources.kubeconfig): the node runs no pods")
+	}
+
+	m := newMerger(env, o.clock, configured)
+	if err := m.restore(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+
+	updates := make(chan snapshot)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for _, r := range runners {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r(ctx, updates)
+		}()
+	}
+
+	dirty := true // publish what restore found (and drop unconfigured sources)
+	var retry <-chan time.Time
+	for {
+		if dirty {
+			if err := m.flush(ctx); err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				log.Warn("Cannot publish desired pods, retrying", "err", err)
+				retry = o.clock.After(retryPeriod)
+			} else {
+				dirty, retry = false, nil
+				if o.onFlush != nil {
+					o.onFlush(m.allReady)
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case s := <-updates:
+			m.store.set(s.source, s.pods)
+			dirty = true
+		case <-m.reset:
+			dirty = true
+		case <-retry:
+			retry = nil
+		}
+	}
+}
+
+// merger owns the store and the two buckets sources writes.
+type merger struct {
+	env        *daemon.Env
+	log        *slog.Logger
+	configured []string
+	store      *store
+	desired    *bus.Writer
+	ready      *bus.Writer
+	reset      chan struct{}
+
+	rejected      map[string]bool // source/UID of duplicates already reported
+	readyRestored bool            // the bucket says these sources were all ready
+	allReady      bool
+}
+
+func newMerger(env *daemon.Env, clk clock.PassiveClock, configured []string) *merger {
+	m := &merger{
+		env:        env,
+		log:        env.Log,
+		configured: configured,
+		store:      newStore(clk, env.Log),
+		reset:      make(chan struct{}, 1),
+		rejected:   map[string]bool{},
+	}
+	// The bus's store was wiped under us: the writers forget what they
+	// wrote, and the next flush puts everything again.
+	onReset := func() {
+		select {
+		case m.reset <- struct{}{}:
+		default:
+		}
+	}
+	m.desired = bus.NewWriter(env.Bus, bus.BucketDesired, onReset)
+	m.ready = bus.NewWriter(env.Bus, bus.BucketSources, onReset)
+	return m
+}
+
+// restore loads what the bucket holds from an earlier run into the store,
+// so that the sources' first lists are compared against it: unchanged pods
+// are not written again, and the pods of a source that has not listed yet
+// stay published until it does. It waits for the bus.
+func (m *merger) restore(ctx context.Context) error {
+	for {
+		err := m.tryRestore(ctx)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		m.log.Warn("Cannot read the desired pods bucket yet, retrying", "err", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(retryPeriod):
+		}
+	}
+}
+
+func (m *merger) tryRestore(ctx context.Context) error {
+	keys, err := m.desired.Keys(ctx)
+	if err != nil {
+		return err
+	}
+	sort.Strings(keys)
+	restored := 0
+	for _, k := range keys {
+		data, _, ok, err := m.desired.Data(ctx, k)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			continue
+		}
+		var d schemas.PodDesired
+		if err := json.Unmarshal(data, &d); err != nil || d.Pod == nil || string(d.Pod.UID) != k {
+			// Not something we would have written: the first flush
+			// deletes it.
+			m.log.Warn("Dropping unreadable desired pod from the bucket", "key", k, "err", err)
+			continue
+		}
+		m.store.restore(d.Source, d.Pod, d.FirstSeen)
+		restored++
+	}
+	for src := range m.store.sources {
+		if !slices.Contains(m.configured, src) {
+			m.store.drop(src)
+		}
+	}
+	data, _, ok, err := m.ready.Data(ctx, bus.KeySourcesReady)
+	if err != nil {
+		return err
+	}
+	if ok {
+		var r schemas.SourcesReady
+		if json.Unmarshal(data, &r) == nil && r.AllReady && sameSet(r.Configured, m.configured) {
+			// What the bucket holds was complete when we stopped; it stays
+			// authoritative until the sources list again. Saying "not
+			// ready" meanwhile would only hold the runtime back.
+			m.readyRestored = true
+		}
+	}
+	m.log.Info("Restored desired pods from the bus", "pods", restored, "sourcesReady", m.readyRestored)
 	return nil
+}
+
+func sameSet(a, b []string) bool {
+	x, y := slices.Clone(a), slices.Clone(b)
+	slices.Sort(x)
+	slices.Sort(y)
+	return slices.Equal(x, y)
+}
+
+// flush publishes the merged pods: deletes what left, puts what is new or
+// changed (bus.Writer skips what the bucket already holds), reports new
+// duplicates, and updates the sources-ready key.
+func (m *merger) flush(ctx context.Context) error {
+	out, dups := m.store.merged()
+	m.reportDuplicates(dups)
+
+	keys, err := m.desired.Keys(ctx)
+	if err != nil {
+		return err
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if _, ok := out[types.UID(k)]; ok {
+			continue
+		}
+		if _, err := m.desired.Delete(ctx, k); err != nil {
+			return err
+		}
+		m.log.Info("Deleted desired pod", "podUID", k)
+	}
+	uids := make([]string, 0, len(out))
+	for uid := range out {
+		uids = append(uids, string(uid))
+	}
+	sort.Strings(uids)
+	for _, uid := range uids {
+		e := out[types.UID(uid)]
+		wrote, rev, err := m.desired.Put(ctx, uid, schemas.PodDesired{Pod: e.pod, Source: e.source, FirstSeen: e.firstSeen})
+		if err != nil {
+			return err
+		}
+		if wrote {
+			m.log.Debug("Wrote desired pod", "pod", podKey(e.pod), "podUID", uid, "source", e.source, "revision", rev)
+		}
+	}
+	return m.publishReady(ctx)
+}
+
+func (m *merger) reportDuplicates(dups []duplicate) {
+	now := map[string]bool{}
+	for _, d := range dups {
+		key := d.entry.source + "/" + string(d.entry.pod.UID)
+		now[key] = true
+		if m.rejected[key] {
+			continue
+		}
+		p := d.entry.pod
+		m.log.Warn("Pod failed validation due to duplicate pod name, ignoring", "pod", podKey(p), "podUID", p.UID,
+			"source", d.entry.source, "keptUID", d.by.pod.UID, "keptSource", d.by.source)
+		m.env.Bus.Emit(schemas.Event{
+			Object:  corev1.ObjectReference{Kind: "Pod", Namespace: p.Namespace, Name: p.Name, UID: p.UID},
+			Type:    corev1.EventTypeWarning,
+			Reason:  ReasonFailedValidation,
+			Message: duplicateMessage(d),
+		})
+	}
+	m.rejected = now
+}
+
+func (m *merger) publishReady(ctx context.Context) error {
+	ready := []string{}
+	for _, src := range m.configured {
+		if m.store.seen[src] {
+			ready = append(ready, src)
+		}
+	}
+	all := len(ready) == len(m.configured)
+	if all && !m.allReady {
+		m.log.Info("All pod sources ready", "sources", m.configured)
+	}
+	m.allReady = all
+	if all {
+		m.env.SetHealth(true, "")
+	} else {
+		m.env.SetHealth(true, "waiting for the first list of: "+strings.Join(missing(m.configured, ready), ", "))
+		if m.readyRestored {
+			return nil
+		}
+	}
+	configured := append([]string{}, m.configured...)
+	_, _, err := m.ready.Put(ctx, bus.KeySourcesReady, schemas.SourcesReady{Configured: configured, Ready: ready, AllReady: all})
+	if err != nil {
+		return fmt.Errorf("publish sources ready: %w", err)
+	}
+	return nil
+}
+
+func missing(all, have []string) []string {
+	var out []string
+	for _, s := range all {
+		if !slices.Contains(have, s) {
+			out = append(out, s)
+		}
+	}
+	return out
 }

@@ -1,0 +1,98 @@
+package sources
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/nodelet/nodelet/schemas"
+	"github.com/nodelet/nodelet/services/common/config"
+)
+
+// apiSource is the API server source: the pods bound to this node, through
+// a client-go informer on pods with spec.nodeName=<node>, as the node's own
+// identity. Every change sends the informer's whole list (what the
+// kubelet's UndeltaStore does); the merge works out what changed.
+type apiSource struct {
+	client   kubernetes.Interface
+	nodeName string
+	log      *slog.Logger
+}
+
+// newAPIClient builds the node's API client from sources.kubeconfig with
+// sources.kubeAPIQPS and sources.kubeAPIBurst.
+func newAPIClient(cfg *config.SourcesConfig) (kubernetes.Interface, error) {
+	rc, err := clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("sources.kubeconfig %s: %w", cfg.Kubeconfig, err)
+	}
+	rc.QPS = float32(cfg.KubeAPIQPS)
+	rc.Burst = cfg.KubeAPIBurst
+	rc.UserAgent = "nodelet-sources"
+	c, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("sources.kubeconfig %s: %w", cfg.Kubeconfig, err)
+	}
+	return c, nil
+}
+
+func (s *apiSource) run(ctx context.Context, out chan<- snapshot) {
+	selector := fields.OneTermEqualSelector("spec.nodeName", s.nodeName).String()
+	s.log.Info("Watching API server pods", "fieldSelector", selector)
+	factory := informers.NewSharedInformerFactoryWithOptions(s.client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = selector }))
+	inf := factory.Core().V1().Pods().Informer()
+	// Managed fields are the API server's bookkeeping; they change on
+	// every write and nothing on the node reads them.
+	_ = inf.SetTransform(func(obj any) (any, error) {
+		if m, ok := obj.(metav1.Object); ok {
+			m.SetManagedFields(nil)
+		}
+		return obj, nil
+	})
+	kick := make(chan struct{}, 1)
+	notify := func() {
+		select {
+		case kick <- struct{}{}:
+		default:
+		}
+	}
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { notify() },
+		UpdateFunc: func(any, any) { notify() },
+		DeleteFunc: func(any) { notify() },
+	})
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		return
+	}
+	s.log.Info("API server pods synced")
+	for {
+		objs := inf.GetStore().List()
+		pods := make([]*corev1.Pod, 0, len(objs))
+		for _, o := range objs {
+			if p, ok := o.(*corev1.Pod); ok {
+				pods = append(pods, p.DeepCopy())
+			}
+		}
+		select {
+		case out <- snapshot{source: schemas.SourceAPI, pods: pods}:
+		case <-ctx.Done():
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-kick:
+		}
+	}
+}
