@@ -151,3 +151,72 @@ func stateWord(s corev1.ContainerState) string {
 }
 
 var jsonMarshal = func(v any) ([]byte, error) { return json.Marshal(v) }
+
+// LevelWarning marks a line an operator should look at.
+const LevelWarning = "warning"
+
+// Warning tells whether a message reports trouble: a Warning event, a
+// rejection or eviction, a failed probe, a container that failed or waits
+// on an error or back-off, a daemon or runtime that is not ready, node
+// pressure, a failed pod.
+func Warning(env *schemas.Envelope) bool {
+	b := mustEnv(env)
+	switch env.Schema {
+	case schemas.Event{}.SchemaName():
+		var v schemas.Event
+		return schemas.DecodeInto(b, &v) == nil && v.Type == corev1.EventTypeWarning
+	case schemas.AdmissionVerdict{}.SchemaName():
+		var v schemas.AdmissionVerdict
+		return schemas.DecodeInto(b, &v) == nil && !v.Admitted
+	case schemas.Heartbeat{}.SchemaName():
+		var v schemas.Heartbeat
+		return schemas.DecodeInto(b, &v) == nil && !v.Ready
+	case schemas.ProbeResult{}.SchemaName():
+		var v schemas.ProbeResult
+		return schemas.DecodeInto(b, &v) == nil && v.Result == schemas.ProbeFailure
+	case schemas.PodEviction{}.SchemaName():
+		return true
+	case schemas.RuntimeState{}.SchemaName():
+		var v schemas.RuntimeState
+		return schemas.DecodeInto(b, &v) == nil && (!v.RuntimeReady || !v.NetworkReady)
+	case schemas.NodePressure{}.SchemaName():
+		var v schemas.NodePressure
+		if schemas.DecodeInto(b, &v) != nil {
+			return false
+		}
+		for _, c := range v.Conditions {
+			if c.Status == corev1.ConditionTrue {
+				return true
+			}
+		}
+	case schemas.PodStatusRecord{}.SchemaName():
+		var v schemas.PodStatusRecord
+		return schemas.DecodeInto(b, &v) == nil && v.Status.Phase == corev1.PodFailed
+	case schemas.PodObserved{}.SchemaName():
+		var v schemas.PodObserved
+		if schemas.DecodeInto(b, &v) != nil {
+			return false
+		}
+		if v.Reason != "" {
+			return true
+		}
+		for _, c := range append(append([]schemas.ContainerObserved{}, v.InitContainers...), v.Containers...) {
+			if ContainerTrouble(c.State) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// ContainerTrouble tells whether a container state is an error: it exited
+// non-zero, or waits for another reason than being created.
+func ContainerTrouble(s corev1.ContainerState) bool {
+	switch {
+	case s.Terminated != nil:
+		return s.Terminated.ExitCode != 0
+	case s.Waiting != nil:
+		return s.Waiting.Reason != "" && s.Waiting.Reason != "ContainerCreating" && s.Waiting.Reason != "PodInitializing"
+	}
+	return false
+}

@@ -29,41 +29,67 @@ type Options struct {
 	Schema string
 	// JSON prints one JSON object per line.
 	JSON bool
+	// Since first replays what the events stream and the buckets stored in
+	// this recent window, then follows live. Zero replays nothing.
+	Since time.Duration
+	// Color marks up the text form with ANSI colours (for a terminal).
+	Color bool
 }
 
 // Line is one message as tap prints it with --json.
 type Line struct {
-	Time     time.Time       `json:"time"`
-	Subject  string          `json:"subject"`
-	Schema   string          `json:"schema,omitempty"`
-	Producer string          `json:"producer,omitempty"`
-	Op       string          `json:"op,omitempty"` // put or delete for bucket updates
-	Bucket   string          `json:"bucket,omitempty"`
-	Key      string          `json:"key,omitempty"`
-	Summary  string          `json:"summary"`
-	Data     json.RawMessage `json:"data,omitempty"`
+	Time     time.Time `json:"time"`
+	Subject  string    `json:"subject"`
+	Schema   string    `json:"schema,omitempty"`
+	Producer string    `json:"producer,omitempty"`
+	Op       string    `json:"op,omitempty"` // put or delete for bucket updates
+	Bucket   string    `json:"bucket,omitempty"`
+	Key      string    `json:"key,omitempty"`
+	Summary  string    `json:"summary"`
+	// Level is "warning" for what an operator should look at: Warning
+	// events, rejections, containers that failed or wait on a back-off,
+	// daemons that are not ready.
+	Level string          `json:"level,omitempty"`
+	Data  json.RawMessage `json:"data,omitempty"`
 }
 
-// Run prints messages to out until ctx is done.
+// Run prints messages to out until ctx is done. With o.Since it first
+// prints what was stored in that window, then what arrived meanwhile (each
+// message once), then follows live.
 func Run(ctx context.Context, c *bus.Conn, o Options, out io.Writer) error {
 	subjects := []string{bus.Prefix + ">", "$KV.>"}
 	if o.Subject != "" {
 		subjects = []string{o.Subject}
 	}
-	var mu sync.Mutex
-	handle := func(m *nats.Msg) {
-		l, ok := Describe(m)
+	var (
+		mu        sync.Mutex
+		buffering = o.Since > 0
+		buffered  []*nats.Msg
+	)
+	show := func(m *nats.Msg, at time.Time) {
+		l, ok := describeAt(m, at)
 		if !ok || !o.match(l) {
 			return
 		}
-		mu.Lock()
-		defer mu.Unlock()
 		if o.JSON {
 			b, _ := json.Marshal(l)
 			fmt.Fprintln(out, string(b))
 			return
 		}
+		if o.Color {
+			fmt.Fprintln(out, l.ColorText())
+			return
+		}
 		fmt.Fprintln(out, l.Text())
+	}
+	handle := func(m *nats.Msg) {
+		mu.Lock()
+		defer mu.Unlock()
+		if buffering {
+			buffered = append(buffered, m)
+			return
+		}
+		show(m, time.Now().UTC())
 	}
 	for _, s := range subjects {
 		sub, err := c.NC.Subscribe(s, handle)
@@ -75,14 +101,42 @@ func Run(ctx context.Context, c *bus.Conn, o Options, out io.Writer) error {
 	if err := c.NC.Flush(); err != nil {
 		return err
 	}
+	if o.Since > 0 {
+		// Live messages are held while the replay runs; those the replay
+		// already showed are dropped, the rest follow in arrival order.
+		stored, err := replay(ctx, c, o.Subject, time.Now().Add(-o.Since))
+		mu.Lock()
+		seen := make(map[string]bool, len(stored))
+		for _, s := range stored {
+			seen[identity(s.Msg)] = true
+			show(s.Msg, s.Time)
+		}
+		if !o.JSON {
+			fmt.Fprintln(out, separator(o.Color, fmt.Sprintf("%d stored in the last %s; live from here", len(stored), o.Since)))
+		}
+		for _, m := range buffered {
+			if !seen[identity(m)] {
+				show(m, time.Now().UTC())
+			}
+		}
+		buffering, buffered = false, nil
+		mu.Unlock()
+		if err != nil {
+			return fmt.Errorf("replay: %w", err)
+		}
+	}
 	<-ctx.Done()
 	return nil
 }
 
 // Describe turns a bus message into a Line; ok is false for messages that
 // are not nodelet's (other buckets, JetStream internals).
-func Describe(m *nats.Msg) (Line, bool) {
-	l := Line{Time: time.Now().UTC(), Subject: m.Subject}
+func Describe(m *nats.Msg) (Line, bool) { return describeAt(m, time.Now().UTC()) }
+
+// describeAt is Describe for a message that arrived (or was stored) at at,
+// the time of lines whose message carries none (deletes, undecodable).
+func describeAt(m *nats.Msg, at time.Time) (Line, bool) {
+	l := Line{Time: at, Subject: m.Subject}
 	if strings.HasPrefix(m.Subject, "$KV.") {
 		rest := strings.TrimPrefix(m.Subject, "$KV.")
 		bucket, key, _ := strings.Cut(rest, ".")
@@ -101,10 +155,14 @@ func Describe(m *nats.Msg) (Line, bool) {
 	env, err := schemas.Open(m.Data)
 	if err != nil {
 		l.Summary = "undecodable: " + err.Error()
+		l.Level = LevelWarning
 		return l, true
 	}
 	l.Time, l.Schema, l.Producer, l.Data = env.Time, env.Schema, env.Producer, env.Data
 	l.Summary = Summarize(env)
+	if Warning(env) {
+		l.Level = LevelWarning
+	}
 	return l, true
 }
 
