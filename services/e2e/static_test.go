@@ -1,0 +1,78 @@
+package e2e_test
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+const webManifest = `apiVersion: v1
+kind: Pod
+metadata:
+  name: web
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: httpd
+    image: nodelet.local/busybox:1.35
+    imagePullPolicy: Never
+    command: [httpd, -f, -p, "8080", -h, /www]
+    ports: [{containerPort: 8080, name: http}]
+    readinessProbe:
+      httpGet: {path: /, port: http}
+      periodSeconds: 1
+`
+
+// TestStaticPodEndToEnd is the first path through every stage: a static pod
+// file → sources → admission → runtime on real containerd → prober →
+// status on /pods, then removal.
+func TestStaticPodEndToEnd(t *testing.T) {
+	n := newNode(t, nodeOptions{})
+	n.WriteManifest("web.yaml", webManifest)
+	pod := n.WaitPod("web-"+nodeName, 90*time.Second, "Running and Ready", runningReady)
+
+	cs := criContainers(t, string(pod.UID))
+	if len(cs) != 1 || cs[0].State != runtimeapi.ContainerState_CONTAINER_RUNNING || cs[0].Metadata.Name != "httpd" {
+		t.Fatalf("CRI containers of the pod: %+v", cs)
+	}
+	if sb := criSandboxes(t, string(pod.UID)); len(sb) != 1 {
+		t.Fatalf("sandboxes: %d", len(sb))
+	}
+	if len(pod.Status.ContainerStatuses) != 1 || !pod.Status.ContainerStatuses[0].Ready ||
+		pod.Status.ContainerStatuses[0].State.Running == nil || !strings.HasPrefix(pod.Status.ContainerStatuses[0].ContainerID, "containerd://") {
+		t.Fatalf("container status: %+v", pod.Status.ContainerStatuses)
+	}
+	resp, err := http.Get("http://" + pod.Status.PodIP + ":8080/")
+	if err != nil {
+		t.Fatalf("GET pod: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || len(body) == 0 {
+		t.Fatalf("GET pod: %s %q", resp.Status, body)
+	}
+	if pod.Annotations["kubernetes.io/config.source"] != "file" {
+		t.Errorf("annotations: %v", pod.Annotations)
+	}
+
+	n.RemoveManifest("web.yaml")
+	eventually(t, 60*time.Second, "containers and sandbox removed from CRI", func() bool {
+		for _, c := range criContainers(t, string(pod.UID)) {
+			if c.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
+				return false
+			}
+		}
+		for _, s := range criSandboxes(t, string(pod.UID)) {
+			if s.State == runtimeapi.PodSandboxState_SANDBOX_READY {
+				return false
+			}
+		}
+		return true
+	})
+	n.WaitPod("web-"+nodeName, 30*time.Second, "gone from /pods", func(p *corev1.Pod) bool { return p == nil })
+}
