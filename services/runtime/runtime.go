@@ -1,10 +1,69 @@
-// Package runtime is nodelet-runtime.
+// Package runtime is nodelet-runtime, the heart of the node: the kubelet's
+// pod workers, syncPod and killPod over CRI.
+//
+// It watches the admitted pods (desired + admission buckets), probe
+// results, evictions and sources readiness on the bus, and for each pod
+// runs one worker that brings the runtime to the pod's spec: sandbox
+// (generatePodSandboxConfig, RunPodSandbox), images (pull policies,
+// secrets, back-off, one pull per image), init containers in order,
+// sidecars, app containers (generateContainerConfig), lifecycle hooks,
+// restarts with CrashLoopBackOff, and the graceful kill. A relist of CRI
+// every runtime.relistPeriod (the PLEG) wakes the workers of pods whose
+// containers changed.
+//
+// # Observed state
+//
+// Each pod's runtime state is published to the observed bucket (key = pod
+// UID), written only when it changed, with Generation counting changes.
+// While a pod is killed it carries Terminating; once every container and
+// the sandbox are stopped, Terminated. The key is deleted only after the
+// pod left the desired bucket and its sandboxes were removed: the last
+// value a watcher sees before the deletion is therefore always the final
+// Terminated state, so nodelet-status can write the final pod status and
+// admission can release the pod's resources. A pod that is deleted through
+// the API (deletionTimestamp) is killed but keeps its stopped sandbox and
+// its Terminated state until the sources drop it.
+//
+// # Restart safety
+//
+// Everything is rebuilt from CRI labels and annotations (the kubelet's,
+// plus io.nodelet.managed=true on everything nodelet creates) and the
+// buckets. A running container whose hash matches its spec is never
+// restarted, a created-but-never-started container is started rather than
+// duplicated, and extra sandboxes are stopped. Back-off timers live in
+// memory: after a restart of nodelet-runtime a crash-looping container
+// starts over at 10 s.
+//
+// # Network
+//
+// nodelet owns the node's CNI configuration (runtime.manageCNIConfig): the
+// conflist for the pod CIDR is rendered into runtime.cniConfDir, and the
+// conflist there is validated with libcni. Network readiness (with CRI's
+// NetworkReady) is published in the runtime bucket; while it is false,
+// pods on the pod network wait with reason NetworkNotReady, and host
+// network pods still run.
+//
+// Metrics: pod start and CRI operation durations are not recorded yet
+// (nodelet-status serves /metrics; the Pulled event carries pull times).
 package runtime
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	goruntime "runtime"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	internalapi "k8s.io/cri-api/pkg/apis"
+	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/bus"
+	"github.com/nodelet/nodelet/schemas"
+	"github.com/nodelet/nodelet/services/common/config"
+	"github.com/nodelet/nodelet/services/common/cri"
 	"github.com/nodelet/nodelet/services/common/daemon"
 )
 
@@ -15,6 +74,301 @@ func Spec() daemon.Spec {
 
 // Run serves until ctx is done.
 func Run(ctx context.Context, env *daemon.Env) error {
+	cfg := env.Config
+	clients, err := cri.Connect(ctx, cfg.Runtime.EndpointURL(), imageEndpoint(cfg), cfg.Runtime.RuntimeRequestTimeout)
+	if err != nil {
+		return err
+	}
+	opts := Options{
+		Config: cfg, Log: env.Log, Bus: env.Bus,
+		Runtime: clients.Runtime, Image: clients.Image,
+		SetHealth: env.SetHealth,
+	}
+	if cfg.Sources.Kubeconfig != "" {
+		api, err := NewAPIObjects(cfg.Sources.Kubeconfig, cfg.Node.Name)
+		if err != nil {
+			return err
+		}
+		opts.Objects, opts.NodePodCIDR = api, api.PodCIDR
+	}
+	m, err := New(opts)
+	if err != nil {
+		return err
+	}
+	return m.Run(ctx)
+}
+
+func imageEndpoint(cfg *config.Config) string {
+	if cfg.Runtime.ImageEndpoint == "" {
+		return ""
+	}
+	c := config.RuntimeConfig{Endpoint: cfg.Runtime.ImageEndpoint}
+	return c.EndpointURL()
+}
+
+// Clock is the time source: real in the daemon, fake in unit tests.
+type Clock interface {
+	clock.WithTicker
+	AfterFunc(d time.Duration, f func()) clock.Timer
+}
+
+// Options build a Manager.
+type Options struct {
+	Config  *config.Config
+	Log     *slog.Logger
+	Bus     *bus.Conn
+	Runtime internalapi.RuntimeService
+	Image   internalapi.ImageManagerService
+	// Clock defaults to the real clock.
+	Clock Clock
+	// Volumes prepares pod volumes; default: hostPath and emptyDir on disk
+	// (NewDiskVolumes).
+	Volumes VolumeManager
+	// Objects reads pull secrets, secrets and config maps; nil on a
+	// standalone node without any.
+	Objects ObjectGetter
+	// NodePodCIDR, when set, returns the pod CIDR an API server assigned
+	// to the node ("" when none yet); it wins over node.podCIDR.
+	NodePodCIDR func(ctx context.Context) string
+	// SetHealth reports the daemon's health in its heartbeats.
+	SetHealth func(ready bool, message string)
+	// HostIPs are status.hostIP(s) for the downward API; default
+	// node.address, else the node's first non-loopback addresses.
+	HostIPs []string
+}
+
+// Manager runs the node's pods.
+type Manager struct {
+	cfg     *config.Config
+	log     *slog.Logger
+	bus     *bus.Conn
+	rs      internalapi.RuntimeService
+	is      internalapi.ImageManagerService
+	clock   Clock
+	volumes VolumeManager
+	objects ObjectGetter
+	health  func(bool, string)
+	hostIPs []string
+	podCIDR func(ctx context.Context) string
+
+	view     *criView
+	store    *store
+	workers  *podWorkers
+	images   *imagePuller
+	backoff  *backOff
+	observed *observedWriter
+	network  *networkState
+	capacity nodeCapacity
+	dns      dnsSettings
+	// sandboxSlots bounds concurrent RunPodSandbox calls (nil: unbounded).
+	sandboxSlots chan struct{}
+	// runtimeName prefixes container IDs in observed state (containerd://).
+	runtimeName string
+	relistWake  chan struct{}
+
+	mu   sync.Mutex
+	pods map[string]*podState
+}
+
+// New checks opts and builds a Manager; Run starts it.
+func New(opts Options) (*Manager, error) {
+	if opts.Config == nil || opts.Bus == nil || opts.Runtime == nil || opts.Image == nil {
+		return nil, fmt.Errorf("runtime: Config, Bus, Runtime and Image are required")
+	}
+	cfg := opts.Config
+	if opts.Log == nil {
+		opts.Log = slog.Default()
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	if opts.Volumes == nil {
+		opts.Volumes = NewDiskVolumes(cfg.Node.StateDir)
+	}
+	if opts.SetHealth == nil {
+		opts.SetHealth = func(bool, string) {}
+	}
+	if len(opts.HostIPs) == 0 {
+		opts.HostIPs = hostIPs(cfg.Node.Address)
+	}
+	maxBackOff := cfg.Runtime.MaxContainerRestartPeriod
+	if maxBackOff <= 0 {
+		maxBackOff = 300 * time.Second
+	}
+	m := &Manager{
+		cfg: cfg, log: opts.Log, bus: opts.Bus, rs: opts.Runtime, is: opts.Image,
+		clock: opts.Clock, volumes: opts.Volumes, objects: opts.Objects, health: opts.SetHealth,
+		hostIPs: opts.HostIPs, podCIDR: opts.NodePodCIDR,
+		view:     newCRIView(opts.Runtime),
+		store:    newStore(),
+		images:   newImagePuller(opts.Image, opts.Clock, cfg.Runtime.MaxParallelImagePulls, maxBackOff),
+		backoff:  newBackOff(opts.Clock, initialBackOff, maxBackOff),
+		capacity: readNodeCapacity(goruntime.NumCPU()),
+		dns: dnsSettings{
+			ClusterDNS: cfg.Node.ClusterDNS, ClusterDomain: cfg.Node.ClusterDomain, ResolvConf: cfg.Node.ResolvConf,
+		},
+		runtimeName: "containerd",
+		pods:        map[string]*podState{},
+		relistWake:  make(chan struct{}, 1),
+	}
+	if n := cfg.Runtime.MaxConcurrentSandboxCreations; n > 0 {
+		m.sandboxSlots = make(chan struct{}, n)
+	}
+	m.observed = newObservedWriter(opts.Bus, m.log)
+	m.network = newNetworkState(m)
+	return m, nil
+}
+
+// Run runs the pods until ctx is done. Pods keep running after it returns.
+func (m *Manager) Run(ctx context.Context) error {
+	vctx, cancel := context.WithTimeout(ctx, m.cfg.Runtime.RuntimeRequestTimeout)
+	v, err := m.rs.Version(vctx, "v1")
+	cancel()
+	if err != nil {
+		m.health(false, fmt.Sprintf("container runtime does not answer: %v", err))
+		return fmt.Errorf("container runtime: %w", err)
+	}
+	if v.RuntimeName != "" {
+		m.runtimeName = v.RuntimeName
+	}
+	m.log.Info("Container runtime", "name", v.RuntimeName, "version", v.RuntimeVersion, "apiVersion", v.RuntimeApiVersion)
+	m.network.setVersion(v.RuntimeName, v.RuntimeVersion)
+
+	if err := m.observed.load(ctx); err != nil {
+		return fmt.Errorf("load observed state: %w", err)
+	}
+	m.workers = newPodWorkers(ctx, m.clock, m.syncPod)
+
+	var wg sync.WaitGroup
+	run := func(f func(context.Context)) {
+		wg.Add(1)
+		go func() { defer wg.Done(); f(ctx) }()
+	}
+	run(m.network.run)
+	run(m.watchInputs)
+
+	// Act only on complete knowledge: every input loaded once.
+	if err := m.store.waitSynced(ctx); err != nil {
+		wg.Wait()
+		return nil
+	}
+	// Pods wait for the network only when it is known not to be ready.
+	select {
+	case <-m.network.firstCheck:
+	case <-ctx.Done():
+		wg.Wait()
+		return nil
+	}
+	m.log.Info("Inputs loaded, starting pod workers")
+	run(m.relistLoop)
+	run(m.watchContainerEvents)
+	run(m.resyncLoop)
+
 	<-ctx.Done()
+	wg.Wait()
+	m.workers.Wait()
+	return nil
+}
+
+// resyncLoop syncs every known pod now and then, as the kubelet's
+// syncFrequency: a safety net for anything a watch or relist missed.
+func (m *Manager) resyncLoop(ctx context.Context) {
+	t := m.clock.NewTicker(30 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+			for _, uid := range m.store.uids() {
+				m.workers.Update(uid)
+			}
+		}
+	}
+}
+
+// podState is what a pod's worker remembers between syncs: the waiting
+// reasons of its containers (the kubelet's reason cache) and the pod-level
+// reason.
+type podState struct {
+	mu         sync.Mutex
+	waiting    map[string]*waitError
+	podReason  string
+	podMessage string
+	// terminating: being killed; terminated: every container and the
+	// sandbox are stopped.
+	terminating bool
+	terminated  bool
+	// replaced counts interrupted starts replaced, by container name.
+	replaced map[string]int
+}
+
+func (m *Manager) state(uid string) *podState {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.pods[uid]
+	if s == nil {
+		s = &podState{waiting: map[string]*waitError{}, replaced: map[string]int{}}
+		m.pods[uid] = s
+	}
+	return s
+}
+
+func (m *Manager) forgetState(uid string) {
+	m.mu.Lock()
+	delete(m.pods, uid)
+	m.mu.Unlock()
+	m.backoff.Forget(uid + "_")
+	m.images.forgetPod(uid)
+}
+
+func (s *podState) setWaiting(name string, w *waitError) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if w == nil {
+		delete(s.waiting, name)
+		return
+	}
+	s.waiting[name] = w
+}
+
+func (s *podState) waitingOf(name string) *waitError {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.waiting[name]
+}
+
+func (s *podState) setPodReason(reason, message string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.podReason, s.podMessage = reason, message
+}
+
+// event emits a lifecycle event about pod (and container c, when given)
+// with the kubelet's reason.
+func (m *Manager) event(pod *corev1.Pod, c *corev1.Container, kind, typ, reason, msg string) {
+	if pod == nil {
+		return
+	}
+	ref := corev1.ObjectReference{
+		Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID,
+	}
+	if c != nil {
+		if kind == schemas.ContainerKindApp {
+			ref.FieldPath = fmt.Sprintf("spec.containers{%s}", c.Name)
+		} else {
+			ref.FieldPath = fmt.Sprintf("spec.initContainers{%s}", c.Name)
+		}
+	}
+	m.bus.Emit(schemas.Event{Object: ref, Type: typ, Reason: reason, Message: msg, Time: m.clock.Now().UTC()})
+}
+
+func podRef(pod *corev1.Pod) string { return pod.Namespace + "/" + pod.Name }
+
+// mkdirAll is os.MkdirAll with the path in the error.
+func mkdirAll(dir string, perm os.FileMode) error {
+	if err := os.MkdirAll(dir, perm); err != nil {
+		return fmt.Errorf("create %s: %w", dir, err)
+	}
 	return nil
 }

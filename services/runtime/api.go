@@ -1,0 +1,70 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// APIObjects reads secrets, config maps and the node's pod CIDR from the
+// API server with the node's identity.
+type APIObjects struct {
+	client   kubernetes.Interface
+	nodeName string
+
+	mu      sync.Mutex
+	cidr    string
+	cidrAt  time.Time
+	cidrTTL time.Duration
+}
+
+// NewAPIObjects builds an APIObjects from a kubeconfig file.
+func NewAPIObjects(kubeconfig, nodeName string) (*APIObjects, error) {
+	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig %s (sources.kubeconfig): %w", kubeconfig, err)
+	}
+	rc.UserAgent = "nodelet-runtime"
+	c, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, err
+	}
+	return NewAPIObjectsFor(c, nodeName), nil
+}
+
+// NewAPIObjectsFor wraps an existing client.
+func NewAPIObjectsFor(c kubernetes.Interface, nodeName string) *APIObjects {
+	return &APIObjects{client: c, nodeName: nodeName, cidrTTL: 10 * time.Second}
+}
+
+func (a *APIObjects) GetSecret(ctx context.Context, ns, name string) (*corev1.Secret, error) {
+	return a.client.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
+}
+
+func (a *APIObjects) GetConfigMap(ctx context.Context, ns, name string) (*corev1.ConfigMap, error) {
+	return a.client.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
+}
+
+// PodCIDR is the Node's spec.podCIDR ("" when unassigned or unreadable),
+// read at most every 10 seconds.
+func (a *APIObjects) PodCIDR(ctx context.Context) string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if time.Since(a.cidrAt) < a.cidrTTL {
+		return a.cidr
+	}
+	a.cidrAt = time.Now()
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	n, err := a.client.CoreV1().Nodes().Get(cctx, a.nodeName, metav1.GetOptions{})
+	if err == nil {
+		a.cidr = n.Spec.PodCIDR
+	}
+	return a.cidr
+}

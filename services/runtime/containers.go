@@ -1,0 +1,255 @@
+package runtime
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// containerInputs is what generateContainerConfig needs besides the spec.
+type containerInputs struct {
+	Kind         string
+	RestartCount int
+	ImageRef     string
+	Image        *runtimeapi.Image
+	PodIPs       []string
+	Volumes      map[string]string
+	EtcHosts     string
+	TermFile     string
+}
+
+// containerConfig is the kubelet's generateContainerConfig.
+func (m *Manager) containerConfig(ctx context.Context, pod *corev1.Pod, c *corev1.Container, in containerInputs) (*runtimeapi.ContainerConfig, error) {
+	if err := verifyRunAsNonRoot(pod, c, in.Image); err != nil {
+		return nil, err
+	}
+	order, env, err := containerEnv(ctx, pod, c, envInputs{PodIPs: in.PodIPs, HostIPs: m.hostIPs, Node: m.capacity, Objects: m.objects})
+	if err != nil {
+		return nil, err
+	}
+	mounts, err := containerMounts(pod, c, in.Volumes, in.EtcHosts, in.TermFile)
+	if err != nil {
+		return nil, err
+	}
+	lookup := mappingFor(env)
+	cmd := make([]string, 0, len(c.Command))
+	for _, s := range c.Command {
+		cmd = append(cmd, expand(s, lookup))
+	}
+	args := make([]string, 0, len(c.Args))
+	for _, s := range c.Args {
+		args = append(args, expand(s, lookup))
+	}
+	envs := make([]*runtimeapi.KeyValue, 0, len(order))
+	for _, k := range order {
+		envs = append(envs, &runtimeapi.KeyValue{Key: k, Value: []byte(env[k])})
+	}
+	return &runtimeapi.ContainerConfig{
+		Metadata:    &runtimeapi.ContainerMetadata{Name: c.Name, Attempt: uint32(in.RestartCount)},
+		Image:       &runtimeapi.ImageSpec{Image: in.ImageRef, UserSpecifiedImage: c.Image},
+		Command:     cmd,
+		Args:        args,
+		WorkingDir:  c.WorkingDir,
+		Envs:        envs,
+		Mounts:      mounts,
+		Labels:      containerLabels(pod, c),
+		Annotations: containerAnnotations(pod, c, in.Kind, in.RestartCount),
+		LogPath:     filepath.Join(c.Name, fmt.Sprintf("%d.log", in.RestartCount)),
+		Stdin:       c.Stdin,
+		StdinOnce:   c.StdinOnce,
+		Tty:         c.TTY,
+		Linux: &runtimeapi.LinuxContainerConfig{
+			Resources:       containerResources(pod, c, m.capacity.Memory.Value()),
+			SecurityContext: containerSecurityContext(pod, c, in.Image),
+		},
+	}, nil
+}
+
+// restartCountOf is the restart count of c's next instance: one more than
+// its newest instance's, or, when CRI has none (the runtime lost its state
+// or GC removed them), one more than the newest log file's number, as the
+// kubelet's calcRestartCountByLogDir.
+func restartCountOf(pr *podRuntime, name, logDir string) int {
+	if last := pr.newest(name); last != nil {
+		return last.RestartCount + 1
+	}
+	entries, err := os.ReadDir(filepath.Join(logDir, name))
+	if err != nil {
+		return 0
+	}
+	n := -1
+	for _, e := range entries {
+		base, ok := strings.CutSuffix(e.Name(), ".log")
+		if !ok {
+			continue
+		}
+		base, _, _ = strings.Cut(base, ".") // rotated: N.log.<time>
+		if v, err := strconv.Atoi(base); err == nil && v > n {
+			n = v
+		}
+	}
+	return n + 1
+}
+
+// terminationMessageFile creates the host file behind c's
+// terminationMessagePath: <podDir>/containers/<name>/<random>.
+func terminationMessageFile(stateDir string, pod *corev1.Pod, c *corev1.Container) (string, error) {
+	if c.TerminationMessagePath == "" {
+		return "", nil
+	}
+	dir := filepath.Join(podDir(stateDir, string(pod.UID)), "containers", c.Name)
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return "", err
+	}
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	p := filepath.Join(dir, hex.EncodeToString(b))
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY, 0o666)
+	if err != nil {
+		return "", err
+	}
+	// Writable by any user the container may run as.
+	_ = f.Chmod(0o666)
+	return p, f.Close()
+}
+
+// startContainer is the kubelet's startContainer: back-off, image, config,
+// CreateContainer, StartContainer, PostStart. It returns why the container
+// waits when it could not start it.
+func (m *Manager) startContainer(ctx context.Context, pod *corev1.Pod, ts containerToStart, sb *sandboxInfo,
+	sbConfig *runtimeapi.PodSandboxConfig, volumes map[string]string, pr *podRuntime) *waitError {
+	c := ts.Spec
+	event := func(typ, reason, msg string) { m.event(pod, c, ts.Kind, typ, reason, msg) }
+	var id string
+	restartCount := -1
+	if ts.Replace != nil {
+		st := m.state(string(pod.UID))
+		st.mu.Lock()
+		st.replaced[c.Name]++
+		tooMany := st.replaced[c.Name] > maxReplacements
+		st.mu.Unlock()
+		if tooMany {
+			// Something keeps cancelling its start: a crash after all.
+			ts.Dead, ts.Replace = ts.Replace, nil
+		} else {
+			m.log.Info("Replacing container whose start was interrupted", "pod", podRef(pod), "podUID", pod.UID,
+				"containerName", c.Name, "containerID", ts.Replace.ID)
+			if err := m.rs.RemoveContainer(ctx, ts.Replace.ID); err != nil && !isNotFound(err) {
+				return &waitError{Reason: reasonContainerCreating, Message: err.Error(), Retry: time.Second}
+			}
+			restartCount = ts.Replace.RestartCount
+		}
+	}
+	if ts.Existing != nil {
+		// Created before nodelet-runtime was killed, never started: start
+		// it rather than create a second one.
+		id = ts.Existing.ID
+	} else {
+		if ts.Dead != nil {
+			key := string(pod.UID) + "_" + c.Name
+			if wait := m.backoff.ContainerFailed(key, ts.Dead.ID, ts.Dead.StartedAt, ts.Dead.FinishedAt); wait > 0 {
+				_, of := m.backoff.Remaining(key)
+				event(corev1.EventTypeWarning, "BackOff", fmt.Sprintf("Back-off restarting failed container %s in pod %s", c.Name, podString(pod)))
+				return &waitError{Reason: reasonCrashLoopBackOff, Retry: wait,
+					Message: fmt.Sprintf("back-off %v restarting failed container=%s pod=%s", of, c.Name, podString(pod))}
+			}
+		}
+		auths, secretErr := pullSecretAuths(ctx, m.objects, pod, c.Image)
+		if secretErr != nil {
+			m.log.Warn("Image pull secrets", "pod", podRef(pod), "podUID", pod.UID, "err", secretErr)
+			event(corev1.EventTypeWarning, "FailedToRetrieveImagePullSecret", secretErr.Error())
+		}
+		imageRef, img, werr := m.images.ensure(ctx, pod, c, auths, sbConfig, event)
+		if werr != nil {
+			return werr
+		}
+		if restartCount < 0 {
+			restartCount = restartCountOf(pr, c.Name, sbConfig.LogDirectory)
+		}
+		in := containerInputs{
+			Kind: ts.Kind, RestartCount: restartCount,
+			ImageRef: imageRef, Image: img, PodIPs: sb.IPs, Volumes: volumes,
+		}
+		var err error
+		if in.EtcHosts, err = m.etcHosts(pod, sb); err != nil {
+			return m.configError(event, err)
+		}
+		if in.TermFile, err = terminationMessageFile(m.cfg.Node.StateDir, pod, c); err != nil {
+			return m.configError(event, err)
+		}
+		cfg, err := m.containerConfig(ctx, pod, c, in)
+		if err != nil {
+			return m.configError(event, err)
+		}
+		if err := mkdirAll(filepath.Join(sbConfig.LogDirectory, c.Name), 0o755); err != nil {
+			return m.configError(event, err)
+		}
+		id, err = m.rs.CreateContainer(ctx, sb.ID, cfg, sbConfig)
+		if err != nil {
+			event(corev1.EventTypeWarning, "Failed", "Error: "+err.Error())
+			return &waitError{Reason: reasonCreateContainerError, Message: err.Error(), Retry: 2 * time.Second}
+		}
+		event(corev1.EventTypeNormal, "Created", "Created container: "+c.Name)
+	}
+	if err := m.rs.StartContainer(ctx, id); err != nil {
+		if strings.Contains(err.Error(), "already in starting state") {
+			// A start asked for by a killed nodelet-runtime is still under
+			// way: wait for it.
+			return &waitError{Reason: reasonContainerCreating, Message: "the container is being started", Retry: time.Second}
+		}
+		event(corev1.EventTypeWarning, "Failed", "Error: "+err.Error())
+		return &waitError{Reason: reasonRunContainerError, Message: err.Error(), Retry: time.Second}
+	}
+	event(corev1.EventTypeNormal, "Started", "Started container "+c.Name)
+	if c.Lifecycle != nil && c.Lifecycle.PostStart != nil {
+		hctx, cancel := context.WithTimeout(ctx, m.cfg.Runtime.RuntimeRequestTimeout)
+		msg, err := m.runHook(hctx, pod, c, id, c.Lifecycle.PostStart, sb.IPs)
+		cancel()
+		if err != nil {
+			m.log.Info("PostStart hook failed", "pod", podRef(pod), "podUID", pod.UID, "containerName", c.Name, "err", err)
+			event(corev1.EventTypeWarning, "FailedPostStartHook", msg)
+			info := &containerInfo{ID: id, Name: c.Name, State: runtimeapi.ContainerState_CONTAINER_RUNNING}
+			if kerr := m.killContainer(ctx, pod, info, m.containerGrace(pod, info, nil), false,
+				fmt.Sprintf("FailedPostStartHook"), ""); kerr != nil {
+				m.log.Error("Cannot kill container after its PostStart hook failed", "pod", podRef(pod), "containerName", c.Name, "err", kerr)
+			}
+			return &waitError{Reason: reasonPostStartHookError, Message: msg}
+		}
+	}
+	return nil
+}
+
+// maxReplacements bounds how often a container whose start was interrupted
+// is replaced without back-off.
+const maxReplacements = 3
+
+func (m *Manager) configError(event func(typ, reason, msg string), err error) *waitError {
+	event(corev1.EventTypeWarning, "Failed", "Error: "+err.Error())
+	return &waitError{Reason: reasonCreateConfigError, Message: err.Error(), Retry: 5 * time.Second}
+}
+
+// etcHosts writes the pod's managed /etc/hosts, unless the container
+// runtime must not touch it (a pod that mounts its own is handled per
+// container).
+func (m *Manager) etcHosts(pod *corev1.Pod, sb *sandboxInfo) (string, error) {
+	host, err := podHostname(pod, m.dns.ClusterDomain)
+	if err != nil {
+		return "", err
+	}
+	domain := ""
+	if h, d, ok := strings.Cut(host, "."); ok {
+		host, domain = h, d
+	} else if pod.Spec.Subdomain != "" {
+		domain = fmt.Sprintf("%s.%s.svc.%s", pod.Spec.Subdomain, pod.Namespace, m.dns.ClusterDomain)
+	}
+	return writeEtcHosts(m.cfg.Node.StateDir, pod, sb.IPs, host, domain)
+}

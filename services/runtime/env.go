@@ -1,0 +1,243 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// envInputs is what the downward API reads besides the pod.
+type envInputs struct {
+	PodIPs  []string
+	HostIPs []string
+	Node    nodeCapacity
+	Objects ObjectGetter
+}
+
+// containerEnv is the kubelet's makeEnvironmentVariables: envFrom first,
+// then env in order, each value with $(VAR) references to the variables
+// before it expanded, fieldRef and resourceFieldRef resolved, and
+// configMap/secret keys read through the ObjectGetter.
+func containerEnv(ctx context.Context, pod *corev1.Pod, c *corev1.Container, in envInputs) ([]string, map[string]string, error) {
+	env := map[string]string{}
+	var order []string
+	set := func(k, v string) {
+		if _, ok := env[k]; !ok {
+			order = append(order, k)
+		}
+		env[k] = v
+	}
+	for _, from := range c.EnvFrom {
+		switch {
+		case from.ConfigMapRef != nil:
+			optional := from.ConfigMapRef.Optional != nil && *from.ConfigMapRef.Optional
+			cm, err := getConfigMap(ctx, in.Objects, pod.Namespace, from.ConfigMapRef.Name)
+			if err != nil {
+				if optional {
+					continue
+				}
+				return nil, nil, err
+			}
+			for k, v := range cm.Data {
+				set(from.Prefix+k, v)
+			}
+		case from.SecretRef != nil:
+			optional := from.SecretRef.Optional != nil && *from.SecretRef.Optional
+			s, err := getSecret(ctx, in.Objects, pod.Namespace, from.SecretRef.Name)
+			if err != nil {
+				if optional {
+					continue
+				}
+				return nil, nil, err
+			}
+			for k, v := range s.Data {
+				set(from.Prefix+k, string(v))
+			}
+		}
+	}
+	for _, e := range c.Env {
+		v := e.Value
+		if e.ValueFrom == nil {
+			set(e.Name, expand(v, mappingFor(env)))
+			continue
+		}
+		var err error
+		switch f := e.ValueFrom; {
+		case f.FieldRef != nil:
+			v, err = fieldValue(pod, f.FieldRef.FieldPath, in)
+		case f.ResourceFieldRef != nil:
+			v, err = resourceValue(pod, c, f.ResourceFieldRef, in.Node)
+		case f.ConfigMapKeyRef != nil:
+			ref := f.ConfigMapKeyRef
+			optional := ref.Optional != nil && *ref.Optional
+			cm, gerr := getConfigMap(ctx, in.Objects, pod.Namespace, ref.Name)
+			if gerr != nil {
+				if optional {
+					continue
+				}
+				return nil, nil, gerr
+			}
+			val, ok := cm.Data[ref.Key]
+			if !ok {
+				if optional {
+					continue
+				}
+				return nil, nil, fmt.Errorf("couldn't find key %s in ConfigMap %s/%s", ref.Key, pod.Namespace, ref.Name)
+			}
+			v = val
+		case f.SecretKeyRef != nil:
+			ref := f.SecretKeyRef
+			optional := ref.Optional != nil && *ref.Optional
+			s, gerr := getSecret(ctx, in.Objects, pod.Namespace, ref.Name)
+			if gerr != nil {
+				if optional {
+					continue
+				}
+				return nil, nil, gerr
+			}
+			val, ok := s.Data[ref.Key]
+			if !ok {
+				if optional {
+					continue
+				}
+				return nil, nil, fmt.Errorf("couldn't find key %s in Secret %s/%s", ref.Key, pod.Namespace, ref.Name)
+			}
+			v = string(val)
+		default:
+			continue
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("env %s: %w", e.Name, err)
+		}
+		set(e.Name, v)
+	}
+	out := make([]string, 0, len(order))
+	for _, k := range order {
+		out = append(out, k)
+	}
+	return out, env, nil
+}
+
+func getConfigMap(ctx context.Context, objs ObjectGetter, ns, name string) (*corev1.ConfigMap, error) {
+	if objs == nil {
+		return nil, fmt.Errorf("configmap %q not found: no API server and no config maps given to the runtime", name)
+	}
+	cm, err := objs.GetConfigMap(ctx, ns, name)
+	if err != nil {
+		return nil, fmt.Errorf("configmap %q not found: %w", name, err)
+	}
+	return cm, nil
+}
+
+func getSecret(ctx context.Context, objs ObjectGetter, ns, name string) (*corev1.Secret, error) {
+	if objs == nil {
+		return nil, fmt.Errorf("secret %q not found: no API server and no secrets given to the runtime", name)
+	}
+	s, err := objs.GetSecret(ctx, ns, name)
+	if err != nil {
+		return nil, fmt.Errorf("secret %q not found: %w", name, err)
+	}
+	return s, nil
+}
+
+// fieldValue resolves a downward API fieldRef for env.
+func fieldValue(pod *corev1.Pod, path string, in envInputs) (string, error) {
+	if key, ok := subscript(path, "metadata.labels"); ok {
+		return pod.Labels[key], nil
+	}
+	if key, ok := subscript(path, "metadata.annotations"); ok {
+		return pod.Annotations[key], nil
+	}
+	first := func(l []string) string {
+		if len(l) == 0 {
+			return ""
+		}
+		return l[0]
+	}
+	switch path {
+	case "metadata.name":
+		return pod.Name, nil
+	case "metadata.namespace":
+		return pod.Namespace, nil
+	case "metadata.uid":
+		return string(pod.UID), nil
+	case "spec.nodeName":
+		return pod.Spec.NodeName, nil
+	case "spec.serviceAccountName":
+		return pod.Spec.ServiceAccountName, nil
+	case "status.podIP":
+		return first(in.PodIPs), nil
+	case "status.podIPs":
+		return strings.Join(in.PodIPs, ","), nil
+	case "status.hostIP":
+		return first(in.HostIPs), nil
+	case "status.hostIPs":
+		return strings.Join(in.HostIPs, ","), nil
+	}
+	return "", fmt.Errorf("unsupported fieldPath %q", path)
+}
+
+// subscript parses prefix['key'].
+func subscript(path, prefix string) (string, bool) {
+	rest, ok := strings.CutPrefix(path, prefix+"['")
+	if !ok || !strings.HasSuffix(rest, "']") {
+		return "", false
+	}
+	return strings.TrimSuffix(rest, "']"), true
+}
+
+// resourceValue resolves a resourceFieldRef: limits default to the node's
+// capacity, values are rounded up in units of the divisor.
+func resourceValue(pod *corev1.Pod, self *corev1.Container, ref *corev1.ResourceFieldSelector, node nodeCapacity) (string, error) {
+	c := self
+	if ref.ContainerName != "" {
+		c = nil
+		for _, list := range [][]corev1.Container{pod.Spec.Containers, pod.Spec.InitContainers} {
+			for i := range list {
+				if list[i].Name == ref.ContainerName {
+					c = &list[i]
+				}
+			}
+		}
+		if c == nil {
+			return "", fmt.Errorf("container %q not found in pod", ref.ContainerName)
+		}
+	}
+	divisor := ref.Divisor
+	if divisor.IsZero() {
+		divisor = resource.MustParse("1")
+	}
+	pick := func(l corev1.ResourceList, n corev1.ResourceName, def resource.Quantity) resource.Quantity {
+		if q, ok := l[n]; ok && !q.IsZero() {
+			return q
+		}
+		return def
+	}
+	var q resource.Quantity
+	cpu := false
+	switch ref.Resource {
+	case "limits.cpu":
+		q, cpu = pick(c.Resources.Limits, corev1.ResourceCPU, node.CPU), true
+	case "requests.cpu":
+		q, cpu = pick(c.Resources.Requests, corev1.ResourceCPU, resource.Quantity{}), true
+	case "limits.memory":
+		q = pick(c.Resources.Limits, corev1.ResourceMemory, node.Memory)
+	case "requests.memory":
+		q = pick(c.Resources.Requests, corev1.ResourceMemory, resource.Quantity{})
+	case "limits.ephemeral-storage":
+		q = pick(c.Resources.Limits, corev1.ResourceEphemeralStorage, node.EphemeralStorage)
+	case "requests.ephemeral-storage":
+		q = pick(c.Resources.Requests, corev1.ResourceEphemeralStorage, resource.Quantity{})
+	default:
+		return "", fmt.Errorf("unsupported container resource %q", ref.Resource)
+	}
+	if cpu {
+		return strconv.FormatInt(int64(math.Ceil(float64(q.MilliValue())/float64(divisor.MilliValue()))), 10), nil
+	}
+	return strconv.FormatInt(int64(math.Ceil(float64(q.Value())/float64(divisor.Value()))), 10), nil
+}

@@ -1,0 +1,282 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/nodelet/nodelet/schemas"
+)
+
+// minGracePeriod is the least time a container gets between SIGTERM and
+// SIGKILL, the kubelet's minimumGracePeriodInSeconds.
+const minGracePeriod = 2
+
+// defaultGracePeriod when neither the pod nor the container's annotations
+// say.
+const defaultGracePeriod = 30
+
+// containerGrace is the grace period to stop c with: the probe's own when
+// given, else the pod's deletion grace period, else its
+// terminationGracePeriodSeconds, from the spec or (when the spec is gone)
+// from the container's annotations.
+func (m *Manager) containerGrace(pod *corev1.Pod, c *containerInfo, probeGrace *int64) int64 {
+	switch {
+	case pod != nil && pod.DeletionGracePeriodSeconds != nil:
+		return *pod.DeletionGracePeriodSeconds
+	case probeGrace != nil:
+		return *probeGrace
+	case pod != nil && pod.Spec.TerminationGracePeriodSeconds != nil:
+		return *pod.Spec.TerminationGracePeriodSeconds
+	case pod != nil:
+		return defaultGracePeriod
+	case c.DeletionGracePeriod != nil:
+		return *c.DeletionGracePeriod
+	case c.TerminationGracePeriod != nil:
+		return *c.TerminationGracePeriod
+	}
+	return defaultGracePeriod
+}
+
+// specOf finds container name in pod (init or app), nil when absent.
+func specOf(pod *corev1.Pod, name string) *corev1.Container {
+	if pod == nil {
+		return nil
+	}
+	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range list {
+			if list[i].Name == name {
+				return &list[i]
+			}
+		}
+	}
+	return nil
+}
+
+// killContainer is the kubelet's killContainer: the Killing event, the
+// PreStop hook within the grace period, then StopContainer with what is
+// left of it (at least 2 s, unless the grace period is forced). pod may be
+// nil (the pod left the sources and nodelet-runtime restarted since):
+// hooks then come from the container's annotations.
+func (m *Manager) killContainer(ctx context.Context, pod *corev1.Pod, c *containerInfo, grace int64, forced bool, message, reason string) error {
+	spec := specOf(pod, c.Name)
+	kind := c.Kind
+	if pod != nil {
+		kind = containerKind(pod, c.Name)
+	}
+	if message == "" {
+		message = "Stopping container " + c.Name
+	}
+	if spec != nil {
+		m.event(pod, spec, kind, corev1.EventTypeNormal, "Killing", message)
+	}
+	preStop := c.PreStop
+	if spec != nil {
+		preStop = nil
+		if spec.Lifecycle != nil {
+			preStop = spec.Lifecycle.PreStop
+		}
+	}
+	if preStop != nil && grace > 0 && c.running() {
+		began := m.clock.Now()
+		hctx, cancel := context.WithTimeout(ctx, time.Duration(grace)*time.Second)
+		done := make(chan struct{})
+		var msg string
+		var err error
+		go func() {
+			defer close(done)
+			hookSpec := spec
+			if hookSpec == nil {
+				hookSpec = &corev1.Container{Name: c.Name, Ports: c.Ports}
+			}
+			msg, err = m.runHook(hctx, pod, hookSpec, c.ID, preStop, m.podIPsOf(ctx, c.SandboxID))
+		}()
+		select {
+		case <-done:
+		case <-hctx.Done():
+		}
+		cancel()
+		<-done
+		if err != nil {
+			m.log.Info("PreStop hook failed", "containerName", c.Name, "containerID", c.ID, "err", err)
+			if spec != nil {
+				m.event(pod, spec, kind, corev1.EventTypeWarning, "FailedPreStopHook", msg)
+			}
+		}
+		grace -= int64(m.clock.Since(began).Seconds())
+	}
+	if !forced && grace < minGracePeriod {
+		grace = minGracePeriod
+	}
+	if grace < 0 {
+		grace = 0
+	}
+	m.log.Info("Killing container with a grace period", "containerName", c.Name, "containerID", c.ID, "gracePeriod", grace, "reason", reason)
+	if err := m.rs.StopContainer(ctx, c.ID, grace); err != nil && !isNotFound(err) {
+		return fmt.Errorf("stop container %s (%s): %w", c.Name, c.ID, err)
+	}
+	return nil
+}
+
+// podIPsOf is a sandbox's IPs (for a PreStop HTTP hook), nil when unknown.
+func (m *Manager) podIPsOf(ctx context.Context, sandboxID string) []string {
+	resp, err := m.rs.PodSandboxStatus(ctx, sandboxID, false)
+	if err != nil {
+		return nil
+	}
+	var ips []string
+	if ip := resp.GetStatus().GetNetwork().GetIp(); ip != "" {
+		ips = append(ips, ip)
+	}
+	return ips
+}
+
+// killPod stops every running or created container of the pod — app
+// containers in parallel first, then sidecars one by one in reverse order
+// with what is left of the grace period — and then the pod's sandboxes.
+// grace overrides the containers' grace periods when not nil.
+func (m *Manager) killPod(ctx context.Context, pod *corev1.Pod, pr *podRuntime, grace *int64) error {
+	var apps, sidecars []*containerInfo
+	for _, c := range pr.active() {
+		kind := c.Kind
+		if pod != nil {
+			kind = containerKind(pod, c.Name)
+		}
+		if kind == schemas.ContainerKindSidecar {
+			sidecars = append(sidecars, c)
+		} else {
+			apps = append(apps, c)
+		}
+	}
+	// Sidecars stop in the reverse of their spec order (the reverse of
+	// their creation order when the spec is gone).
+	order := func(name string) int {
+		if pod != nil {
+			for i := range pod.Spec.InitContainers {
+				if pod.Spec.InitContainers[i].Name == name {
+					return i
+				}
+			}
+		}
+		return -1
+	}
+	for i := 1; i < len(sidecars); i++ {
+		for j := i; j > 0; j-- {
+			a, b := sidecars[j-1], sidecars[j]
+			oa, ob := order(a.Name), order(b.Name)
+			if oa < ob || (oa == ob && a.CreatedAt.Before(b.CreatedAt)) {
+				sidecars[j-1], sidecars[j] = b, a
+			}
+		}
+	}
+	began := m.clock.Now()
+	gracePeriod := func(c *containerInfo) (int64, bool) {
+		if grace != nil {
+			return *grace, true
+		}
+		return m.containerGrace(pod, c, nil), false
+	}
+	var mu sync.Mutex
+	var errs []error
+	var wg sync.WaitGroup
+	for _, c := range apps {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			g, forced := gracePeriod(c)
+			if err := m.killContainer(ctx, pod, c, g, forced, "", "Killing"); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	for _, c := range sidecars {
+		g, forced := gracePeriod(c)
+		g = max(0, g-int64(m.clock.Since(began).Seconds()))
+		if err := m.killContainer(ctx, pod, c, g, forced, "", "Killing"); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	for _, sb := range pr.Sandboxes {
+		if !sb.Ready {
+			continue
+		}
+		if err := m.rs.StopPodSandbox(ctx, sb.ID); err != nil && !isNotFound(err) {
+			return fmt.Errorf("stop sandbox %s: %w", sb.ID, err)
+		}
+	}
+	return nil
+}
+
+// removePod removes a killed pod that left the sources: its sandboxes
+// (and with them its containers), its volumes, directories, logs and
+// cgroups.
+func (m *Manager) removePod(ctx context.Context, uid string, pod *corev1.Pod, pr *podRuntime) error {
+	var errs []error
+	for _, sb := range pr.Sandboxes {
+		if err := m.rs.RemovePodSandbox(ctx, sb.ID); err != nil && !isNotFound(err) {
+			errs = append(errs, fmt.Errorf("remove sandbox %s: %w", sb.ID, err))
+		}
+	}
+	// Containers of no sandbox (left by a failed sandbox creation).
+	for _, c := range pr.Containers {
+		if err := m.rs.RemoveContainer(ctx, c.ID); err != nil && !isNotFound(err) {
+			errs = append(errs, fmt.Errorf("remove container %s: %w", c.ID, err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if err := m.volumes.Teardown(ctx, uid); err != nil {
+		return fmt.Errorf("tear down volumes: %w", err)
+	}
+	_ = os.RemoveAll(podDir(m.cfg.Node.StateDir, uid))
+	ns, name := pr.Namespace, pr.Name
+	if pod != nil {
+		ns, name = pod.Namespace, pod.Name
+	}
+	if name != "" {
+		_ = os.RemoveAll(podLogDirOf(m.cfg.Node.PodLogsDir, ns, name, uid))
+	}
+	for _, parent := range m.cgroupParentsOf(uid, pod) {
+		removePodCgroups(parent)
+	}
+	return nil
+}
+
+// cgroupParentsOf lists where the pod's cgroup may be (its QoS class may
+// not be known once the spec is gone).
+func (m *Manager) cgroupParentsOf(uid string, pod *corev1.Pod) []string {
+	if pod != nil {
+		return []string{m.cgroupParent(pod)}
+	}
+	p := &corev1.Pod{}
+	p.UID = types.UID(uid)
+	var out []string
+	for _, q := range []corev1.PodQOSClass{corev1.PodQOSGuaranteed, corev1.PodQOSBurstable, corev1.PodQOSBestEffort} {
+		p.Status.QOSClass = q
+		out = append(out, m.cgroupParent(p))
+	}
+	return out
+}
+
+// stopSandboxes stops ready sandboxes that are not the pod's current one.
+func (m *Manager) stopSandboxes(ctx context.Context, sbs []*sandboxInfo) error {
+	for _, sb := range sbs {
+		if err := m.rs.StopPodSandbox(ctx, sb.ID); err != nil && !isNotFound(err) {
+			return fmt.Errorf("stop sandbox %s: %w", sb.ID, err)
+		}
+	}
+	return nil
+}

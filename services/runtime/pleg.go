@@ -1,0 +1,157 @@
+package runtime
+
+import (
+	"context"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// relistLoop is the PLEG: every relistPeriod it lists nodelet's sandboxes
+// and containers, compares with the last list, and wakes the worker of
+// every pod whose sandboxes or containers changed (started, died, were
+// removed or appeared). The first list wakes every pod CRI, the buckets
+// or the observed state know, which is how a restarted nodelet-runtime
+// takes over its pods.
+func (m *Manager) relistLoop(ctx context.Context) {
+	period := m.cfg.Runtime.RelistPeriod
+	if period <= 0 {
+		period = time.Second
+	}
+	t := m.clock.NewTicker(period)
+	defer t.Stop()
+	var last map[string]string // sandbox or container ID → "<uid> <state>"
+	failing := false
+	for {
+		timeout := m.cfg.Runtime.RuntimeRequestTimeout
+		if timeout <= 0 {
+			timeout = 2 * time.Minute
+		}
+		lctx, cancel := context.WithTimeout(ctx, timeout)
+		pods, err := m.view.all(lctx)
+		cancel()
+		switch {
+		case err != nil && ctx.Err() == nil:
+			if !failing {
+				m.log.Error("Relist failed", "err", err)
+			}
+			failing = true
+		case err == nil:
+			if failing {
+				m.log.Info("Relist works again")
+			}
+			failing = false
+			cur := snapshot(pods)
+			if last == nil {
+				seen := map[string]bool{}
+				for uid := range pods {
+					seen[uid] = true
+				}
+				for _, uid := range m.store.uids() {
+					seen[uid] = true
+				}
+				for _, uid := range m.observed.uids() {
+					seen[uid] = true
+				}
+				for uid := range seen {
+					m.workers.Update(uid)
+				}
+			} else {
+				for uid := range changedPods(last, cur) {
+					m.workers.Update(uid)
+				}
+			}
+			last = cur
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		case <-m.relistWake:
+		}
+	}
+}
+
+// relistNow asks for a relist at once.
+func (m *Manager) relistNow() {
+	select {
+	case m.relistWake <- struct{}{}:
+	default:
+	}
+}
+
+func snapshot(pods map[string]*podRuntime) map[string]string {
+	out := map[string]string{}
+	for uid, p := range pods {
+		for _, sb := range p.Sandboxes {
+			st := "notready"
+			if sb.Ready {
+				st = "ready"
+			}
+			out[sb.ID] = uid + " " + st
+		}
+		for _, c := range p.Containers {
+			out[c.ID] = uid + " " + c.State.String()
+		}
+	}
+	return out
+}
+
+func changedPods(last, cur map[string]string) map[string]bool {
+	out := map[string]bool{}
+	uidOf := func(v string) string {
+		for i := 0; i < len(v); i++ {
+			if v[i] == ' ' {
+				return v[:i]
+			}
+		}
+		return v
+	}
+	for id, v := range cur {
+		if last[id] != v {
+			out[uidOf(v)] = true
+		}
+	}
+	for id, v := range last {
+		if _, ok := cur[id]; !ok {
+			out[uidOf(v)] = true
+		}
+	}
+	return out
+}
+
+// watchContainerEvents follows CRI's container event stream where the
+// runtime offers it (containerd 2.x); each event wakes its pod's worker at
+// once. Events are hints: the relist stays the truth. containerd 1.6
+// answers Unimplemented, and the relist alone does the work.
+func (m *Manager) watchContainerEvents(ctx context.Context) {
+	ch := make(chan *runtimeapi.ContainerEventResponse, 128)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case ev := <-ch:
+				if uid := ev.GetPodSandboxStatus().GetMetadata().GetUid(); uid != "" {
+					m.workers.Update(uid)
+				}
+			}
+		}
+	}()
+	for {
+		err := m.rs.GetContainerEvents(ctx, ch, nil)
+		if ctx.Err() != nil {
+			return
+		}
+		if isUnimplemented(err) {
+			m.log.Info("The container runtime does not stream container events, relisting only", "relistPeriod", m.cfg.Runtime.RelistPeriod)
+			return
+		}
+		m.log.Warn("Container event stream ended, reconnecting", "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.clock.After(5 * time.Second):
+		}
+	}
+}

@@ -1,0 +1,178 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// podLogDir is the kubelet's BuildPodLogsDirectory: <root>/<ns>_<name>_<uid>.
+func podLogDir(root string, pod *corev1.Pod) string {
+	return filepath.Join(root, fmt.Sprintf("%s_%s_%s", pod.Namespace, pod.Name, pod.UID))
+}
+
+// podLogDirOf is podLogDir for a pod known only from CRI labels.
+func podLogDirOf(root, ns, name, uid string) string {
+	return filepath.Join(root, fmt.Sprintf("%s_%s_%s", ns, name, uid))
+}
+
+// cgroupParent is the pod's cgroup under runtime.cgroupRoot, by QoS class
+// as the kubelet lays them out with cgroupfs: Guaranteed pods directly
+// under the root, the others under burstable/ or besteffort/.
+func (m *Manager) cgroupParent(pod *corev1.Pod) string {
+	root := m.cfg.Runtime.CgroupRoot
+	if root == "" {
+		root = "/nodelet"
+	}
+	id := "pod" + string(pod.UID)
+	switch podQOS(pod) {
+	case corev1.PodQOSGuaranteed:
+		return path.Join(root, id)
+	case corev1.PodQOSBurstable:
+		return path.Join(root, "burstable", id)
+	default:
+		return path.Join(root, "besteffort", id)
+	}
+}
+
+// sandboxConfig is the kubelet's generatePodSandboxConfig.
+func (m *Manager) sandboxConfig(pod *corev1.Pod, attempt uint32) (*runtimeapi.PodSandboxConfig, error) {
+	cfg := &runtimeapi.PodSandboxConfig{
+		Metadata: &runtimeapi.PodSandboxMetadata{
+			Name: pod.Name, Namespace: pod.Namespace, Uid: string(pod.UID), Attempt: attempt,
+		},
+		Labels:       podLabels(pod),
+		Annotations:  podAnnotations(pod),
+		LogDirectory: podLogDir(m.cfg.Node.PodLogsDir, pod),
+	}
+	dns, err := podDNS(pod, m.dns)
+	if err != nil {
+		return nil, err
+	}
+	cfg.DnsConfig = dns
+	if !pod.Spec.HostNetwork {
+		host, err := podHostname(pod, m.dns.ClusterDomain)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Hostname = host
+	}
+	for _, c := range pod.Spec.Containers {
+		for _, p := range c.Ports {
+			if p.HostPort <= 0 {
+				continue
+			}
+			cfg.PortMappings = append(cfg.PortMappings, &runtimeapi.PortMapping{
+				Protocol:      protocol(p.Protocol),
+				ContainerPort: p.ContainerPort,
+				HostPort:      p.HostPort,
+				HostIp:        p.HostIP,
+			})
+		}
+	}
+	psc := pod.Spec.SecurityContext
+	lsc := &runtimeapi.LinuxSandboxSecurityContext{
+		NamespaceOptions:   namespaceOptions(pod),
+		SupplementalGroups: supplementalGroups(pod),
+		Privileged:         anyPrivileged(pod),
+	}
+	if psc != nil {
+		if psc.RunAsUser != nil {
+			lsc.RunAsUser = &runtimeapi.Int64Value{Value: *psc.RunAsUser}
+		}
+		if psc.RunAsGroup != nil {
+			lsc.RunAsGroup = &runtimeapi.Int64Value{Value: *psc.RunAsGroup}
+		}
+		lsc.Seccomp = seccompProfile(psc.SeccompProfile)
+	}
+	linux := &runtimeapi.LinuxPodSandboxConfig{
+		CgroupParent:    m.cgroupParent(pod),
+		SecurityContext: lsc,
+	}
+	if psc != nil && len(psc.Sysctls) > 0 {
+		linux.Sysctls = map[string]string{}
+		for _, s := range psc.Sysctls {
+			linux.Sysctls[s.Name] = s.Value
+		}
+	}
+	cfg.Linux = linux
+	return cfg, nil
+}
+
+func protocol(p corev1.Protocol) runtimeapi.Protocol {
+	switch p {
+	case corev1.ProtocolUDP:
+		return runtimeapi.Protocol_UDP
+	case corev1.ProtocolSCTP:
+		return runtimeapi.Protocol_SCTP
+	default:
+		return runtimeapi.Protocol_TCP
+	}
+}
+
+// runtimeHandler maps runtimeClassName to the CRI runtime handler. Without
+// an API server there is no RuntimeClass object to read, so the class name
+// is the handler (containerd's runtimes.<name>).
+func runtimeHandler(pod *corev1.Pod) string {
+	if pod.Spec.RuntimeClassName == nil {
+		return ""
+	}
+	return *pod.Spec.RuntimeClassName
+}
+
+// createSandbox creates the pod's log directory and runs its sandbox.
+func (m *Manager) createSandbox(ctx context.Context, pod *corev1.Pod, attempt uint32) (string, *runtimeapi.PodSandboxConfig, error) {
+	cfg, err := m.sandboxConfig(pod, attempt)
+	if err != nil {
+		return "", nil, err
+	}
+	if err := mkdirAll(cfg.LogDirectory, 0o755); err != nil {
+		return "", cfg, err
+	}
+	if m.sandboxSlots != nil {
+		select {
+		case m.sandboxSlots <- struct{}{}:
+		case <-ctx.Done():
+			return "", cfg, ctx.Err()
+		}
+		defer func() { <-m.sandboxSlots }()
+	}
+	id, err := m.rs.RunPodSandbox(ctx, cfg, runtimeHandler(pod))
+	if err != nil {
+		return "", cfg, err
+	}
+	return id, cfg, nil
+}
+
+// removePodCgroups removes the pod's cgroup directories, deepest first, in
+// every cgroup v1 hierarchy (and the unified one): CRI never removes them.
+// Directories still holding processes stay; a later cleanup retries.
+func removePodCgroups(parent string) {
+	if parent == "" || parent == "/" {
+		return
+	}
+	roots, _ := filepath.Glob("/sys/fs/cgroup/*")
+	roots = append(roots, "/sys/fs/cgroup")
+	for _, r := range roots {
+		dir := filepath.Join(r, parent)
+		if !strings.HasPrefix(dir, r+"/") {
+			continue
+		}
+		var dirs []string
+		_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				dirs = append(dirs, p)
+			}
+			return nil
+		})
+		for i := len(dirs) - 1; i >= 0; i-- {
+			_ = os.Remove(dirs[i])
+		}
+	}
+}

@@ -1,0 +1,311 @@
+package runtime
+
+import (
+	"context"
+	"strings"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/nodelet/nodelet/bus"
+	"github.com/nodelet/nodelet/schemas"
+)
+
+// podRecord is what the bus says about one pod.
+type podRecord struct {
+	UID string
+	// Pod is the newest desired pod. It stays after the pod left the
+	// desired bucket (Gone), so its kill still uses its grace period and
+	// hooks.
+	Pod  *corev1.Pod
+	Gone bool
+	// Unconfirmed: the pod went missing because the bus store was wiped,
+	// not because a source dropped it; it is killed only if the sources,
+	// once ready again, still do not deliver it.
+	Unconfirmed bool
+	Verdict     *schemas.AdmissionVerdict
+	Eviction    *schemas.PodEviction
+}
+
+// store holds the inputs of the runtime as the watches deliver them.
+type store struct {
+	mu      sync.Mutex
+	pods    map[string]*podRecord
+	probes  map[string]map[string]*schemas.ProbeResult // uid → "<container>.<kind>" → result
+	sources *schemas.SourcesReady
+	synced  map[string]bool
+	changed chan struct{}
+}
+
+// watchedBuckets must all be loaded before the workers act.
+var watchedBuckets = []string{bus.BucketDesired, bus.BucketAdmission, bus.BucketProbes, bus.BucketEvictions, bus.BucketSources}
+
+func newStore() *store {
+	return &store{
+		pods:    map[string]*podRecord{},
+		probes:  map[string]map[string]*schemas.ProbeResult{},
+		synced:  map[string]bool{},
+		changed: make(chan struct{}, 1),
+	}
+}
+
+func (s *store) record(uid string) *podRecord {
+	r := s.pods[uid]
+	if r == nil {
+		r = &podRecord{UID: uid}
+		s.pods[uid] = r
+	}
+	return r
+}
+
+// get returns a copy of uid's record, nil when the bus knows nothing of it.
+func (s *store) get(uid string) *podRecord {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.pods[uid]
+	if r == nil {
+		return nil
+	}
+	c := *r
+	return &c
+}
+
+// forget drops a pod that is gone from the bus and the runtime.
+func (s *store) forget(uid string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r := s.pods[uid]; r != nil && r.Gone && r.Verdict == nil && r.Eviction == nil {
+		delete(s.pods, uid)
+	}
+}
+
+func (s *store) uids() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, 0, len(s.pods))
+	for uid := range s.pods {
+		out = append(out, uid)
+	}
+	return out
+}
+
+// probe is the latest result of a probe of a container instance.
+func (s *store) probe(uid, container, kind, id string) *schemas.ProbeResult {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.probes[uid][container+"."+kind]
+	if r == nil || trimContainerID(r.ContainerID) != id {
+		return nil
+	}
+	return r
+}
+
+// sourcesReady: every configured source delivered its first full list and
+// the desired bucket is loaded, so a pod missing from it is truly unknown.
+func (s *store) sourcesReady() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sources != nil && s.sources.AllReady && s.synced[bus.BucketDesired]
+}
+
+func (s *store) setSynced(bucket string, v bool) {
+	s.mu.Lock()
+	s.synced[bucket] = v
+	s.mu.Unlock()
+	select {
+	case s.changed <- struct{}{}:
+	default:
+	}
+}
+
+func (s *store) allSynced() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, b := range watchedBuckets {
+		if !s.synced[b] {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *store) waitSynced(ctx context.Context) error {
+	for !s.allSynced() {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-s.changed:
+		}
+	}
+	return nil
+}
+
+// watchInputs runs the bus watches until ctx is done. Every change wakes
+// the pod's worker.
+func (m *Manager) watchInputs(ctx context.Context) {
+	var wg sync.WaitGroup
+	watch := func(f func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(); err != nil && ctx.Err() == nil {
+				m.log.Error("Watch ended", "err", err)
+			}
+		}()
+	}
+	s := m.store
+	wake := func(uid string) {
+		if m.workers != nil && s.allSynced() {
+			m.workers.Update(uid)
+		}
+	}
+	watch(func() error {
+		return bus.Watch(ctx, m.bus, bus.BucketDesired, ">", func(u bus.Update[schemas.PodDesired]) {
+			switch u.Kind {
+			case bus.Put:
+				if u.Value.Pod == nil {
+					m.log.Error("Desired pod without a pod, ignored", "key", u.Key)
+					return
+				}
+				s.mu.Lock()
+				r := s.record(u.Key)
+				r.Pod, r.Gone, r.Unconfirmed = u.Value.Pod, false, false
+				s.mu.Unlock()
+				wake(u.Key)
+			case bus.Deleted:
+				s.mu.Lock()
+				r := s.record(u.Key)
+				r.Gone, r.Unconfirmed = true, false
+				s.mu.Unlock()
+				wake(u.Key)
+			case bus.Synced:
+				s.setSynced(bus.BucketDesired, true)
+			case bus.Reset:
+				// The store was wiped: forget what the bucket said, keep
+				// the pods (a fresh load follows; nothing is killed before
+				// it is complete).
+				s.mu.Lock()
+				for _, r := range s.pods {
+					if r.Pod != nil && !r.Gone {
+						r.Gone, r.Unconfirmed = true, true
+					}
+				}
+				// Readiness said before the wipe no longer vouches for
+				// the reloaded bucket.
+				s.sources = nil
+				s.mu.Unlock()
+				s.setSynced(bus.BucketDesired, false)
+			}
+		})
+	})
+	watch(func() error {
+		return bus.Watch(ctx, m.bus, bus.BucketAdmission, ">", func(u bus.Update[schemas.AdmissionVerdict]) {
+			switch u.Kind {
+			case bus.Put:
+				s.mu.Lock()
+				s.record(u.Key).Verdict = u.Value
+				s.mu.Unlock()
+				wake(u.Key)
+			case bus.Deleted:
+				s.mu.Lock()
+				if r := s.pods[u.Key]; r != nil {
+					r.Verdict = nil
+				}
+				s.mu.Unlock()
+				wake(u.Key)
+			case bus.Synced:
+				s.setSynced(bus.BucketAdmission, true)
+			case bus.Reset:
+				s.mu.Lock()
+				for _, r := range s.pods {
+					r.Verdict = nil
+				}
+				s.mu.Unlock()
+				s.setSynced(bus.BucketAdmission, false)
+			}
+		})
+	})
+	watch(func() error {
+		return bus.Watch(ctx, m.bus, bus.BucketEvictions, ">", func(u bus.Update[schemas.PodEviction]) {
+			switch u.Kind {
+			case bus.Put:
+				s.mu.Lock()
+				s.record(u.Key).Eviction = u.Value
+				s.mu.Unlock()
+				wake(u.Key)
+			case bus.Deleted:
+				s.mu.Lock()
+				if r := s.pods[u.Key]; r != nil {
+					r.Eviction = nil
+				}
+				s.mu.Unlock()
+			case bus.Synced:
+				s.setSynced(bus.BucketEvictions, true)
+			case bus.Reset:
+				s.setSynced(bus.BucketEvictions, false)
+			}
+		})
+	})
+	watch(func() error {
+		return bus.Watch(ctx, m.bus, bus.BucketProbes, ">", func(u bus.Update[schemas.ProbeResult]) {
+			switch u.Kind {
+			case bus.Put, bus.Deleted:
+				uid, rest, ok := strings.Cut(u.Key, ".")
+				if !ok {
+					m.log.Error("Probe result key is not <uid>.<container>.<kind>, ignored", "key", u.Key)
+					return
+				}
+				s.mu.Lock()
+				if u.Kind == bus.Put {
+					if s.probes[uid] == nil {
+						s.probes[uid] = map[string]*schemas.ProbeResult{}
+					}
+					s.probes[uid][rest] = u.Value
+				} else {
+					delete(s.probes[uid], rest)
+				}
+				s.mu.Unlock()
+				if u.Kind == bus.Put && (u.Value.Probe == schemas.ProbeLiveness || u.Value.Probe == schemas.ProbeStartup) {
+					wake(uid)
+				}
+			case bus.Synced:
+				s.setSynced(bus.BucketProbes, true)
+			case bus.Reset:
+				s.mu.Lock()
+				s.probes = map[string]map[string]*schemas.ProbeResult{}
+				s.mu.Unlock()
+				s.setSynced(bus.BucketProbes, false)
+			}
+		})
+	})
+	watch(func() error {
+		return bus.Watch(ctx, m.bus, bus.BucketSources, bus.KeySourcesReady, func(u bus.Update[schemas.SourcesReady]) {
+			switch u.Kind {
+			case bus.Put:
+				s.mu.Lock()
+				was := s.sources != nil && s.sources.AllReady
+				s.sources = u.Value
+				s.mu.Unlock()
+				if !was && u.Value.AllReady && m.workers != nil {
+					// Orphans and pods lost in a wipe may be killed now.
+					for _, uid := range s.uids() {
+						m.workers.Update(uid)
+					}
+					m.relistNow()
+				}
+			case bus.Deleted:
+				s.mu.Lock()
+				s.sources = nil
+				s.mu.Unlock()
+			case bus.Synced:
+				s.setSynced(bus.BucketSources, true)
+			case bus.Reset:
+				s.mu.Lock()
+				s.sources = nil
+				s.mu.Unlock()
+				s.setSynced(bus.BucketSources, false)
+			}
+		})
+	})
+	wg.Wait()
+}
