@@ -150,6 +150,8 @@ runtime:
   endpoint: %s
   cniConfDir: %s
   cgroupRoot: /nodelet-e2e
+  cniBridgeName: %s
+  cniNetworkName: %s
 %ssources:
   staticPodPath: %s
   fileCheckFrequency: 5s
@@ -158,7 +160,8 @@ runtime:
   nodeStatusUpdateFrequency: 2s
 %sgc:
   containerGCPeriod: 5s
-%s%s`, nodeName, n.StateDir, filepath.Join(dir, "logs"), ctrd.Subnet, o.Node, n.BusListen, ctrd.Endpoint, ctrd.CNIConfDir, o.Runtime,
+%s%s`, nodeName, n.StateDir, filepath.Join(dir, "logs"), ctrd.Subnet, o.Node, n.BusListen, ctrd.Endpoint, ctrd.CNIConfDir,
+		ctrd.BridgeName, ctrd.NetworkName, o.Runtime,
 		n.StaticDir, kubeconfig, n.ReadOnly, o.Status, o.GC, o.Extra)
 	if err := os.WriteFile(n.Config, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)

@@ -111,7 +111,7 @@ func (n *networkState) check(ctx context.Context) {
 	}
 	var cniErr error
 	if m.cfg.Runtime.ManageCNIConfig {
-		cniErr = renderCNIConfig(m.cfg.Runtime.CNIConfDir, cidr)
+		cniErr = renderCNIConfig(m.cfg.Runtime.CNIConfDir, cni.Options{Subnet: cidr, BridgeName: m.cfg.Runtime.CNIBridgeName, NetworkName: m.cfg.Runtime.CNINetworkName})
 	}
 	if cniErr == nil {
 		cniErr = n.validate(ctx)
@@ -248,12 +248,12 @@ func loadedConflist(dir string) (string, []byte, error) {
 	return path, data, nil
 }
 
-// renderCNIConfig writes nodelet's conflist for cidr into dir when its
+// renderCNIConfig writes nodelet's conflist for opts into dir when its
 // content changed.
-func renderCNIConfig(dir, cidr string) error {
-	data, err := cni.Render(cni.Options{Subnet: cidr})
+func renderCNIConfig(dir string, opts cni.Options) error {
+	data, err := cni.Render(opts)
 	if err != nil {
-		return fmt.Errorf("render CNI config for pod CIDR %s: %w", cidr, err)
+		return fmt.Errorf("render CNI config for pod CIDR %s: %w", opts.Subnet, err)
 	}
 	if old, err := os.ReadFile(filepath.Join(dir, cni.DefaultFileName)); err == nil && bytes.Equal(old, data) {
 		return nil

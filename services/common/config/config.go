@@ -100,6 +100,10 @@ type RuntimeConfig struct {
 	CNIBinDirs []string `mapstructure:"cniBinDirs"`
 	// ManageCNIConfig makes the runtime render the conflist for the pod CIDR. Default: true.
 	ManageCNIConfig bool `mapstructure:"manageCNIConfig"`
+	// CNIBridgeName is the Linux bridge of the rendered conflist. Default: nodelet0.
+	CNIBridgeName string `mapstructure:"cniBridgeName"`
+	// CNINetworkName is the network name of the rendered conflist. Default: nodelet.
+	CNINetworkName string `mapstructure:"cniNetworkName"`
 	// CgroupRoot is the parent of every pod cgroup. Default: /nodelet.
 	CgroupRoot string `mapstructure:"cgroupRoot"`
 	// ConfigMapAndSecretChangeDetectionStrategy: Watch, Cache or Get. Default: Watch.

@@ -60,6 +60,8 @@ func Defaults() *Config {
 			CNIConfDir:                    "/etc/nodelet/cni/net.d",
 			CNIBinDirs:                    []string{"/usr/lib/cni", "/opt/cni/bin"},
 			ManageCNIConfig:               true,
+			CNIBridgeName:                 "nodelet0",
+			CNINetworkName:                "nodelet",
 			CgroupRoot:                    "/nodelet",
 			ConfigMapAndSecretChangeDetectionStrategy: "Watch",
 			AllowHostPathForStaticPods:                true,

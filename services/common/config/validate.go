@@ -100,6 +100,15 @@ func (c *Config) Validate() error {
 			return nil
 		},
 		func() error {
+			if n := len(c.Runtime.CNIBridgeName); n == 0 || n > 15 || strings.ContainsAny(c.Runtime.CNIBridgeName, "/ \t") {
+				return &Error{Key: "runtime.cniBridgeName", Problem: fmt.Sprintf("%q must be a Linux interface name of 1 to 15 characters", c.Runtime.CNIBridgeName)}
+			}
+			if c.Runtime.CNINetworkName == "" {
+				return &Error{Key: "runtime.cniNetworkName", Problem: "must not be empty"}
+			}
+			return nil
+		},
+		func() error {
 			if !strings.HasPrefix(c.Runtime.CgroupRoot, "/") {
 				return &Error{Key: "runtime.cgroupRoot", Problem: fmt.Sprintf("%q must start with /", c.Runtime.CgroupRoot)}
 			}
