@@ -1,10 +1,35 @@
-// Package status is nodelet-status.
+// Package status is nodelet-status, the kubelet's status manager, node
+// status and Lease, BirthCry and event recorder, read-only HTTP server and
+// cAdvisor stats as one daemon.
+//
+// It watches the desired pods, admission verdicts, observed runtime state,
+// probe results, evictions, runtime state and node pressure on the bus,
+// computes each pod's v1.PodStatus the way the kubelet's
+// generateAPIPodStatus does (ComputePodStatus), and writes it to the
+// status bucket, never backwards. With a kubeconfig it also writes to the
+// API server: pod statuses, mirror pods, the end of graceful deletion, the
+// Node and its Lease, and every event on the bus.
 package status
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	cadvisorapi "github.com/google/cadvisor/lib/model"
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/bus"
+	"github.com/nodelet/nodelet/services/common/config"
+	"github.com/nodelet/nodelet/services/common/cri"
 	"github.com/nodelet/nodelet/services/common/daemon"
 )
 
@@ -13,8 +38,212 @@ func Spec() daemon.Spec {
 	return daemon.Spec{Component: bus.Status, NeedsCRI: true, Run: Run}
 }
 
-// Run serves until ctx is done.
-func Run(ctx context.Context, env *daemon.Env) error {
+// Options are what a Service runs with. Run builds them from the daemon's
+// environment; tests build them directly.
+type Options struct {
+	Config *config.Config
+	Log    *slog.Logger
+	Bus    *bus.Conn
+	// CRI is the container runtime, for the runtime version, the node's
+	// images and the stats of pods; nil leaves those out.
+	CRI *cri.Clients
+	// Kube is the node's client (sources.kubeconfig); nil runs standalone.
+	Kube kubernetes.Interface
+	// EventsKube posts events, rate limited by status.eventRecordQPS and
+	// eventBurst; nil uses Kube.
+	EventsKube kubernetes.Interface
+	// Clock defaults to the real clock.
+	Clock clock.WithTicker
+	// Machine returns cAdvisor's MachineInfo; nil reads the machine.
+	Machine MachineInfoFunc
+	// Daemons are the daemons /healthz requires a fresh heartbeat from;
+	// nil means every pipeline daemon but status itself.
+	Daemons []string
+}
+
+// Service is a running nodelet-status.
+type Service struct {
+	cfg      *config.Config
+	log      *slog.Logger
+	bus      *bus.Conn
+	cri      *cri.Clients
+	clock    clock.WithTicker
+	nodeName string
+	hostname string
+	hostIPs  []string
+	daemons  []string
+	started  time.Time
+
+	st       *store
+	hb       heartbeats
+	statusW  *bus.Writer
+	nodeW    *bus.Writer
+	metrics  *metrics
+	registry *prometheus.Registry
+	machine  *machineInfo
+	machineF MachineInfoFunc
+	stats    *statsProvider
+	node     *nodeSync
+	api      *apiSync
+	events   *eventPoster
+	httpAddr atomic.Value
+}
+
+// New builds a Service. It checks what can be checked before running: the
+// node's address.
+func New(o Options) (*Service, error) {
+	if o.Config == nil || o.Bus == nil {
+		return nil, fmt.Errorf("status: Config and Bus are required")
+	}
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	if o.Daemons == nil {
+		for _, d := range bus.Daemons {
+			if d != bus.Status {
+				o.Daemons = append(o.Daemons, d)
+			}
+		}
+	}
+	ips, err := NodeAddresses(o.Config.Node.Address)
+	if err != nil {
+		return nil, err
+	}
+	hostname, _ := os.Hostname()
+	s := &Service{
+		cfg: o.Config, log: o.Log, bus: o.Bus, cri: o.CRI, clock: o.Clock,
+		nodeName: o.Config.Node.Name, hostname: strings.ToLower(hostname), hostIPs: ips,
+		daemons: o.Daemons, started: o.Clock.Now(),
+		st: newStore(), hb: heartbeats{last: map[string]heartbeat{}},
+		registry: prometheus.NewRegistry(), machine: &machineInfo{}, machineF: o.Machine,
+	}
+	if s.hostname == "" {
+		s.hostname = s.nodeName
+	}
+	s.metrics = newMetrics(s.registry, s.st)
+	s.stats = &statsProvider{s: s}
+	s.statusW = bus.NewWriter(o.Bus, bus.BucketStatus, func() {
+		s.st.mu.Lock()
+		s.st.markAllDirty()
+		s.st.mu.Unlock()
+	})
+	s.nodeW = bus.NewWriter(o.Bus, bus.BucketNode, s.st.wakeNode)
+	s.node = newNodeSync(s, o.Kube)
+	if o.Kube != nil {
+		s.api = newAPISync(s, o.Kube)
+		ek := o.EventsKube
+		if ek == nil {
+			ek = o.Kube
+		}
+		s.events = newEventPoster(s, ek)
+	}
+	return s, nil
+}
+
+// machineInfo is cAdvisor's MachineInfo, read once.
+func (s *Service) machineInfo() (*cadvisorapi.MachineInfo, error) {
+	if s.machineF != nil {
+		return s.machineF()
+	}
+	return s.machine.get()
+}
+
+// HTTPAddr is the address the read-only API listens on, once it does.
+func (s *Service) HTTPAddr() string {
+	v, _ := s.httpAddr.Load().(string)
+	return v
+}
+
+// Run serves until ctx ends.
+func (s *Service) Run(ctx context.Context) error {
+	stopHTTP, err := s.listenHTTP(ctx)
+	if err != nil {
+		return err
+	}
+	defer stopHTTP()
+	mode := "standalone"
+	if s.api != nil {
+		mode = "api"
+	}
+	s.log.Info("Starting nodelet-status", "node", s.nodeName, "mode", mode, "nodeIPs", s.hostIPs)
+	// BirthCry: the node agent started. In API mode the events consumer
+	// posts it like every other event.
+	s.emitNodeEvent("Normal", EventStarting, "Starting nodelet.")
+
+	var wg sync.WaitGroup
+	goRun := func(f func()) {
+		wg.Add(1)
+		go func() { defer wg.Done(); f() }()
+	}
+	goRun(func() {
+		s.st.watchAll(ctx, s.bus, func(bucket string, err error) {
+			s.log.Error("Watch failed, retrying", "bucket", bucket, "err", err)
+		})
+	})
+	goRun(func() {
+		if err := s.watchHeartbeats(ctx); err != nil {
+			s.log.Error("Cannot watch heartbeats", "err", err)
+		}
+	})
+	goRun(func() { s.statusLoop(ctx) })
+	goRun(func() { s.node.run(ctx) })
+	if s.api != nil {
+		goRun(func() { s.api.run(ctx) })
+		goRun(func() { s.runLease(ctx, s.api.kube) })
+		goRun(func() { s.events.run(ctx) })
+	}
 	<-ctx.Done()
+	wg.Wait()
 	return nil
+}
+
+// Run is the daemon: it connects to the runtime and, with
+// sources.kubeconfig, to the API server with the node's identity, then
+// serves until ctx ends.
+func Run(ctx context.Context, env *daemon.Env) error {
+	cfg := env.Config
+	o := Options{Config: cfg, Log: env.Log, Bus: env.Bus}
+	clients, err := cri.Connect(ctx, cfg.Runtime.EndpointURL(), cfg.Runtime.ImageEndpoint, cfg.Runtime.RuntimeRequestTimeout)
+	if err != nil {
+		env.Log.Warn("No container runtime: runtime version, images and pod stats are left out", "err", err)
+	} else {
+		o.CRI = clients
+	}
+	if cfg.Sources.Kubeconfig != "" {
+		if o.Kube, o.EventsKube, err = KubeClients(cfg); err != nil {
+			return err
+		}
+	}
+	s, err := New(o)
+	if err != nil {
+		return err
+	}
+	return s.Run(ctx)
+}
+
+// KubeClients builds the node's API clients from sources.kubeconfig: one
+// for objects, rate limited by sources.kubeAPIQPS/kubeAPIBurst, and one for
+// events, rate limited by status.eventRecordQPS/eventBurst (the kubelet's
+// two clients).
+func KubeClients(cfg *config.Config) (kubernetes.Interface, kubernetes.Interface, error) {
+	rc, err := clientcmd.BuildConfigFromFlags("", cfg.Sources.Kubeconfig)
+	if err != nil {
+		return nil, nil, fmt.Errorf("sources.kubeconfig %s: %w", cfg.Sources.Kubeconfig, err)
+	}
+	rc.UserAgent = "nodelet-status/" + cfg.Node.Name
+	rc.QPS, rc.Burst = float32(cfg.Sources.KubeAPIQPS), cfg.Sources.KubeAPIBurst
+	kube, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, nil, err
+	}
+	ec := *rc
+	ec.QPS, ec.Burst = float32(cfg.Status.EventRecordQPS), cfg.Status.EventBurst
+	events, err := kubernetes.NewForConfig(&ec)
+	if err != nil {
+		return nil, nil, err
+	}
+	return kube, events, nil
 }

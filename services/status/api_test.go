@@ -1,0 +1,378 @@
+package status
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/nodelet/nodelet/bus"
+	"github.com/nodelet/nodelet/schemas"
+	"github.com/nodelet/nodelet/services/common/config"
+)
+
+// startAPI runs nodelet-status with the node's identity against the test
+// control plane.
+func (h *harness) startAPI(mut func(*Options)) *runningSvc {
+	h.t.Helper()
+	return h.start(func(o *Options) {
+		o.Kube = cp.NodeClient(h.t)
+		o.EventsKube = cp.NodeClient(h.t)
+		if mut != nil {
+			mut(o)
+		}
+	})
+}
+
+func (h *harness) runtimeReady() {
+	h.t.Helper()
+	h.put(h.runtime, bus.BucketRuntime, bus.KeyRuntimeState, &schemas.RuntimeState{
+		RuntimeReady: true, NetworkReady: true, RuntimeName: "containerd", RuntimeVersion: "1.6.20", PodCIDR: "10.88.0.0/16"})
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// waitPod polls the API pod until ok.
+func waitPod(t *testing.T, c kubernetes.Interface, ns, name, what string, ok func(*corev1.Pod) bool) *corev1.Pod {
+	t.Helper()
+	var last *corev1.Pod
+	var lastErr error
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		last, lastErr = c.CoreV1().Pods(ns).Get(ctxT(t), name, metav1.GetOptions{})
+		if lastErr == nil && ok(last) {
+			return last
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if last != nil {
+		t.Fatalf("timed out waiting for %s; pod status: %+v (err %v)", what, last.Status, lastErr)
+	}
+	t.Fatalf("timed out waiting for %s: %v", what, lastErr)
+	return nil
+}
+
+func nodeCondOf(n *corev1.Node, ct corev1.NodeConditionType) *corev1.NodeCondition {
+	return nodeCond(n, ct)
+}
+
+// TestAPINodeAndLease registers the Node with cAdvisor's capacity, keeps it
+// Ready from the runtime's state, reports status only when it changes (the
+// report period is long here), and renews the Lease only while running.
+func TestAPINodeAndLease(t *testing.T) {
+	h := newHarness(t)
+	h.cfg.Node.Labels = map[string]string{"nodelet.test/role": "api"}
+	h.cfg.Node.Taints = []config.Taint{{Key: "nodelet.test/dedicated", Value: "yes", Effect: "NoSchedule"}}
+	h.cfg.Status.NodeLeaseDurationSeconds = 8 // renewed every 2s
+	h.cfg.Status.NodeStatusReportFrequency = time.Hour
+	h.runtimeReady()
+	s := h.startAPI(nil)
+	admin := cp.AdminClient(t)
+
+	var node *corev1.Node
+	waitFor(t, 60*time.Second, "node-1 Ready", func() bool {
+		n, err := admin.CoreV1().Nodes().Get(ctxT(t), "node-1", metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		node = n
+		c := nodeCondOf(n, corev1.NodeReady)
+		return c != nil && c.Status == corev1.ConditionTrue
+	})
+	info, err := s.machineInfo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := node.Status.Capacity.Cpu().Value(); got != int64(info.NumCores) {
+		t.Errorf("cpu capacity %d, cAdvisor says %d cores", got, info.NumCores)
+	}
+	if got := node.Status.Capacity.Memory().Value(); got != int64(info.MemoryCapacity) {
+		t.Errorf("memory capacity %d, cAdvisor says %d", got, info.MemoryCapacity)
+	}
+	if node.Status.Capacity.StorageEphemeral().IsZero() || node.Status.Allocatable.Memory().Cmp(*node.Status.Capacity.Memory()) >= 0 {
+		t.Errorf("capacity %v allocatable %v", node.Status.Capacity, node.Status.Allocatable)
+	}
+	if node.Labels["nodelet.test/role"] != "api" || node.Labels[corev1.LabelOSStable] != "linux" || node.Labels[corev1.LabelHostname] == "" {
+		t.Errorf("labels = %v", node.Labels)
+	}
+	// (The API server's TaintNodesByCondition admission adds not-ready.)
+	hasTaint := false
+	for _, tn := range node.Spec.Taints {
+		hasTaint = hasTaint || (tn.Key == "nodelet.test/dedicated" && tn.Value == "yes" && tn.Effect == corev1.TaintEffectNoSchedule)
+	}
+	if !hasTaint {
+		t.Errorf("taints = %v", node.Spec.Taints)
+	}
+	if node.Status.NodeInfo.ContainerRuntimeVersion != "containerd://1.6.20" || node.Status.NodeInfo.KubeletVersion == "" {
+		t.Errorf("nodeInfo = %+v", node.Status.NodeInfo)
+	}
+	if len(node.Status.Addresses) == 0 || node.Status.Addresses[0].Address != "10.11.12.13" {
+		t.Errorf("addresses = %v", node.Status.Addresses)
+	}
+
+	// Nothing changes: no status report within the (hour-long) report period.
+	hb := nodeCondOf(node, corev1.NodeReady).LastHeartbeatTime
+	time.Sleep(3 * time.Second)
+	n, _ := admin.CoreV1().Nodes().Get(ctxT(t), "node-1", metav1.GetOptions{})
+	if got := nodeCondOf(n, corev1.NodeReady).LastHeartbeatTime; !got.Equal(&hb) {
+		t.Errorf("node status reported without a change: heartbeat %v -> %v", hb, got)
+	}
+
+	// The network goes down: reported at once, NotReady with the runtime's words.
+	h.put(h.runtime, bus.BucketRuntime, bus.KeyRuntimeState, &schemas.RuntimeState{RuntimeReady: true, RuntimeName: "containerd", RuntimeVersion: "1.6.20",
+		Reason: "NetworkPluginNotReady", Message: "cni config uninitialized"})
+	waitFor(t, 30*time.Second, "node-1 NotReady", func() bool {
+		n, err := admin.CoreV1().Nodes().Get(ctxT(t), "node-1", metav1.GetOptions{})
+		c := nodeCondOf(n, corev1.NodeReady)
+		return err == nil && c.Status == corev1.ConditionFalse && strings.Contains(c.Message, "cni config uninitialized")
+	})
+	h.runtimeReady()
+
+	// The Lease: held by node-1, owned by the Node, renewed every 2s.
+	leases := admin.CoordinationV1().Leases(corev1.NamespaceNodeLease)
+	renewTime := func() time.Time {
+		l, err := leases.Get(ctxT(t), "node-1", metav1.GetOptions{})
+		if err != nil || l.Spec.RenewTime == nil {
+			return time.Time{}
+		}
+		return l.Spec.RenewTime.Time
+	}
+	waitFor(t, 30*time.Second, "the Lease", func() bool { return !renewTime().IsZero() })
+	l, _ := leases.Get(ctxT(t), "node-1", metav1.GetOptions{})
+	if *l.Spec.HolderIdentity != "node-1" || *l.Spec.LeaseDurationSeconds != 8 || len(l.OwnerReferences) != 1 || l.OwnerReferences[0].UID != node.UID {
+		t.Errorf("lease = %+v", l)
+	}
+	advancing := func(what string) {
+		t.Helper()
+		first := renewTime()
+		waitFor(t, 20*time.Second, what, func() bool { return renewTime().After(first) })
+	}
+	advancing("renewTime to advance")
+	advancing("renewTime to advance again")
+
+	s.stop()
+	stopped := renewTime()
+	time.Sleep(6 * time.Second) // three renew intervals
+	if got := renewTime(); !got.Equal(stopped) {
+		t.Errorf("renewTime moved while nodelet-status was stopped: %v -> %v", stopped, got)
+	}
+	h.startAPI(nil)
+	advancing("renewTime to advance after the restart")
+
+	// BirthCry: a Starting event for the node, from the kubelet's source.
+	waitFor(t, 30*time.Second, "the Starting event", func() bool {
+		evs, err := admin.CoreV1().Events(metav1.NamespaceDefault).List(ctxT(t), metav1.ListOptions{
+			FieldSelector: fields.Set{"involvedObject.kind": "Node", "involvedObject.name": "node-1", "reason": EventStarting}.String()})
+		return err == nil && len(evs.Items) > 0 && evs.Items[0].Source.Component == EventSourceComponent && evs.Items[0].Source.Host == "node-1"
+	})
+}
+
+// TestAPIPodStatus: an API pod goes Pending -> Running and Ready in the API
+// with its pod IP and container statuses; kubectl shows it Running; deleted
+// with a grace period, the object goes once the runtime has stopped it.
+func TestAPIPodStatus(t *testing.T) {
+	h := newHarness(t)
+	h.runtimeReady()
+	s := h.startAPI(nil)
+	ns := cp.Namespace(t)
+	admin := cp.AdminClient(t)
+	created, err := admin.CoreV1().Pods(ns).Create(ctxT(t), apiPod(ns, "web", "", "app"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.desire(created, schemas.SourceAPI)
+	h.admit(created)
+	waitPod(t, admin, ns, "web", "Pending with ContainerCreating", func(p *corev1.Pod) bool {
+		return p.Status.Phase == corev1.PodPending && len(p.Status.ContainerStatuses) == 1 &&
+			p.Status.ContainerStatuses[0].State.Waiting != nil && p.Status.ContainerStatuses[0].State.Waiting.Reason == ReasonContainerCreating
+	})
+
+	h.observe(created, runningObserved(created, "10.88.0.20", 1))
+	p := waitPod(t, admin, ns, "web", "Running and Ready", func(p *corev1.Pod) bool {
+		c := findCondition(p.Status.Conditions, corev1.PodReady)
+		return p.Status.Phase == corev1.PodRunning && c != nil && c.Status == corev1.ConditionTrue
+	})
+	cs := p.Status.ContainerStatuses[0]
+	if p.Status.PodIP != "10.88.0.20" || p.Status.HostIP != "10.11.12.13" || cs.ContainerID != "containerd://"+string(created.UID)+"-app" ||
+		!cs.Ready || cs.Started == nil || !*cs.Started || cs.State.Running == nil || cs.ImageID != "sha256:0123" {
+		t.Errorf("API status = %+v", p.Status)
+	}
+	if findCondition(p.Status.Conditions, corev1.PodScheduled) == nil || p.Status.StartTime == nil || p.Status.QOSClass != corev1.PodQOSBestEffort {
+		t.Errorf("API status = %+v", p.Status)
+	}
+	out, err := exec.Command(cp.Kubectl, "--kubeconfig", cp.AdminKubeconfig, "get", "pod", "-n", ns, "web", "--no-headers").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "Running") || !strings.Contains(string(out), "1/1") {
+		t.Errorf("kubectl get pod: %v\n%s", err, out)
+	}
+	// Patches only on change: nothing more is written once converged.
+	rv := p.ResourceVersion
+	time.Sleep(2 * time.Second)
+	if p2, _ := admin.CoreV1().Pods(ns).Get(ctxT(t), "web", metav1.GetOptions{}); p2.ResourceVersion != rv {
+		t.Errorf("pod written again without a change: %+v", p2.Status)
+	}
+
+	// Graceful deletion: the API marks it; sources passes the deletion
+	// timestamp on; the runtime stops it; status finishes the deletion.
+	if err := admin.CoreV1().Pods(ns).Delete(ctxT(t), "web", metav1.DeleteOptions{GracePeriodSeconds: ptrTo(int64(30))}); err != nil {
+		t.Fatal(err)
+	}
+	deleting := waitPod(t, admin, ns, "web", "a deletion timestamp", func(p *corev1.Pod) bool { return p.DeletionTimestamp != nil })
+	h.desire(deleting, schemas.SourceAPI)
+	time.Sleep(time.Second)
+	if _, err := admin.CoreV1().Pods(ns).Get(ctxT(t), "web", metav1.GetOptions{}); err != nil {
+		t.Fatalf("pod deleted while its containers still ran: %v", err)
+	}
+	stopped := runningObserved(created, "10.88.0.20", 2)
+	stopped.Terminated = true
+	stopped.Sandbox.Ready = false
+	stopped.Containers[0].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 143, Reason: "Error"}}
+	h.observe(created, stopped)
+	waitFor(t, 60*time.Second, "the pod object to go", func() bool {
+		_, err := admin.CoreV1().Pods(ns).Get(ctxT(t), "web", metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	})
+	_ = s
+}
+
+// TestAPIRejectedPod: admission's OutOfcpu is the pod's Failed status in the
+// API and in /pods.
+func TestAPIRejectedPod(t *testing.T) {
+	h := newHarness(t)
+	h.runtimeReady()
+	s := h.startAPI(nil)
+	ns := cp.Namespace(t)
+	admin := cp.AdminClient(t)
+	created, err := admin.CoreV1().Pods(ns).Create(ctxT(t), apiPod(ns, "huge", "", "app"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.desire(created, schemas.SourceAPI)
+	h.reject(created, "OutOfcpu", "Node didn't have enough resource: cpu, requested: 64000, used: 0, capacity: 2000")
+	p := waitPod(t, admin, ns, "huge", "Failed", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodFailed })
+	if p.Status.Reason != "OutOfcpu" || !strings.Contains(p.Status.Message, "Node didn't have enough resource: cpu") {
+		t.Errorf("status = %s: %s", p.Status.Reason, p.Status.Message)
+	}
+	var list corev1.PodList
+	getJSON(t, s.Service, "/pods", &list)
+	if len(list.Items) != 1 || list.Items[0].Status.Reason != "OutOfcpu" {
+		t.Errorf("/pods = %+v", list.Items)
+	}
+}
+
+// TestAPIMirrorPod: a static pod's mirror pod appears with the static pod's
+// status; deleted, it comes back; a new version of the static pod replaces
+// it; gone from the node, it goes.
+func TestAPIMirrorPod(t *testing.T) {
+	h := newHarness(t)
+	h.runtimeReady()
+	h.startAPI(nil)
+	ns := cp.Namespace(t)
+	admin := cp.AdminClient(t)
+
+	static := apiPod(ns, "etcd-node-1", "static-uid-1", "etcd")
+	static.Annotations = map[string]string{AnnotationConfigSource: "file", AnnotationConfigHash: "hash-1", "kubernetes.io/config.seen": "2026-01-01T00:00:00Z"}
+	h.desire(static, schemas.SourceFile)
+	h.admit(static)
+	h.observe(static, runningObserved(static, "10.88.0.30", 1))
+	mirror := waitPod(t, admin, ns, "etcd-node-1", "the mirror pod running", func(p *corev1.Pod) bool {
+		return p.Status.Phase == corev1.PodRunning && p.Status.PodIP == "10.88.0.30"
+	})
+	if mirror.Annotations[AnnotationConfigMirror] != "hash-1" || len(mirror.OwnerReferences) != 1 || mirror.OwnerReferences[0].Kind != "Node" {
+		t.Errorf("mirror pod meta = %+v", mirror.ObjectMeta)
+	}
+	if mirror.UID == static.UID {
+		t.Error("the mirror pod has the static pod's UID")
+	}
+	if c := findCondition(mirror.Status.Conditions, corev1.PodReady); c == nil || c.Status != corev1.ConditionTrue {
+		t.Errorf("mirror pod not Ready: %+v", mirror.Status.Conditions)
+	}
+
+	// Deleting the mirror pod recreates it.
+	if err := admin.CoreV1().Pods(ns).Delete(ctxT(t), mirror.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	again := waitPod(t, admin, ns, "etcd-node-1", "a new mirror pod", func(p *corev1.Pod) bool {
+		return p.UID != mirror.UID && p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning
+	})
+
+	// A new version of the static pod (new hash): the mirror is replaced.
+	v2 := static.DeepCopy()
+	v2.Annotations[AnnotationConfigHash] = "hash-2"
+	v2.Spec.Containers[0].Image = "busybox:2"
+	h.desire(v2, schemas.SourceFile)
+	waitPod(t, admin, ns, "etcd-node-1", "the mirror of the new version", func(p *corev1.Pod) bool {
+		return p.UID != again.UID && p.Annotations[AnnotationConfigMirror] == "hash-2" && p.Spec.Containers[0].Image == "busybox:2"
+	})
+
+	// The manifest is removed: the mirror goes with the static pod.
+	h.del(h.sources, bus.BucketDesired, string(static.UID))
+	waitFor(t, 60*time.Second, "the mirror pod to go", func() bool {
+		_, err := admin.CoreV1().Pods(ns).Get(ctxT(t), "etcd-node-1", metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	})
+}
+
+// TestAPIEvents: events on the bus reach the API with the kubelet's source;
+// a repeat is counted on the same object.
+func TestAPIEvents(t *testing.T) {
+	h := newHarness(t)
+	h.runtimeReady()
+	h.startAPI(nil)
+	ns := cp.Namespace(t)
+	admin := cp.AdminClient(t)
+	ref := corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: ns, Name: "web", UID: "uid-ev", FieldPath: "spec.containers{app}"}
+	now := time.Now().UTC()
+	h.runtime.Emit(schemas.Event{Object: ref, Type: corev1.EventTypeNormal, Reason: "Pulled", Message: `Container image "busybox" already present on machine`, Time: now})
+	h.runtime.Emit(schemas.Event{Object: ref, Type: corev1.EventTypeWarning, Reason: "BackOff", Message: "Back-off restarting failed container app", Time: now.Add(time.Second)})
+	h.runtime.Emit(schemas.Event{Object: ref, Type: corev1.EventTypeWarning, Reason: "BackOff", Message: "Back-off restarting failed container app", Time: now.Add(2 * time.Second)})
+	// A message on the stream that does not decode is skipped.
+	if _, err := h.prober.JS.Publish(t.Context(), bus.EventSubject(bus.Prober, "uid-ev"), []byte("{not json")); err != nil {
+		t.Fatal(err)
+	}
+	h.prober.Emit(schemas.Event{Object: ref, Type: corev1.EventTypeWarning, Reason: "Unhealthy", Message: "Readiness probe failed: connection refused", Time: now.Add(3 * time.Second)})
+
+	byReason := map[string]corev1.Event{}
+	err := eventually(60*time.Second, func() error {
+		evs, err := admin.CoreV1().Events(ns).List(ctxT(t), metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		byReason = map[string]corev1.Event{}
+		for _, e := range evs.Items {
+			if _, dup := byReason[e.Reason]; dup {
+				return fmt.Errorf("two %s events", e.Reason)
+			}
+			byReason[e.Reason] = e
+		}
+		if len(byReason) != 3 || byReason["BackOff"].Count != 2 {
+			return fmt.Errorf("events so far: %d, BackOff count %d", len(evs.Items), byReason["BackOff"].Count)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := byReason["Pulled"]
+	if e.Source.Component != EventSourceComponent || e.Source.Host != "node-1" || e.InvolvedObject.UID != types.UID("uid-ev") ||
+		e.InvolvedObject.FieldPath != "spec.containers{app}" || e.Type != corev1.EventTypeNormal || e.Count != 1 {
+		t.Errorf("Pulled event = %+v", e)
+	}
+	if !byReason["BackOff"].FirstTimestamp.Time.Equal(now.Add(time.Second).Truncate(time.Second)) || byReason["BackOff"].LastTimestamp.Time.Before(now.Add(2*time.Second).Truncate(time.Second)) {
+		t.Errorf("BackOff timestamps = %v .. %v", byReason["BackOff"].FirstTimestamp, byReason["BackOff"].LastTimestamp)
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }

@@ -1,0 +1,385 @@
+package status
+
+import (
+	"fmt"
+	goruntime "runtime"
+	"sort"
+	"strings"
+	"time"
+
+	cadvisorapi "github.com/google/cadvisor/lib/model"
+	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodelet/nodelet/schemas"
+	"github.com/nodelet/nodelet/services/common/config"
+	"github.com/nodelet/nodelet/services/common/version"
+)
+
+// The kubelet's node event reasons.
+const (
+	EventStarting                = "Starting"
+	EventNodeReady               = "NodeReady"
+	EventNodeNotReady            = "NodeNotReady"
+	EventNodeRebooted            = "Rebooted"
+	maxNamesPerImageInNodeStatus = 5
+	nodeStatusMaxImages          = 50
+)
+
+// NodeInputs is everything the Node object is computed from.
+type NodeInputs struct {
+	Name      string
+	Hostname  string
+	Addresses []string
+	Config    *config.Config
+	// Machine is cAdvisor's MachineInfo; MachineErr says why it is missing.
+	Machine    *cadvisorapi.MachineInfo
+	MachineErr error
+	// RootFs is the filesystem of node.stateDir (ephemeral-storage).
+	RootFs         *fsStats
+	Runtime        *schemas.RuntimeState
+	RuntimeVersion string // e.g. containerd://1.6.20; "" = unknown
+	Pressure       *schemas.NodePressure
+	Images         []corev1.ContainerImage
+	KernelVersion  string
+	OSImage        string
+	Now            time.Time
+}
+
+// InitialNode is the node as first registered: name, the kubelet's default
+// labels plus node.labels, and node.taints.
+func InitialNode(in NodeInputs) (*corev1.Node, error) {
+	node := &corev1.Node{
+		TypeMeta: metav1.TypeMeta{Kind: "Node", APIVersion: "v1"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name: in.Name,
+			Labels: map[string]string{
+				corev1.LabelHostname:      in.Hostname,
+				corev1.LabelOSStable:      goruntime.GOOS,
+				corev1.LabelArchStable:    goruntime.GOARCH,
+				"beta.kubernetes.io/os":   goruntime.GOOS,
+				"beta.kubernetes.io/arch": goruntime.GOARCH,
+			},
+		},
+	}
+	for k, v := range in.Config.Node.Labels {
+		node.Labels[k] = v
+	}
+	for _, t := range in.Config.Node.Taints {
+		node.Spec.Taints = append(node.Spec.Taints, corev1.Taint{Key: t.Key, Value: t.Value, Effect: corev1.TaintEffect(t.Effect)})
+	}
+	return node, nil
+}
+
+// defaultLabels are the labels the node agent owns on an existing node.
+var defaultLabels = []string{corev1.LabelHostname, corev1.LabelOSStable, corev1.LabelArchStable, "beta.kubernetes.io/os", "beta.kubernetes.io/arch"}
+
+// reconcileExistingNode is the kubelet's updateDefaultLabels: an existing
+// Node gets the default labels back. It reports whether node changed.
+func reconcileExistingNode(initial, existing *corev1.Node) bool {
+	changed := false
+	if existing.Labels == nil {
+		existing.Labels = map[string]string{}
+	}
+	for _, l := range defaultLabels {
+		v, ok := initial.Labels[l]
+		if ok && existing.Labels[l] != v {
+			existing.Labels[l] = v
+			changed = true
+		}
+	}
+	return changed
+}
+
+// nodeEvent is an event the status computation asks to record on the node.
+type nodeEvent struct{ Type, Reason, Message string }
+
+// SetNodeStatus runs the kubelet's node status setters on node: addresses,
+// capacity and allocatable, node info, images, and the conditions. It
+// returns the events the kubelet would record for condition transitions.
+func SetNodeStatus(node *corev1.Node, in NodeInputs) []nodeEvent {
+	var events []nodeEvent
+	now := metav1.NewTime(in.Now)
+	record := func(typ, reason string) {
+		events = append(events, nodeEvent{typ, reason, fmt.Sprintf("Node %s status is now: %s", in.Name, reason)})
+	}
+
+	// Addresses.
+	node.Status.Addresses = nil
+	for _, a := range in.Addresses {
+		node.Status.Addresses = append(node.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: a})
+	}
+	node.Status.Addresses = append(node.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeHostName, Address: in.Hostname})
+
+	// Capacity, from cAdvisor's MachineInfo.
+	if node.Status.Capacity == nil {
+		node.Status.Capacity = corev1.ResourceList{}
+	}
+	maxPods := int64(in.Config.Node.MaxPods)
+	if in.Machine == nil {
+		node.Status.Capacity[corev1.ResourceCPU] = *resource.NewMilliQuantity(0, resource.DecimalSI)
+		node.Status.Capacity[corev1.ResourceMemory] = resource.MustParse("0Gi")
+	} else {
+		info := in.Machine
+		node.Status.NodeInfo.MachineID = info.MachineID
+		node.Status.NodeInfo.SystemUUID = info.SystemUUID
+		for k, v := range CapacityFromMachineInfo(info) {
+			node.Status.Capacity[k] = v
+		}
+		if node.Status.NodeInfo.BootID != "" && node.Status.NodeInfo.BootID != info.BootID {
+			events = append(events, nodeEvent{corev1.EventTypeWarning, EventNodeRebooted,
+				fmt.Sprintf("Node %s has been rebooted, boot id: %s", in.Name, info.BootID)})
+		}
+		node.Status.NodeInfo.BootID = info.BootID
+		if info.SwapCapacity != 0 {
+			sc := int64(info.SwapCapacity)
+			node.Status.NodeInfo.Swap = &corev1.NodeSwapStatus{Capacity: &sc}
+		}
+	}
+	node.Status.Capacity[corev1.ResourcePods] = *resource.NewQuantity(maxPods, resource.DecimalSI)
+	if in.RootFs != nil {
+		node.Status.Capacity[corev1.ResourceEphemeralStorage] = *resource.NewQuantity(int64(in.RootFs.Capacity), resource.BinarySI)
+	}
+
+	// Allocatable = capacity - kubeReserved - systemReserved - hard eviction.
+	reservation := allocatableReservation(in.Config, node.Status.Capacity)
+	node.Status.Allocatable = corev1.ResourceList{}
+	for k, v := range node.Status.Capacity {
+		value := v.DeepCopy()
+		if r, ok := reservation[k]; ok {
+			value.Sub(r)
+		}
+		if value.Sign() < 0 {
+			value.Set(0)
+		}
+		node.Status.Allocatable[k] = value
+	}
+	for k, v := range node.Status.Capacity {
+		if strings.HasPrefix(string(k), corev1.ResourceHugePagesPrefix) {
+			mem := node.Status.Allocatable[corev1.ResourceMemory]
+			mem.Sub(v)
+			if mem.Sign() < 0 {
+				mem.Set(0)
+			}
+			node.Status.Allocatable[corev1.ResourceMemory] = mem
+		}
+	}
+
+	// Node info.
+	node.Status.NodeInfo.KernelVersion = in.KernelVersion
+	node.Status.NodeInfo.OSImage = in.OSImage
+	node.Status.NodeInfo.ContainerRuntimeVersion = in.RuntimeVersion
+	if in.RuntimeVersion == "" {
+		node.Status.NodeInfo.ContainerRuntimeVersion = "Unknown"
+	}
+	node.Status.NodeInfo.KubeletVersion = version.Version
+	node.Status.NodeInfo.KubeProxyVersion = ""
+	node.Status.NodeInfo.OperatingSystem = goruntime.GOOS
+	node.Status.NodeInfo.Architecture = goruntime.GOARCH
+	if in.Images != nil {
+		node.Status.Images = in.Images
+	}
+
+	// Pressure conditions come from nodelet-gc; Ready last, as the kubelet does.
+	for _, p := range []struct {
+		t                       corev1.NodeConditionType
+		trueReason, falseReason string
+		trueMsg, falseMsg       string
+	}{
+		{corev1.NodeMemoryPressure, "KubeletHasInsufficientMemory", "KubeletHasSufficientMemory", "kubelet has insufficient memory available", "kubelet has sufficient memory available"},
+		{corev1.NodeDiskPressure, "KubeletHasDiskPressure", "KubeletHasNoDiskPressure", "kubelet has disk pressure", "kubelet has no disk pressure"},
+		{corev1.NodePIDPressure, "KubeletHasInsufficientPID", "KubeletHasSufficientPID", "kubelet has insufficient PID available", "kubelet has sufficient PID available"},
+	} {
+		cond := corev1.NodeCondition{Type: p.t, Status: corev1.ConditionFalse, Reason: p.falseReason, Message: p.falseMsg}
+		if in.Pressure != nil {
+			for _, c := range in.Pressure.Conditions {
+				if c.Type == p.t {
+					cond.Status = c.Status
+					cond.Reason, cond.Message = c.Reason, c.Message
+					if cond.Reason == "" && c.Status == corev1.ConditionTrue {
+						cond.Reason, cond.Message = p.trueReason, p.trueMsg
+					}
+				}
+			}
+		}
+		if setNodeCondition(node, cond, now) {
+			record(corev1.EventTypeNormal, eventForPressure(cond))
+		}
+	}
+	ready := readyCondition(node, in)
+	if setNodeCondition(node, ready, now) {
+		if ready.Status == corev1.ConditionTrue {
+			record(corev1.EventTypeNormal, EventNodeReady)
+		} else {
+			record(corev1.EventTypeNormal, EventNodeNotReady)
+		}
+	}
+	return events
+}
+
+// eventForPressure is the kubelet's event reason for a pressure condition.
+func eventForPressure(c corev1.NodeCondition) string {
+	switch c.Reason {
+	case "KubeletHasInsufficientMemory":
+		return "NodeHasInsufficientMemory"
+	case "KubeletHasSufficientMemory":
+		return "NodeHasSufficientMemory"
+	case "KubeletHasDiskPressure":
+		return "NodeHasDiskPressure"
+	case "KubeletHasNoDiskPressure":
+		return "NodeHasNoDiskPressure"
+	case "KubeletHasInsufficientPID":
+		return "NodeHasInsufficientPID"
+	case "KubeletHasSufficientPID":
+		return "NodeHasSufficientPID"
+	}
+	return c.Reason
+}
+
+// readyCondition is the kubelet's Ready setter over the runtime's report.
+func readyCondition(node *corev1.Node, in NodeInputs) corev1.NodeCondition {
+	var errs []string
+	switch rs := in.Runtime; {
+	case rs == nil:
+		errs = append(errs, "container runtime status check may not have completed yet")
+	default:
+		if !rs.RuntimeReady {
+			errs = append(errs, fmt.Sprintf("container runtime not ready: RuntimeReady=false reason:%s message:%s", rs.Reason, rs.Message))
+		}
+		if !rs.NetworkReady {
+			errs = append(errs, fmt.Sprintf("container runtime network not ready: NetworkReady=false reason:%s message:%s", rs.Reason, rs.Message))
+		}
+	}
+	var missing []string
+	for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory, corev1.ResourcePods, corev1.ResourceEphemeralStorage} {
+		if _, ok := node.Status.Capacity[r]; !ok {
+			missing = append(missing, string(r))
+		}
+	}
+	if len(missing) > 0 {
+		errs = append(errs, "missing node capacity for resources: "+strings.Join(missing, ", "))
+	}
+	if in.MachineErr != nil {
+		errs = append(errs, in.MachineErr.Error())
+	}
+	if len(errs) > 0 {
+		msg := strings.Join(errs, ", ")
+		if len(errs) > 1 {
+			msg = "[" + msg + "]"
+		}
+		return corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionFalse, Reason: "KubeletNotReady", Message: msg}
+	}
+	return corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", Message: "kubelet is posting ready status"}
+}
+
+// setNodeCondition puts c on node with a fresh heartbeat, keeping the
+// transition time while the status stays. It reports a transition.
+func setNodeCondition(node *corev1.Node, c corev1.NodeCondition, now metav1.Time) bool {
+	c.LastHeartbeatTime = now
+	for i := range node.Status.Conditions {
+		old := &node.Status.Conditions[i]
+		if old.Type != c.Type {
+			continue
+		}
+		transition := old.Status != c.Status
+		c.LastTransitionTime = old.LastTransitionTime
+		if transition || c.LastTransitionTime.IsZero() {
+			c.LastTransitionTime = now
+		}
+		*old = c
+		return transition
+	}
+	c.LastTransitionTime = now
+	node.Status.Conditions = append(node.Status.Conditions, c)
+	return true
+}
+
+// CapacityFromMachineInfo is the kubelet's: cpu, memory and huge pages.
+func CapacityFromMachineInfo(info *cadvisorapi.MachineInfo) corev1.ResourceList {
+	c := corev1.ResourceList{
+		corev1.ResourceCPU:    *resource.NewMilliQuantity(int64(info.NumCores*1000), resource.DecimalSI),
+		corev1.ResourceMemory: *resource.NewQuantity(int64(info.MemoryCapacity), resource.BinarySI),
+	}
+	for _, hp := range info.HugePages {
+		size := int64(hp.PageSize * 1024)
+		q := resource.NewQuantity(size, resource.BinarySI)
+		c[corev1.ResourceName(corev1.ResourceHugePagesPrefix+q.String())] = *resource.NewQuantity(size*int64(hp.NumPages), resource.BinarySI)
+	}
+	return c
+}
+
+// allocatableReservation is kubeReserved + systemReserved + the hard
+// eviction thresholds for memory and nodefs (the kubelet's
+// GetNodeAllocatableReservation).
+func allocatableReservation(cfg *config.Config, capacity corev1.ResourceList) corev1.ResourceList {
+	out := corev1.ResourceList{}
+	add := func(name corev1.ResourceName, q resource.Quantity) {
+		v := out[name]
+		v.Add(q)
+		out[name] = v
+	}
+	for _, m := range []map[string]string{cfg.Node.KubeReserved, cfg.Node.SystemReserved} {
+		for k, v := range m {
+			q, err := resource.ParseQuantity(v)
+			if err != nil || k == "pid" {
+				continue
+			}
+			add(corev1.ResourceName(k), q)
+		}
+	}
+	for signal, res := range map[string]corev1.ResourceName{"memory.available": corev1.ResourceMemory, "nodefs.available": corev1.ResourceEphemeralStorage} {
+		v, ok := cfg.GC.EvictionHard[signal]
+		if !ok {
+			continue
+		}
+		q, frac, err := config.ParseThreshold(v)
+		if err != nil {
+			continue
+		}
+		if q != nil {
+			add(res, *q)
+			continue
+		}
+		if c, ok := capacity[res]; ok {
+			add(res, *resource.NewQuantity(int64(frac*float64(c.Value())), resource.BinarySI))
+		}
+	}
+	return out
+}
+
+// nodeStatusHasChanged compares two statuses ignoring heartbeat times.
+func nodeStatusHasChanged(a, b *corev1.NodeStatus) bool {
+	ac, bc := a.DeepCopy(), b.DeepCopy()
+	for _, s := range []*corev1.NodeStatus{ac, bc} {
+		for i := range s.Conditions {
+			s.Conditions[i].LastHeartbeatTime = metav1.Time{}
+		}
+		sort.SliceStable(s.Conditions, func(i, j int) bool { return s.Conditions[i].Type < s.Conditions[j].Type })
+	}
+	return !apiequality.Semantic.DeepEqual(ac, bc)
+}
+
+// imagesForNode turns the runtime's images into the node's image list:
+// biggest first, at most 50, at most 5 names each.
+func imagesForNode(images []imageInfo) []corev1.ContainerImage {
+	sort.SliceStable(images, func(i, j int) bool { return images[i].size > images[j].size })
+	if len(images) > nodeStatusMaxImages {
+		images = images[:nodeStatusMaxImages]
+	}
+	out := []corev1.ContainerImage{}
+	for _, im := range images {
+		names := append(append([]string{}, im.digests...), im.tags...)
+		if len(names) > maxNamesPerImageInNodeStatus {
+			names = names[:maxNamesPerImageInNodeStatus]
+		}
+		out = append(out, corev1.ContainerImage{Names: names, SizeBytes: im.size})
+	}
+	return out
+}
+
+type imageInfo struct {
+	digests, tags []string
+	size          int64
+}
