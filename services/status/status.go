@@ -15,7 +15,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -112,7 +111,9 @@ func New(o Options) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	hostname, _ := os.Hostname()
+	// node.name plays the kubelet's --hostname-override: the hostname label
+	// and address name the node as admission and the API know it.
+	hostname := o.Config.Node.Name
 	s := &Service{
 		cfg: o.Config, log: o.Log, bus: o.Bus, cri: o.CRI, clock: o.Clock,
 		nodeName: o.Config.Node.Name, hostname: strings.ToLower(hostname), hostIPs: ips,
