@@ -59,6 +59,18 @@ func TestStaticPodEndToEnd(t *testing.T) {
 	if pod.Annotations["kubernetes.io/config.source"] != "file" {
 		t.Errorf("annotations: %v", pod.Annotations)
 	}
+	// The node's /metrics federates the prober's metrics with status's own.
+	mresp, err := http.Get("http://" + n.ReadOnly + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(mresp.Body)
+	mresp.Body.Close()
+	for _, want := range []string{"nodelet_running_pods", `nodelet_prober_probe_total{`, "nodelet_gc_"} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("/metrics has no %s", want)
+		}
+	}
 
 	n.RemoveManifest("web.yaml")
 	eventually(t, 60*time.Second, "containers and sandbox removed from CRI", func() bool {

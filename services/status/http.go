@@ -12,9 +12,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodelet/nodelet/bus"
+	"github.com/nodelet/nodelet/services/common/daemon"
 )
 
 // Handler is the kubelet's read-only API: /healthz, /pods, /spec/,
@@ -28,7 +32,13 @@ func (s *Service) Handler() http.Handler {
 	mux.HandleFunc("/spec", s.serveSpec)
 	mux.HandleFunc("/spec/", s.serveSpec)
 	mux.HandleFunc("/stats/summary", s.serveSummary)
-	mux.Handle("/metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{ErrorLog: nil}))
+	// The node's metrics: status's own, and those the other daemons serve
+	// on their metrics sockets (prober: nodelet_prober_*, gc: nodelet_gc_*).
+	gatherers := prometheus.Gatherers{s.registry}
+	for _, c := range []string{bus.Prober, bus.GC, bus.Runtime} {
+		gatherers = append(gatherers, daemon.NewRemoteGatherer(s.cfg.Node.StateDir, c))
+	}
+	mux.Handle("/metrics", promhttp.HandlerFor(gatherers, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusNotFound, "no such path %q; this read-only API serves /healthz, /pods, /spec/, /stats/summary and /metrics", r.URL.Path)
 	})

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	sddaemon "github.com/coreos/go-systemd/v22/daemon"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 
@@ -37,6 +38,9 @@ type Spec struct {
 	// Run does the daemon's work until ctx is done. Returning nil before
 	// that, or an error, ends the process (exit 0 or 1).
 	Run func(ctx context.Context, env *Env) error
+	// Metrics, when set, is served on the daemon's metrics socket
+	// (MetricsSocket) for nodelet-status to federate into /metrics.
+	Metrics prometheus.Gatherer
 }
 
 // Env is what a running daemon gets from the frame.
@@ -138,6 +142,11 @@ func Run(spec Spec, args []string, stderr io.Writer) int {
 		}
 	}
 	go heartbeats(ctx, env)
+	if spec.Metrics != nil {
+		if err := serveMetrics(ctx, cfg.Node.StateDir, spec.Component, spec.Metrics); err != nil {
+			log.Warn("Metrics not served", "err", err)
+		}
+	}
 	_, _ = sddaemon.SdNotify(false, sddaemon.SdNotifyReady)
 	log.Info("Started", "version", version.Version, "pid", os.Getpid(), "bus", cfg.Bus.Listen)
 

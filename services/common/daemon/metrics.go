@@ -1,0 +1,92 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// MetricsSocket is where a daemon serves its Prometheus metrics: a unix
+// socket under the state dir, so no port needs configuring and only root
+// (the state dir's owner) can read it. nodelet-status federates them into
+// the node's /metrics.
+func MetricsSocket(stateDir, component string) string {
+	return filepath.Join(stateDir, "run", "metrics", component+".sock")
+}
+
+// serveMetrics serves g on the component's metrics socket until ctx ends.
+func serveMetrics(ctx context.Context, stateDir, component string, g prometheus.Gatherer) error {
+	path := MetricsSocket(stateDir, component)
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	_ = os.Remove(path) // a previous instance's socket
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return fmt.Errorf("metrics socket %s: %w", path, err)
+	}
+	srv := &http.Server{Handler: promhttp.HandlerFor(g, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	go func() { _ = srv.Serve(l) }()
+	return nil
+}
+
+// RemoteGatherer gathers the metrics another daemon serves on its socket.
+// A daemon that is down contributes nothing rather than failing the whole
+// scrape.
+type RemoteGatherer struct {
+	Socket string
+	client *http.Client
+}
+
+// NewRemoteGatherer reads the metrics of component on the node of stateDir.
+func NewRemoteGatherer(stateDir, component string) *RemoteGatherer {
+	sock := MetricsSocket(stateDir, component)
+	return &RemoteGatherer{Socket: sock, client: &http.Client{
+		Timeout: 5 * time.Second,
+		Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", sock)
+		}},
+	}}
+}
+
+// Gather implements prometheus.Gatherer.
+func (r *RemoteGatherer) Gather() ([]*dto.MetricFamily, error) {
+	resp, err := r.client.Get("http://metrics/metrics")
+	if err != nil {
+		return nil, nil
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("metrics from %s: %s", r.Socket, resp.Status)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("metrics from %s: %w", r.Socket, err)
+	}
+	// Only the daemon's own families: every process has go_* and
+	// process_* series, which would collide with the federator's own.
+	out := make([]*dto.MetricFamily, 0, len(fams))
+	for name, f := range fams {
+		if strings.HasPrefix(name, "nodelet_") {
+			out = append(out, f)
+		}
+	}
+	return out, nil
+}
