@@ -43,6 +43,9 @@ func NewAPIObjectsFor(c kubernetes.Interface, nodeName string) *APIObjects {
 	return &APIObjects{client: c, nodeName: nodeName, cidrTTL: 10 * time.Second}
 }
 
+// Client is the node's clientset (for watches and token requests).
+func (a *APIObjects) Client() kubernetes.Interface { return a.client }
+
 func (a *APIObjects) GetSecret(ctx context.Context, ns, name string) (*corev1.Secret, error) {
 	return a.client.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
 }

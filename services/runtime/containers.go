@@ -36,7 +36,7 @@ func (m *Manager) containerConfig(ctx context.Context, pod *corev1.Pod, c *corev
 	if err != nil {
 		return nil, err
 	}
-	mounts, err := containerMounts(pod, c, in.Volumes, in.EtcHosts, in.TermFile)
+	mounts, err := m.containerMounts(pod, c, in.Volumes, env, in.EtcHosts, in.TermFile)
 	if err != nil {
 		return nil, err
 	}

@@ -3,12 +3,11 @@ package runtime
 import (
 	"context"
 	"fmt"
-	"math"
-	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/nodelet/nodelet/services/runtime/volumes"
 )
 
 // envInputs is what the downward API reads besides the pod.
@@ -191,53 +190,14 @@ func subscript(path, prefix string) (string, bool) {
 	return strings.TrimSuffix(rest, "']"), true
 }
 
-// resourceValue resolves a resourceFieldRef: limits default to the node's
-// capacity, values are rounded up in units of the divisor.
+// resourceValue resolves a resourceFieldRef as the downward API volume
+// does: limits default to the node's capacity, values are rounded up in
+// units of the divisor; the container is this one unless the ref names
+// another.
 func resourceValue(pod *corev1.Pod, self *corev1.Container, ref *corev1.ResourceFieldSelector, node nodeCapacity) (string, error) {
-	c := self
-	if ref.ContainerName != "" {
-		c = nil
-		for _, list := range [][]corev1.Container{pod.Spec.Containers, pod.Spec.InitContainers} {
-			for i := range list {
-				if list[i].Name == ref.ContainerName {
-					c = &list[i]
-				}
-			}
-		}
-		if c == nil {
-			return "", fmt.Errorf("container %q not found in pod", ref.ContainerName)
-		}
+	name := ref.ContainerName
+	if name == "" {
+		name = self.Name
 	}
-	divisor := ref.Divisor
-	if divisor.IsZero() {
-		divisor = resource.MustParse("1")
-	}
-	pick := func(l corev1.ResourceList, n corev1.ResourceName, def resource.Quantity) resource.Quantity {
-		if q, ok := l[n]; ok && !q.IsZero() {
-			return q
-		}
-		return def
-	}
-	var q resource.Quantity
-	cpu := false
-	switch ref.Resource {
-	case "limits.cpu":
-		q, cpu = pick(c.Resources.Limits, corev1.ResourceCPU, node.CPU), true
-	case "requests.cpu":
-		q, cpu = pick(c.Resources.Requests, corev1.ResourceCPU, resource.Quantity{}), true
-	case "limits.memory":
-		q = pick(c.Resources.Limits, corev1.ResourceMemory, node.Memory)
-	case "requests.memory":
-		q = pick(c.Resources.Requests, corev1.ResourceMemory, resource.Quantity{})
-	case "limits.ephemeral-storage":
-		q = pick(c.Resources.Limits, corev1.ResourceEphemeralStorage, node.EphemeralStorage)
-	case "requests.ephemeral-storage":
-		q = pick(c.Resources.Requests, corev1.ResourceEphemeralStorage, resource.Quantity{})
-	default:
-		return "", fmt.Errorf("unsupported container resource %q", ref.Resource)
-	}
-	if cpu {
-		return strconv.FormatInt(int64(math.Ceil(float64(q.MilliValue())/float64(divisor.MilliValue()))), 10), nil
-	}
-	return strconv.FormatInt(int64(math.Ceil(float64(q.Value())/float64(divisor.Value()))), 10), nil
+	return volumes.ContainerResourceValue(pod, name, ref, node.resourceList())
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -201,6 +202,11 @@ func (h *harness) removeAllPods() {
 	for _, sb := range resp.Items {
 		_, _ = h.cri.Runtime.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: sb.Id})
 		_, _ = h.cri.Runtime.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: sb.Id})
+	}
+	// Pods still running at the end keep their volume mounts (tmpfs,
+	// subPath binds): unmount them so the state dir can go.
+	for _, mp := range testenv.MountsUnder(h.cfg.Node.StateDir) {
+		_ = unix.Unmount(mp, unix.MNT_DETACH)
 	}
 }
 

@@ -21,14 +21,25 @@ func TestPostStartHooks(t *testing.T) {
 	h := newHarness(t, harnessOptions{})
 	dir := t.TempDir()
 
+	// The HTTP hook's server runs in a pod of its own, already answering:
+	// a hook aimed at its own container's server races that server's
+	// start (as on a kubelet), which a loaded machine loses.
+	srv := busybox("server", "exec httpd -f -p 8080 -h /www")
+	server := newPod("hookserver", srv)
+	h.run(server)
+	so := h.waitObserved(server, 2*time.Minute, "server running", func(o *schemas.PodObserved) bool {
+		return running(o, "server") && o.Sandbox != nil && len(o.Sandbox.IPs) > 0
+	})
+	httpGet(t, "http://"+hostPort(so.Sandbox.IPs[0], 8080)+"/", 30*time.Second)
+
 	ok := withMount(busybox("app", "while [ ! -f /data/poststart ]; do sleep 0.1; done; exec sleep 3600"), "data", "/data")
 	ok.Lifecycle = &corev1.Lifecycle{PostStart: &corev1.LifecycleHandler{
 		Exec: &corev1.ExecAction{Command: []string{"sh", "-c", "echo started > /data/poststart"}},
 	}}
-	web := busybox("web", "exec httpd -f -p 8080 -h /www")
+	web := busybox("web", "exec sleep 3600")
 	web.Ports = []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}}
 	web.Lifecycle = &corev1.Lifecycle{PostStart: &corev1.LifecycleHandler{
-		HTTPGet: &corev1.HTTPGetAction{Path: "/index.html", Port: intstr.FromString("http")},
+		HTTPGet: &corev1.HTTPGetAction{Host: so.Sandbox.IPs[0], Path: "/index.html", Port: intstr.FromString("http")},
 	}}
 	pod := newPod("hooks", ok, web)
 	pod.Spec.Volumes = []corev1.Volume{hostPathVolume("data", dir)}

@@ -146,6 +146,16 @@ type nodeCapacity struct {
 	EphemeralStorage resource.Quantity
 }
 
+// resourceList is the capacity as resources (what downward API limits and
+// memory-backed volumes default to).
+func (c nodeCapacity) resourceList() corev1.ResourceList {
+	l := corev1.ResourceList{corev1.ResourceCPU: c.CPU, corev1.ResourceMemory: c.Memory}
+	if !c.EphemeralStorage.IsZero() {
+		l[corev1.ResourceEphemeralStorage] = c.EphemeralStorage
+	}
+	return l
+}
+
 func readNodeCapacity(cpus int) nodeCapacity {
 	c := nodeCapacity{CPU: *resource.NewQuantity(int64(cpus), resource.DecimalSI)}
 	if f, err := os.Open("/proc/meminfo"); err == nil {

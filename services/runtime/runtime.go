@@ -34,6 +34,19 @@
 // memory: after a restart of nodelet-runtime a crash-looping container
 // starts over at 10 s.
 //
+// # Volumes
+//
+// Each sync of a running pod first asks the VolumeManager (package
+// volumes: emptyDir, hostPath, configMap, secret, downwardAPI, projected
+// with service account tokens) for its volumes' host paths; a volume that
+// cannot be set up leaves the pod waiting with reason FailedMount and the
+// kubelet's "MountVolume.SetUp failed for volume ..." message. The mounts
+// of each container (subPath, read-only, propagation) are made as the
+// kubelet's makeMounts; configMap and secret env references read through
+// the ObjectGetter, and a missing key fails the container with
+// CreateContainerConfigError. Volumes are torn down once the pod's
+// sandboxes are removed.
+//
 // # Network
 //
 // nodelet owns the node's CNI configuration (runtime.manageCNIConfig): the
@@ -57,6 +70,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
 	internalapi "k8s.io/cri-api/pkg/apis"
 	"k8s.io/utils/clock"
 
@@ -65,6 +79,7 @@ import (
 	"github.com/nodelet/nodelet/services/common/config"
 	"github.com/nodelet/nodelet/services/common/cri"
 	"github.com/nodelet/nodelet/services/common/daemon"
+	"github.com/nodelet/nodelet/services/runtime/volumes"
 )
 
 // Spec describes nodelet-runtime to the daemon frame.
@@ -98,6 +113,30 @@ func Run(ctx context.Context, env *daemon.Env) error {
 	return m.Run(ctx)
 }
 
+// newVolumeManager is the node's volume manager: objects read through
+// opts.Objects, watches and service account tokens through its clientset
+// (when it is the API server's), contents refreshed by the configured
+// strategy.
+func newVolumeManager(opts Options, capacity nodeCapacity) *volumes.Manager {
+	cfg := opts.Config
+	vo := volumes.Options{
+		StateDir:                    cfg.Node.StateDir,
+		Strategy:                    cfg.Runtime.ConfigMapAndSecretChangeDetectionStrategy,
+		SyncFrequency:               cfg.Runtime.SyncFrequency,
+		RefuseHostPathForStaticPods: !cfg.Runtime.AllowHostPathForStaticPods,
+		NodeAllocatable:             capacity.resourceList(),
+		Clock:                       opts.Clock,
+		Log:                         opts.Log,
+	}
+	if opts.Objects != nil {
+		vo.Objects = opts.Objects
+	}
+	if c, ok := opts.Objects.(interface{ Client() kubernetes.Interface }); ok {
+		vo.Client = c.Client()
+	}
+	return volumes.New(vo)
+}
+
 func imageEndpoint(cfg *config.Config) string {
 	if cfg.Runtime.ImageEndpoint == "" {
 		return ""
@@ -121,8 +160,8 @@ type Options struct {
 	Image   internalapi.ImageManagerService
 	// Clock defaults to the real clock.
 	Clock Clock
-	// Volumes prepares pod volumes; default: hostPath and emptyDir on disk
-	// (NewDiskVolumes).
+	// Volumes prepares pod volumes; default: volumes.New for the node's
+	// state dir, reading API objects through Objects (newVolumeManager).
 	Volumes VolumeManager
 	// Objects reads pull secrets, secrets and config maps; nil on a
 	// standalone node without any.
@@ -182,8 +221,9 @@ func New(opts Options) (*Manager, error) {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
+	capacity := readNodeCapacity(goruntime.NumCPU())
 	if opts.Volumes == nil {
-		opts.Volumes = NewDiskVolumes(cfg.Node.StateDir)
+		opts.Volumes = newVolumeManager(opts, capacity)
 	}
 	if opts.SetHealth == nil {
 		opts.SetHealth = func(bool, string) {}
@@ -203,7 +243,7 @@ func New(opts Options) (*Manager, error) {
 		store:    newStore(),
 		images:   newImagePuller(opts.Image, opts.Clock, cfg.Runtime.MaxParallelImagePulls, maxBackOff),
 		backoff:  newBackOff(opts.Clock, initialBackOff, maxBackOff),
-		capacity: readNodeCapacity(goruntime.NumCPU()),
+		capacity: capacity,
 		dns: dnsSettings{
 			ClusterDNS: cfg.Node.ClusterDNS, ClusterDomain: cfg.Node.ClusterDomain, ResolvConf: cfg.Node.ResolvConf,
 		},
@@ -246,6 +286,9 @@ func (m *Manager) Run(ctx context.Context) error {
 	}
 	run(m.network.run)
 	run(m.watchInputs)
+	if v, ok := m.volumes.(interface{ Run(context.Context) }); ok {
+		run(v.Run)
+	}
 
 	// Act only on complete knowledge: every input loaded once.
 	if err := m.store.waitSynced(ctx); err != nil {

@@ -190,9 +190,27 @@ func (m *Manager) syncRunning(ctx context.Context, pod *corev1.Pod, pr *podRunti
 	}
 	st.mu.Unlock()
 
+	if m.observed.get(uid) == nil {
+		// Say at once that the runtime has the pod (containers waiting in
+		// ContainerCreating): nodelet-status generates a pod's status only
+		// from what the runtime reports, as the kubelet's syncPod does.
+		m.publish(ctx, pod, pr, st, &a)
+	}
+
 	volumes, err := m.volumes.Setup(ctx, pod)
 	if err != nil {
-		msg := fmt.Sprintf("MountVolume.SetUp failed: %v", err)
+		// The error names each volume as the kubelet's FailedMount does:
+		// MountVolume.SetUp failed for volume "x" : <why>.
+		msg := err.Error()
+		if !strings.HasPrefix(msg, "MountVolume.") {
+			msg = "MountVolume.SetUp failed: " + msg
+		}
+		st.mu.Lock()
+		changed := st.podMessage != msg
+		st.mu.Unlock()
+		if changed {
+			m.log.Warn("Unable to mount volumes for pod", "pod", podRef(pod), "podUID", pod.UID, "err", err)
+		}
 		m.event(pod, nil, "", corev1.EventTypeWarning, "FailedMount", msg)
 		st.setPodReason("FailedMount", msg)
 		m.publish(ctx, pod, pr, st, &a)

@@ -2,20 +2,23 @@ package runtime
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"sort"
 	"strings"
-	"syscall"
 
 	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodelet/nodelet/services/runtime/volumes"
 )
 
-// VolumeManager prepares a pod's volumes on the host. It is the seam for
-// the volume plugins (configMap, secret, projected, downwardAPI, ... come
-// with issue 7); the runtime only needs each volume's host path.
+// VolumeManager prepares a pod's volumes on the host: the seam for the
+// volume plugins (package volumes). The runtime only needs each volume's
+// host path. An implementation that also has a Run(ctx) method is run
+// beside the pod workers (volumes.Manager refreshes mounted contents).
 type VolumeManager interface {
 	// Setup makes the pod's volumes ready and returns the host path of
 	// each, by volume name. It is called on every sync and must be
@@ -25,182 +28,91 @@ type VolumeManager interface {
 	Teardown(ctx context.Context, uid string) error
 }
 
-// DiskVolumes supports hostPath (a plain bind mount of the host path, with
-// the hostPath type checks) and emptyDir (a directory under
-// <stateDir>/pods/<uid>/volumes/kubernetes.io~empty-dir/<name>, or a tmpfs
-// for medium Memory).
-type DiskVolumes struct {
-	StateDir string
-}
-
-// NewDiskVolumes returns the volume manager of a node with stateDir.
-func NewDiskVolumes(stateDir string) *DiskVolumes { return &DiskVolumes{StateDir: stateDir} }
-
-func podDir(stateDir, uid string) string { return filepath.Join(stateDir, "pods", uid) }
-
-func (d *DiskVolumes) emptyDir(uid, name string) string {
-	return filepath.Join(podDir(d.StateDir, uid), "volumes", "kubernetes.io~empty-dir", name)
-}
-
-// Setup implements VolumeManager.
-func (d *DiskVolumes) Setup(_ context.Context, pod *corev1.Pod) (map[string]string, error) {
-	paths := map[string]string{}
-	var errs []error
-	for _, v := range pod.Spec.Volumes {
-		p, err := d.setup(pod, &v)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("volume %q: %w", v.Name, err))
-			continue
-		}
-		paths[v.Name] = p
-	}
-	return paths, errors.Join(errs...)
-}
-
-func (d *DiskVolumes) setup(pod *corev1.Pod, v *corev1.Volume) (string, error) {
-	switch {
-	case v.HostPath != nil:
-		return v.HostPath.Path, checkHostPath(v.HostPath)
-	case v.EmptyDir != nil:
-		dir := d.emptyDir(string(pod.UID), v.Name)
-		if err := os.MkdirAll(dir, 0o750); err != nil {
-			return "", err
-		}
-		// World-writable as the kubelet makes it, for non-root containers.
-		if err := os.Chmod(dir, 0o777); err != nil {
-			return "", err
-		}
-		if v.EmptyDir.Medium == corev1.StorageMediumMemory && !isMountPoint(dir) {
-			opts := ""
-			if v.EmptyDir.SizeLimit != nil && !v.EmptyDir.SizeLimit.IsZero() {
-				opts = fmt.Sprintf("size=%d", v.EmptyDir.SizeLimit.Value())
-			}
-			if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, opts); err != nil {
-				return "", fmt.Errorf("mount tmpfs on %s: %w", dir, err)
-			}
-		}
-		return dir, nil
-	default:
-		return "", errors.New("this volume type is not supported yet (nodelet supports hostPath and emptyDir)")
-	}
-}
-
-// checkHostPath applies the hostPath type: create what *OrCreate asks for,
-// check what the other types require.
-func checkHostPath(h *corev1.HostPathVolumeSource) error {
-	t := corev1.HostPathUnset
-	if h.Type != nil {
-		t = *h.Type
-	}
-	fi, err := os.Stat(h.Path)
-	switch t {
-	case corev1.HostPathUnset:
-		return nil
-	case corev1.HostPathDirectoryOrCreate:
-		if os.IsNotExist(err) {
-			return os.MkdirAll(h.Path, 0o755)
-		}
-		if err == nil && !fi.IsDir() {
-			return fmt.Errorf("%s exists and is not a directory", h.Path)
-		}
-		return err
-	case corev1.HostPathFileOrCreate:
-		if os.IsNotExist(err) {
-			if err := os.MkdirAll(filepath.Dir(h.Path), 0o755); err != nil {
-				return err
-			}
-			f, err := os.OpenFile(h.Path, os.O_CREATE|os.O_RDONLY, 0o644)
-			if err != nil {
-				return err
-			}
-			return f.Close()
-		}
-		if err == nil && fi.IsDir() {
-			return fmt.Errorf("%s exists and is a directory", h.Path)
-		}
-		return err
-	}
-	if err != nil {
-		return fmt.Errorf("hostPath type check failed: %s: %w", h.Path, err)
-	}
-	ok := map[corev1.HostPathType]bool{
-		corev1.HostPathDirectory: fi.IsDir(),
-		corev1.HostPathFile:      fi.Mode().IsRegular(),
-		corev1.HostPathSocket:    fi.Mode()&os.ModeSocket != 0,
-		corev1.HostPathCharDev:   fi.Mode()&os.ModeCharDevice != 0,
-		corev1.HostPathBlockDev:  fi.Mode()&os.ModeDevice != 0 && fi.Mode()&os.ModeCharDevice == 0,
-	}[t]
-	if !ok {
-		return fmt.Errorf("hostPath type check failed: %s is not a %s", h.Path, t)
-	}
-	return nil
-}
-
-// Teardown implements VolumeManager: unmounts what is mounted under the
-// pod's directory and removes it.
-func (d *DiskVolumes) Teardown(_ context.Context, uid string) error {
-	dir := podDir(d.StateDir, uid)
-	entries, _ := os.ReadDir(filepath.Join(dir, "volumes", "kubernetes.io~empty-dir"))
-	for _, e := range entries {
-		p := d.emptyDir(uid, e.Name())
-		if isMountPoint(p) {
-			if err := syscall.Unmount(p, 0); err != nil {
-				return fmt.Errorf("unmount %s: %w", p, err)
-			}
-		}
-	}
-	return os.RemoveAll(dir)
-}
-
-// isMountPoint: dir is on another device than its parent.
-func isMountPoint(dir string) bool {
-	var a, b syscall.Stat_t
-	if syscall.Stat(dir, &a) != nil || syscall.Stat(filepath.Dir(dir), &b) != nil {
-		return false
-	}
-	return a.Dev != b.Dev
-}
+func podDir(stateDir, uid string) string { return volumes.PodDir(stateDir, uid) }
 
 // containerMounts is the kubelet's makeMounts: the container's volume
-// mounts (with subPath), /etc/hosts and the termination message file.
-func containerMounts(pod *corev1.Pod, c *corev1.Container, volumes map[string]string, etcHosts, termFile string) ([]*runtimeapi.Mount, error) {
+// mounts (subPath and subPathExpr through volumes.PrepareSubPath, which
+// refuses to leave the volume; configMap, secret, downwardAPI and projected
+// volumes always read-only; mountPropagation), /etc/hosts and the
+// termination message file. env is the container's environment, for
+// subPathExpr.
+func (m *Manager) containerMounts(pod *corev1.Pod, c *corev1.Container, vols map[string]string, env map[string]string, etcHosts, termFile string) ([]*runtimeapi.Mount, error) {
 	var out []*runtimeapi.Mount
 	mountsHosts := false
-	for _, vm := range c.VolumeMounts {
-		host, ok := volumes[vm.Name]
+	for i, vm := range c.VolumeMounts {
+		host, ok := vols[vm.Name]
 		if !ok {
 			return nil, fmt.Errorf("cannot find volume %q to mount into container %q", vm.Name, c.Name)
 		}
-		if vm.SubPath != "" {
-			if filepath.IsAbs(vm.SubPath) || strings.Contains(vm.SubPath, "..") {
-				return nil, fmt.Errorf("volumeMount %q: subPath %q must be a relative path without '..'", vm.Name, vm.SubPath)
+		subPath := vm.SubPath
+		if vm.SubPathExpr != "" {
+			var err error
+			if subPath, err = expandSubPathExpr(vm.SubPathExpr, env); err != nil {
+				return nil, err
 			}
-			host = filepath.Join(host, vm.SubPath)
-			if _, err := os.Stat(host); os.IsNotExist(err) {
-				if err := os.MkdirAll(host, 0o750); err != nil {
-					return nil, err
-				}
+		}
+		if subPath != "" {
+			var err error
+			host, err = volumes.PrepareSubPath(m.log, volumes.SubPath{
+				PodDir: podDir(m.cfg.Node.StateDir, string(pod.UID)), VolumeName: vm.Name, VolumePath: host,
+				SubPath: subPath, ContainerName: c.Name, VolumeMountIndex: i, MountName: vm.Name,
+			})
+			if err != nil {
+				return nil, err
 			}
 		}
 		if vm.MountPath == "/etc/hosts" {
 			mountsHosts = true
 		}
-		m := &runtimeapi.Mount{ContainerPath: vm.MountPath, HostPath: host, Readonly: vm.ReadOnly}
-		if vm.MountPropagation != nil {
-			switch *vm.MountPropagation {
-			case corev1.MountPropagationHostToContainer:
-				m.Propagation = runtimeapi.MountPropagation_PROPAGATION_HOST_TO_CONTAINER
-			case corev1.MountPropagationBidirectional:
-				m.Propagation = runtimeapi.MountPropagation_PROPAGATION_BIDIRECTIONAL
+		propagation, err := mountPropagation(vm.MountPropagation)
+		if err != nil {
+			return nil, err
+		}
+		readOnly := vm.ReadOnly
+		for j := range pod.Spec.Volumes {
+			if v := &pod.Spec.Volumes[j]; v.Name == vm.Name && volumes.ReadOnly(v) {
+				readOnly = true
 			}
 		}
-		out = append(out, m)
+		out = append(out, &runtimeapi.Mount{ContainerPath: vm.MountPath, HostPath: host, Readonly: readOnly, Propagation: propagation})
 	}
 	if etcHosts != "" && !mountsHosts {
 		out = append(out, &runtimeapi.Mount{ContainerPath: "/etc/hosts", HostPath: etcHosts})
 	}
 	if termFile != "" && c.TerminationMessagePath != "" {
 		out = append(out, &runtimeapi.Mount{ContainerPath: c.TerminationMessagePath, HostPath: termFile})
+	}
+	return out, nil
+}
+
+// mountPropagation is the kubelet's translateMountPropagation.
+func mountPropagation(mode *corev1.MountPropagationMode) (runtimeapi.MountPropagation, error) {
+	switch {
+	case mode == nil, *mode == corev1.MountPropagationNone:
+		return runtimeapi.MountPropagation_PROPAGATION_PRIVATE, nil
+	case *mode == corev1.MountPropagationHostToContainer:
+		return runtimeapi.MountPropagation_PROPAGATION_HOST_TO_CONTAINER, nil
+	case *mode == corev1.MountPropagationBidirectional:
+		return runtimeapi.MountPropagation_PROPAGATION_BIDIRECTIONAL, nil
+	}
+	return 0, fmt.Errorf("invalid MountPropagation mode: %q", *mode)
+}
+
+// expandSubPathExpr is the kubelet's ExpandContainerVolumeMounts: $(VAR)
+// from the container's environment; a variable that is unset or empty is
+// an error.
+func expandSubPathExpr(expr string, env map[string]string) (string, error) {
+	var missing []string
+	out := expand(expr, func(name string) (string, bool) {
+		v, ok := env[name]
+		if !ok || v == "" {
+			missing = append(missing, name)
+		}
+		return v, true
+	})
+	if len(missing) > 0 {
+		sort.Strings(missing)
+		return "", fmt.Errorf("missing value for %s", strings.Join(slices.Compact(missing), ", "))
 	}
 	return out, nil
 }

@@ -1,80 +1,16 @@
 package runtime
 
 import (
-	"context"
-	"os"
-	"path/filepath"
+	"log/slog"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-)
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-func TestDiskVolumes(t *testing.T) {
-	state, host := t.TempDir(), t.TempDir()
-	file := filepath.Join(host, "file")
-	if err := os.WriteFile(file, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	hp := func(name, path string, typ corev1.HostPathType) corev1.Volume {
-		return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path, Type: &typ}}}
-	}
-	for _, tc := range []struct {
-		name    string
-		vol     corev1.Volume
-		errPart string
-	}{
-		{"directory or create", hp("v", filepath.Join(host, "new", "dir"), corev1.HostPathDirectoryOrCreate), ""},
-		{"file or create", hp("v", filepath.Join(host, "made", "f"), corev1.HostPathFileOrCreate), ""},
-		{"directory exists", hp("v", host, corev1.HostPathDirectory), ""},
-		{"file is not a directory", hp("v", file, corev1.HostPathDirectory), "is not a Directory"},
-		{"missing file", hp("v", filepath.Join(host, "nope"), corev1.HostPathFile), "no such file"},
-		{"unset type takes anything", hp("v", filepath.Join(host, "nope"), corev1.HostPathUnset), ""},
-		{"emptyDir", corev1.Volume{Name: "v", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}, ""},
-		{"unsupported", corev1.Volume{Name: "v", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{}}}, `volume "v": this volume type is not supported yet`},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			pod := newPod("p", busybox("a", ""))
-			pod.Spec.Volumes = []corev1.Volume{tc.vol}
-			d := NewDiskVolumes(state)
-			paths, err := d.Setup(context.Background(), pod)
-			if tc.errPart != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.errPart) {
-					t.Fatalf("err = %v, want %q", err, tc.errPart)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			p := paths["v"]
-			if tc.vol.EmptyDir != nil {
-				if p != filepath.Join(state, "pods", string(pod.UID), "volumes", "kubernetes.io~empty-dir", "v") {
-					t.Fatalf("emptyDir path %s", p)
-				}
-				if fi, err := os.Stat(p); err != nil || fi.Mode().Perm() != 0o777 {
-					t.Fatalf("emptyDir: %v %v", fi, err)
-				}
-				if err := d.Teardown(context.Background(), string(pod.UID)); err != nil {
-					t.Fatal(err)
-				}
-				if _, err := os.Stat(filepath.Join(state, "pods", string(pod.UID))); !os.IsNotExist(err) {
-					t.Fatal("teardown left the pod dir")
-				}
-				return
-			}
-			if p != tc.vol.HostPath.Path {
-				t.Fatalf("path %s", p)
-			}
-			if tc.vol.HostPath.Type != nil && *tc.vol.HostPath.Type != corev1.HostPathUnset {
-				if _, err := os.Stat(p); err != nil {
-					t.Fatalf("not created: %v", err)
-				}
-			}
-		})
-	}
-}
+	"github.com/nodelet/nodelet/services/common/config"
+)
 
 func TestResolvePort(t *testing.T) {
 	c := &corev1.Container{Name: "web", Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}}}
@@ -93,5 +29,71 @@ func TestResolvePort(t *testing.T) {
 		if got != tc.want || (err != nil) != tc.err {
 			t.Errorf("%v: %d %v", tc.port.String(), got, err)
 		}
+	}
+}
+
+func TestMountPropagation(t *testing.T) {
+	mode := func(m corev1.MountPropagationMode) *corev1.MountPropagationMode { return &m }
+	for _, tc := range []struct {
+		in   *corev1.MountPropagationMode
+		want runtimeapi.MountPropagation
+		err  bool
+	}{
+		{nil, runtimeapi.MountPropagation_PROPAGATION_PRIVATE, false},
+		{mode(corev1.MountPropagationNone), runtimeapi.MountPropagation_PROPAGATION_PRIVATE, false},
+		{mode(corev1.MountPropagationHostToContainer), runtimeapi.MountPropagation_PROPAGATION_HOST_TO_CONTAINER, false},
+		{mode(corev1.MountPropagationBidirectional), runtimeapi.MountPropagation_PROPAGATION_BIDIRECTIONAL, false},
+		{mode("Sideways"), 0, true},
+	} {
+		got, err := mountPropagation(tc.in)
+		if got != tc.want || (err != nil) != tc.err {
+			t.Errorf("%v: %v %v", tc.in, got, err)
+		}
+	}
+}
+
+func TestExpandSubPathExpr(t *testing.T) {
+	env := map[string]string{"POD": "web-0", "EMPTY": ""}
+	for _, tc := range []struct {
+		expr, want, errPart string
+	}{
+		{"logs/$(POD)", "logs/web-0", ""},
+		{"$(POD)/$$(POD)", "web-0/$(POD)", ""},
+		{"$(NOPE)/$(EMPTY)", "", "missing value for EMPTY, NOPE"},
+	} {
+		got, err := expandSubPathExpr(tc.expr, env)
+		if got != tc.want || (tc.errPart == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), tc.errPart) {
+			t.Errorf("%q: %q %v", tc.expr, got, err)
+		}
+	}
+}
+
+// configMap, secret, downwardAPI and projected volumes are mounted
+// read-only whatever the volumeMount says; others as it says.
+func TestContainerMountsReadOnly(t *testing.T) {
+	m := &Manager{cfg: config.Defaults(), log: slog.New(slog.DiscardHandler)}
+	pod := newPod("ro", busybox("c", ""))
+	pod.Spec.Volumes = []corev1.Volume{
+		{Name: "cfg", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{}}},
+		{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		{Name: "ro-scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+	}
+	c := &pod.Spec.Containers[0]
+	c.VolumeMounts = []corev1.VolumeMount{{Name: "cfg", MountPath: "/cfg"}, {Name: "scratch", MountPath: "/s"}, {Name: "ro-scratch", MountPath: "/r", ReadOnly: true}}
+	mounts, err := m.containerMounts(pod, c, map[string]string{"cfg": "/h/cfg", "scratch": "/h/s", "ro-scratch": "/h/r"}, nil, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, mt := range mounts {
+		got[mt.ContainerPath] = mt.Readonly
+	}
+	if !got["/cfg"] || got["/s"] || !got["/r"] {
+		t.Fatalf("read-only: %v", got)
+	}
+	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "missing", MountPath: "/m"})
+	if _, err := m.containerMounts(pod, c, map[string]string{"cfg": "/h/cfg", "scratch": "/h/s", "ro-scratch": "/h/r"}, nil, "", ""); err == nil ||
+		err.Error() != `cannot find volume "missing" to mount into container "c"` {
+		t.Fatalf("missing volume: %v", err)
 	}
 }

@@ -195,6 +195,7 @@ func TestAPIPodStatus(t *testing.T) {
 	}
 	h.desire(created, schemas.SourceAPI)
 	h.admit(created)
+	h.observe(created, creatingObserved(created))
 	waitPod(t, admin, ns, "web", "Pending with ContainerCreating", func(p *corev1.Pod) bool {
 		return p.Status.Phase == corev1.PodPending && len(p.Status.ContainerStatuses) == 1 &&
 			p.Status.ContainerStatuses[0].State.Waiting != nil && p.Status.ContainerStatuses[0].State.Waiting.Reason == ReasonContainerCreating

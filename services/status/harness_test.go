@@ -226,6 +226,17 @@ func runningObserved(pod *corev1.Pod, ip string, gen uint64) schemas.PodObserved
 	return o
 }
 
+// creatingObserved is what the runtime first publishes for a pod it starts
+// working on: no sandbox yet, every container waiting in ContainerCreating.
+func creatingObserved(pod *corev1.Pod) schemas.PodObserved {
+	o := schemas.PodObserved{Generation: 1}
+	for _, c := range pod.Spec.Containers {
+		o.Containers = append(o.Containers, schemas.ContainerObserved{Name: c.Name, Kind: schemas.ContainerKindApp,
+			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: ReasonContainerCreating}}})
+	}
+	return o
+}
+
 // heartbeat publishes a heartbeat as c's component.
 func heartbeatOf(t *testing.T, c *bus.Conn, ready bool, msg string) {
 	t.Helper()

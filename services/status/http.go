@@ -112,6 +112,10 @@ func (s *Service) Pods() []corev1.Pod {
 		p := d.Pod.DeepCopy()
 		if r := snap.records[uid]; r != nil {
 			p.Status = *r.Status.DeepCopy()
+		} else if p.Status.Phase == "" {
+			// No status generated yet (admission or the runtime has not
+			// seen the pod): it is pending, as the API server would say.
+			p.Status.Phase = corev1.PodPending
 		}
 		out = append(out, *p)
 	}

@@ -34,6 +34,14 @@ func TestBusPodLifecycle(t *testing.T) {
 	}
 
 	h.admit(pod)
+	// Nor before the runtime reports the pod: a status is generated from
+	// what the runtime saw, so a restart can never report a running pod
+	// as Pending.
+	time.Sleep(300 * time.Millisecond)
+	if r, _ := h.record(pod.UID); r != nil {
+		t.Fatalf("status written before the runtime reported the pod: %+v", r.Status)
+	}
+	h.observe(pod, creatingObserved(pod))
 	r := h.waitRecord(pod.UID, "Pending status", func(r *schemas.PodStatusRecord) bool { return r.Status.Phase == corev1.PodPending })
 	if w := r.Status.ContainerStatuses[0].State.Waiting; w == nil || w.Reason != ReasonContainerCreating {
 		t.Errorf("container state = %+v, want waiting ContainerCreating", r.Status.ContainerStatuses[0].State)

@@ -94,8 +94,12 @@ func (s *Service) syncPodStatus(ctx context.Context, uid string) error {
 		s.log.Warn("Ignoring a mirror pod in the desired pods", "pod", podRef(in.Pod), "podUID", uid)
 		return nil
 	}
-	if in.Verdict == nil && in.Observed == nil && in.Eviction == nil {
-		// Not admitted yet: the kubelet reports nothing before admission.
+	if in.Observed == nil && in.Eviction == nil && (in.Verdict == nil || in.Verdict.Admitted) {
+		// Not admitted yet, or admitted but not yet seen by the runtime:
+		// the kubelet generates a pod's status from what the runtime
+		// reports (syncPod), never before. After a restart with the bus's
+		// store wiped, this is what keeps a running pod from reading
+		// Pending until the runtime has published it again.
 		return nil
 	}
 	in.HostIPs = s.hostIPs

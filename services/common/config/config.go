@@ -110,6 +110,8 @@ type RuntimeConfig struct {
 	ConfigMapAndSecretChangeDetectionStrategy string `mapstructure:"configMapAndSecretChangeDetectionStrategy"`
 	// AllowHostPathForStaticPods: when false, static pods may not use hostPath volumes. Default: true.
 	AllowHostPathForStaticPods bool `mapstructure:"allowHostPathForStaticPods"`
+	// SyncFrequency is the longest a configMap, secret, downwardAPI or projected volume goes without being rewritten from its sources (Watch rewrites on every change at once), and the TTL of the Cache strategy. Default: 1m.
+	SyncFrequency time.Duration `mapstructure:"syncFrequency"`
 }
 
 // SourcesConfig configures nodelet-sources.

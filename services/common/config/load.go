@@ -65,6 +65,7 @@ func Defaults() *Config {
 			CgroupRoot:                    "/nodelet",
 			ConfigMapAndSecretChangeDetectionStrategy: "Watch",
 			AllowHostPathForStaticPods:                true,
+			SyncFrequency:                             time.Minute,
 		},
 		Sources: SourcesConfig{
 			FileCheckFrequency: 20 * time.Second,

@@ -121,6 +121,7 @@ func (c *Config) Validate() error {
 			}
 			return &Error{Key: "runtime.configMapAndSecretChangeDetectionStrategy", Problem: fmt.Sprintf("%q must be Watch, Cache or Get", c.Runtime.ConfigMapAndSecretChangeDetectionStrategy)}
 		},
+		func() error { return positiveDur("runtime.syncFrequency", c.Runtime.SyncFrequency) },
 		func() error { return positiveDur("sources.fileCheckFrequency", c.Sources.FileCheckFrequency) },
 		func() error { return positiveDur("sources.httpCheckFrequency", c.Sources.HTTPCheckFrequency) },
 		func() error {

@@ -1,0 +1,44 @@
+// Package volumes is nodelet-runtime's volume manager: the kubelet's
+// volume manager, secret manager and configMap manager in one place.
+//
+// Before a pod's containers start, Setup prepares each of its volumes on
+// the host and returns their host paths, which the runtime hands to CRI
+// as mounts. The layout is the kubelet's:
+//
+//	<stateDir>/pods/<uid>/volumes/kubernetes.io~empty-dir/<name>
+//	<stateDir>/pods/<uid>/volumes/kubernetes.io~configmap/<name>
+//	<stateDir>/pods/<uid>/volumes/kubernetes.io~secret/<name>        (tmpfs)
+//	<stateDir>/pods/<uid>/volumes/kubernetes.io~downward-api/<name>  (tmpfs)
+//	<stateDir>/pods/<uid>/volumes/kubernetes.io~projected/<name>     (tmpfs)
+//	<stateDir>/pods/<uid>/volume-subpaths/<volume>/<container>/<index>
+//
+// emptyDir (disk, or tmpfs for medium Memory sized as the kubelet does),
+// hostPath (with the type checks; refused for static pods when the node
+// says so), configMap, secret, downwardAPI and projected volumes
+// (configMaps, secrets, downwardAPI and service account tokens from the
+// TokenRequest API) are supported. Everything that may hold a secret lives
+// on tmpfs and never touches the disk.
+//
+// Files of configMap, secret, downwardAPI and projected volumes are written
+// with AtomicWriter, the kubelet's "..data" symlink swap, so a reader in
+// the container sees either the old or the new version of every file,
+// never half of one. While a pod runs, Run keeps them current: with the
+// Watch strategy (runtime.configMapAndSecretChangeDetectionStrategy) every
+// referenced configMap and secret is watched on its own (a list/watch with
+// fieldSelector metadata.name=<name>, which the Node authorizer allows for
+// objects the node's pods reference) and a change is written at once;
+// every runtime.syncFrequency all such volumes are rewritten from the
+// current objects (Cache: a TTL cache; Get: a fresh GET) and downward API
+// values; service account tokens are requested again at 80 % of their
+// lifetime.
+//
+// subPath mounts follow the kubelet's pkg/volume/util/subpath: the path is
+// resolved inside the volume, opened component by component without
+// following symlinks, and the opened file is bind-mounted, so neither
+// ".." nor a symlink (even one swapped in later) can reach outside the
+// volume.
+//
+// Teardown, called once the pod's containers and sandbox are gone,
+// unmounts every tmpfs and bind mount under the pod's directory, checks
+// /proc/self/mountinfo that none is left, and removes the directory.
+package volumes

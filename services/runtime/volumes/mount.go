@@ -1,0 +1,157 @@
+package volumes
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// mountPoint is one line of /proc/self/mountinfo.
+type mountPoint struct {
+	Path   string
+	FSType string
+}
+
+// mountsUnder lists the mount points at or below dir, deepest first (the
+// order to unmount them in).
+func mountsUnder(dir string) ([]mountPoint, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	dir = filepath.Clean(dir)
+	var out []mountPoint
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	for sc.Scan() {
+		// id parent major:minor root mountpoint options [optional...] - fstype source superoptions
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		mp := unescapeMountPath(fields[4])
+		if mp != dir && !strings.HasPrefix(mp, dir+"/") {
+			continue
+		}
+		m := mountPoint{Path: mp}
+		if i := slices.Index(fields, "-"); i >= 0 && i+1 < len(fields) {
+			m.FSType = fields[i+1]
+		}
+		out = append(out, m)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	// mountinfo lists parents before children.
+	slices.Reverse(out)
+	return out, nil
+}
+
+// unescapeMountPath undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMountPath(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// isMountPoint: something is mounted exactly at path (bind mounts of the
+// same file system included, which a device comparison would miss).
+func isMountPoint(path string) (bool, error) {
+	ms, err := mountsUnder(path)
+	if err != nil {
+		return false, err
+	}
+	for _, m := range ms {
+		if m.Path == filepath.Clean(path) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// mountTmpfs mounts a tmpfs of size bytes (0: the kernel's default) on
+// dir unless one is there already.
+func mountTmpfs(dir string, size int64) error {
+	mounted, err := isMountPoint(dir)
+	if err != nil || mounted {
+		return err
+	}
+	opts := ""
+	if size > 0 {
+		opts = "size=" + strconv.FormatInt(size, 10)
+	}
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		return fmt.Errorf("mount tmpfs on %s: %w", dir, err)
+	}
+	return nil
+}
+
+// unmount unmounts path; a mount still busy is detached (it goes once its
+// last user does). Not mounted is not an error.
+func unmount(path string) error {
+	err := unix.Unmount(path, 0)
+	if errors.Is(err, unix.EBUSY) {
+		err = unix.Unmount(path, unix.MNT_DETACH)
+	}
+	if err == nil || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	return fmt.Errorf("unmount %s: %w", path, err)
+}
+
+// Permission masks of the kubelet's SetVolumeOwnership.
+const (
+	rwMask   = os.FileMode(0o660)
+	roMask   = os.FileMode(0o440)
+	execMask = os.FileMode(0o110)
+)
+
+// setVolumeOwnership gives group fsGroup the volume under dir, as the
+// kubelet does for pods with securityContext.fsGroup: every file and
+// directory gets the group, group read (and write unless readOnly), and
+// directories the setgid bit. Symlinks keep their mode (a chmod would
+// change their target).
+func setVolumeOwnership(dir string, fsGroup *int64, readOnly bool) error {
+	if fsGroup == nil {
+		return nil
+	}
+	return filepath.Walk(dir, func(path string, info os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		if err := os.Lchown(path, -1, int(*fsGroup)); err != nil {
+			return err
+		}
+		if info.Mode()&os.ModeSymlink != 0 {
+			return nil
+		}
+		mask := rwMask
+		if readOnly {
+			mask = roMask
+		}
+		if info.IsDir() {
+			mask |= os.ModeSetgid | execMask
+		}
+		return os.Chmod(path, info.Mode()|mask)
+	})
+}

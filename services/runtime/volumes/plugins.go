@@ -1,0 +1,324 @@
+package volumes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	resourcehelper "k8s.io/component-helpers/resource"
+)
+
+// The kubelet's plugin directory names.
+const (
+	pluginEmptyDir    = "kubernetes.io~empty-dir"
+	pluginConfigMap   = "kubernetes.io~configmap"
+	pluginSecret      = "kubernetes.io~secret"
+	pluginDownwardAPI = "kubernetes.io~downward-api"
+	pluginProjected   = "kubernetes.io~projected"
+)
+
+// Static pods carry the kubelet's config.source annotation with the source
+// they came from.
+const (
+	annotationConfigSource = "kubernetes.io/config.source"
+	sourceAPI              = "api"
+)
+
+// VolumeDir is <stateDir>/pods/<uid>/volumes/<plugin>/<name>.
+func VolumeDir(stateDir, uid, plugin, name string) string {
+	return filepath.Join(PodDir(stateDir, uid), "volumes", plugin, name)
+}
+
+// setupVolume makes one volume ready and returns its host path.
+func (m *Manager) setupVolume(ctx context.Context, pod *corev1.Pod, v *corev1.Volume) (string, error) {
+	switch {
+	case v.HostPath != nil:
+		if m.refuseHP && isStaticPod(pod) {
+			return "", errors.New("hostPath volumes are not allowed in static pods on this node (runtime.allowHostPathForStaticPods is false)")
+		}
+		return v.HostPath.Path, checkHostPath(v.HostPath)
+	case v.EmptyDir != nil:
+		return m.setupEmptyDir(pod, v)
+	case v.ConfigMap != nil:
+		return m.project(pod, v, pluginConfigMap, false, func() (map[string]FileProjection, error) {
+			return m.configMapPayload(ctx, pod, v.ConfigMap.Name, v.ConfigMap.Items, v.ConfigMap.DefaultMode, v.ConfigMap.Optional)
+		})
+	case v.Secret != nil:
+		return m.project(pod, v, pluginSecret, true, func() (map[string]FileProjection, error) {
+			return m.secretPayload(ctx, pod, v.Secret.SecretName, v.Secret.Items, v.Secret.DefaultMode, v.Secret.Optional)
+		})
+	case v.DownwardAPI != nil:
+		return m.project(pod, v, pluginDownwardAPI, true, func() (map[string]FileProjection, error) {
+			return DownwardAPIPayload(v.DownwardAPI.Items, pod, m.allocatable, v.DownwardAPI.DefaultMode)
+		})
+	case v.Projected != nil:
+		return m.project(pod, v, pluginProjected, true, func() (map[string]FileProjection, error) {
+			return m.projectedPayload(ctx, pod, v.Projected)
+		})
+	}
+	return "", fmt.Errorf("the %s volume type is not supported by nodelet (emptyDir, hostPath, configMap, secret, downwardAPI and projected are)", volumeType(v))
+}
+
+func isStaticPod(pod *corev1.Pod) bool {
+	src, ok := pod.Annotations[annotationConfigSource]
+	return ok && src != sourceAPI
+}
+
+// setupEmptyDir: a world-writable directory on the node's disk, or a
+// tmpfs for medium Memory.
+func (m *Manager) setupEmptyDir(pod *corev1.Pod, v *corev1.Volume) (string, error) {
+	dir := VolumeDir(m.stateDir, string(pod.UID), pluginEmptyDir, v.Name)
+	_, statErr := os.Stat(dir)
+	fresh := os.IsNotExist(statErr)
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return "", err
+	}
+	switch v.EmptyDir.Medium {
+	case corev1.StorageMediumDefault:
+	case corev1.StorageMediumMemory:
+		if err := mountTmpfs(dir, m.tmpfsSize(pod, v.EmptyDir.SizeLimit)); err != nil {
+			return "", err
+		}
+	default:
+		return "", fmt.Errorf("emptyDir medium %q is not supported by nodelet", v.EmptyDir.Medium)
+	}
+	// World-writable as the kubelet makes it, for non-root containers.
+	if err := os.Chmod(dir, 0o777); err != nil {
+		return "", err
+	}
+	if fresh {
+		if err := setVolumeOwnership(dir, fsGroupOf(pod), false); err != nil {
+			return "", err
+		}
+	}
+	return dir, nil
+}
+
+// project writes a volume of files with the AtomicWriter into its plugin
+// directory, on tmpfs when memory (anything that may hold a secret).
+func (m *Manager) project(pod *corev1.Pod, v *corev1.Volume, plugin string, memory bool,
+	payload func() (map[string]FileProjection, error)) (string, error) {
+	dir := VolumeDir(m.stateDir, string(pod.UID), plugin, v.Name)
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return "", err
+	}
+	if memory {
+		if err := mountTmpfs(dir, m.tmpfsSize(pod, nil)); err != nil {
+			return "", err
+		}
+	} else if err := os.Chmod(dir, 0o777); err != nil {
+		return "", err
+	}
+	files, err := payload()
+	if err != nil {
+		return "", err
+	}
+	fsGroup := fsGroupOf(pod)
+	w := &AtomicWriter{TargetDir: dir}
+	if err := w.Write(files, func(ts string) error { return setVolumeOwnership(filepath.Join(dir, ts), fsGroup, true) }); err != nil {
+		return "", err
+	}
+	return dir, nil
+}
+
+// tmpfsSize is the kubelet's calculateEmptyDirMemorySize: the node's
+// memory, or the pod's memory limit when every container has one, or the
+// volume's sizeLimit, whichever is smallest.
+func (m *Manager) tmpfsSize(pod *corev1.Pod, sizeLimit *resource.Quantity) int64 {
+	size := int64(0)
+	if q, ok := m.allocatable[corev1.ResourceMemory]; ok {
+		size = q.Value()
+	}
+	smaller := func(v int64) {
+		if v > 0 && (size <= 0 || v <= size) {
+			size = v
+		}
+	}
+	if podMemoryLimited(pod) {
+		q := resourcehelper.PodLimits(pod, resourcehelper.PodResourcesOptions{})[corev1.ResourceMemory]
+		smaller(q.Value())
+	}
+	if sizeLimit != nil {
+		smaller(sizeLimit.Value())
+	}
+	return size
+}
+
+// podMemoryLimited: every container sets a memory limit (else the pod's
+// cgroup has none).
+func podMemoryLimited(pod *corev1.Pod) bool {
+	n := 0
+	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for _, c := range list {
+			if q, ok := c.Resources.Limits[corev1.ResourceMemory]; !ok || q.IsZero() {
+				return false
+			}
+			n++
+		}
+	}
+	return n > 0
+}
+
+func fsGroupOf(pod *corev1.Pod) *int64 {
+	if sc := pod.Spec.SecurityContext; sc != nil {
+		return sc.FSGroup
+	}
+	return nil
+}
+
+// fsUserOf is the kubelet's FsUserFrom: the user every container runs as,
+// when they all run as the same one.
+func fsUserOf(pod *corev1.Pod) *int64 {
+	var user *int64
+	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for _, c := range list {
+			var u *int64
+			if pod.Spec.SecurityContext != nil {
+				u = pod.Spec.SecurityContext.RunAsUser
+			}
+			if c.SecurityContext != nil && c.SecurityContext.RunAsUser != nil {
+				u = c.SecurityContext.RunAsUser
+			}
+			if u == nil || (user != nil && *user != *u) {
+				return nil
+			}
+			user = u
+		}
+	}
+	return user
+}
+
+func (m *Manager) getObject(ctx context.Context, k objectKey) (any, error) {
+	if m.objects == nil {
+		return nil, errNoAPI(fmt.Sprintf("%s %q", map[string]string{kindConfigMap: "configmap", kindSecret: "secret"}[k.Kind], k.Name))
+	}
+	return m.objects.get(ctx, k)
+}
+
+// configMapPayload reads a configMap and makes its files; a missing
+// optional configMap is an empty one.
+func (m *Manager) configMapPayload(ctx context.Context, pod *corev1.Pod, name string, items []corev1.KeyToPath, mode *int32, opt *bool) (map[string]FileProjection, error) {
+	optional := opt != nil && *opt
+	o, err := m.getObject(ctx, objectKey{Kind: kindConfigMap, Namespace: pod.Namespace, Name: name})
+	cm, _ := o.(*corev1.ConfigMap)
+	if err != nil || cm == nil {
+		if !(apierrors.IsNotFound(err) && optional) {
+			if err == nil {
+				err = fmt.Errorf("configmap %q not found", name)
+			}
+			return nil, err
+		}
+		cm = &corev1.ConfigMap{}
+	}
+	return ConfigMapPayload(items, cm, mode, optional)
+}
+
+// secretPayload reads a secret and makes its files.
+func (m *Manager) secretPayload(ctx context.Context, pod *corev1.Pod, name string, items []corev1.KeyToPath, mode *int32, opt *bool) (map[string]FileProjection, error) {
+	optional := opt != nil && *opt
+	o, err := m.getObject(ctx, objectKey{Kind: kindSecret, Namespace: pod.Namespace, Name: name})
+	s, _ := o.(*corev1.Secret)
+	if err != nil || s == nil {
+		if !(apierrors.IsNotFound(err) && optional) {
+			if err == nil {
+				err = fmt.Errorf("secret %q not found", name)
+			}
+			return nil, err
+		}
+		s = &corev1.Secret{}
+	}
+	return SecretPayload(items, s, mode, optional)
+}
+
+// projectedPayload is the kubelet's projected collectData: every source's
+// files in one volume.
+func (m *Manager) projectedPayload(ctx context.Context, pod *corev1.Pod, src *corev1.ProjectedVolumeSource) (map[string]FileProjection, error) {
+	payload := map[string]FileProjection{}
+	var errs []error
+	merge := func(files map[string]FileProjection, err error) {
+		if err != nil {
+			errs = append(errs, err)
+			return
+		}
+		for k, v := range files {
+			payload[k] = v
+		}
+	}
+	fsUser, fsGroup := fsUserOf(pod), fsGroupOf(pod)
+	for _, s := range src.Sources {
+		switch {
+		case s.Secret != nil:
+			merge(m.secretPayload(ctx, pod, s.Secret.Name, s.Secret.Items, src.DefaultMode, s.Secret.Optional))
+		case s.ConfigMap != nil:
+			merge(m.configMapPayload(ctx, pod, s.ConfigMap.Name, s.ConfigMap.Items, src.DefaultMode, s.ConfigMap.Optional))
+		case s.DownwardAPI != nil:
+			merge(DownwardAPIPayload(s.DownwardAPI.Items, pod, m.allocatable, src.DefaultMode))
+		case s.ServiceAccountToken != nil:
+			tp := s.ServiceAccountToken
+			// With an fsUser or fsGroup the token is the owner's alone
+			// (SetVolumeOwnership adds group read).
+			mode := modeOr(src.DefaultMode)
+			if fsUser != nil || fsGroup != nil {
+				mode = 0o600
+			}
+			tok, err := m.token(ctx, pod, tp)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			payload[tp.Path] = FileProjection{Data: []byte(tok), Mode: mode, FsUser: fsUser}
+		case s.ClusterTrustBundle != nil:
+			errs = append(errs, errors.New("clusterTrustBundle projections are not supported by nodelet"))
+		case s.PodCertificate != nil:
+			errs = append(errs, errors.New("podCertificate projections are not supported by nodelet"))
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return payload, nil
+}
+
+// token is a service account token for the pod through the TokenRequest
+// API, bound to the pod.
+func (m *Manager) token(ctx context.Context, pod *corev1.Pod, tp *corev1.ServiceAccountTokenProjection) (string, error) {
+	sa := pod.Spec.ServiceAccountName
+	if sa == "" {
+		sa = "default"
+	}
+	if m.tokens == nil {
+		return "", errNoAPI(fmt.Sprintf("token of service account %s/%s", pod.Namespace, sa))
+	}
+	tr, err := m.tokens.get(ctx, pod.Namespace, sa, podTokenRequest(pod.Name, pod.UID, tp.Audience, tp.ExpirationSeconds))
+	if err != nil {
+		return "", err
+	}
+	return tr.Status.Token, nil
+}
+
+// volumeType names the type of an unsupported volume for messages.
+func volumeType(v *corev1.Volume) string {
+	s := v.VolumeSource
+	switch {
+	case s.PersistentVolumeClaim != nil:
+		return "persistentVolumeClaim"
+	case s.Ephemeral != nil:
+		return "ephemeral"
+	case s.CSI != nil:
+		return "csi"
+	case s.NFS != nil:
+		return "nfs"
+	case s.Image != nil:
+		return "image"
+	case s.ISCSI != nil:
+		return "iscsi"
+	case s.FC != nil:
+		return "fc"
+	}
+	return "requested"
+}
