@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -389,4 +390,10 @@ func (n *node) connect(component string) *bus.Conn {
 	}
 	n.t.Cleanup(c.NC.Close)
 	return c
+}
+
+type natsMsg = nats.Msg
+
+func execReq(id string, cmd []string) *runtimeapi.ExecSyncRequest {
+	return &runtimeapi.ExecSyncRequest{ContainerId: id, Cmd: cmd, Timeout: 10}
 }
