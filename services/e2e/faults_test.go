@@ -195,6 +195,7 @@ func TestFaults(t *testing.T) {
 			}
 			time.Sleep(250 * time.Millisecond)
 		}
+		n.explainStuck(why)
 		t.Fatalf("%s: not converged after 5m: %s", what, why)
 		return 0
 	}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/services/common/testenv"
+	"github.com/nodelet/nodelet/services/explain"
 	"github.com/nodelet/nodelet/services/supervisor"
 )
 
@@ -396,4 +397,32 @@ type natsMsg = nats.Msg
 
 func execReq(id string, cmd []string) *runtimeapi.ExecSyncRequest {
 	return &runtimeapi.ExecSyncRequest{ContainerId: id, Cmd: cmd, Timeout: 10}
+}
+
+// explainStuck logs `nodelet explain` of every pod named in why (the pods a
+// wait gave up on) and saves the node's whole output to a file, so that a
+// failure says which stage holds each pod.
+func (n *node) explainStuck(why string) {
+	c := n.connect(bus.Tap)
+	for _, f := range strings.Fields(why) {
+		name, _, ok := strings.Cut(f, "=")
+		if !ok {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		story, err := explain.Explain(ctx, c, name)
+		cancel()
+		if err != nil {
+			n.t.Logf("explain %s: %v", name, err)
+			continue
+		}
+		var b bytes.Buffer
+		_ = story.Write(&b)
+		n.t.Logf("explain %s:\n%s", name, b.String())
+	}
+	if f, err := os.CreateTemp("", "nodelet-e2e-output-*.log"); err == nil {
+		_, _ = f.WriteString(n.out.String())
+		_ = f.Close()
+		n.t.Logf("node output saved to %s", f.Name())
+	}
 }
