@@ -154,6 +154,10 @@ runtime:
   cgroupRoot: /nodelet-e2e
   cniBridgeName: %s
   cniNetworkName: %s
+  # The test containerd's own conflist keeps host-local leases in the
+  # instance's dir, cleaned at every start; a rendered one would keep them
+  # in /var/lib/cni/networks, where killed test runs leak them.
+  manageCNIConfig: false
 %ssources:
   staticPodPath: %s
   fileCheckFrequency: 5s
