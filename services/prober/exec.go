@@ -1,17 +1,17 @@
 package prober
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"time"
-	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	internalapi "k8s.io/cri-api/pkg/apis"
 	remote "k8s.io/cri-client/pkg"
 	utilexec "k8s.io/utils/exec"
+
+	"github.com/nodelet/nodelet/services/common/podutil"
 )
 
 // maxExecOutput bounds the output of an exec probe that is kept.
@@ -71,55 +71,7 @@ func expandCommand(cmd []string, env []corev1.EnvVar) []string {
 	return out
 }
 
-// expand is the kubelet's third_party/forked/golang/expansion.Expand with
-// MappingFuncFor(vars); it lives in k8s.io/kubernetes, which nodelet does
-// not import.
+// expand is the kubelet's expansion.Expand with MappingFuncFor(vars).
 func expand(input string, vars map[string]string) string {
-	const (
-		operator        = '$'
-		referenceOpener = '('
-		referenceCloser = ')'
-	)
-	var buf bytes.Buffer
-	checkpoint := 0
-	for cursor := 0; cursor < len(input); cursor++ {
-		if input[cursor] != operator || cursor+1 >= len(input) {
-			continue
-		}
-		buf.WriteString(input[checkpoint:cursor])
-		rest := input[cursor+1:]
-		r, size := utf8.DecodeRuneInString(rest)
-		var advance int
-		switch r {
-		case operator: // $$: an escaped $
-			buf.WriteString(rest[:size])
-			advance = size
-		case referenceOpener:
-			end := -1
-			for i := 1; i < len(rest); i++ {
-				if rest[i] == referenceCloser {
-					end = i
-					break
-				}
-			}
-			if end < 0 { // incomplete reference: kept as is
-				buf.WriteString(string(operator) + string(referenceOpener))
-				advance = 1
-				break
-			}
-			name := rest[1:end]
-			if v, ok := vars[name]; ok {
-				buf.WriteString(v)
-			} else {
-				buf.WriteString("$(" + name + ")")
-			}
-			advance = end + 1
-		default: // a lone $ followed by something else
-			buf.WriteString(string(operator) + string(r))
-			advance = size
-		}
-		cursor += advance
-		checkpoint = cursor + 1
-	}
-	return buf.String() + input[checkpoint:]
+	return podutil.Expand(input, podutil.MappingFor(vars))
 }

@@ -4,6 +4,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nodelet/nodelet/schemas"
+	"github.com/nodelet/nodelet/services/common/podutil"
 )
 
 // probeContainers lists the containers that may have probes: app
@@ -73,45 +74,7 @@ func finished(pod *corev1.Pod, c *corev1.Container, oc *schemas.ContainerObserve
 	if t == nil || isSidecar(c) {
 		return false
 	}
-	return !containerShouldRestart(c, &pod.Spec, t.ExitCode)
-}
-
-// containerShouldRestart is the kubelet's podutil.ContainerShouldRestart
-// (ContainerRestartRules is on by default since 1.35): a matching restart
-// rule, then the container's restart policy, then the pod's.
-func containerShouldRestart(c *corev1.Container, spec *corev1.PodSpec, exitCode int32) bool {
-	if c.RestartPolicy != nil {
-		for _, rule := range c.RestartPolicyRules {
-			if rule.ExitCodes == nil {
-				continue
-			}
-			matched := contains(rule.ExitCodes.Values, exitCode)
-			op := rule.ExitCodes.Operator
-			if (op == corev1.ContainerRestartRuleOnExitCodesOpIn && matched) ||
-				(op == corev1.ContainerRestartRuleOnExitCodesOpNotIn && !matched) {
-				if rule.Action == corev1.ContainerRestartRuleActionRestart {
-					return true
-				}
-				break
-			}
-		}
-		switch *c.RestartPolicy {
-		case corev1.ContainerRestartPolicyAlways:
-			return true
-		case corev1.ContainerRestartPolicyOnFailure:
-			return exitCode != 0
-		case corev1.ContainerRestartPolicyNever:
-			return false
-		}
-	}
-	switch spec.RestartPolicy {
-	case corev1.RestartPolicyOnFailure:
-		return exitCode != 0
-	case corev1.RestartPolicyNever:
-		return false
-	default:
-		return true
-	}
+	return !podutil.ContainerShouldRestart(c, &pod.Spec, t.ExitCode)
 }
 
 func contains[T comparable](s []T, v T) bool {

@@ -1,6 +1,8 @@
 package runtime
 
 import (
+	"github.com/nodelet/nodelet/services/common/podutil"
+
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -40,14 +42,14 @@ func (m *Manager) containerConfig(ctx context.Context, pod *corev1.Pod, c *corev
 	if err != nil {
 		return nil, err
 	}
-	lookup := mappingFor(env)
+	lookup := podutil.MappingFor(env)
 	cmd := make([]string, 0, len(c.Command))
 	for _, s := range c.Command {
-		cmd = append(cmd, expand(s, lookup))
+		cmd = append(cmd, podutil.Expand(s, lookup))
 	}
 	args := make([]string, 0, len(c.Args))
 	for _, s := range c.Args {
-		args = append(args, expand(s, lookup))
+		args = append(args, podutil.Expand(s, lookup))
 	}
 	envs := make([]*runtimeapi.KeyValue, 0, len(order))
 	for _, k := range order {

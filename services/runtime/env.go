@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/nodelet/nodelet/services/common/podutil"
 	"github.com/nodelet/nodelet/services/runtime/volumes"
 )
 
@@ -62,7 +63,7 @@ func containerEnv(ctx context.Context, pod *corev1.Pod, c *corev1.Container, in 
 	for _, e := range c.Env {
 		v := e.Value
 		if e.ValueFrom == nil {
-			set(e.Name, expand(v, mappingFor(env)))
+			set(e.Name, podutil.Expand(v, podutil.MappingFor(env)))
 			continue
 		}
 		var err error

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/nodelet/nodelet/services/common/podutil"
 	"github.com/nodelet/nodelet/services/runtime/volumes"
 )
 
@@ -103,7 +104,7 @@ func mountPropagation(mode *corev1.MountPropagationMode) (runtimeapi.MountPropag
 // an error.
 func expandSubPathExpr(expr string, env map[string]string) (string, error) {
 	var missing []string
-	out := expand(expr, func(name string) (string, bool) {
+	out := podutil.Expand(expr, func(name string) (string, bool) {
 		v, ok := env[name]
 		if !ok || v == "" {
 			missing = append(missing, name)

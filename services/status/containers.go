@@ -6,6 +6,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nodelet/nodelet/schemas"
+	"github.com/nodelet/nodelet/services/common/podutil"
 )
 
 // containerInputs carries what every container of a pod needs to know
@@ -338,40 +339,7 @@ func isStatic(pod *corev1.Pod) bool {
 // containerShouldRestart is podutil.ContainerShouldRestart: container
 // restart rules, then the container's restart policy, then the pod's.
 func containerShouldRestart(c corev1.Container, spec corev1.PodSpec, exitCode int32) bool {
-	if c.RestartPolicy != nil {
-		for _, rule := range c.RestartPolicyRules {
-			if rule.ExitCodes == nil {
-				continue
-			}
-			matched := false
-			for _, v := range rule.ExitCodes.Values {
-				matched = matched || v == exitCode
-			}
-			op := rule.ExitCodes.Operator
-			if (op == corev1.ContainerRestartRuleOnExitCodesOpIn && matched) || (op == corev1.ContainerRestartRuleOnExitCodesOpNotIn && !matched) {
-				if rule.Action == corev1.ContainerRestartRuleActionRestart {
-					return true
-				}
-				break
-			}
-		}
-		switch *c.RestartPolicy {
-		case corev1.ContainerRestartPolicyAlways:
-			return true
-		case corev1.ContainerRestartPolicyOnFailure:
-			return exitCode != 0
-		case corev1.ContainerRestartPolicyNever:
-			return false
-		}
-	}
-	switch spec.RestartPolicy {
-	case corev1.RestartPolicyOnFailure:
-		return exitCode != 0
-	case corev1.RestartPolicyNever:
-		return false
-	default:
-		return true
-	}
+	return podutil.ContainerShouldRestart(&c, &spec, exitCode)
 }
 
 func isSidecar(c *corev1.Container) bool {

@@ -1,13 +1,13 @@
-package runtime
+package podutil
 
 import "strings"
 
-// expand replaces $(VAR) references in s with their values, the way the
+// Expand replaces $(VAR) references in s with their values, the way the
 // kubelet expands command, args and env values (its
 // third_party/forked/golang/expansion): $$ is an escaped $, a reference to
 // an undefined variable and an unterminated $( stay as written, and a $
 // before any other character is kept.
-func expand(s string, lookup func(string) (string, bool)) string {
+func Expand(s string, lookup func(string) (string, bool)) string {
 	if !strings.Contains(s, "$") {
 		return s
 	}
@@ -42,8 +42,8 @@ func expand(s string, lookup func(string) (string, bool)) string {
 	return b.String()
 }
 
-// mappingFor looks names up in maps, first match wins.
-func mappingFor(maps ...map[string]string) func(string) (string, bool) {
+// MappingFor looks names up in maps, first match wins.
+func MappingFor(maps ...map[string]string) func(string) (string, bool) {
 	return func(name string) (string, bool) {
 		for _, m := range maps {
 			if v, ok := m[name]; ok {

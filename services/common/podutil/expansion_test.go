@@ -1,4 +1,4 @@
-package runtime
+package podutil
 
 import "testing"
 
@@ -31,8 +31,8 @@ func TestExpand(t *testing.T) {
 		{"$(VAR_A)$", "A$"},
 		{"f000-$$VAR_A", "f000-$VAR_A"},
 	} {
-		if got := expand(tc.in, mappingFor(vars)); got != tc.want {
-			t.Errorf("expand(%q) = %q, want %q", tc.in, got, tc.want)
+		if got := Expand(tc.in, MappingFor(vars)); got != tc.want {
+			t.Errorf("Expand(%q) = %q, want %q", tc.in, got, tc.want)
 		}
 	}
 }
