@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -44,15 +43,8 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	root, err := testenv.RepoRoot()
-	if err != nil {
+	if err := testenv.BuildBinaries(dir); err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	build := exec.Command("go", "build", "-o", dir+"/", "./cmd/...")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build binaries: %v\n%s", err, out)
 		return 1
 	}
 	binDir = dir
@@ -103,27 +95,10 @@ type node struct {
 	ReadOnly  string
 	BusListen string
 	cmd       *exec.Cmd
-	out       *syncBuffer
+	out       *testenv.Buffer
 	exited    chan error
 	stopped   bool
 	opts      nodeOptions
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func newNode(t testing.TB, o nodeOptions) *node {
@@ -195,7 +170,7 @@ func tail(s string, lines int) string {
 func (n *node) start() {
 	n.t.Helper()
 	if n.out == nil {
-		n.out = &syncBuffer{}
+		n.out = &testenv.Buffer{}
 	}
 	n.cmd = exec.Command(filepath.Join(binDir, "nodelet"), "up", "--config", n.Config)
 	w := io.Writer(n.out)

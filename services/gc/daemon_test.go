@@ -1,20 +1,20 @@
 package gc
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodelet/nodelet/services/common/testenv"
 )
 
 // buildDaemon builds cmd/nodelet-gc.
@@ -66,8 +66,8 @@ gc:
 	if err := os.WriteFile(conf, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	start := func() (*exec.Cmd, *lockedBuffer) {
-		out := &lockedBuffer{}
+	start := func() (*exec.Cmd, *testenv.Buffer) {
+		out := &testenv.Buffer{}
 		cmd := exec.Command(bin, "--config", conf, "--log-level", "debug")
 		cmd.Stdout, cmd.Stderr = out, out
 		if err := cmd.Start(); err != nil {
@@ -123,22 +123,4 @@ gc:
 	if !strings.Contains(out.String(), "Removed dead container") {
 		t.Errorf("no removal in the restarted gc's log:\n%s", out)
 	}
-}
-
-// lockedBuffer collects a process's output while the test may read it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

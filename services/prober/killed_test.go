@@ -1,11 +1,9 @@
 package prober
 
 import (
-	"bytes"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -15,25 +13,8 @@ import (
 
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/schemas"
+	"github.com/nodelet/nodelet/services/common/testenv"
 )
-
-// syncBuffer is a bytes.Buffer safe for a process's output and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // SIGKILL the nodelet-prober process: after it is started again no probe
 // result goes backwards or fails (nothing for the runtime to restart), no
@@ -58,9 +39,9 @@ func TestContainerdProberKilled(t *testing.T) {
 	live := bus.ProbeKey(uid, "web", schemas.ProbeLiveness)
 	ready := bus.ProbeKey(uid, "web", schemas.ProbeReadiness)
 
-	start := func(name string) (*exec.Cmd, *syncBuffer) {
+	start := func(name string) (*exec.Cmd, *testenv.Buffer) {
 		t.Helper()
-		out := &syncBuffer{}
+		out := &testenv.Buffer{}
 		cmd := exec.Command(bin, "--bus.listen", strings.TrimPrefix(e.b.URL, "nats://"), "--node.stateDir", e.b.StateDir,
 			"--runtime.endpoint", c.Endpoint, "--log-level", "debug")
 		cmd.Stdout, cmd.Stderr = out, out

@@ -2,7 +2,6 @@ package supervisor_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -42,15 +41,8 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	root, err := testenv.RepoRoot()
-	if err != nil {
+	if err := testenv.BuildBinaries(dir); err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	build := exec.Command("go", "build", "-o", dir+"/", "./cmd/...")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build binaries: %v\n%s", err, out)
 		return 1
 	}
 	binDir = dir
@@ -79,32 +71,15 @@ type node struct {
 	stateDir string
 	config   string
 	cmd      *exec.Cmd
-	out      *syncBuffer
+	out      *testenv.Buffer
 	exited   chan error
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func startNode(t *testing.T) *node {
 	t.Helper()
 	testenv.RequiresRoot(t)
 	dir := t.TempDir()
-	n := &node{t: t, stateDir: filepath.Join(dir, "state"), config: filepath.Join(dir, "nodelet.yaml"), out: &syncBuffer{}}
+	n := &node{t: t, stateDir: filepath.Join(dir, "state"), config: filepath.Join(dir, "nodelet.yaml"), out: &testenv.Buffer{}}
 	cfg := fmt.Sprintf(`node:
   name: supervisor-test
   stateDir: %s
