@@ -1,12 +1,10 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"strings"
 
-	"github.com/spf13/pflag"
 	"sigs.k8s.io/yaml"
 
 	"github.com/nodelet/nodelet/services/common/config"
@@ -17,18 +15,14 @@ func init() {
 }
 
 func runConfig(args []string) int {
-	flags := pflag.NewFlagSet("nodelet config", pflag.ContinueOnError)
-	loader := config.NewLoader(flags)
-	if err := flags.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return 0
-		}
-		return config.ExitCode
+	in := newInvocation("config")
+	flags := in.Flags
+	if code, ok := in.parse(args); !ok {
+		return code
 	}
-	cfg, err := loader.Load()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "nodelet config: %v\n", err)
-		return config.ExitCode
+	cfg, code, ok := in.load()
+	if !ok {
+		return code
 	}
 	verb := flags.Arg(0)
 	switch verb {

@@ -2,15 +2,12 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
-
-	"github.com/spf13/pflag"
 
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/services/common/config"
@@ -24,41 +21,33 @@ func init() {
 func runExplain(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	flags := pflag.NewFlagSet("nodelet explain", pflag.ContinueOnError)
-	loader := config.NewLoader(flags)
+	in := newInvocation("explain")
+	flags := in.Flags
 	timeout := flags.Duration("timeout", 30*time.Second, "give up reading the bus after this long")
-	if err := flags.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return 0
-		}
-		return config.ExitCode
+	if code, ok := in.parse(args); !ok {
+		return code
 	}
 	if flags.NArg() != 1 {
 		fmt.Fprintln(os.Stderr, "nodelet explain: name one pod: its name, namespace/name or UID")
 		return config.ExitCode
 	}
-	cfg, err := loader.Load()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "nodelet explain: %v\n", err)
-		return config.ExitCode
+	cfg, code, ok := in.load()
+	if !ok {
+		return code
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	c, err := bus.Connect(bus.ConnectOptions{URL: bus.URLFor(cfg.Bus.Listen), Component: bus.Tap, StateDir: cfg.Node.StateDir, Log: log, NoRetry: true})
+	c, err := connectTap(cfg, slog.LevelWarn, false)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "nodelet explain: %v\n", err)
-		return 1
+		return in.fail(1, err)
 	}
 	defer closeQuietly(c)
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	story, err := explain.Explain(ctx, c, flags.Arg(0))
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "nodelet explain: %v\n", err)
-		return 1
+		return in.fail(1, err)
 	}
 	if err := story.Write(os.Stdout); err != nil {
-		fmt.Fprintf(os.Stderr, "nodelet explain: %v\n", err)
-		return 1
+		return in.fail(1, err)
 	}
 	return 0
 }

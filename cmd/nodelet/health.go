@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -10,8 +9,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/spf13/pflag"
 
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/schemas"
@@ -30,14 +27,11 @@ func init() {
 func runHealth(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	flags := pflag.NewFlagSet("nodelet health", pflag.ContinueOnError)
-	loader := config.NewLoader(flags)
+	in := newInvocation("health")
+	flags := in.Flags
 	timeout := flags.Duration("timeout", 0, "how long to wait for a heartbeat (default: two bus.heartbeatInterval and a second)")
-	if err := flags.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return 0
-		}
-		return config.ExitCode
+	if code, ok := in.parse(args); !ok {
+		return code
 	}
 	var names []string
 	for _, c := range graph.Components {
@@ -52,10 +46,9 @@ func runHealth(args []string) int {
 		fmt.Fprintf(os.Stderr, "nodelet health: unknown component %q (one of %s)\n", name, strings.Join(names, ", "))
 		return config.ExitCode
 	}
-	cfg, err := loader.Load()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "nodelet health: %v\n", err)
-		return config.ExitCode
+	cfg, code, ok := in.load()
+	if !ok {
+		return code
 	}
 	wait := *timeout
 	if wait <= 0 {
@@ -63,8 +56,7 @@ func runHealth(args []string) int {
 	}
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	c, err := bus.Connect(bus.ConnectOptions{URL: bus.URLFor(cfg.Bus.Listen), Component: bus.Tap, StateDir: cfg.Node.StateDir, Log: log, NoRetry: true})
+	c, err := connectTap(cfg, slog.LevelError, false)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "nodelet health: %s: bus unreachable: %v\n", name, err)
 		return 1

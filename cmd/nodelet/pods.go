@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -10,10 +9,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/services/common/config"
 	"github.com/nodelet/nodelet/services/status"
 )
@@ -25,40 +22,33 @@ func init() {
 func runPods(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	flags := pflag.NewFlagSet("nodelet pods", pflag.ContinueOnError)
-	loader := config.NewLoader(flags)
+	in := newInvocation("pods")
+	flags := in.Flags
 	namespace := flags.StringP("namespace", "n", "", "only pods of this namespace")
 	all := flags.BoolP("all-namespaces", "A", false, "add a NAMESPACE column")
 	timeout := flags.Duration("timeout", 30*time.Second, "give up reading the bus after this long")
-	if err := flags.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return 0
-		}
-		return config.ExitCode
+	if code, ok := in.parse(args); !ok {
+		return code
 	}
 	if flags.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "nodelet pods: unexpected argument %q\n", flags.Arg(0))
 		return config.ExitCode
 	}
-	cfg, err := loader.Load()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "nodelet pods: %v\n", err)
-		return config.ExitCode
+	cfg, code, ok := in.load()
+	if !ok {
+		return code
 	}
 	// Quiet: closing the connection at the end is not worth a warning.
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	c, err := bus.Connect(bus.ConnectOptions{URL: bus.URLFor(cfg.Bus.Listen), Component: bus.Tap, StateDir: cfg.Node.StateDir, Log: log, NoRetry: true})
+	c, err := connectTap(cfg, slog.LevelError, false)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "nodelet pods: %v\n", err)
-		return 1
+		return in.fail(1, err)
 	}
 	defer c.NC.Close()
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	pods, err := status.LoadPods(ctx, c)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "nodelet pods: %v\n", err)
-		return 1
+		return in.fail(1, err)
 	}
 	var shown []corev1.Pod
 	for _, p := range pods {
@@ -71,8 +61,7 @@ func runPods(args []string) int {
 		return 0
 	}
 	if err := status.WritePodTable(os.Stdout, status.PodRows(shown, time.Now()), *all); err != nil {
-		fmt.Fprintf(os.Stderr, "nodelet pods: %v\n", err)
-		return 1
+		return in.fail(1, err)
 	}
 	return 0
 }

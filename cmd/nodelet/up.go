@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -22,25 +21,22 @@ func init() {
 func runUp(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	flags := pflag.NewFlagSet("nodelet up", pflag.ContinueOnError)
-	loader := config.NewLoader(flags)
-	if err := flags.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return 0
-		}
-		return config.ExitCode
+	in := newInvocation("up")
+	flags := in.Flags
+	if code, ok := in.parse(args); !ok {
+		return code
 	}
-	cfg, err := loader.Load()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "nodelet up: %v\n", err)
-		return config.ExitCode
+	cfg, code, ok := in.load()
+	if !ok {
+		return code
 	}
 	configPath, _ := flags.GetString("config")
 	if configPath != "" {
-		if configPath, err = filepath.Abs(configPath); err != nil {
-			fmt.Fprintf(os.Stderr, "nodelet up: %v\n", err)
-			return 1
+		abs, err := filepath.Abs(configPath)
+		if err != nil {
+			return in.fail(1, err)
 		}
+		configPath = abs
 	}
 	binDir := cfg.Supervisor.BinDir
 	if binDir == "" {
