@@ -3,6 +3,7 @@ package status
 import (
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -171,34 +172,38 @@ func TestReadOnlyAPI(t *testing.T) {
 	h := newHarness(t)
 	s := h.start(func(o *Options) { o.Daemons = []string{bus.Sources, bus.Runtime, bus.GC} })
 
-	beat := func() {
-		for _, c := range []*bus.Conn{h.sources, h.runtime, h.gc} {
-			heartbeatOf(t, c, true, "")
-		}
-	}
-	beat()
-	h.put(h.runtime, bus.BucketRuntime, bus.KeyRuntimeState, &schemas.RuntimeState{RuntimeReady: true, NetworkReady: true, RuntimeName: "containerd", RuntimeVersion: "1.6.20"})
-	waitFor(t, 10*time.Second, "healthz ok", func() bool {
-		code, body := get(t, s.Service, http.MethodGet, "/healthz")
-		return code == http.StatusOK && string(body) == "ok"
-	})
-
-	// nodelet-gc stops beating: /healthz fails naming it.
+	// All three beat until status has provably heard each of them: a
+	// healthy /healthz after the stale window has passed since status
+	// started means no daemon is "never heard from". Then nodelet-gc stops.
+	started := time.Now()
+	var gcBeats atomic.Bool
+	gcBeats.Store(true)
 	stopBeats := make(chan struct{})
 	go func() {
 		tk := time.NewTicker(500 * time.Millisecond)
 		defer tk.Stop()
 		for {
+			_ = h.sources.PublishHeartbeat(schemas.Heartbeat{Component: bus.Sources, Ready: true})
+			_ = h.runtime.PublishHeartbeat(schemas.Heartbeat{Component: bus.Runtime, Ready: true})
+			if gcBeats.Load() {
+				_ = h.gc.PublishHeartbeat(schemas.Heartbeat{Component: bus.GC, Ready: true})
+			}
 			select {
 			case <-stopBeats:
 				return
 			case <-tk.C:
-				_ = h.sources.PublishHeartbeat(schemas.Heartbeat{Component: bus.Sources, Ready: true})
-				_ = h.runtime.PublishHeartbeat(schemas.Heartbeat{Component: bus.Runtime, Ready: true})
 			}
 		}
 	}()
 	defer close(stopBeats)
+	h.put(h.runtime, bus.BucketRuntime, bus.KeyRuntimeState, &schemas.RuntimeState{RuntimeReady: true, NetworkReady: true, RuntimeName: "containerd", RuntimeVersion: "1.6.20"})
+	waitFor(t, 20*time.Second, "healthz ok with every daemon heard from", func() bool {
+		code, body := get(t, s.Service, http.MethodGet, "/healthz")
+		return code == http.StatusOK && string(body) == "ok" && time.Since(started) > h.cfg.Status.HeartbeatStaleAfter+time.Second
+	})
+
+	// nodelet-gc stops beating: /healthz fails naming it.
+	gcBeats.Store(false)
 	var body []byte
 	waitFor(t, 15*time.Second, "healthz to fail on nodelet-gc", func() bool {
 		var code int
