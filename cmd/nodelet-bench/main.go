@@ -1,0 +1,79 @@
+// Command nodelet-bench measures nodelet's pod start-up and teardown
+// against the raw CRI floor on a private containerd, and the agent's own
+// cost. scripts/bench.sh builds and runs it; see services/bench.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/nodelet/nodelet/services/bench"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	o, err := parse(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "nodelet-bench:", err)
+		os.Exit(2)
+	}
+	if _, err := bench.Measure(ctx, o, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "nodelet-bench:", err)
+		os.Exit(1)
+	}
+}
+
+func parse(args []string) (bench.Options, error) {
+	var o bench.Options
+	fs := flag.NewFlagSet("nodelet-bench", flag.ContinueOnError)
+	ns := fs.String("n", "1,20,50", "burst sizes (pods written at once)")
+	bounds := fs.String("bounds", "1,2,4,0", "runtime.maxConcurrentSandboxCreations values to measure, 0 = unbounded (the floor uses the same)")
+	fs.IntVar(&o.Rounds, "rounds", 3, "rounds per contender, bound and N (contenders alternate)")
+	fs.StringVar(&o.BinDir, "bin-dir", "bin", "directory of nodelet and the nodelet-* daemons")
+	fs.StringVar(&o.Out, "out", bench.DefaultOut, "JSON result file")
+	fs.DurationVar(&o.Idle, "idle", bench.DefaultIdle, "idle measurement with the largest burst running (0 skips it)")
+	fs.DurationVar(&o.Settle, "settle", bench.DefaultSettle, "pause between the node being ready and the burst")
+	fs.DurationVar(&o.Timeout, "timeout", bench.DefaultTimeout, "bound on each burst and each teardown")
+	fs.StringVar(&o.WorkDir, "work-dir", "", "directory for the nodes' state and logs (default: a temporary one)")
+	fs.BoolVar(&o.KeepWorkDir, "keep", false, "keep the work directory (node logs) at the end")
+	fs.BoolVar(&o.Timelines, "timelines", false, "include every pod's moments in the JSON result")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	var err error
+	if o.Ns, err = ints("-n", *ns); err != nil {
+		return o, err
+	}
+	if o.Bounds, err = ints("-bounds", *bounds); err != nil {
+		return o, err
+	}
+	o.KubeletBin = os.Getenv("KUBELET_BIN")
+	o.Command = "nodelet-bench " + strings.Join(args, " ")
+	return o, nil
+}
+
+func ints(flag, s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %q is not a number", flag, f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}

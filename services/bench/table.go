@@ -1,0 +1,218 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+)
+
+// WriteTable prints the result for people: one table per bound, the bound
+// sweep, where the time goes, the agent's cost, and the recommendation.
+func WriteTable(w io.Writer, r *Result) error {
+	ew := &errWriter{w: w}
+	m := r.Machine
+	ew.printf("nodelet-bench: %s, %d CPUs (%s), %s RAM, kernel %s, containerd %s\n",
+		m.Hostname, m.CPUs, m.CPUModel, mib(m.MemTotal), m.Kernel, m.Containerd)
+	ew.printf("load average %s at start, %s at end; %s\n", m.LoadStart, m.LoadEnd, r.Command)
+	if r.NodeLifecycle != "" {
+		ew.printf("%s\n", r.NodeLifecycle)
+	}
+
+	bounds := boundsOf(r.Summaries)
+	for _, b := range bounds {
+		ew.printf("\n== sandbox bound %s (runtime.maxConcurrentSandboxCreations=%d; the floor uses the same bound) ==\n", boundName(b), b)
+		tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "N\tcontender\trounds\twall running\twall ready\tpod p50\tpod p99\tready p50\tready p99\tteardown\tratio\tper round\t")
+		for _, s := range r.Summaries {
+			if s.Bound != b {
+				continue
+			}
+			ready50, ready99, wallReady := "-", "-", "-"
+			if s.Ready != nil {
+				ready50, ready99 = s.Ready.P50.String(), s.Ready.P99.String()
+			}
+			if s.WallReady > 0 {
+				wallReady = s.WallReady.String()
+			}
+			ratio, per := "-", "-"
+			if len(s.Ratios) > 0 {
+				ratio = fmt.Sprintf("%.2f", s.Ratio)
+				per = floats(s.Ratios)
+			}
+			rounds := fmt.Sprint(s.Rounds)
+			if s.Failed > 0 {
+				rounds += fmt.Sprintf(" (+%d failed)", s.Failed)
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", s.N, s.Contender, rounds,
+				s.WallRunning, wallReady, s.Running.P50, s.Running.P99, ready50, ready99, s.Teardown, ratio, per)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+
+	ns := nsOf(r.Summaries)
+	ew.printf("\n== bound sweep: per-pod p50 to running / all-running wall time (medians) ==\n")
+	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', tabwriter.AlignRight)
+	head := "bound\t"
+	for _, n := range ns {
+		head += fmt.Sprintf("nodelet N=%d\tfloor N=%d\t", n, n)
+	}
+	fmt.Fprintln(tw, head)
+	for _, b := range bounds {
+		line := boundName(b) + "\t"
+		for _, n := range ns {
+			for _, c := range []string{Nodelet, Floor} {
+				s := find(r.Summaries, c, b, n)
+				if s == nil || s.Rounds == 0 {
+					line += "-\t"
+					continue
+				}
+				line += fmt.Sprintf("%s / %s\t", s.Running.P50, s.WallRunning)
+			}
+		}
+		fmt.Fprintln(tw, line)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+
+	ew.printf("\n== where a pod start goes (mean per pod over all rounds; bus envelope and event times) ==\n")
+	tw = tabwriter.NewWriter(ew, 0, 0, 2, ' ', tabwriter.AlignRight)
+	head = "bound\tN\tcontender\t"
+	for _, s := range Stages {
+		head += s.Name + "\t"
+	}
+	fmt.Fprintln(tw, head+"sum\tmeasured\tdeviation\t")
+	for _, s := range r.Summaries {
+		if s.Breakdown == nil || s.Contender == Kubelet {
+			continue
+		}
+		bd := s.Breakdown
+		line := fmt.Sprintf("%s\t%d\t%s\t", boundName(s.Bound), s.N, s.Contender)
+		for _, st := range bd.Stages {
+			line += st.Mean.String() + "\t"
+		}
+		verdict := "ok"
+		if !bd.Within {
+			verdict = "OVER"
+		}
+		if bd.Incomplete > 0 {
+			verdict += fmt.Sprintf(", %d/%d pods incomplete", bd.Incomplete, bd.Pods)
+		}
+		fmt.Fprintf(tw, "%s%s\t%s\t%.1f%% %s\t\n", line, bd.Sum, bd.Measured, bd.Deviation*100, verdict)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	ew.printf("stages: ")
+	for i, s := range Stages {
+		if i > 0 {
+			ew.printf("; ")
+		}
+		ew.printf("%s = %s", s.Name, s.What)
+	}
+	ew.printf(".\nmeasured = first write → Running+Ready seen by the bench's status watch (floor: CRI StartedAt).\n")
+
+	ew.printf("\n== agent cost during the burst (nodelet: supervisor + bus + six daemons) and the runtime's (containerd + shims); medians over rounds ==\n")
+	tw = tabwriter.NewWriter(ew, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "bound\tN\tcontender\tagent CPU\truntime CPU\tagent peak RSS\tbus msgs/pod\tbus bytes/pod\tidle pods\tidle agent CPU\tidle agent RSS\t")
+	for _, s := range r.Summaries {
+		if s.Rounds == 0 {
+			continue
+		}
+		idlePods, idleCPU, idleRSS := "-", "-", "-"
+		if s.Idle != nil {
+			idlePods = fmt.Sprint(s.Idle.Pods)
+			idleCPU = fmt.Sprintf("%.1f%% of a core", s.Idle.CPUPercent)
+			idleRSS = mib(s.Idle.RSS)
+		}
+		msgs, bytes := "-", "-"
+		if s.BusMsgs > 0 {
+			msgs, bytes = fmt.Sprintf("%.1f", s.BusMsgs), fmt.Sprintf("%.0f", s.BusBytes)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", boundName(s.Bound), s.N, s.Contender, orDash(s.AgentCPU), orDash(s.RuntimeCPU),
+			mib(s.PeakRSS), msgs, bytes, idlePods, idleCPU, idleRSS)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if rec := r.Recommendation; rec != nil {
+		ew.printf("\nrecommended runtime.maxConcurrentSandboxCreations: %d (%s)\n", rec.Bound, rec.Reason)
+	}
+	for _, n := range r.Notes {
+		ew.printf("note: %s\n", n)
+	}
+	return ew.err
+}
+
+type errWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (e *errWriter) Write(p []byte) (int, error) {
+	if e.err != nil {
+		return 0, e.err
+	}
+	n, err := e.w.Write(p)
+	e.err = err
+	return n, err
+}
+
+func (e *errWriter) printf(format string, args ...any) { fmt.Fprintf(e, format, args...) }
+
+func orDash(d Dur) string {
+	if d == 0 {
+		return "-"
+	}
+	return d.String()
+}
+
+func mib(b uint64) string {
+	if b == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1fMiB", float64(b)/(1<<20))
+}
+
+func floats(xs []float64) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = fmt.Sprintf("%.2f", x)
+	}
+	return strings.Join(s, " ")
+}
+
+// boundsOf lists the bounds in the order they ran.
+func boundsOf(sums []Summary) []int {
+	var out []int
+	for _, s := range sums {
+		if !slices.Contains(out, s.Bound) {
+			out = append(out, s.Bound)
+		}
+	}
+	return out
+}
+
+func nsOf(sums []Summary) []int {
+	var out []int
+	for _, s := range sums {
+		if !slices.Contains(out, s.N) {
+			out = append(out, s.N)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func find(sums []Summary, contender string, bound, n int) *Summary {
+	for i := range sums {
+		if s := &sums[i]; s.Contender == contender && s.Bound == bound && s.N == n {
+			return s
+		}
+	}
+	return nil
+}
