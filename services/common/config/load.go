@@ -56,7 +56,7 @@ func Defaults() *Config {
 			RuntimeRequestTimeout:         2 * time.Minute,
 			MaxContainerRestartPeriod:     300 * time.Second,
 			MaxParallelImagePulls:         5,
-			MaxConcurrentSandboxCreations: 2,
+			MaxConcurrentSandboxCreations: 4,
 			CNIConfDir:                    "/etc/nodelet/cni/net.d",
 			CNIBinDirs:                    []string{"/usr/lib/cni", "/opt/cni/bin"},
 			ManageCNIConfig:               true,
