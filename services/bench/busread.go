@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/schemas"
 	"github.com/nodelet/nodelet/services/tap"
@@ -61,20 +59,22 @@ func readBurst(ctx context.Context, c *bus.Conn, from streamMarks, until time.Ti
 	cost := &BusCost{ByStream: map[string]int{}}
 	for _, name := range streams() {
 		filterStart := from[name] + 1
-		err := readFrom(ctx, c, name, filterStart, func(m jetstream.Msg, at time.Time) {
-			if at.After(until) {
+		rctx, cancel := context.WithTimeout(ctx, time.Minute)
+		err := tap.ReadStreamFrom(rctx, c, name, filterStart, func(m tap.Stored) {
+			if m.Time.After(until) {
 				return
 			}
 			cost.Messages++
 			cost.ByStream[name]++
-			cost.Bytes += int64(len(m.Subject()) + len(m.Data()))
-			for k, vs := range m.Headers() {
+			cost.Bytes += int64(len(m.Msg.Subject) + len(m.Msg.Data))
+			for k, vs := range m.Msg.Header {
 				for _, v := range vs {
 					cost.Bytes += int64(len(k) + len(v))
 				}
 			}
-			feed(tl, name, m.Data())
+			feed(tl, name, m.Msg.Data)
 		})
+		cancel()
 		if err != nil {
 			return nil, nil, err
 		}
@@ -119,51 +119,4 @@ func feed(tl *timelines, stream string, data []byte) {
 			tl.event(&v)
 		}
 	}
-}
-
-// readFrom calls fn with every message of stream from sequence seq on, in
-// order, and returns once it has caught up. It only reads: an ephemeral
-// consumer without acks, which the tap credential may create.
-func readFrom(ctx context.Context, c *bus.Conn, stream string, seq uint64, fn func(jetstream.Msg, time.Time)) error {
-	cctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	cons, err := c.JS.CreateConsumer(cctx, stream, jetstream.ConsumerConfig{
-		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:       seq,
-		AckPolicy:         jetstream.AckNonePolicy,
-		InactiveThreshold: time.Minute,
-		MemoryStorage:     true,
-	})
-	if err != nil {
-		return fmt.Errorf("read stream %s: %w", stream, err)
-	}
-	defer func() {
-		dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = c.JS.DeleteConsumer(dctx, stream, cons.CachedInfo().Name)
-	}()
-	pending := cons.CachedInfo().NumPending
-	for pending > 0 {
-		batch, err := cons.Fetch(int(min(pending, 512)), jetstream.FetchMaxWait(5*time.Second))
-		if err != nil {
-			return fmt.Errorf("read stream %s: %w", stream, err)
-		}
-		n := 0
-		for m := range batch.Messages() {
-			n++
-			md, err := m.Metadata()
-			if err != nil {
-				continue
-			}
-			pending = md.NumPending
-			fn(m, md.Timestamp)
-		}
-		if err := batch.Error(); err != nil && cctx.Err() != nil {
-			return fmt.Errorf("read stream %s: %w", stream, err)
-		}
-		if n == 0 {
-			return fmt.Errorf("read stream %s: %d messages pending but none delivered", stream, pending)
-		}
-	}
-	return nil
 }

@@ -34,19 +34,25 @@ func BucketStream(bucket string) string { return "KV_" + bucket }
 // returns once it has caught up. It only reads: an ephemeral consumer
 // without acks, deleted at the end, which the tap credential may create.
 func ReadStream(ctx context.Context, c *bus.Conn, stream string, filters []string, since time.Time, fn func(Stored)) error {
-	cfg := jetstream.ConsumerConfig{
-		DeliverPolicy:     jetstream.DeliverAllPolicy,
-		AckPolicy:         jetstream.AckNonePolicy,
-		FilterSubjects:    filters,
-		InactiveThreshold: time.Minute,
-		MemoryStorage:     true,
-	}
+	cfg := jetstream.ConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy, FilterSubjects: filters}
 	if len(filters) == 1 {
 		cfg.FilterSubject, cfg.FilterSubjects = filters[0], nil
 	}
 	if !since.IsZero() {
 		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &since
 	}
+	return readConsumer(ctx, c, stream, cfg, fn)
+}
+
+// ReadStreamFrom is ReadStream from stream sequence seq on, unfiltered.
+func ReadStreamFrom(ctx context.Context, c *bus.Conn, stream string, seq uint64, fn func(Stored)) error {
+	return readConsumer(ctx, c, stream, jetstream.ConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: seq}, fn)
+}
+
+func readConsumer(ctx context.Context, c *bus.Conn, stream string, cfg jetstream.ConsumerConfig, fn func(Stored)) error {
+	cfg.AckPolicy = jetstream.AckNonePolicy
+	cfg.InactiveThreshold = time.Minute
+	cfg.MemoryStorage = true
 	cons, err := c.JS.CreateConsumer(ctx, stream, cfg)
 	if err != nil {
 		return fmt.Errorf("read stream %s: %w", stream, err)
