@@ -241,9 +241,9 @@ func Summarize(runs []Run, tolerance float64) []Summary {
 			d := Distribution(ready)
 			s.Ready = &d
 		}
-		s.Ratio, s.P50Ratio = MedianFloat(s.Ratios), MedianFloat(s.P50Ratios)
+		s.Ratio, s.P50Ratio = Median(s.Ratios), Median(s.P50Ratios)
 		s.AgentCPU, s.RuntimeCPU = Dur(Median(cpus)), Dur(Median(rtcpus))
-		s.BusMsgs, s.BusBytes = MedianFloat(msgs), MedianFloat(bytes)
+		s.BusMsgs, s.BusBytes = Median(msgs), Median(bytes)
 		if len(tls) > 0 {
 			b := ComputeBreakdown(tls, tolerance)
 			s.Breakdown = &b

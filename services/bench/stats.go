@@ -52,24 +52,10 @@ func Percentile(ds []time.Duration, p float64) time.Duration {
 	return s[rank-1]
 }
 
-// Median is the middle value of ds, the mean of the two middle ones for an
-// even count (so the median of two rounds lies between them). It is 0 for
-// no values.
-func Median(ds []time.Duration) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	n := len(s)
-	if n%2 == 1 {
-		return s[n/2]
-	}
-	return (s[n/2-1] + s[n/2]) / 2
-}
-
-// MedianFloat is Median for plain numbers (ratios, CPU seconds).
-func MedianFloat(xs []float64) float64 {
+// Median is the middle value of xs (durations, ratios, CPU seconds), the
+// mean of the two middle ones for an even count (so the median of two
+// rounds lies between them). It is 0 for no values.
+func Median[T time.Duration | float64](xs []T) T {
 	if len(xs) == 0 {
 		return 0
 	}

@@ -66,8 +66,8 @@ func TestMedianMeanMax(t *testing.T) {
 			t.Errorf("Max(%v) = %v, want %v", tc.in, got, tc.mx)
 		}
 	}
-	if got := MedianFloat([]float64{1.5, 0.5, 1, 5}); got != 1.25 {
-		t.Errorf("MedianFloat = %v, want 1.25", got)
+	if got := Median([]float64{1.5, 0.5, 1, 5}); got != 1.25 {
+		t.Errorf("Median = %v, want 1.25", got)
 	}
 	if got := Ratio(3*time.Second, 2*time.Second); got != 1.5 {
 		t.Errorf("Ratio = %v, want 1.5", got)
