@@ -9,14 +9,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/nodelet/nodelet/bus"
-	"github.com/nodelet/nodelet/schemas"
 	"github.com/nodelet/nodelet/services/common/images"
 	"github.com/nodelet/nodelet/services/supervisor"
 )
@@ -150,51 +146,25 @@ func startNode(ctx context.Context, dir, binDir string, rt *runtimeEnv, bound in
 	return n, nil
 }
 
-// waitReady waits until the bus and every daemon are ready, and leaves
-// the tap connected. Ready is what the supervisor's state file says, or,
-// when the supervisor has not marked a daemon ready although it runs (it
-// can miss a READY=1 sent very early), what the daemons' own heartbeats
-// say.
+// waitReady waits until the supervisor's state file says the bus and every
+// daemon are ready, and connects the tap.
 func (n *node) waitReady(ctx context.Context, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	var last []supervisor.ProcState
-	var mu sync.Mutex
-	beats := map[string]bool{}
 	for time.Now().Before(deadline) {
 		st, err := supervisor.ReadState(n.stateDir)
 		if err == nil {
 			last = st
 		}
-		running := err == nil && len(st) == 1+len(bus.Daemons)
-		allReady := running
+		ready := err == nil && len(st) == 1+len(bus.Daemons)
 		for _, p := range st {
-			running = running && p.PID != 0
-			allReady = allReady && p.State == "ready"
+			ready = ready && p.PID != 0 && p.State == "ready"
 		}
-		if running && n.tap == nil {
-			if c, err := bus.Connect(bus.ConnectOptions{URL: bus.URLFor(n.busListen), Component: bus.Tap,
-				StateDir: n.stateDir, Log: quietLogger(), NoRetry: true}); err == nil {
+		if ready {
+			c, err := bus.Connect(bus.ConnectOptions{URL: bus.URLFor(n.busListen), Component: bus.Tap,
+				StateDir: n.stateDir, Log: quietLogger(), NoRetry: true})
+			if err == nil {
 				n.tap = c
-				_, err = c.NC.Subscribe(bus.SubjectHealthAll, func(m *nats.Msg) {
-					if _, hb, err := schemas.Decode[schemas.Heartbeat](m.Data); err == nil {
-						mu.Lock()
-						beats[hb.Component] = hb.Ready
-						mu.Unlock()
-					}
-				})
-				if err != nil {
-					return fmt.Errorf("subscribe to heartbeats: %w", err)
-				}
-			}
-		}
-		if n.tap != nil && running {
-			mu.Lock()
-			beating := true
-			for _, d := range bus.Daemons {
-				beating = beating && beats[d]
-			}
-			mu.Unlock()
-			if allReady || beating {
 				return nil
 			}
 		}
@@ -207,9 +177,7 @@ func (n *node) waitReady(ctx context.Context, timeout time.Duration) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	return fmt.Errorf("node not ready after %s: %+v, heartbeats ready %v; see %s", timeout, last, beats, n.logPath)
+	return fmt.Errorf("node not ready after %s: %+v; see %s", timeout, last, n.logPath)
 }
 
 // pids names the node's processes: the supervisor and, from its state file,

@@ -213,7 +213,7 @@ func (s *Supervisor) supervise(ctx context.Context, p *proc) {
 	cfg := s.o.Config.Supervisor
 	backoff := cfg.RestartBackoff
 	readySignalled := false
-	notify := make(chan string, 16)
+	notify := make(chan notification, 16)
 	go readNotify(p.notifyLn, notify)
 	for attempt := 0; ; attempt++ {
 		cmd := exec.Command(filepath.Join(s.o.BinDir, p.comp.Binary()), "--config", s.o.ConfigPath)
@@ -241,12 +241,14 @@ func (s *Supervisor) supervise(ctx context.Context, p *proc) {
 			s.logf("%s started pid=%d", p.comp.Name, cmd.Process.Pid)
 			exited := make(chan error, 1)
 			go func() { exited <- cmd.Wait() }()
-			drain(notify)
 		running:
 			for {
 				select {
 				case msg := <-notify:
-					if hasField(msg, "READY=1") {
+					// Only the current process speaks for itself (systemd's
+					// NotifyAccess=main): a datagram a crashed predecessor
+					// left behind is not the new one's READY=1.
+					if msg.pid == cmd.Process.Pid && hasField(msg.text, "READY=1") {
 						s.set(p, func(st *ProcState) { st.State = "ready" })
 						s.logf("%s ready pid=%d", p.comp.Name, cmd.Process.Pid)
 						if !readySignalled {
@@ -317,36 +319,55 @@ func notifyName(component string) string {
 	return fmt.Sprintf("nodelet-notify-%d-%s", os.Getpid(), component)
 }
 
-// listenNotify opens the abstract unixgram socket a child notifies on.
+// listenNotify opens the abstract unixgram socket a child notifies on,
+// with SO_PASSCRED so that every datagram carries its sender's PID.
 func listenNotify(component string) (*net.UnixConn, error) {
 	addr := &net.UnixAddr{Name: "@" + notifyName(component), Net: "unixgram"}
 	ln, err := net.ListenUnixgram("unixgram", addr)
 	if err != nil {
 		return nil, fmt.Errorf("notify socket for %s: %w", component, err)
 	}
+	raw, err := ln.SyscallConn()
+	if err == nil {
+		cerr := raw.Control(func(fd uintptr) {
+			err = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_PASSCRED, 1)
+		})
+		if cerr != nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("notify socket for %s: SO_PASSCRED: %w", component, err)
+	}
 	return ln, nil
 }
 
-func readNotify(ln *net.UnixConn, out chan<- string) {
+// notification is one sd_notify datagram and the PID that sent it.
+type notification struct {
+	pid  int
+	text string
+}
+
+func readNotify(ln *net.UnixConn, out chan<- notification) {
 	buf := make([]byte, 4096)
+	oob := make([]byte, syscall.CmsgSpace(syscall.SizeofUcred))
 	for {
-		n, _, err := ln.ReadFromUnix(buf)
+		n, oobn, _, _, err := ln.ReadMsgUnix(buf, oob)
 		if err != nil {
 			return
 		}
-		select {
-		case out <- string(buf[:n]):
-		default:
+		msg := notification{text: string(buf[:n])}
+		if cmsgs, err := syscall.ParseSocketControlMessage(oob[:oobn]); err == nil {
+			for i := range cmsgs {
+				if cred, err := syscall.ParseUnixCredentials(&cmsgs[i]); err == nil {
+					msg.pid = int(cred.Pid)
+				}
+			}
 		}
-	}
-}
-
-func drain(ch chan string) {
-	for {
 		select {
-		case <-ch:
+		case out <- msg:
 		default:
-			return
 		}
 	}
 }
