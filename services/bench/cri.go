@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	kubetypes "k8s.io/kubelet/pkg/types"
 
 	"github.com/nodelet/nodelet/services/common/containerd"
 )
@@ -18,10 +19,10 @@ const Namespace = "nodelet-bench"
 
 // CRI label keys, the kubelet's.
 const (
-	labelPodName      = "io.kubernetes.pod.name"
-	labelPodNamespace = "io.kubernetes.pod.namespace"
-	labelPodUID       = "io.kubernetes.pod.uid"
-	labelContainer    = "io.kubernetes.container.name"
+	labelPodName      = kubetypes.KubernetesPodNameLabel
+	labelPodNamespace = kubetypes.KubernetesPodNamespaceLabel
+	labelPodUID       = kubetypes.KubernetesPodUIDLabel
+	labelContainer    = kubetypes.KubernetesContainerNameLabel
 )
 
 // pollEvery is how often the bench asks CRI during a burst: often enough

@@ -281,15 +281,21 @@ func (b *bencher) runFloor(ctx context.Context, bound, n, round int) (run Run) {
 			run.Breakdown = &bd
 		}
 	}
-	tctx, tcancel := context.WithTimeout(ctx, b.o.Timeout)
-	defer tcancel()
+	b.teardown(ctx, &run, func(ctx context.Context) error { return floorStop(ctx, b.cri, pods) })
+	return run
+}
+
+// teardown times remove and the wait until no container or sandbox of the
+// bench is left, bounded by -timeout; the first error goes to run.Error.
+func (b *bencher) teardown(ctx context.Context, run *Run, remove func(context.Context) error) {
+	tctx, cancel := context.WithTimeout(ctx, b.o.Timeout)
+	defer cancel()
 	t1 := time.Now()
-	if err := floorStop(tctx, b.cri, pods); err != nil && run.Error == "" {
+	if err := remove(tctx); err != nil && run.Error == "" {
 		run.Error = "teardown: " + err.Error()
 	}
 	if err := b.cri.waitGone(tctx); err != nil && run.Error == "" {
 		run.Error = "teardown: " + err.Error()
 	}
 	run.Teardown = Dur(time.Since(t1))
-	return run
 }

@@ -204,15 +204,6 @@ func (b *bencher) runKubelet(ctx context.Context, n, round int) (run Run) {
 	if err != nil {
 		run.Error = err.Error()
 	}
-	t1 := time.Now()
-	if err := nd.remove(names); err != nil && run.Error == "" {
-		run.Error = err.Error()
-	}
-	tctx, tcancel := context.WithTimeout(ctx, b.o.Timeout)
-	defer tcancel()
-	if err := b.cri.waitGone(tctx); err != nil && run.Error == "" {
-		run.Error = "teardown: " + err.Error()
-	}
-	run.Teardown = Dur(time.Since(t1))
+	b.teardown(ctx, &run, func(context.Context) error { return nd.remove(names) })
 	return run
 }

@@ -93,16 +93,7 @@ func (b *bencher) runNodelet(ctx context.Context, bound, n, round int, idle time
 	}
 	// Teardown, also after a failed burst: the next round starts clean.
 	marks, _ := markStreams(ctx, nd.tap)
-	t1 := time.Now()
-	if err := nd.remove(podNames(n)); err != nil && run.Error == "" {
-		run.Error = err.Error()
-	}
-	tctx, cancel := context.WithTimeout(ctx, b.o.Timeout)
-	defer cancel()
-	if err := b.cri.waitGone(tctx); err != nil && run.Error == "" {
-		run.Error = "teardown: " + err.Error()
-	}
-	run.Teardown = Dur(time.Since(t1))
+	b.teardown(ctx, &run, func(context.Context) error { return nd.remove(podNames(n)) })
 	if after, err := markStreams(ctx, nd.tap); err == nil && marks != nil && run.Bus != nil {
 		run.Bus.TeardownMessages, _ = stored(marks, after)
 	}

@@ -51,6 +51,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	internalapi "k8s.io/cri-api/pkg/apis"
+	kubetypes "k8s.io/kubelet/pkg/types"
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/bus"
@@ -64,10 +65,10 @@ import (
 // and the label that marks nodelet's own objects.
 const (
 	LabelManaged      = "io.nodelet.managed"
-	labelPodName      = "io.kubernetes.pod.name"
-	labelPodNamespace = "io.kubernetes.pod.namespace"
-	labelPodUID       = "io.kubernetes.pod.uid"
-	labelContainer    = "io.kubernetes.container.name"
+	labelPodName      = kubetypes.KubernetesPodNameLabel
+	labelPodNamespace = kubetypes.KubernetesPodNamespaceLabel
+	labelPodUID       = kubetypes.KubernetesPodUIDLabel
+	labelContainer    = kubetypes.KubernetesContainerNameLabel
 )
 
 // Spec describes nodelet-gc to the daemon frame.
