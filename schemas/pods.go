@@ -46,6 +46,11 @@ type AdmissionVerdict struct {
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
 	Admitted  bool   `json:"admitted"`
+	// Preempted: the pod had been admitted and was then preempted to make
+	// room for a critical pod (the kubelet's CriticalPodAdmissionHandler);
+	// Admitted is false, Reason "Preempting". The runtime kills it and its
+	// status is Failed with a DisruptionTarget condition, as an eviction.
+	Preempted bool `json:"preempted,omitempty"`
 	// Reason and Message use the kubelet's wording (OutOfcpu, NodeAffinity,
 	// Taint, ...). Empty when admitted.
 	Reason  string `json:"reason,omitempty"`
@@ -58,6 +63,15 @@ type AdmissionVerdict struct {
 }
 
 func (AdmissionVerdict) SchemaName() string { return "nodelet.v1.AdmissionVerdict" }
+
+// A preempted pod's wording, the kubelet's (pkg/kubelet/preemption): the
+// reason and message of its status and event, and the message of its
+// DisruptionTarget condition.
+const (
+	ReasonPreempting          = "Preempting"
+	MessagePreempted          = "Preempted in order to admit critical pod"
+	MessagePreemptedCondition = "Pod was preempted by Kubelet to accommodate a critical pod."
+)
 
 // Container kinds in observed state.
 const (

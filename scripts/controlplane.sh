@@ -3,11 +3,17 @@
 # loopback for developing and testing nodelet. No controller-manager or
 # scheduler runs: pods are bound by setting spec.nodeName yourself.
 #
-# Usage: scripts/controlplane.sh build|start|stop|status|env [STATE_DIR]
+# Usage: scripts/controlplane.sh build|build-conformance|start|stop|status|env [STATE_DIR]
+#        scripts/controlplane.sh tools NAME...
 #
 #   build   build (or reuse the cached) kube-apiserver and kubectl, make sure
 #           etcd is installed; prints KUBE_APISERVER=, KUBECTL=, ETCD= lines
 #           on stdout (everything else goes to stderr).
+#   build-conformance
+#           also build kube-controller-manager, kube-scheduler, agnhost, nnp
+#           and e2e.test (scripts/conformance.sh); prints their paths the same way.
+#   tools NAME...
+#           build only the named ones of those (tests of the harness).
 #   start   build if needed, then start etcd and kube-apiserver on free
 #           127.0.0.1 ports under STATE_DIR, write admin.kubeconfig and
 #           node.kubeconfig there and print how to use them. Idempotent.
@@ -57,38 +63,81 @@ find_go() {
 	fi
 }
 
-build_k8s() {
-	if [[ -x $KUBE_APISERVER && -x $KUBECTL ]]; then
-		return 0
-	fi
+# build_bins NAME... builds (or reuses) the named tools into BIN_DIR, serialised
+# with a lock against concurrent builds (parallel test binaries, several
+# shells). Names: the commands of k8s.io/kubernetes/cmd, agnhost
+# (test/images/agnhost, static) and e2e.test (the e2e suite's test binary).
+have_bin() {
+	[[ -x $BIN_DIR/$1 ]] || return 1
+	[[ $1 != agnhost || -f $BIN_DIR/agnhost-porter/localhost.key ]]
+}
+
+build_bins() {
+	local missing=() n
+	for n in "$@"; do have_bin "$n" || missing+=("$n"); done
+	[[ ${#missing[@]} -eq 0 ]] && return 0
 	mkdir -p "$BIN_DIR"
-	# Serialise concurrent builds (parallel test binaries, several shells).
 	exec 9>"$BIN_DIR/.build.lock"
 	flock 9
-	if [[ -x $KUBE_APISERVER && -x $KUBECTL ]]; then
+	missing=()
+	for n in "$@"; do have_bin "$n" || missing+=("$n"); done
+	if [[ ${#missing[@]} -eq 0 ]]; then
 		flock -u 9
 		exec 9>&-
 		return 0
 	fi
-	local gobin tmp start
+	local gobin tmp start cmds=() rc=0
 	gobin=$(find_go)
 	tmp=$(mktemp -d "$BIN_DIR/.build.XXXXXX")
 	start=$SECONDS
-	log "building kube-apiserver and kubectl $K8S_VERSION into $BIN_DIR (a cold build takes several minutes)..."
-	if ! (cd "$TOOLS_DIR" && GOWORK=off "$gobin" build -mod=readonly -trimpath \
-		-ldflags "$(ldflags)" -o "$tmp/" \
-		k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl) >&2; then
+	for n in "${missing[@]}"; do
+		case $n in
+		agnhost | nnp | e2e.test) ;;
+		*) cmds+=("k8s.io/kubernetes/cmd/$n") ;;
+		esac
+	done
+	log "building ${missing[*]} $K8S_VERSION into $BIN_DIR (a cold build takes several minutes)..."
+	(
+		cd "$TOOLS_DIR"
+		export GOWORK=off
+		if [[ ${#cmds[@]} -gt 0 ]]; then
+			"$gobin" build -mod=readonly -trimpath -ldflags "$(ldflags)" -o "$tmp/" "${cmds[@]}"
+		fi
+		if [[ " ${missing[*]} " == *" agnhost "* ]]; then
+			# The image's binary: static, as upstream builds it.
+			CGO_ENABLED=0 "$gobin" build -mod=readonly -trimpath -ldflags "$(ldflags)" -o "$tmp/agnhost" \
+				k8s.io/kubernetes/test/images/agnhost
+			# What the agnhost image adds besides the binary (porter's TLS pair).
+			mkdir -p "$BIN_DIR/agnhost-porter"
+			cp "$("$gobin" list -mod=readonly -f '{{.Dir}}' k8s.io/kubernetes/test/images/agnhost/porter)"/localhost.{crt,key} \
+				"$BIN_DIR/agnhost-porter/"
+		fi
+		if [[ " ${missing[*]} " == *" nnp "* ]]; then
+			# The nonewprivs image's setuid program.
+			CGO_ENABLED=0 "$gobin" build -mod=readonly -trimpath -o "$tmp/nnp" k8s.io/kubernetes/test/images/nonewprivs
+		fi
+		if [[ " ${missing[*]} " == *" e2e.test "* ]]; then
+			# -vet=off: otherwise go vets every dependency of the suite.
+			"$gobin" test -c -vet=off -mod=readonly -trimpath -ldflags "$(ldflags)" -o "$tmp/e2e.test" \
+				k8s.io/kubernetes/test/e2e
+		fi
+	) >&2 || rc=$?
+	if [[ $rc -ne 0 ]]; then
 		rm -rf "$tmp"
 		flock -u 9
-		die "building kube-apiserver/kubectl failed"
+		die "building ${missing[*]} failed"
 	fi
-	mv -f "$tmp/kube-apiserver" "$KUBE_APISERVER"
-	mv -f "$tmp/kubectl" "$KUBECTL"
+	for n in "${missing[@]}"; do mv -f "$tmp/$n" "$BIN_DIR/$n"; done
 	rm -rf "$tmp"
-	log "built kube-apiserver and kubectl in $((SECONDS - start))s"
+	log "built ${missing[*]} in $((SECONDS - start))s"
 	flock -u 9
 	exec 9>&-
 }
+
+build_k8s() { build_bins kube-apiserver kubectl; }
+
+# The tools scripts/conformance.sh needs besides the control plane.
+CONFORMANCE_BINS=(kube-controller-manager kube-scheduler agnhost nnp e2e.test)
 
 ensure_etcd() {
 	ETCD=${NODELET_ETCD:-}
@@ -110,6 +159,15 @@ ensure_etcd() {
 		fi
 	fi
 	[[ -x $ETCD ]] || die "etcd at $ETCD is not executable"
+}
+
+cmd_build_conformance() { cmd_tools "${CONFORMANCE_BINS[@]}"; }
+
+cmd_tools() {
+	cmd_build
+	build_bins "$@"
+	local n
+	for n in "$@"; do echo "$(echo "$n" | tr 'a-z.-' 'A-Z__')=$BIN_DIR/$n"; done
 }
 
 cmd_build() {
@@ -439,6 +497,8 @@ main() {
 	STATE_DIR=$(realpath -m -- "$STATE_DIR")
 	case $cmd in
 	build) cmd_build ;;
+	build-conformance) cmd_build_conformance ;;
+	tools) shift; cmd_tools "$@"; return ;;
 	start) cmd_start ;;
 	stop) cmd_stop ;;
 	status) cmd_status ;;

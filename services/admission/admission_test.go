@@ -207,20 +207,45 @@ func TestBadDesiredPodDisturbsNothing(t *testing.T) {
 	}
 }
 
-// A static pod (file source) is critical: admitted though the node is full,
-// and its taints are not checked.
+// A static pod (file source) is critical: its taints are not checked, and
+// when the node is full it preempts other pods to fit (the filler's verdict
+// turns into a preemption, stored before the static pod's, with the
+// kubelet's event); when no set of pods would free enough it is refused
+// with UnexpectedAdmissionError.
 func TestStaticPodIsCritical(t *testing.T) {
 	h := newHarness(t, func(c *config.Config) { c.Node.Taints = []config.Taint{{Key: "k", Effect: "NoExecute"}} })
 	h.start()
 	filler := makePod("filler", 1, withCPU("2"), withToleration("k", "", ""))
 	h.put(filler)
 	h.admitted(filler)
-	static := makePod("static", 2, withCPU("1"), withAnnotation(configSourceAnnotation, schemas.SourceFile))
-	if _, err := h.sources.Put(context.Background(), bus.BucketDesired, string(static.UID),
-		schemas.PodDesired{Pod: static, Source: schemas.SourceFile}); err != nil {
-		t.Fatal(err)
+	putStatic := func(p *corev1.Pod) {
+		t.Helper()
+		if _, err := h.sources.Put(context.Background(), bus.BucketDesired, string(p.UID),
+			schemas.PodDesired{Pod: p, Source: schemas.SourceFile}); err != nil {
+			t.Fatal(err)
+		}
 	}
+	huge := makePod("huge", 2, withCPU("1000"), withAnnotation(configSourceAnnotation, schemas.SourceFile))
+	putStatic(huge)
+	h.rejected(huge, "UnexpectedAdmissionError", "Unexpected error while attempting to recover from admission failure: "+
+		"preemption: error finding a set of pods to preempt: no set of running pods found to reclaim resources: [(res: cpu, q: 998000), ]")
+	if v, _ := h.verdict(filler); !v.Admitted {
+		t.Fatalf("a refused critical pod preempted the filler: %+v", v)
+	}
+
+	static := makePod("static", 3, withCPU("1"), withAnnotation(configSourceAnnotation, schemas.SourceFile))
+	putStatic(static)
 	h.admitted(static)
+	v, fillerRev := h.verdict(filler)
+	if v.Admitted || !v.Preempted || v.Reason != schemas.ReasonPreempting || v.Message != schemas.MessagePreempted {
+		t.Fatalf("filler: want preempted, got %+v", v)
+	}
+	if _, staticRev := h.verdict(static); fillerRev > staticRev {
+		t.Errorf("the preemption (rev %d) was stored after the critical pod's verdict (rev %d)", fillerRev, staticRev)
+	}
+	if ev := h.waitEvent(filler); ev.Type != corev1.EventTypeWarning || ev.Reason != schemas.ReasonPreempting || ev.Message != schemas.MessagePreempted {
+		t.Errorf("filler event = %+v", ev)
+	}
 }
 
 // admission.disabled admits everything.

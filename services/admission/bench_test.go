@@ -32,7 +32,7 @@ func BenchmarkAdmit(b *testing.B) {
 	p := makePod("new", 200, withRequests("cpu", "100m", "memory", "64Mi"), withHostPort(8080, "", ""),
 		withNodeSelector("zone", "a"), withToleration("dedicated", "x", corev1.TaintEffectNoExecute))
 	e := &podEntry{desired: &schemas.PodDesired{Pod: p}, rev: 500}
-	if v := c.decide(string(p.UID), e); !v.Admitted {
+	if v, _ := c.decide(string(p.UID), e); !v.Admitted {
 		b.Fatalf("want admitted, got %+v", v)
 	}
 	b.ReportAllocs()

@@ -224,6 +224,7 @@ func (c *controller) onDesired(u bus.Update[schemas.PodDesired]) {
 			c.pods[u.Key] = e
 		}
 		e.desired, e.rev, e.static, e.info = u.Value, u.Revision, isStatic(u.Value), NewPodInfo(u.Value.Pod)
+		e.info.Static = e.static
 		if _, decided := c.verdicts[u.Key]; !decided {
 			c.pending[u.Key] = struct{}{}
 		}
@@ -365,11 +366,14 @@ func (c *controller) decidePending() {
 	})
 	for _, uid := range uids {
 		e := c.pods[uid]
-		v := c.decide(uid, e)
+		v, victims := c.decide(uid, e)
 		c.verdicts[uid] = v
 		c.dirty[uid] = struct{}{}
 		if v.Admitted {
 			c.log.Debug("Admitted pod", "pod", podRef(e.desired.Pod), "podUID", uid)
+			for _, victim := range victims {
+				c.preempt(victim, e.desired.Pod)
+			}
 			continue
 		}
 		c.announce[uid] = struct{}{}
@@ -378,7 +382,26 @@ func (c *controller) decidePending() {
 	clear(c.pending)
 }
 
-func (c *controller) decide(uid string, e *podEntry) *schemas.AdmissionVerdict {
+// preempt turns an admitted pod's verdict into a preemption, so that a
+// critical pod fits: the kubelet's evictPodsToFreeRequests. The victim's
+// verdict is stored before the critical pod's (flush), and its event posted.
+func (c *controller) preempt(victim *PodInfo, by *corev1.Pod) {
+	uid := string(victim.Pod.UID)
+	old := c.verdicts[uid]
+	if old == nil {
+		return
+	}
+	v := *old
+	v.Admitted, v.Preempted = false, true
+	v.Reason, v.Message = schemas.ReasonPreempting, schemas.MessagePreempted
+	v.DecidedAt = c.clock.Now().UTC()
+	c.verdicts[uid] = &v
+	c.dirty[uid] = struct{}{}
+	c.announce[uid] = struct{}{}
+	c.log.Info("Preempting pod to free up resources", "pod", podRef(victim.Pod), "podUID", uid, "requestingPod", podRef(by))
+}
+
+func (c *controller) decide(uid string, e *podEntry) (*schemas.AdmissionVerdict, []*PodInfo) {
 	pod := e.desired.Pod
 	res := Result{Admit: true}
 	switch {
@@ -395,7 +418,7 @@ func (c *controller) decide(uid string, e *podEntry) *schemas.AdmissionVerdict {
 		Admitted: res.Admit, Reason: res.Reason, Message: res.Message,
 		DesiredRevision: e.rev, PressureRevision: c.pressureRev,
 		DecidedAt: c.clock.Now().UTC(),
-	}
+	}, res.Preempt
 }
 
 // holding lists the admitted pods that still hold resources.
@@ -457,7 +480,14 @@ func (c *controller) flush(ctx context.Context) error {
 		}
 		delete(c.gone, uid)
 	}
-	for _, uid := range sortedKeys(c.dirty) {
+	// Preemptions first: the runtime must see a victim go before the pod it
+	// makes room for.
+	dirty := sortedKeys(c.dirty)
+	sort.SliceStable(dirty, func(i, j int) bool {
+		vi, vj := c.verdicts[dirty[i]], c.verdicts[dirty[j]]
+		return vi != nil && vi.Preempted && (vj == nil || !vj.Preempted)
+	})
+	for _, uid := range dirty {
 		v := c.verdicts[uid]
 		if v == nil {
 			delete(c.dirty, uid)

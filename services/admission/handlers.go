@@ -63,6 +63,9 @@ type Result struct {
 	Admit   bool
 	Reason  string
 	Message string
+	// Preempt lists the pods to preempt so that a critical pod fits (the
+	// kubelet's CriticalPodAdmissionHandler); only with Admit.
+	Preempt []*PodInfo
 }
 
 // Attributes is what a handler decides on: the pod, whether it is a static
@@ -105,14 +108,19 @@ func NewAdmitter(node *corev1.Node) *Admitter {
 	return &Admitter{Pressure: p, handlers: []Handler{p, NewPredicateHandler(node), NewFeaturesHandler(node)}}
 }
 
-// Admit decides on attrs.Pod.
+// Admit decides on attrs.Pod. Pods to preempt are named only when the pod
+// is admitted by every handler (the kubelet kills them as soon as its
+// predicate handler picks them, even if a later handler refuses the pod).
 func (a *Admitter) Admit(attrs *Attributes) Result {
+	var preempt []*PodInfo
 	for _, h := range a.handlers {
-		if r := h.Admit(attrs); !r.Admit {
+		r := h.Admit(attrs)
+		if !r.Admit {
 			return r
 		}
+		preempt = append(preempt, r.Preempt...)
 	}
-	return Result{Admit: true}
+	return Result{Admit: true, Preempt: preempt}
 }
 
 // PressureHandler is the eviction manager's admission check: under memory
@@ -231,11 +239,9 @@ func (h *PredicateHandler) Admit(attrs *Attributes) Result {
 		return Result{Admit: true}
 	}
 	if attrs.Critical() {
-		// The kubelet makes room for a critical pod by evicting others
-		// rather than refusing it for resources. Admission cannot evict
-		// (nodelet-gc owns evictions): it admits the pod, and the node's
-		// eviction manager resolves the overcommit if it turns into
-		// pressure. Other failures still refuse it.
+		// HandleAdmissionFailure: other failures still refuse a critical
+		// pod; failures for resources alone preempt pods to make room, or
+		// refuse it when no set of pods would free enough.
 		var rest []failure
 		for _, f := range failures {
 			if f.resource == "" {
@@ -243,7 +249,12 @@ func (h *PredicateHandler) Admit(attrs *Attributes) Result {
 			}
 		}
 		if len(rest) == 0 {
-			return Result{Admit: true}
+			victims, err := preempt(attrs, failures, attrs.OtherPods)
+			if err != nil {
+				return Result{Reason: ReasonUnexpectedAdmissionError,
+					Message: fmt.Sprintf("Unexpected error while attempting to recover from admission failure: %v", err)}
+			}
+			return Result{Admit: true, Preempt: victims}
 		}
 		failures = rest
 	}

@@ -74,11 +74,19 @@ func TestResourceFit(t *testing.T) {
 			reason: "OutOfcpu", message: "Node didn't have enough resource: cpu, requested: 3000, used: 0, capacity: 2000"},
 		{name: "pods count first, then cpu", pod: makePod("p", 0, withCPU("3")), others: cpuPods(3, "0"), reason: "OutOfpods"},
 		{name: "cpu before memory", pod: makePod("p", 0, withRequests("cpu", "3", "memory", "5Gi")), reason: "OutOfcpu"},
-		{name: "critical pod admitted beyond resources", pod: makePod("p", 0, withCPU("4"), withPriority(2000001000)), others: cpuPods(3, "1")},
-		{name: "system-cluster-critical counts as critical", pod: makePod("p", 0, withCPU("4"), withPriority(2000000000))},
+		// Critical pods preempt others for resources; when no set of pods
+		// frees enough, they are refused (HandleAdmissionFailure).
+		{name: "critical pod beyond what preemption frees", pod: makePod("p", 0, withCPU("4"), withPriority(2000001000)), others: cpuPods(3, "1"),
+			reason: "UnexpectedAdmissionError", message: "Unexpected error while attempting to recover from admission failure: " +
+				"preemption: error finding a set of pods to preempt: no set of running pods found to reclaim resources: [(res: cpu, q: 2000), ]"},
+		{name: "system-cluster-critical counts as critical", pod: makePod("p", 0, withCPU("4"), withPriority(2000000000)),
+			reason: "UnexpectedAdmissionError"},
 		{name: "high but not critical priority", pod: makePod("p", 0, withCPU("4"), withPriority(1000000000)), reason: "OutOfcpu"},
-		{name: "static pod admitted beyond resources", pod: makePod("p", 0, withCPU("4")), static: true},
-		{name: "mirror pod admitted beyond resources", pod: makePod("p", 0, withCPU("4"), withAnnotation(corev1.MirrorPodAnnotationKey, "x"))},
+		{name: "static pod beyond the node", pod: makePod("p", 0, withCPU("1000")), static: true,
+			reason: "UnexpectedAdmissionError", message: "Unexpected error while attempting to recover from admission failure: " +
+				"preemption: error finding a set of pods to preempt: no set of running pods found to reclaim resources: [(res: cpu, q: 998000), ]"},
+		{name: "mirror pod beyond the node", pod: makePod("p", 0, withCPU("4"), withAnnotation(corev1.MirrorPodAnnotationKey, "x")),
+			reason: "UnexpectedAdmissionError"},
 		{name: "critical pod still refused for affinity", pod: makePod("p", 0, withCPU("4"), withPriority(2000001000), withNodeSelector("disk", "ssd")),
 			reason: "NodeAffinity"},
 	})

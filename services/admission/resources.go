@@ -104,7 +104,9 @@ func isScalarResource(name corev1.ResourceName) bool {
 // Computed once per pod spec, so admitting a pod against 110 others does
 // not recompute 110 aggregates.
 type PodInfo struct {
-	Pod       *corev1.Pod
+	Pod *corev1.Pod
+	// Static: a pod from a file or URL (critical, never preempted).
+	Static    bool
 	requests  resources
 	hostPorts []corev1.ContainerPort
 }

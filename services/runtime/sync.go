@@ -55,6 +55,10 @@ func (m *Manager) syncPod(ctx context.Context, uid string) syncResult {
 			m.publish(ctx, rec.Pod, pr, st, nil)
 		}
 		return syncResult{}
+	case rec.Verdict.Preempted:
+		// Preempted for a critical pod: killed as an eviction is.
+		st.setPodReason(rec.Verdict.Reason, rec.Verdict.Message)
+		return m.syncTerminating(ctx, rec.Pod, pr, st, nil)
 	case !rec.Verdict.Admitted:
 		// Rejected pods never run.
 		return m.syncTerminating(ctx, rec.Pod, pr, st, nil)

@@ -73,7 +73,7 @@ func ComputePodStatus(in PodInputs) corev1.PodStatus {
 
 	var s corev1.PodStatus
 	switch {
-	case in.Verdict != nil && !in.Verdict.Admitted:
+	case in.Verdict != nil && !in.Verdict.Admitted && !in.Verdict.Preempted:
 		// The kubelet's rejectPod: Failed with admission's reason, nothing else.
 		s = corev1.PodStatus{Phase: corev1.PodFailed, Reason: in.Verdict.Reason, Message: rejectMessage(in.Verdict.Message)}
 		s.QOSClass = podQOS(pod)
@@ -147,13 +147,24 @@ func generateStatus(in PodInputs, old *corev1.PodStatus) corev1.PodStatus {
 			s.Message = pod.Status.Message
 		}
 	}
-	if in.Eviction != nil {
+	eviction := in.Eviction
+	disruption := ""
+	if eviction != nil {
+		disruption = eviction.Message
+	}
+	if eviction == nil && in.Verdict != nil && in.Verdict.Preempted {
+		// The kubelet's CriticalPodAdmissionHandler kills the pod as the
+		// eviction manager would, with its own condition message.
+		eviction = &schemas.PodEviction{Reason: in.Verdict.Reason, Message: in.Verdict.Message}
+		disruption = schemas.MessagePreemptedCondition
+	}
+	if eviction != nil {
 		s.Phase = corev1.PodFailed
-		s.Reason = in.Eviction.Reason
+		s.Reason = eviction.Reason
 		if s.Reason == "" {
 			s.Reason = "Evicted"
 		}
-		s.Message = in.Eviction.Message
+		s.Message = eviction.Message
 	}
 	if podIsTerminal && !in.Static {
 		terminatePod(pod, &s)
@@ -170,10 +181,10 @@ func generateStatus(in PodInputs, old *corev1.PodStatus) corev1.PodStatus {
 	if dt := findCondition(old.Conditions, corev1.DisruptionTarget); dt != nil {
 		s.Conditions = replaceOrAppendCondition(s.Conditions, *dt)
 	}
-	if in.Eviction != nil {
+	if eviction != nil {
 		s.Conditions = replaceOrAppendCondition(s.Conditions, corev1.PodCondition{
 			Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue,
-			Reason: corev1.PodReasonTerminationByKubelet, Message: in.Eviction.Message,
+			Reason: corev1.PodReasonTerminationByKubelet, Message: disruption,
 		})
 	}
 	allStatuses := append(append([]corev1.ContainerStatus{}, s.InitContainerStatuses...), s.ContainerStatuses...)

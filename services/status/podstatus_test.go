@@ -358,6 +358,21 @@ func TestComputePodStatus(t *testing.T) {
 			expect(t, condStatus(s, corev1.PodReady), corev1.ConditionFalse, "Ready")
 		},
 	}, {
+		name: "preempted for a critical pod: Failed, reason Preempting, the kubelet's condition",
+		in: PodInputs{Pod: testPod(corev1.RestartPolicyAlways, "app"),
+			Verdict:  &schemas.AdmissionVerdict{Preempted: true, Reason: schemas.ReasonPreempting, Message: schemas.MessagePreempted},
+			Observed: &schemas.PodObserved{Terminated: true, Containers: []schemas.ContainerObserved{exited("app", 137)}},
+			Old:      &corev1.PodStatus{Phase: corev1.PodRunning}},
+		check: func(t *testing.T, s corev1.PodStatus) {
+			expect(t, s.Phase, corev1.PodFailed, "phase")
+			expect(t, s.Reason, "Preempting", "reason")
+			expect(t, s.Message, "Preempted in order to admit critical pod", "message")
+			expect(t, cond(s, corev1.DisruptionTarget).Message, "Pod was preempted by Kubelet to accommodate a critical pod.", "DisruptionTarget message")
+			if s.ContainerStatuses[0].State.Terminated == nil {
+				t.Errorf("container state %+v, want terminated (not a rejection's empty status)", s.ContainerStatuses[0].State)
+			}
+		},
+	}, {
 		name: "never backwards: a terminated container (Never) never reads running again",
 		in: PodInputs{Pod: testPod(corev1.RestartPolicyNever, "app"), Verdict: admitted(), Observed: obs(readySandbox(), running("app")),
 			Old: &corev1.PodStatus{Phase: corev1.PodSucceeded, ContainerStatuses: []corev1.ContainerStatus{{Name: "app", RestartCount: 0,

@@ -61,6 +61,9 @@ type Config struct {
 	ConfigFile string
 	// Binary is the containerd executable. Default: /usr/bin/containerd.
 	Binary string
+	// RegistryConfigPath is a hosts directory (<host>/hosts.toml) that maps
+	// registries to mirrors, e.g. to a registry on loopback. Default: "" (none).
+	RegistryConfigPath string
 	// KillWithParent makes the kernel SIGKILL containerd when the process
 	// that started it dies (Pdeathsig): right for tests, wrong for a node.
 	// Default: false.
@@ -169,9 +172,19 @@ disabled_plugins = [%s]
       bin_dir = %s
       conf_dir = %s
       max_conf_num = 1
-`, q(c.Root), q(c.State), strings.Join(disabled, ", "), q(c.Socket), q(c.TTRPCSocket),
-		q(c.LogLevel), q(c.SandboxImage), q(c.Snapshotter), q(c.CNIBinDir), q(c.CNIConfDir))
+%s`, q(c.Root), q(c.State), strings.Join(disabled, ", "), q(c.Socket), q(c.TTRPCSocket),
+		q(c.LogLevel), q(c.SandboxImage), q(c.Snapshotter), q(c.CNIBinDir), q(c.CNIConfDir), registry(c.RegistryConfigPath))
 	return b.String()
+}
+
+func registry(configPath string) string {
+	if configPath == "" {
+		return ""
+	}
+	return fmt.Sprintf(`
+    [plugins."io.containerd.grpc.v1.cri".registry]
+      config_path = %s
+`, strconv.Quote(configPath))
 }
 
 // Process is a running containerd started by Start.

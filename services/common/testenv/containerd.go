@@ -61,6 +61,10 @@ type ContainerdOptions struct {
 	// NoImages skips building and importing the pause and busybox images.
 	// Default: false (both are imported).
 	NoImages bool
+	// RegistryConfigPath is containerd's registry hosts directory
+	// (<host>/hosts.toml), e.g. to send registry.k8s.io to a registry on
+	// loopback. Default: "" (none: pulls go where the image names say).
+	RegistryConfigPath string
 	// Slot asks for exactly this slot (1..250) and fails when it is taken.
 	// Default: 0, the first free slot.
 	Slot int
@@ -170,6 +174,8 @@ func StartContainerd(opts ContainerdOptions) (_ *Containerd, err error) {
 		SandboxImage:   images.PauseImage,
 		ConfigFile:     filepath.Join(c.Dir, "config.toml"),
 		KillWithParent: true,
+
+		RegistryConfigPath: opts.RegistryConfigPath,
 	}, c.LogFile)
 	if err != nil {
 		return nil, fmt.Errorf("testenv: %w", err)

@@ -1,0 +1,161 @@
+// Command conformance runs the Kubernetes project's e2e suite (by default its
+// [NodeConformance] specs) against a nodelet node in a real cluster on this
+// machine, offline, and leaves nothing behind. scripts/conformance.sh builds
+// the tools and calls it; see README "Conformance".
+//
+// The cluster: etcd, kube-apiserver, kube-controller-manager and
+// kube-scheduler on loopback (services/common/testenv, the same flags as
+// scripts/controlplane.sh); one node, nodelet in API mode with its own node
+// identity, on a private containerd whose registry.k8s.io is a registry this
+// command serves on 127.0.0.1 with stand-ins of the e2e images (also imported
+// beforehand, so IfNotPresent never pulls). The node's InternalIP is an
+// address on a link this command creates (a bridge with no ports: the dummy
+// module is not always there), so that it is not loopback (pods reach the
+// node there) and no traffic leaves the machine.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+const (
+	defaultFocus = `\[NodeConformance\]`
+	defaultSkip  = `\[Serial\]|\[Disruptive\]|\[Slow\]|\[Feature:|\[Alpha\]|\[Flaky\]`
+)
+
+type options struct {
+	focus, skip  string
+	work         string // scratch dir, removed at the end
+	report       string // ginkgo JSON report, kept
+	k8sBin       string // dir of kube-controller-manager, kube-scheduler, agnhost, nnp, e2e.test
+	nodeletBin   string // dir of the nodelet binaries
+	e2e          string // the suite binary (default <k8sBin>/e2e.test)
+	nodeName     string
+	nodeIP       string // InternalIP, put on a link of its own
+	link         string // that link's name
+	timeout      time.Duration
+	extraE2EArgs []string
+}
+
+func main() {
+	var o options
+	flag.StringVar(&o.focus, "focus", defaultFocus, "ginkgo focus regexp")
+	flag.StringVar(&o.skip, "skip", defaultSkip, "ginkgo skip regexp")
+	flag.StringVar(&o.work, "work", "/tmp/nodelet-conformance", "scratch directory (removed at the end)")
+	flag.StringVar(&o.report, "report", "", "ginkgo JSON report file (default conformance-<time>.json in the cache)")
+	flag.StringVar(&o.k8sBin, "k8s-bin", "", "directory of kube-controller-manager, kube-scheduler, agnhost, nnp and e2e.test")
+	flag.StringVar(&o.nodeletBin, "nodelet-bin", "", "directory of the nodelet binaries (default: next to this one)")
+	flag.StringVar(&o.e2e, "e2e", "", "the e2e suite binary (default <k8s-bin>/e2e.test)")
+	flag.StringVar(&o.nodeName, "node-name", "conformance-node", "the node's name")
+	flag.StringVar(&o.nodeIP, "node-ip", "10.201.255.1", "the node's InternalIP (on a link made for the run)")
+	flag.StringVar(&o.link, "link", "nlconf0", "name of the node address's link")
+	flag.DurationVar(&o.timeout, "timeout", 4*time.Hour, "ginkgo timeout of the whole suite")
+	flag.Parse()
+	o.extraE2EArgs = flag.Args()
+	if err := o.complete(); err != nil {
+		fmt.Fprintln(os.Stderr, "conformance:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	code, err := run(ctx, o)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "conformance:", err)
+		if code == 0 {
+			code = 2
+		}
+	}
+	os.Exit(code)
+}
+
+func (o *options) complete() error {
+	if os.Geteuid() != 0 {
+		return errors.New("run as root (containers, links, mounts)")
+	}
+	if o.k8sBin == "" {
+		return errors.New("-k8s-bin is required (scripts/conformance.sh passes it)")
+	}
+	if o.nodeletBin == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		o.nodeletBin = filepath.Dir(exe)
+	}
+	if o.e2e == "" {
+		o.e2e = filepath.Join(o.k8sBin, "e2e.test")
+	}
+	if o.report == "" {
+		o.report = filepath.Join(filepath.Dir(o.k8sBin), "conformance", "conformance-"+time.Now().UTC().Format("20060102T150405Z")+".json")
+	}
+	for _, p := range []string{o.e2e, filepath.Join(o.nodeletBin, "nodelet"),
+		filepath.Join(o.k8sBin, "kube-controller-manager"), filepath.Join(o.k8sBin, "kube-scheduler")} {
+		if _, err := os.Stat(p); err != nil {
+			return fmt.Errorf("missing %s: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// run sets up the cluster, runs the suite and tears everything down, in
+// reverse order of setup, whatever happened. It returns the exit code: 0 when
+// every selected spec passed, 1 when some failed.
+func run(ctx context.Context, o options) (code int, err error) {
+	var undo []func()
+	defer func() {
+		log("tearing down")
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
+		log("torn down: no processes, containers, mounts or links of the run are left")
+	}()
+	if err := os.MkdirAll(o.work, 0o755); err != nil {
+		return 2, err
+	}
+	undo = append(undo, func() { _ = os.RemoveAll(o.work) })
+
+	c, err := startCluster(ctx, o, &undo)
+	if err != nil {
+		return 2, err
+	}
+	if err := os.MkdirAll(filepath.Dir(o.report), 0o755); err != nil {
+		return 2, err
+	}
+	missing, err := missingImages(ctx, o.e2e, c.images)
+	if err != nil {
+		log("warning: could not list the suite's images: %v", err)
+	}
+	if len(missing) > 0 {
+		log("no stand-in for %d image(s) of the whole suite; a selected spec that uses one cannot start its pod:\n  %s",
+			len(missing), strings.Join(missing, "\n  "))
+	}
+	logFile := strings.TrimSuffix(o.report, ".json") + ".log"
+	log("running %s (focus %q, skip %q); output in %s", filepath.Base(o.e2e), o.focus, o.skip, logFile)
+	began := time.Now()
+	if err := runSuite(ctx, o, c, logFile); err != nil {
+		log("the suite ended with: %v", err)
+	}
+	r, err := readReport(o.report)
+	if err != nil {
+		return 2, fmt.Errorf("reading the report: %w (suite output in %s)", err, logFile)
+	}
+	r.print(os.Stdout, time.Since(began))
+	fmt.Printf("report: %s\nlog:    %s\n", o.report, logFile)
+	if r.Failed > 0 {
+		return 1, nil
+	}
+	return 0, nil
+}
+
+func log(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "conformance: "+format+"\n", args...)
+}

@@ -1,0 +1,198 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/nodelet/nodelet/services/common/testenv"
+)
+
+// fakeSuite stands in for e2e.test: it does what a spec does to the node —
+// a pod the scheduler binds, pulled with imagePullPolicy Always from the
+// registry stand-in, with configMap, emptyDir (tmpfs) and projected token
+// volumes — writes a ginkgo JSON report with one passed and one failed spec,
+// and leaves the pod running, as an interrupted suite would.
+const fakeSuite = `#!/bin/bash
+set -eu
+for a in "$@"; do
+	case $a in
+	--list-images) echo registry.k8s.io/e2e-test-images/busybox:1.37.0-2; echo example.invalid/none:1; exit 0 ;;
+	--kubectl-path=*) K=${a#*=} ;;
+	--ginkgo.json-report=*) R=${a#*=} ;;
+	esac
+done
+$K create namespace fake-e2e
+$K -n fake-e2e create configmap cm --from-literal=a=b
+for i in $(seq 1 100); do
+	$K -n fake-e2e get serviceaccount default >/dev/null 2>&1 && break
+	sleep 0.2
+done
+$K -n fake-e2e apply -f - <<EOF
+apiVersion: v1
+kind: Pod
+metadata: {name: p}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: c
+    image: registry.k8s.io/e2e-test-images/busybox:1.37.0-2
+    imagePullPolicy: Always
+    command: [sleep, "3600"]
+    volumeMounts: [{name: cm, mountPath: /cm}, {name: mem, mountPath: /mem}]
+  volumes:
+  - {name: cm, configMap: {name: cm}}
+  - {name: mem, emptyDir: {medium: Memory}}
+EOF
+$K -n fake-e2e wait --for=condition=Ready pod/p --timeout=180s
+test "$($K -n fake-e2e get pod p -o jsonpath='{.spec.nodeName}')" = conformance-node
+cat >"$R" <<'EOF'
+[{"PreRunStats":{"TotalSpecs":3,"SpecsThatWillRun":2},"SpecReports":[
+ {"ContainerHierarchyTexts":["fake"],"LeafNodeText":"runs a pod","LeafNodeType":"It","State":"passed"},
+ {"ContainerHierarchyTexts":["fake"],"LeafNodeText":"fails","LeafNodeType":"It","State":"failed","Failure":{"Message":"expected failure\nmore"}}]}]
+EOF
+exit 1
+`
+
+// TestRunLeavesNothingBehind runs the harness end to end with the real
+// cluster, node, containerd and registry stand-in, and only the suite
+// replaced, then looks for anything the run could have left behind.
+func TestRunLeavesNothingBehind(t *testing.T) {
+	testenv.RequiresRoot(t)
+	k8sBin := buildTools(t)
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "bin")
+	if err := testenv.BuildBinaries(bin, "./cmd/nodelet", "./cmd/nodelet-bus", "./cmd/nodelet-sources", "./cmd/nodelet-admission",
+		"./cmd/nodelet-runtime", "./cmd/nodelet-prober", "./cmd/nodelet-status", "./cmd/nodelet-gc", "./cmd/nodelet-pause", "./scripts/conformance"); err != nil {
+		t.Fatal(err)
+	}
+	suite := filepath.Join(dir, "e2e.fake")
+	if err := os.WriteFile(suite, []byte(fakeSuite), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	work := filepath.Join(dir, "work")
+	report := filepath.Join(dir, "report", "r.json")
+	const link = "nlconftest0"
+	before := mountsMatching("nodelet-conformance")
+
+	cmd := exec.Command(filepath.Join(bin, "conformance"), "-k8s-bin", k8sBin, "-nodelet-bin", bin, "-e2e", suite,
+		"-work", work, "-report", report, "-link", link, "-node-ip", "10.201.255.2")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Fatalf("conformance: %v (want exit 1 for the failed spec)\n%s", err, out.String())
+	}
+	for _, want := range []string{
+		"1 passed, 1 failed, 0 skipped at run time, of 2 selected specs (3 in the suite)",
+		"FAIL [failed] fake fails\n     expected failure\n",
+		"no stand-in for 1 image(s)",
+		"example.invalid/none:1",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+
+	// Nothing of the run is left: processes, the node's pods and their
+	// mounts, links, cgroups, the scratch dir. The containerd instance and
+	// the control plane have dirs of their own, named in the output.
+	dirs := []string{work}
+	for _, re := range []*regexp.Regexp{
+		regexp.MustCompile(`containerd (/\S+)/containerd\.sock`),
+		regexp.MustCompile(`\(logs in (/\S+)\)`),
+	} {
+		m := re.FindStringSubmatch(out.String())
+		if m == nil {
+			t.Fatalf("output names no dir for %s:\n%s", re, out.String())
+		}
+		dirs = append(dirs, m[1])
+	}
+	for pid, args := range processes() {
+		for _, d := range dirs {
+			if strings.Contains(args, d) {
+				t.Errorf("process %s left running: %s", pid, args)
+			}
+		}
+	}
+	for _, d := range dirs {
+		if m := mountsMatching(d); len(m) > 0 {
+			t.Errorf("mounts left under %s: %q", d, m)
+		}
+		if _, err := os.Stat(d); !os.IsNotExist(err) {
+			t.Errorf("dir %s left (%v)", d, err)
+		}
+	}
+	if after := mountsMatching("nodelet-conformance"); len(after) != len(before) {
+		t.Errorf("mounts left: %q", after)
+	}
+	if out, err := exec.Command("ip", "link", "show", link).CombinedOutput(); err == nil {
+		t.Errorf("link %s left: %s", link, out)
+	}
+	if ms, _ := filepath.Glob("/sys/fs/cgroup/*/nodelet-conformance"); len(ms) > 0 {
+		t.Errorf("pod cgroups left: %q", ms)
+	}
+	if _, err := os.Stat(report); err != nil {
+		t.Errorf("report not kept: %v", err)
+	}
+}
+
+// buildTools builds (or takes from the cache) what the harness needs but
+// e2e.test, which the fake replaces.
+func buildTools(t *testing.T) string {
+	t.Helper()
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("bash", filepath.Join(root, "scripts", "controlplane.sh"), "tools",
+		"kube-controller-manager", "kube-scheduler", "agnhost", "nnp")
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("controlplane.sh tools: %v", err)
+	}
+	for _, l := range strings.Split(string(out), "\n") {
+		if v, ok := strings.CutPrefix(l, "KUBE_SCHEDULER="); ok {
+			return filepath.Dir(v)
+		}
+	}
+	t.Fatalf("controlplane.sh tools printed no paths:\n%s", out)
+	return ""
+}
+
+func processes() map[string]string {
+	out := map[string]string{}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || len(b) == 0 {
+			continue
+		}
+		out[e.Name()] = strings.ReplaceAll(string(b), "\x00", " ")
+	}
+	return out
+}
+
+func mountsMatching(s string) []string {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if strings.Contains(sc.Text(), s) {
+			out = append(out, sc.Text())
+		}
+	}
+	return out
+}
