@@ -16,9 +16,9 @@
 # kube-apiserver, kube-controller-manager, kube-scheduler, a private
 # containerd, a registry.k8s.io stand-in on 127.0.0.1 and `nodelet up` as the
 # cluster's only node, runs e2e.test, prints passed/failed/skipped and every
-# failure, and tears all of it down again whatever happened. The JSON report
-# and the suite's log are kept under ${NODELET_CACHE:-~/.cache/nodelet}/
-# k8s-<version>/conformance/ (the paths are printed).
+# failure, and tears all of it down again whatever happened. The JSON report,
+# the suite's log and the list of images without a stand-in are kept under
+# ${NODELET_CACHE:-~/.cache/nodelet}/conformance/ (the paths are printed).
 #
 # Exit status: 0 when every selected spec passed, 1 when some failed, 2 when
 # the run could not be made.

@@ -91,6 +91,14 @@ func startCluster(ctx context.Context, o options, undo *[]func()) (*cluster, err
 	*undo = append(*undo, ctl.Stop)
 	log("control plane %s with kube-controller-manager and kube-scheduler (logs in %s)", c.cp.URL, c.cp.Dir)
 
+	// Pods never send traffic off the machine: nothing routes their
+	// packets beyond the pod subnet and the node itself (no kube-proxy
+	// serves the service range either), and their DNS goes nowhere.
+	if err := fenceEgress(c.ctrd.Subnet); err != nil {
+		return nil, err
+	}
+	*undo = append(*undo, func() { unfenceEgress(c.ctrd.Subnet) })
+
 	n, err := startNode(ctx, o, c)
 	if err != nil {
 		return nil, err
@@ -119,6 +127,10 @@ func startNode(ctx context.Context, o options, c *cluster) (*node, error) {
 	if err := os.MkdirAll(n.dir, 0o755); err != nil {
 		return nil, err
 	}
+	resolv := filepath.Join(n.dir, "resolv.conf")
+	if err := os.WriteFile(resolv, []byte("nameserver 127.0.0.1\n"), 0o644); err != nil {
+		return nil, err
+	}
 	busPort, err := freePort()
 	if err != nil {
 		return nil, err
@@ -129,6 +141,7 @@ func startNode(ctx context.Context, o options, c *cluster) (*node, error) {
   stateDir: %s
   podLogsDir: %s
   podCIDR: %s
+  resolvConf: %s
 bus:
   listen: 127.0.0.1:%d
 runtime:
@@ -145,7 +158,7 @@ sources:
   kubeconfig: %s
 status:
   readOnlyAddress: ""
-`, o.nodeName, o.nodeIP, n.stateDir, filepath.Join(n.dir, "pods"), c.ctrd.Subnet, busPort,
+`, o.nodeName, o.nodeIP, n.stateDir, filepath.Join(n.dir, "pods"), c.ctrd.Subnet, resolv, busPort,
 		c.ctrd.Endpoint, c.ctrd.CNIConfDir, n.cgroupRoot, c.ctrd.BridgeName, c.ctrd.NetworkName, c.cp.NodeKubeconfig)
 	path := filepath.Join(n.dir, "nodelet.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
@@ -255,6 +268,26 @@ func addNodeLink(name, ip string) error {
 		}
 	}
 	return nil
+}
+
+// fenceEgress rejects what pods of subnet send anywhere but the subnet
+// (forwarded traffic: what they send to the node itself is not forwarded).
+func fenceEgress(subnet string) error {
+	unfenceEgress(subnet) // a killed earlier run's
+	if out, err := exec.Command("iptables", fenceRule("-I", subnet)...).CombinedOutput(); err != nil {
+		return fmt.Errorf("iptables: %w: %s", err, out)
+	}
+	return nil
+}
+
+func unfenceEgress(subnet string) {
+	for exec.Command("iptables", fenceRule("-D", subnet)...).Run() == nil {
+	}
+}
+
+func fenceRule(op, subnet string) []string {
+	return []string{"-w", op, "FORWARD", "-s", subnet, "!", "-d", subnet, "-m", "comment", "--comment", "nodelet-conformance",
+		"-j", "REJECT"}
 }
 
 func deleteLink(name string) {

@@ -135,8 +135,10 @@ func run(ctx context.Context, o options) (code int, err error) {
 		log("warning: could not list the suite's images: %v", err)
 	}
 	if len(missing) > 0 {
-		log("no stand-in for %d image(s) of the whole suite; a selected spec that uses one cannot start its pod:\n  %s",
-			len(missing), strings.Join(missing, "\n  "))
+		list := strings.TrimSuffix(o.report, ".json") + ".missing-images"
+		_ = os.WriteFile(list, []byte(strings.Join(missing, "\n")+"\n"), 0o644)
+		log("%d image(s) of the whole suite have no stand-in (listed in %s); a selected spec that uses one cannot start its pod",
+			len(missing), list)
 	}
 	logFile := strings.TrimSuffix(o.report, ".json") + ".log"
 	log("running %s (focus %q, skip %q); output in %s", filepath.Base(o.e2e), o.focus, o.skip, logFile)

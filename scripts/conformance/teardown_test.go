@@ -52,6 +52,7 @@ spec:
 EOF
 $K -n fake-e2e wait --for=condition=Ready pod/p --timeout=180s
 test "$($K -n fake-e2e get pod p -o jsonpath='{.spec.nodeName}')" = conformance-node
+iptables -S FORWARD | grep -q nodelet-conformance # pods are fenced in
 cat >"$R" <<'EOF'
 [{"PreRunStats":{"TotalSpecs":3,"SpecsThatWillRun":2},"SpecReports":[
  {"ContainerHierarchyTexts":["fake"],"LeafNodeText":"runs a pod","LeafNodeType":"It","State":"passed"},
@@ -93,12 +94,14 @@ func TestRunLeavesNothingBehind(t *testing.T) {
 	for _, want := range []string{
 		"1 passed, 1 failed, 0 skipped at run time, of 2 selected specs (3 in the suite)",
 		"FAIL [failed] fake fails\n     expected failure\n",
-		"no stand-in for 1 image(s)",
-		"example.invalid/none:1",
+		"1 image(s) of the whole suite have no stand-in",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "report", "r.missing-images")); err != nil || string(b) != "example.invalid/none:1\n" {
+		t.Errorf("missing images list = %q, %v", b, err)
 	}
 
 	// Nothing of the run is left: processes, the node's pods and their
@@ -135,6 +138,9 @@ func TestRunLeavesNothingBehind(t *testing.T) {
 	}
 	if out, err := exec.Command("ip", "link", "show", link).CombinedOutput(); err == nil {
 		t.Errorf("link %s left: %s", link, out)
+	}
+	if rules, _ := exec.Command("iptables-save").Output(); strings.Contains(string(rules), "nodelet-conformance") {
+		t.Errorf("iptables rules left:\n%s", rules)
 	}
 	if ms, _ := filepath.Glob("/sys/fs/cgroup/*/nodelet-conformance"); len(ms) > 0 {
 		t.Errorf("pod cgroups left: %q", ms)

@@ -342,6 +342,9 @@ func startControlPlane(bins BinaryPaths, nodeName string) (_ *ControlPlane, err 
 		"--authorization-mode=Node,RBAC",
 		"--enable-admission-plugins=NodeRestriction",
 		"--allow-privileged=true",
+		// Reach kubelets (logs, exec) by address, never by a DNS lookup
+		// of the node's name (as kubeadm sets it).
+		"--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname",
 		"--service-account-issuer=https://kubernetes.default.svc",
 		"--service-account-key-file="+filepath.Join(pki, "sa.pub"),
 		"--service-account-signing-key-file="+filepath.Join(pki, "sa.key"),
