@@ -8,6 +8,8 @@
 #   FOCUS-REGEX  ginkgo focus (default '\[NodeConformance\]'); the skip is
 #                '\[Serial\]|\[Disruptive\]|\[Slow\]|\[Feature:|\[Alpha\]|\[Flaky\]'
 #                (NODELET_CONFORMANCE_SKIP overrides it).
+#   NODELET_CONFORMANCE_PROCS  specs run at once (default 4; 1 runs e2e.test
+#                alone, without the ginkgo runner).
 #
 # Steps: scripts/setup.sh (packages, nodelet binaries); builds, once and
 # cached next to kube-apiserver, kube-controller-manager, kube-scheduler,
@@ -41,4 +43,5 @@ go build -o bin/ ./scripts/conformance
 
 args=(-k8s-bin "$(dirname "$E2E_TEST")" -nodelet-bin "$PWD/bin" -focus "$focus")
 [[ -n ${NODELET_CONFORMANCE_SKIP:-} ]] && args+=(-skip "$NODELET_CONFORMANCE_SKIP")
+[[ -n ${NODELET_CONFORMANCE_PROCS:-} ]] && args+=(-procs "$NODELET_CONFORMANCE_PROCS")
 exec bin/conformance "${args[@]}" -- "$@"

@@ -10,8 +10,9 @@
 #           etcd is installed; prints KUBE_APISERVER=, KUBECTL=, ETCD= lines
 #           on stdout (everything else goes to stderr).
 #   build-conformance
-#           also build kube-controller-manager, kube-scheduler, agnhost, nnp
-#           and e2e.test (scripts/conformance.sh); prints their paths the same way.
+#           also build kube-controller-manager, kube-scheduler, agnhost, nnp,
+#           ginkgo and e2e.test (scripts/conformance.sh); prints their paths
+#           the same way.
 #   tools NAME...
 #           build only the named ones of those (tests of the harness).
 #   start   build if needed, then start etcd and kube-apiserver on free
@@ -92,7 +93,7 @@ build_bins() {
 	start=$SECONDS
 	for n in "${missing[@]}"; do
 		case $n in
-		agnhost | nnp | e2e.test) ;;
+		agnhost | nnp | e2e.test | ginkgo) ;;
 		*) cmds+=("k8s.io/kubernetes/cmd/$n") ;;
 		esac
 	done
@@ -116,6 +117,10 @@ build_bins() {
 			# The nonewprivs image's setuid program.
 			CGO_ENABLED=0 "$gobin" build -mod=readonly -trimpath -o "$tmp/nnp" k8s.io/kubernetes/test/images/nonewprivs
 		fi
+		if [[ " ${missing[*]} " == *" ginkgo "* ]]; then
+			# The runner that spreads the suite over several processes.
+			"$gobin" build -mod=readonly -trimpath -o "$tmp/ginkgo" github.com/onsi/ginkgo/v2/ginkgo
+		fi
 		if [[ " ${missing[*]} " == *" e2e.test "* ]]; then
 			# -vet=off: otherwise go vets every dependency of the suite.
 			"$gobin" test -c -vet=off -mod=readonly -trimpath -ldflags "$(ldflags)" -o "$tmp/e2e.test" \
@@ -137,7 +142,7 @@ build_bins() {
 build_k8s() { build_bins kube-apiserver kubectl; }
 
 # The tools scripts/conformance.sh needs besides the control plane.
-CONFORMANCE_BINS=(kube-controller-manager kube-scheduler agnhost nnp e2e.test)
+CONFORMANCE_BINS=(kube-controller-manager kube-scheduler agnhost nnp ginkgo e2e.test)
 
 ensure_etcd() {
 	ETCD=${NODELET_ETCD:-}

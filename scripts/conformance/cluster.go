@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -310,20 +311,38 @@ func runSuite(ctx context.Context, o options, c *cluster, logFile string) error 
 		return err
 	}
 	defer f.Close()
-	args := append([]string{
+	suiteArgs := append([]string{
 		"--provider=local",
 		"--kubeconfig=" + c.cp.AdminKubeconfig,
 		"--kubectl-path=" + c.cp.Kubectl,
-		"--ginkgo.focus=" + o.focus,
-		"--ginkgo.skip=" + o.skip,
-		"--ginkgo.json-report=" + o.report,
-		"--ginkgo.timeout=" + o.timeout.String(),
-		"--ginkgo.no-color",
-		"--ginkgo.v",
 		"--report-dir=" + filepath.Dir(o.report),
 		"--disable-log-dump",
 	}, o.extraE2EArgs...)
-	cmd := exec.CommandContext(ctx, o.e2e, args...)
+	var cmd *exec.Cmd
+	if o.procs == 1 {
+		cmd = exec.CommandContext(ctx, o.e2e, append([]string{
+			"--ginkgo.focus=" + o.focus,
+			"--ginkgo.skip=" + o.skip,
+			"--ginkgo.json-report=" + o.report,
+			"--ginkgo.timeout=" + o.timeout.String(),
+			"--ginkgo.no-color",
+			"--ginkgo.v",
+		}, suiteArgs...)...)
+	} else {
+		// The ginkgo runner spreads the specs over processes and merges
+		// their reports into one.
+		cmd = exec.CommandContext(ctx, filepath.Join(o.k8sBin, "ginkgo"), append([]string{
+			"--procs=" + strconv.Itoa(o.procs),
+			"--focus=" + o.focus,
+			"--skip=" + o.skip,
+			"--output-dir=" + filepath.Dir(o.report),
+			"--json-report=" + filepath.Base(o.report),
+			"--timeout=" + o.timeout.String(),
+			"--no-color",
+			"-v",
+			o.e2e, "--",
+		}, suiteArgs...)...)
+	}
 	cmd.Stdout, cmd.Stderr = io.MultiWriter(f, newProgress(os.Stdout)), f
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+c.cp.AdminKubeconfig)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

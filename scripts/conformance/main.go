@@ -43,6 +43,7 @@ type options struct {
 	nodeIP       string // InternalIP, put on a link of its own
 	link         string // that link's name
 	timeout      time.Duration
+	procs        int    // ginkgo processes; 1 runs e2e.test directly
 	extraE2EArgs []string
 }
 
@@ -59,6 +60,7 @@ func main() {
 	flag.StringVar(&o.nodeIP, "node-ip", "10.201.255.1", "the node's InternalIP (on a link made for the run)")
 	flag.StringVar(&o.link, "link", "nlconf0", "name of the node address's link")
 	flag.DurationVar(&o.timeout, "timeout", 4*time.Hour, "ginkgo timeout of the whole suite")
+	flag.IntVar(&o.procs, "procs", 4, "specs run at once (ginkgo processes; most specs wait on pods, not on the CPU); 1 runs e2e.test alone")
 	flag.Parse()
 	o.extraE2EArgs = flag.Args()
 	if err := o.complete(); err != nil {
@@ -97,8 +99,15 @@ func (o *options) complete() error {
 	if o.report == "" {
 		o.report = filepath.Join(filepath.Dir(o.k8sBin), "conformance", "conformance-"+time.Now().UTC().Format("20060102T150405Z")+".json")
 	}
-	for _, p := range []string{o.e2e, filepath.Join(o.nodeletBin, "nodelet"),
-		filepath.Join(o.k8sBin, "kube-controller-manager"), filepath.Join(o.k8sBin, "kube-scheduler")} {
+	if o.procs < 1 {
+		return fmt.Errorf("-procs %d: want 1 or more", o.procs)
+	}
+	need := []string{o.e2e, filepath.Join(o.nodeletBin, "nodelet"),
+		filepath.Join(o.k8sBin, "kube-controller-manager"), filepath.Join(o.k8sBin, "kube-scheduler")}
+	if o.procs > 1 {
+		need = append(need, filepath.Join(o.k8sBin, "ginkgo"))
+	}
+	for _, p := range need {
 		if _, err := os.Stat(p); err != nil {
 			return fmt.Errorf("missing %s: %w", p, err)
 		}

@@ -83,7 +83,7 @@ func TestRunLeavesNothingBehind(t *testing.T) {
 	before := mountsMatching("nodelet-conformance")
 
 	cmd := exec.Command(filepath.Join(bin, "conformance"), "-k8s-bin", k8sBin, "-nodelet-bin", bin, "-e2e", suite,
-		"-work", work, "-report", report, "-link", link, "-node-ip", "10.201.255.2")
+		"-work", work, "-report", report, "-link", link, "-node-ip", "10.201.255.2", "-procs", "1")
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
