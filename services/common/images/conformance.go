@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
@@ -34,11 +36,32 @@ type ConformanceImage struct {
 
 const e2eRegistry = "registry.k8s.io/e2e-test-images/"
 
+// conformanceRecipe is bumped whenever a stand-in changes, so that tarballs
+// of an older recipe in the cache are not reused.
+const conformanceRecipe = "c2"
+
 // ConformanceImages lists the stand-ins, by the references
 // k8s.io/kubernetes/test/utils/image gives them in v1.37.
 func ConformanceImages() []ConformanceImage {
+	// The e2e busybox image (test/images/busybox) has every applet in /bin,
+	// where specs call them (/bin/sysctl, ...); Debian's list puts some in
+	// sbin and usr/bin.
 	busybox := func(ctx context.Context, in ConformanceInputs) (v1.Image, error) {
-		return BusyboxImageFrom(ctx, in.Busybox)
+		bb := in.Busybox
+		if bb == "" {
+			bb = DefaultBusybox
+		}
+		list, err := exec.CommandContext(ctx, bb, "--list").Output()
+		if err != nil {
+			return nil, fmt.Errorf("%s --list: %w", bb, err)
+		}
+		var l layer
+		for _, a := range strings.Fields(string(list)) {
+			if a != "busybox" && !strings.Contains(a, "/") {
+				l.symlink("bin/"+a, "/bin/busybox")
+			}
+		}
+		return onBusybox(ctx, in, l, "e2e busybox: every applet in /bin", func(*v1.Config) {})
 	}
 	agnhost := func(ctx context.Context, in ConformanceInputs) (v1.Image, error) {
 		return agnhostImage(ctx, in)
@@ -182,7 +205,7 @@ func BuildConformanceImages(ctx context.Context, in ConformanceInputs, dir strin
 	}
 	var out []Tarball
 	for _, ci := range ConformanceImages() {
-		p := filepath.Join(dir, CacheFileName(ci.Ref))
+		p := filepath.Join(dir, conformanceRecipe+"-"+CacheFileName(ci.Ref))
 		if t, err := Load(p, ci.Ref); err == nil {
 			out = append(out, t)
 			continue
