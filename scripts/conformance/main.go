@@ -43,7 +43,7 @@ type options struct {
 	nodeIP       string // InternalIP, put on a link of its own
 	link         string // that link's name
 	timeout      time.Duration
-	procs        int    // ginkgo processes; 1 runs e2e.test directly
+	procs        int // ginkgo processes; 1 runs e2e.test directly
 	extraE2EArgs []string
 }
 
