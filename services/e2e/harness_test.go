@@ -84,6 +84,9 @@ type nodeOptions struct {
 	Extra string
 	// Runtime, Status, GC, Server: extra lines for those sections.
 	Runtime, Status, GC, Node, Server string
+	// ServerAddress is server.address; empty is 127.0.0.1. kube-apiserver
+	// proxies to a node (nodes/proxy) only at a non-loopback address.
+	ServerAddress string
 }
 
 // node is one `nodelet up` under test.
@@ -115,6 +118,10 @@ func newNode(t testing.TB, o nodeOptions) *node {
 	if err := os.MkdirAll(n.StaticDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	serverAddress := o.ServerAddress
+	if serverAddress == "" {
+		serverAddress = "127.0.0.1"
+	}
 	kubeconfig := ""
 	if o.API {
 		kubeconfig = "  kubeconfig: " + cp.NodeKubeconfig + "\n"
@@ -144,13 +151,13 @@ runtime:
   readOnlyAddress: %s
   nodeStatusUpdateFrequency: 2s
 %sserver:
-  address: 127.0.0.1
+  address: %s
   port: %d
 %sgc:
   containerGCPeriod: 5s
 %s%s`, nodeName, n.StateDir, filepath.Join(dir, "logs"), ctrd.Subnet, o.Node, n.BusListen, ctrd.Endpoint, ctrd.CNIConfDir,
 		ctrd.BridgeName, ctrd.NetworkName, o.Runtime,
-		n.StaticDir, kubeconfig, n.ReadOnly, o.Status, n.ServerPort, o.Server, o.GC, o.Extra)
+		n.StaticDir, kubeconfig, n.ReadOnly, o.Status, serverAddress, n.ServerPort, o.Server, o.GC, o.Extra)
 	if err := os.WriteFile(n.Config, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
