@@ -16,13 +16,16 @@ import (
 // reads lists the buckets each component reads (watches or gets). Writers
 // read their own buckets too, to reconcile after a restart.
 var reads = map[string][]string{
-	Sources:    {BucketDesired, BucketSources},
-	Admission:  {BucketDesired, BucketAdmission, BucketObserved, BucketPressure},
-	Runtime:    {BucketDesired, BucketSources, BucketAdmission, BucketObserved, BucketRuntime, BucketProbes, BucketEvictions},
-	Prober:     {BucketDesired, BucketObserved, BucketProbes},
-	Status:     {BucketDesired, BucketSources, BucketAdmission, BucketObserved, BucketRuntime, BucketProbes, BucketStatus, BucketNode, BucketPressure, BucketEvictions},
-	GC:         {BucketDesired, BucketSources, BucketAdmission, BucketObserved, BucketRuntime, BucketStatus, BucketPressure, BucketEvictions, BucketImages},
-	Supervisor: {},
+	Sources:   {BucketDesired, BucketSources},
+	Admission: {BucketDesired, BucketAdmission, BucketObserved, BucketPressure},
+	Runtime:   {BucketDesired, BucketSources, BucketAdmission, BucketObserved, BucketRuntime, BucketProbes, BucketEvictions},
+	Prober:    {BucketDesired, BucketObserved, BucketProbes},
+	Status:    {BucketDesired, BucketSources, BucketAdmission, BucketObserved, BucketRuntime, BucketProbes, BucketStatus, BucketNode, BucketPressure, BucketEvictions},
+	GC:        {BucketDesired, BucketSources, BucketAdmission, BucketObserved, BucketRuntime, BucketStatus, BucketPressure, BucketEvictions, BucketImages},
+	// The kubelet API owns no bucket: it finds pods by namespace and name
+	// in the desired pods.
+	KubeletServer: {BucketDesired},
+	Supervisor:    {},
 }
 
 // readsEvents lists the components that consume the events stream.

@@ -93,6 +93,8 @@ func TestAccessMatrix(t *testing.T) {
 		{bus.Status, bus.BucketStatus, true},
 		{bus.Status, bus.BucketDesired, false},
 		{bus.GC, bus.BucketPressure, true},
+		{bus.KubeletServer, bus.BucketDesired, false},
+		{bus.KubeletServer, bus.BucketStatus, false},
 		{bus.Tap, bus.BucketDesired, false},
 		{bus.Tap, bus.BucketStatus, false},
 		{bus.Supervisor, bus.BucketDesired, false},

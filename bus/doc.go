@@ -28,6 +28,7 @@
 //	gc          pressure, evictions, images,               pods_desired, sources, pods_admission,
 //	            events.gc.>, health.gc                     pods_observed, runtime, pods_status,
 //	                                                       pressure, evictions, images
+//	server      events.server.>, health.server             pods_desired
 //	supervisor  events.supervisor.>                        health.>
 //	tap         nothing                                    everything (core subscriptions to >,
 //	                                                       read-only JetStream calls for replay)

@@ -1,24 +1,25 @@
 package bus
 
-// Components that hold a bus credential. The six daemons, the supervisor,
+// Components that hold a bus credential. The seven daemons, the supervisor,
 // the read-only tap, and the bus itself (which creates the buckets).
 const (
-	Sources    = "sources"
-	Admission  = "admission"
-	Runtime    = "runtime"
-	Prober     = "prober"
-	Status     = "status"
-	GC         = "gc"
-	Supervisor = "supervisor"
-	Tap        = "tap"
-	BusAdmin   = "bus"
+	Sources       = "sources"
+	Admission     = "admission"
+	Runtime       = "runtime"
+	Prober        = "prober"
+	Status        = "status"
+	GC            = "gc"
+	KubeletServer = "server"
+	Supervisor    = "supervisor"
+	Tap           = "tap"
+	BusAdmin      = "bus"
 )
 
-// Daemons lists the six pipeline daemons in start order.
-var Daemons = []string{Sources, Admission, Runtime, Prober, Status, GC}
+// Daemons lists the seven daemons in start order.
+var Daemons = []string{Sources, Admission, Runtime, Prober, Status, GC, KubeletServer}
 
 // Components lists everyone that holds a credential.
-var Components = []string{Sources, Admission, Runtime, Prober, Status, GC, Supervisor, Tap, BusAdmin}
+var Components = []string{Sources, Admission, Runtime, Prober, Status, GC, KubeletServer, Supervisor, Tap, BusAdmin}
 
 // Subject prefix of every nodelet subject; the version is the schemas' major.
 const Prefix = "nodelet.v1."

@@ -262,30 +262,43 @@ rand_hex() { od -An -N16 -tx1 /dev/urandom | tr -d ' \n'; }
 
 make_pki() {
 	local pki=$STATE_DIR/pki
-	[[ -f $pki/apiserver.crt && -f $pki/sa.key ]] && return 0
+	[[ -f $pki/apiserver.crt && -f $pki/sa.key && -f $pki/apiserver-kubelet-client.crt ]] && return 0
 	command -v openssl >/dev/null 2>&1 || die "openssl not found (apt-get install openssl)"
 	mkdir -p "$pki"
 	(
 		cd "$pki"
 		umask 077
-		openssl ecparam -name prime256v1 -genkey -noout -out ca.key 2>/dev/null
-		openssl req -x509 -new -key ca.key -sha256 -days 3650 -subj "/CN=nodelet-controlplane-ca" \
-			-addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" \
-			-out ca.crt 2>/dev/null
-		openssl ecparam -name prime256v1 -genkey -noout -out apiserver.key 2>/dev/null
-		openssl req -new -key apiserver.key -subj "/CN=kube-apiserver" -out apiserver.csr 2>/dev/null
-		printf '%s\n' \
-			"basicConstraints=CA:FALSE" \
-			"keyUsage=critical,digitalSignature,keyEncipherment" \
-			"extendedKeyUsage=serverAuth" \
-			"subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc" \
-			>apiserver.ext
-		openssl x509 -req -in apiserver.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 -sha256 \
-			-extfile apiserver.ext -out apiserver.crt 2>/dev/null
-		openssl genrsa -out sa.key 2048 2>/dev/null
-		openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
-		rm -f apiserver.csr apiserver.ext ca.srl
-		chmod 644 ca.crt apiserver.crt sa.pub
+		if [[ ! -f ca.crt ]]; then
+			openssl ecparam -name prime256v1 -genkey -noout -out ca.key 2>/dev/null
+			openssl req -x509 -new -key ca.key -sha256 -days 3650 -subj "/CN=nodelet-controlplane-ca" \
+				-addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" \
+				-out ca.crt 2>/dev/null
+			openssl ecparam -name prime256v1 -genkey -noout -out apiserver.key 2>/dev/null
+			openssl req -new -key apiserver.key -subj "/CN=kube-apiserver" -out apiserver.csr 2>/dev/null
+			printf '%s\n' \
+				"basicConstraints=CA:FALSE" \
+				"keyUsage=critical,digitalSignature,keyEncipherment" \
+				"extendedKeyUsage=serverAuth" \
+				"subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc" \
+				>apiserver.ext
+			openssl x509 -req -in apiserver.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 -sha256 \
+				-extfile apiserver.ext -out apiserver.crt 2>/dev/null
+			openssl genrsa -out sa.key 2048 2>/dev/null
+			openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
+		fi
+		# kube-apiserver's client certificate towards the kubelet API
+		# (nodelet-server), as kubeadm's apiserver-kubelet-client: group
+		# system:masters, signed by the cluster CA (the node's
+		# server.authentication.x509.clientCAFile).
+		openssl ecparam -name prime256v1 -genkey -noout -out apiserver-kubelet-client.key 2>/dev/null
+		openssl req -new -key apiserver-kubelet-client.key -subj "/O=system:masters/CN=kube-apiserver-kubelet-client" \
+			-out apiserver-kubelet-client.csr 2>/dev/null
+		printf '%s\n' "basicConstraints=CA:FALSE" "keyUsage=critical,digitalSignature,keyEncipherment" \
+			"extendedKeyUsage=clientAuth" >apiserver-kubelet-client.ext
+		openssl x509 -req -in apiserver-kubelet-client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 -sha256 \
+			-extfile apiserver-kubelet-client.ext -out apiserver-kubelet-client.crt 2>/dev/null
+		rm -f apiserver.csr apiserver.ext apiserver-kubelet-client.csr apiserver-kubelet-client.ext ca.srl
+		chmod 644 ca.crt apiserver.crt sa.pub apiserver-kubelet-client.crt
 	) || die "generating certificates with openssl failed"
 }
 
@@ -434,6 +447,9 @@ cmd_start() {
 		--service-account-signing-key-file="$pki/sa.key" \
 		--service-cluster-ip-range="$SERVICE_CIDR" \
 		--cert-dir="$STATE_DIR/apiserver-certs" \
+		--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname \
+		--kubelet-client-certificate="$pki/apiserver-kubelet-client.crt" \
+		--kubelet-client-key="$pki/apiserver-kubelet-client.key" \
 		</dev/null >"$STATE_DIR/kube-apiserver.log" 2>&1 &
 	echo $! >"$STATE_DIR/kube-apiserver.pid"
 
@@ -492,6 +508,7 @@ cmd_env() {
 	cat <<EOF
 export KUBECONFIG=$STATE_DIR/admin.kubeconfig
 export NODELET_SOURCES_KUBECONFIG=$STATE_DIR/node.kubeconfig
+export NODELET_SERVER_AUTHENTICATION_X509_CLIENTCAFILE=$STATE_DIR/pki/ca.crt
 export NODELET_NODE_NAME=$(cat "$STATE_DIR/node-name" 2>/dev/null || echo "${NODELET_NODE_NAME:-$(hostname)}")
 export KUBECTL=$KUBECTL
 EOF

@@ -46,7 +46,7 @@ type node struct {
 
 // nodeConfig renders the node's configuration: everything on loopback or
 // on the bench containerd's bridge, and the sandbox bound under test.
-func nodeConfig(dir, busListen, readOnly, binDir string, rt *runtimeEnv, bound int) string {
+func nodeConfig(dir, busListen, readOnly, serverPort, binDir string, rt *runtimeEnv, bound int) string {
 	return fmt.Sprintf(`node:
   name: %s
   stateDir: %s
@@ -65,11 +65,14 @@ sources:
   staticPodPath: %s
 status:
   readOnlyAddress: %s
+server:
+  address: 127.0.0.1
+  port: %s
 supervisor:
   binDir: %s
 `, NodeName, filepath.Join(dir, "state"), filepath.Join(dir, "logs"), rt.Subnet, busListen,
 		rt.Endpoint, rt.CNIConfDir, rt.BridgeName, rt.NetworkName, CgroupRoot, bound,
-		filepath.Join(dir, "manifests"), readOnly, binDir)
+		filepath.Join(dir, "manifests"), readOnly, serverPort, binDir)
 }
 
 // manifest is the bench's static pod. The run label makes every round's
@@ -102,7 +105,7 @@ func freeLoopbackAddr() (string, error) {
 }
 
 // startNode writes the config and starts `nodelet up`, and returns once the
-// supervisor reports all seven processes ready and the tap is connected.
+// supervisor reports all eight processes ready and the tap is connected.
 func startNode(ctx context.Context, dir, binDir string, rt *runtimeEnv, bound int) (_ *node, err error) {
 	n := &node{dir: dir, stateDir: filepath.Join(dir, "state"), staticDir: filepath.Join(dir, "manifests"),
 		stageDir: filepath.Join(dir, "staging"), config: filepath.Join(dir, "nodelet.yaml"), logPath: filepath.Join(dir, "nodelet.log")}
@@ -118,7 +121,12 @@ func startNode(ctx context.Context, dir, binDir string, rt *runtimeEnv, bound in
 	if err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(n.config, []byte(nodeConfig(dir, n.busListen, readOnly, binDir, rt, bound)), 0o644); err != nil {
+	server, err := freeLoopbackAddr()
+	if err != nil {
+		return nil, err
+	}
+	_, serverPort, _ := net.SplitHostPort(server)
+	if err := os.WriteFile(n.config, []byte(nodeConfig(dir, n.busListen, readOnly, serverPort, binDir, rt, bound)), 0o644); err != nil {
 		return nil, err
 	}
 	logf, err := os.Create(n.logPath)

@@ -21,6 +21,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodelet/nodelet/bus"
+	"github.com/nodelet/nodelet/services/common/graph"
 	"github.com/nodelet/nodelet/services/common/testenv"
 	"github.com/nodelet/nodelet/services/explain"
 	"github.com/nodelet/nodelet/services/supervisor"
@@ -81,8 +82,11 @@ type nodeOptions struct {
 	// Extra is appended to the generated config (YAML, top-level sections
 	// not used by the harness: admission, prober, gc).
 	Extra string
-	// Runtime, Status, GC: extra lines for those sections.
-	Runtime, Status, GC, Node string
+	// Runtime, Status, GC, Server: extra lines for those sections.
+	Runtime, Status, GC, Node, Server string
+	// ServerAddress is server.address; empty is 127.0.0.1. kube-apiserver
+	// proxies to a node (nodes/proxy) only at a non-loopback address.
+	ServerAddress string
 }
 
 // node is one `nodelet up` under test.
@@ -94,11 +98,13 @@ type node struct {
 	Config    string
 	ReadOnly  string
 	BusListen string
-	cmd       *exec.Cmd
-	out       *testenv.Buffer
-	exited    chan error
-	stopped   bool
-	opts      nodeOptions
+	// ServerPort is nodelet-server's port (server.port) on 127.0.0.1.
+	ServerPort int
+	cmd        *exec.Cmd
+	out        *testenv.Buffer
+	exited     chan error
+	stopped    bool
+	opts       nodeOptions
 }
 
 func newNode(t testing.TB, o nodeOptions) *node {
@@ -107,9 +113,14 @@ func newNode(t testing.TB, o nodeOptions) *node {
 	dir := t.TempDir()
 	n := &node{t: t, dir: dir, StateDir: filepath.Join(dir, "state"), StaticDir: filepath.Join(dir, "manifests"),
 		Config: filepath.Join(dir, "nodelet.yaml"), opts: o,
-		ReadOnly: fmt.Sprintf("127.0.0.1:%d", freePort(t)), BusListen: fmt.Sprintf("127.0.0.1:%d", freePort(t))}
+		ReadOnly: fmt.Sprintf("127.0.0.1:%d", freePort(t)), BusListen: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+		ServerPort: freePort(t)}
 	if err := os.MkdirAll(n.StaticDir, 0o755); err != nil {
 		t.Fatal(err)
+	}
+	serverAddress := o.ServerAddress
+	if serverAddress == "" {
+		serverAddress = "127.0.0.1"
 	}
 	kubeconfig := ""
 	if o.API {
@@ -139,11 +150,14 @@ runtime:
 %sstatus:
   readOnlyAddress: %s
   nodeStatusUpdateFrequency: 2s
+%sserver:
+  address: %s
+  port: %d
 %sgc:
   containerGCPeriod: 5s
 %s%s`, nodeName, n.StateDir, filepath.Join(dir, "logs"), ctrd.Subnet, o.Node, n.BusListen, ctrd.Endpoint, ctrd.CNIConfDir,
 		ctrd.BridgeName, ctrd.NetworkName, o.Runtime,
-		n.StaticDir, kubeconfig, n.ReadOnly, o.Status, o.GC, o.Extra)
+		n.StaticDir, kubeconfig, n.ReadOnly, o.Status, serverAddress, n.ServerPort, o.Server, o.GC, o.Extra)
 	if err := os.WriteFile(n.Config, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +241,7 @@ func (n *node) WaitReady() map[string]supervisor.ProcState {
 		if err == nil {
 			last = st
 			m := map[string]supervisor.ProcState{}
-			ok := len(st) == 7
+			ok := len(st) == len(graph.Components)
 			for _, s := range st {
 				m[s.Name] = s
 				ok = ok && s.State == "ready"

@@ -63,6 +63,8 @@ func TestRunScript(t *testing.T) {
 		"NODELET_SOURCES_FILECHECKFREQUENCY=2s",
 		fmt.Sprintf("NODELET_BUS_LISTEN=127.0.0.1:%d", freePort(t)),
 		"NODELET_STATUS_READONLYADDRESS="+readOnly,
+		"NODELET_SERVER_ADDRESS=127.0.0.1",
+		fmt.Sprintf("NODELET_SERVER_PORT=%d", freePort(t)),
 	)
 	out := &testenv.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out

@@ -112,6 +112,9 @@ func SetNodeStatus(node *corev1.Node, in NodeInputs) []nodeEvent {
 		node.Status.Addresses = append(node.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: a})
 	}
 	node.Status.Addresses = append(node.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeHostName, Address: in.Hostname})
+	// The kubelet's nodestatus.DaemonEndpoints: where kube-apiserver dials
+	// the kubelet API (nodelet-server, server.port).
+	node.Status.DaemonEndpoints = corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: int32(in.Config.Server.Port)}}
 
 	// Capacity, from cAdvisor's MachineInfo.
 	if node.Status.Capacity == nil {

@@ -107,6 +107,7 @@ func TestSetNodeStatus(t *testing.T) {
 			expect(t, len(n.Status.Addresses), 2, "addresses")
 			expect(t, n.Status.Addresses[0], corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "192.168.1.10"}, "InternalIP")
 			expect(t, n.Status.Addresses[1], corev1.NodeAddress{Type: corev1.NodeHostName, Address: "host-1"}, "Hostname")
+			expect(t, n.Status.DaemonEndpoints.KubeletEndpoint.Port, int32(10250), "kubelet endpoint port (server.port)")
 		},
 	}, {
 		name: "runtime and network ready: Ready, pressure conditions False, Ready last",

@@ -165,6 +165,10 @@ func (s *Service) Run(ctx context.Context) error {
 		return err
 	}
 	defer stopHTTP()
+	// nodelet-server answers the kubelet API's read-only paths from here.
+	if err := daemon.ServeUnix(ctx, daemon.APISocket(s.cfg.Node.StateDir, bus.Status), s.Handler()); err != nil {
+		s.log.Warn("Read-only API not served to nodelet-server", "err", err)
+	}
 	mode := "standalone"
 	if s.api != nil {
 		mode = "api"

@@ -93,10 +93,13 @@ runtime:
   manageCNIConfig: false
 status:
   readOnlyAddress: 127.0.0.1:%d
+server:
+  address: 127.0.0.1
+  port: %d
 supervisor:
   restartBackoff: 1s
   restartBackoffMax: 4s
-`, n.stateDir, filepath.Join(dir, "logs"), freePort(t), ctrd.Endpoint, ctrd.CNIConfDir, freePort(t))
+`, n.stateDir, filepath.Join(dir, "logs"), freePort(t), ctrd.Endpoint, ctrd.CNIConfDir, freePort(t), freePort(t))
 	if err := os.WriteFile(n.config, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}

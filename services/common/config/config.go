@@ -18,6 +18,7 @@ type Config struct {
 	Admission  AdmissionConfig  `mapstructure:"admission"`
 	Prober     ProberConfig     `mapstructure:"prober"`
 	Status     StatusConfig     `mapstructure:"status"`
+	Server     ServerConfig     `mapstructure:"server"`
 	GC         GCConfig         `mapstructure:"gc"`
 	Supervisor SupervisorConfig `mapstructure:"supervisor"`
 }
@@ -164,6 +165,76 @@ type StatusConfig struct {
 	EventBurst int `mapstructure:"eventBurst"`
 	// HeartbeatStaleAfter marks a daemon unhealthy in /healthz. Default: 30s.
 	HeartbeatStaleAfter time.Duration `mapstructure:"heartbeatStaleAfter"`
+}
+
+// ServerConfig configures nodelet-server, the kubelet API. Names and defaults
+// are KubeletConfiguration's (address, port, tlsCertFile, readOnlyPort,
+// authentication, authorization).
+type ServerConfig struct {
+	// Address the kubelet API listens on. Default: 0.0.0.0.
+	Address string `mapstructure:"address"`
+	// Port of the kubelet API (HTTPS). Default: 10250.
+	Port int `mapstructure:"port"`
+	// TLSCertFile is the serving certificate; empty makes a self-signed one for the node's names and addresses under the state dir. Default: "".
+	TLSCertFile string `mapstructure:"tlsCertFile"`
+	// TLSPrivateKeyFile is the key of TLSCertFile. Default: "".
+	TLSPrivateKeyFile string `mapstructure:"tlsPrivateKeyFile"`
+	// ReadOnlyPort serves the read-only API (/pods, /healthz, /spec/, /stats/summary, /metrics) over plain HTTP on Address without authentication; 0 = off. Default: 0.
+	ReadOnlyPort int `mapstructure:"readOnlyPort"`
+	// Authentication of requests to the kubelet API. Default: x509 off, webhook on, anonymous off.
+	Authentication ServerAuthenticationConfig `mapstructure:"authentication"`
+	// Authorization of requests to the kubelet API. Default: mode Webhook.
+	Authorization ServerAuthorizationConfig `mapstructure:"authorization"`
+	// Kubeconfig for TokenReview and SubjectAccessReview; empty uses sources.kubeconfig. Default: "".
+	Kubeconfig string `mapstructure:"kubeconfig"`
+	// StreamingConnectionIdleTimeout ends an idle exec, attach or port-forward stream. Default: 4h.
+	StreamingConnectionIdleTimeout time.Duration `mapstructure:"streamingConnectionIdleTimeout"`
+}
+
+// ServerAuthenticationConfig is KubeletAuthentication.
+type ServerAuthenticationConfig struct {
+	// X509 client certificate authentication. Default: off.
+	X509 ServerX509Config `mapstructure:"x509"`
+	// Webhook bearer token authentication through TokenReview. Default: enabled, cacheTTL 2m.
+	Webhook ServerWebhookAuthnConfig `mapstructure:"webhook"`
+	// Anonymous requests. Default: disabled.
+	Anonymous ServerAnonymousConfig `mapstructure:"anonymous"`
+}
+
+// ServerX509Config is KubeletX509Authentication.
+type ServerX509Config struct {
+	// ClientCAFile: client certificates signed by these CAs authenticate as their CN (user) and O (groups). Default: "" (off).
+	ClientCAFile string `mapstructure:"clientCAFile"`
+}
+
+// ServerWebhookAuthnConfig is KubeletWebhookAuthentication.
+type ServerWebhookAuthnConfig struct {
+	// Enabled: bearer tokens are checked with the API server's TokenReview (needs a kubeconfig). Default: true.
+	Enabled bool `mapstructure:"enabled"`
+	// CacheTTL of TokenReview answers. Default: 2m.
+	CacheTTL time.Duration `mapstructure:"cacheTTL"`
+}
+
+// ServerAnonymousConfig is KubeletAnonymousAuthentication.
+type ServerAnonymousConfig struct {
+	// Enabled: requests without credentials run as system:anonymous, group system:unauthenticated. Default: false.
+	Enabled bool `mapstructure:"enabled"`
+}
+
+// ServerAuthorizationConfig is KubeletAuthorization.
+type ServerAuthorizationConfig struct {
+	// Mode: Webhook (SubjectAccessReview) or AlwaysAllow. Default: Webhook.
+	Mode string `mapstructure:"mode"`
+	// Webhook caches SubjectAccessReview answers. Default: authorized 5m, unauthorized 30s.
+	Webhook ServerWebhookAuthzConfig `mapstructure:"webhook"`
+}
+
+// ServerWebhookAuthzConfig is KubeletWebhookAuthorization.
+type ServerWebhookAuthzConfig struct {
+	// CacheAuthorizedTTL of allowed answers. Default: 5m.
+	CacheAuthorizedTTL time.Duration `mapstructure:"cacheAuthorizedTTL"`
+	// CacheUnauthorizedTTL of denied answers. Default: 30s.
+	CacheUnauthorizedTTL time.Duration `mapstructure:"cacheUnauthorizedTTL"`
 }
 
 // GCConfig configures nodelet-gc.

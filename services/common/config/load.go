@@ -82,6 +82,18 @@ func Defaults() *Config {
 			EventBurst:                100,
 			HeartbeatStaleAfter:       30 * time.Second,
 		},
+		Server: ServerConfig{
+			Address: "0.0.0.0",
+			Port:    10250,
+			Authentication: ServerAuthenticationConfig{
+				Webhook: ServerWebhookAuthnConfig{Enabled: true, CacheTTL: 2 * time.Minute},
+			},
+			Authorization: ServerAuthorizationConfig{
+				Mode:    "Webhook",
+				Webhook: ServerWebhookAuthzConfig{CacheAuthorizedTTL: 5 * time.Minute, CacheUnauthorizedTTL: 30 * time.Second},
+			},
+			StreamingConnectionIdleTimeout: 4 * time.Hour,
+		},
 		GC: GCConfig{
 			ContainerGCPeriod:           time.Minute,
 			MaxPerPodContainer:          1,
@@ -284,29 +296,46 @@ func lookupFold(doc map[string]any, key string) any {
 // checkKnown refuses keys the configuration does not have, naming them.
 func checkKnown(doc map[string]any) error {
 	known := map[string]leaf{}
-	sections := map[string]bool{}
+	prefixes := map[string]bool{} // sections and nested sections (server.authentication)
 	for _, lf := range leaves() {
-		known[strings.ToLower(lf.key)] = lf
-		sections[strings.ToLower(strings.SplitN(lf.key, ".", 2)[0])] = true
+		key := strings.ToLower(lf.key)
+		known[key] = lf
+		parts := strings.Split(key, ".")
+		for i := 1; i < len(parts); i++ {
+			prefixes[strings.Join(parts[:i], ".")] = true
+		}
 	}
 	var unknown []string
-	for section, body := range doc {
-		if !sections[strings.ToLower(section)] {
-			unknown = append(unknown, section)
-			continue
-		}
-		if body == nil {
-			continue
-		}
-		m, ok := body.(map[string]any)
-		if !ok {
-			return &Error{Key: section, Problem: "must be a mapping of settings"}
-		}
-		for k := range m {
-			if _, ok := known[strings.ToLower(section+"."+k)]; !ok {
-				unknown = append(unknown, section+"."+k)
+	var walk func(prefix string, m map[string]any) error
+	walk = func(prefix string, m map[string]any) error {
+		for k, body := range m {
+			key := k
+			if prefix != "" {
+				key = prefix + "." + k
+			}
+			lower := strings.ToLower(key)
+			if _, ok := known[lower]; ok {
+				continue
+			}
+			if !prefixes[lower] {
+				unknown = append(unknown, key)
+				continue
+			}
+			if body == nil {
+				continue
+			}
+			mm, ok := body.(map[string]any)
+			if !ok {
+				return &Error{Key: key, Problem: "must be a mapping of settings"}
+			}
+			if err := walk(key, mm); err != nil {
+				return err
 			}
 		}
+		return nil
+	}
+	if err := walk("", doc); err != nil {
+		return err
 	}
 	if len(unknown) > 0 {
 		sort.Strings(unknown)

@@ -149,6 +149,45 @@ func (c *Config) Validate() error {
 		func() error { return positiveFloat("status.eventRecordQPS", c.Status.EventRecordQPS) },
 		func() error { return positive("status.eventBurst", c.Status.EventBurst) },
 		func() error { return positiveDur("status.heartbeatStaleAfter", c.Status.HeartbeatStaleAfter) },
+		func() error {
+			if net.ParseIP(c.Server.Address) == nil {
+				return &Error{Key: "server.address", Problem: fmt.Sprintf("%q is not an IP address", c.Server.Address)}
+			}
+			return nil
+		},
+		func() error { return port("server.port", c.Server.Port, false) },
+		func() error { return port("server.readOnlyPort", c.Server.ReadOnlyPort, true) },
+		func() error { return absPath("server.tlsCertFile", c.Server.TLSCertFile, true) },
+		func() error { return absPath("server.tlsPrivateKeyFile", c.Server.TLSPrivateKeyFile, true) },
+		func() error {
+			if (c.Server.TLSCertFile == "") != (c.Server.TLSPrivateKeyFile == "") {
+				return &Error{Key: "server.tlsCertFile", Problem: "server.tlsCertFile and server.tlsPrivateKeyFile go together"}
+			}
+			return nil
+		},
+		func() error {
+			return absPath("server.authentication.x509.clientCAFile", c.Server.Authentication.X509.ClientCAFile, true)
+		},
+		func() error {
+			return positiveDur("server.authentication.webhook.cacheTTL", c.Server.Authentication.Webhook.CacheTTL)
+		},
+		func() error {
+			switch c.Server.Authorization.Mode {
+			case "Webhook", "AlwaysAllow":
+				return nil
+			}
+			return &Error{Key: "server.authorization.mode", Problem: fmt.Sprintf("%q must be Webhook or AlwaysAllow", c.Server.Authorization.Mode)}
+		},
+		func() error {
+			return positiveDur("server.authorization.webhook.cacheAuthorizedTTL", c.Server.Authorization.Webhook.CacheAuthorizedTTL)
+		},
+		func() error {
+			return positiveDur("server.authorization.webhook.cacheUnauthorizedTTL", c.Server.Authorization.Webhook.CacheUnauthorizedTTL)
+		},
+		func() error { return absPath("server.kubeconfig", c.Server.Kubeconfig, true) },
+		func() error {
+			return positiveDur("server.streamingConnectionIdleTimeout", c.Server.StreamingConnectionIdleTimeout)
+		},
 		func() error { return positiveDur("gc.containerGCPeriod", c.GC.ContainerGCPeriod) },
 		func() error { return nonNegative("gc.maxPerPodContainer", c.GC.MaxPerPodContainer) },
 		func() error {
@@ -267,6 +306,13 @@ func absPath(key, p string, optional bool) error {
 		return &Error{Key: key, Problem: fmt.Sprintf("%q must be an absolute path", p)}
 	}
 	return nil
+}
+
+func port(key string, n int, zeroOff bool) error {
+	if (n == 0 && zeroOff) || (n > 0 && n < 65536) {
+		return nil
+	}
+	return &Error{Key: key, Problem: fmt.Sprintf("%d is not a TCP port (1-65535)", n)}
 }
 
 func positive(key string, n int) error {

@@ -25,6 +25,34 @@ func MetricsSocket(stateDir, component string) string {
 	return filepath.Join(stateDir, "run", "metrics", component+".sock")
 }
 
+// APISocket is where a daemon serves an HTTP API to the node's other
+// daemons: nodelet-status serves the read-only API there, which
+// nodelet-server answers the kubelet API's read-only paths from.
+func APISocket(stateDir, component string) string {
+	return filepath.Join(stateDir, "run", "api", component+".sock")
+}
+
+// ServeUnix serves h on the unix socket path (0600, its directory 0700)
+// until ctx ends. A previous instance's socket is replaced.
+func ServeUnix(ctx context.Context, path string, h http.Handler) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	_ = os.Remove(path)
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return fmt.Errorf("socket %s: %w", path, err)
+	}
+	_ = os.Chmod(path, 0o600)
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	go func() { _ = srv.Serve(l) }()
+	return nil
+}
+
 // serveMetrics serves g on the component's metrics socket until ctx ends.
 func serveMetrics(ctx context.Context, stateDir, component string, g prometheus.Gatherer) error {
 	path := MetricsSocket(stateDir, component)

@@ -34,6 +34,7 @@ var Components = []Component{
 	{Name: "runtime", Requires: []string{"bus", "admission"}, NeedsCRI: true, NeedsAPI: true, Description: "nodelet pod runtime over CRI"},
 	{Name: "prober", Requires: []string{"bus", "runtime"}, NeedsCRI: true, Description: "nodelet probes"},
 	{Name: "status", Requires: []string{"bus", "runtime"}, NeedsCRI: true, NeedsAPI: true, Description: "nodelet pod and node status, read-only API"},
+	{Name: "server", Requires: []string{"bus", "runtime"}, NeedsCRI: true, NeedsAPI: true, Description: "nodelet kubelet API (logs, exec, attach, port-forward, stats) on :10250"},
 	{Name: "gc", Requires: []string{"bus", "runtime"}, NeedsCRI: true, Description: "nodelet garbage collection and eviction"},
 }
 

@@ -7,7 +7,7 @@ import (
 
 func TestStartOrderRespectsRequires(t *testing.T) {
 	order := StartOrder()
-	if len(order) != 7 || order[0].Name != "bus" {
+	if len(order) != 8 || order[0].Name != "bus" {
 		t.Fatalf("order = %v", names(order))
 	}
 	pos := map[string]int{}

@@ -67,6 +67,10 @@ type ControlPlane struct {
 	NodeName string
 	// Kubectl is the path of a kubectl of the same version.
 	Kubectl string
+	// ClientCAFile is the cluster CA's certificate file: kube-apiserver's
+	// kubelet client certificate is signed by it, so a node's
+	// server.authentication.x509.clientCAFile is this file.
+	ClientCAFile string
 
 	etcd, apiserver *proc
 	stopOnce        sync.Once
@@ -297,6 +301,7 @@ func startControlPlane(bins BinaryPaths, nodeName string) (_ *ControlPlane, err 
 	if err := writePKI(pki); err != nil {
 		return nil, fmt.Errorf("testenv: certificates: %w", err)
 	}
+	cp.ClientCAFile = filepath.Join(pki, "ca.crt")
 	if cp.CAData, err = os.ReadFile(filepath.Join(pki, "ca.crt")); err != nil {
 		return nil, err
 	}
@@ -350,6 +355,12 @@ func startControlPlane(bins BinaryPaths, nodeName string) (_ *ControlPlane, err 
 		"--service-account-signing-key-file="+filepath.Join(pki, "sa.key"),
 		"--service-cluster-ip-range="+ServiceClusterIPRange,
 		"--cert-dir="+filepath.Join(dir, "apiserver-certs"),
+		// How kube-apiserver reaches the kubelet API (nodelet-server), as
+		// kubeadm starts it: the node's addresses in this order, with a
+		// client certificate in system:masters signed by the cluster CA.
+		"--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname",
+		"--kubelet-client-certificate="+filepath.Join(pki, "apiserver-kubelet-client.crt"),
+		"--kubelet-client-key="+filepath.Join(pki, "apiserver-kubelet-client.key"),
 	)
 	if err != nil {
 		return nil, err
@@ -623,6 +634,30 @@ func writePKI(dir string) error {
 		return err
 	}
 
+	// kube-apiserver's client certificate towards the kubelet API (as
+	// kubeadm's apiserver-kubelet-client): group system:masters, signed by
+	// the cluster CA that nodelet-server trusts (server.authentication.x509).
+	kcKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	kcTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(3),
+		Subject:      pkix.Name{CommonName: "kube-apiserver-kubelet-client", Organization: []string{"system:masters"}},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.Add(10 * 365 * 24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	kcDER, err := x509.CreateCertificate(rand.Reader, kcTmpl, caCert, &kcKey.PublicKey, caKey)
+	if err != nil {
+		return err
+	}
+	kcKeyDER, err := x509.MarshalECPrivateKey(kcKey)
+	if err != nil {
+		return err
+	}
+
 	saKey, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
 		return err
@@ -649,6 +684,8 @@ func writePKI(dir string) error {
 		{"ca.key", "EC PRIVATE KEY", caKeyDER, 0o600},
 		{"apiserver.crt", "CERTIFICATE", srvDER, 0o644},
 		{"apiserver.key", "EC PRIVATE KEY", srvKeyDER, 0o600},
+		{"apiserver-kubelet-client.crt", "CERTIFICATE", kcDER, 0o644},
+		{"apiserver-kubelet-client.key", "EC PRIVATE KEY", kcKeyDER, 0o600},
 		{"sa.key", "RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(saKey), 0o600},
 		{"sa.pub", "PUBLIC KEY", saPub, 0o644},
 	}

@@ -65,6 +65,10 @@ var containers = map[string]container{
 		why:     []string{"Measures the pods' log usage."},
 		volumes: []string{composePodLogs + ":" + composePodLogs + ":ro"},
 	},
+	"server": {
+		why:     []string{"Reads the pods' logs for the kubelet API."},
+		volumes: []string{composePodLogs + ":" + composePodLogs + ":ro"},
+	},
 	"gc": {
 		why: []string{
 			"Rotates and removes pod logs; reads the host's root memory cgroup for",

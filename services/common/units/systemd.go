@@ -76,6 +76,18 @@ var sandboxes = map[string]sandbox{
 		netlink: true,
 		private: true,
 	},
+	"server": {
+		why: []string{
+			"The server serves the kubelet API on server.port (TCP, any address),",
+			"reads container logs under /var/log/pods (written by containerd as",
+			"root, read-only here), proxies streams to containerd's loopback",
+			"streaming server, keeps its serving certificate in the state dir and",
+			"looks up the node's addresses over netlink for that certificate.",
+		},
+		caps:    []string{},
+		netlink: true,
+		private: true,
+	},
 	"gc": {
 		why: []string{
 			"GC rotates and removes container logs under /var/log/pods",

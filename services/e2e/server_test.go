@@ -1,0 +1,326 @@
+package e2e_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/nodelet/nodelet/services/common/testenv"
+)
+
+// kubectl runs the real kubectl as the cluster admin and returns its stdout,
+// stderr and exit code.
+func kubectl(t testing.TB, stdin string, args ...string) (string, string, int) {
+	t.Helper()
+	return kubectlEnv(t, nil, stdin, args...)
+}
+
+// kubectlEnv is kubectl with extra environment variables.
+func kubectlEnv(t testing.TB, env []string, stdin string, args ...string) (string, string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, cp.Kubectl, append([]string{"--kubeconfig", cp.AdminKubeconfig}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
+	err := cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("kubectl %v: %v", args, err)
+	}
+	return out.String(), errb.String(), code
+}
+
+func mustKubectl(t testing.TB, stdin string, args ...string) string {
+	t.Helper()
+	out, errs, code := kubectl(t, stdin, args...)
+	if code != 0 {
+		t.Fatalf("kubectl %v: exit %d\nstdout: %s\nstderr: %s", args, code, out, errs)
+	}
+	return out
+}
+
+// serverPod has what the kubelet API tests read: a container that ticks
+// (logs -f), one that writes stdout and stderr once, a web server
+// (port-forward) and one that fails its first attempt (--previous).
+func serverPod(ns string) *corev1.Pod {
+	bb := func(name string, script string) corev1.Container {
+		return corev1.Container{Name: name, Image: "nodelet.local/busybox:1.35", ImagePullPolicy: corev1.PullNever,
+			Command:      []string{"sh", "-c", script},
+			VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}}
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "srv"},
+		Spec: corev1.PodSpec{
+			NodeName:                      nodeName,
+			TerminationGracePeriodSeconds: ptr.To[int64](1),
+			AutomountServiceAccountToken:  ptr.To(false),
+			Volumes:                       []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+			Containers: []corev1.Container{
+				bb("app", `trap 'exit 0' TERM; i=0; while true; do i=$((i+1)); echo tick-$i; sleep 1; done`),
+				bb("side", `echo side-out; echo side-err >&2; trap 'exit 0' TERM; while true; do sleep 1; done`),
+				bb("web", `mkdir -p /tmp/www && echo hello-through-port-forward > /tmp/www/index.html && exec httpd -f -p 8080 -h /tmp/www`),
+				bb("crash", `n=$(cat /data/n 2>/dev/null || echo 0); n=$((n+1)); echo $n > /data/n; echo attempt-$n; `+
+					`if [ $n = 1 ]; then exit 1; fi; trap 'exit 0' TERM; while true; do sleep 1; done`),
+			},
+		},
+	}
+}
+
+// TestKubeletAPI drives nodelet-server through kube-apiserver with the real
+// kubectl: logs (-f, --tail, --since, --timestamps, --limit-bytes, -c,
+// --previous), exec with stdin and exit codes, port-forward, the node proxy
+// to /stats/summary, and the kubelet's 401 and 403 answered directly.
+func TestKubeletAPI(t *testing.T) {
+	n := newNode(t, nodeOptions{API: true, ServerAddress: "0.0.0.0",
+		Server: "  authentication:\n    x509:\n      clientCAFile: " + cp.ClientCAFile + "\n"})
+	admin := cp.AdminClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	eventually(t, 60*time.Second, "node publishes the kubelet endpoint", func() bool {
+		node, err := admin.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+		return err == nil && node.Status.DaemonEndpoints.KubeletEndpoint.Port == int32(n.ServerPort)
+	})
+	ns := cp.Namespace(t)
+	pods := admin.CoreV1().Pods(ns)
+	if _, err := pods.Create(ctx, serverPod(ns), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 120*time.Second, "pod running with crash restarted once", func() bool {
+		p, err := pods.Get(ctx, "srv", metav1.GetOptions{})
+		if err != nil || p.Status.Phase != corev1.PodRunning {
+			return false
+		}
+		running := 0
+		for _, c := range p.Status.ContainerStatuses {
+			if c.State.Running == nil || (c.Name == "crash" && c.RestartCount < 1) {
+				return false
+			}
+			running++
+		}
+		return running == 4
+	})
+
+	t.Run("logs", func(t *testing.T) {
+		if out := mustKubectl(t, "", "-n", ns, "logs", "srv", "-c", "side"); out != "side-out\nside-err\n" {
+			t.Errorf("logs -c side = %q", out)
+		}
+		if out := mustKubectl(t, "", "-n", ns, "logs", "srv", "-c", "side", "--tail=1"); out != "side-err\n" {
+			t.Errorf("logs --tail=1 = %q", out)
+		}
+		if out := mustKubectl(t, "", "-n", ns, "logs", "srv", "-c", "side", "--limit-bytes=4"); out != "side" {
+			t.Errorf("logs --limit-bytes=4 = %q", out)
+		}
+		if out := mustKubectl(t, "", "-n", ns, "logs", "srv", "-c", "side", "--since=1h"); out != "side-out\nside-err\n" {
+			t.Errorf("logs --since=1h = %q", out)
+		}
+		out := mustKubectl(t, "", "-n", ns, "logs", "srv", "-c", "side", "--timestamps")
+		if !regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+Z side-out\n\S+ side-err\n$`).MatchString(out) {
+			t.Errorf("logs --timestamps = %q", out)
+		}
+		if out := mustKubectl(t, "", "-n", ns, "logs", "srv", "-c", "crash", "--previous"); out != "attempt-1\n" {
+			t.Errorf("logs --previous = %q", out)
+		}
+		if out := mustKubectl(t, "", "-n", ns, "logs", "srv", "-c", "crash"); out != "attempt-2\n" {
+			t.Errorf("logs (after a restart) = %q", out)
+		}
+	})
+
+	t.Run("logs -f", func(t *testing.T) {
+		fctx, fcancel := context.WithTimeout(ctx, 60*time.Second)
+		defer fcancel()
+		cmd := exec.CommandContext(fctx, cp.Kubectl, "--kubeconfig", cp.AdminKubeconfig, "-n", ns, "logs", "-f", "--tail=1", "srv", "-c", "app")
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		errb := &testenv.Buffer{}
+		cmd.Stderr = errb
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { fcancel(); _ = cmd.Wait() }()
+		sc := bufio.NewScanner(stdout)
+		var seen []string
+		for len(seen) < 3 && sc.Scan() {
+			seen = append(seen, sc.Text())
+		}
+		if len(seen) < 3 {
+			t.Fatalf("logs -f gave %q; stderr %s", seen, errb.String())
+		}
+		// The first line is the tail; the next ones were written while following.
+		var a, b int
+		if _, err := fmt.Sscanf(seen[1], "tick-%d", &a); err != nil {
+			t.Fatalf("lines %q", seen)
+		}
+		if _, err := fmt.Sscanf(seen[2], "tick-%d", &b); err != nil || b != a+1 {
+			t.Fatalf("lines %q", seen)
+		}
+	})
+
+	t.Run("exec", func(t *testing.T) {
+		if out := mustKubectl(t, "hello-stdin\n", "-n", ns, "exec", "-i", "srv", "-c", "side", "--", "cat"); out != "hello-stdin\n" {
+			t.Errorf("exec -i cat = %q", out)
+		}
+		_, errs, code := kubectl(t, "", "-n", ns, "exec", "srv", "-c", "side", "--", "sh", "-c", "echo out; echo err >&2; exit 3")
+		if code != 3 {
+			t.Errorf("exec exit 3: exit %d, stderr %q", code, errs)
+		}
+		if out := mustKubectl(t, "", "-n", ns, "exec", "srv", "-c", "side", "--", "cat", "/data/n"); out != "2\n" {
+			t.Errorf("exec cat /data/n = %q", out)
+		}
+		// kubectl's older SPDY path, which it falls back to.
+		spdy := []string{"KUBECTL_REMOTE_COMMAND_WEBSOCKETS=false"}
+		out, errs, code := kubectlEnv(t, spdy, "over-spdy\n", "-n", ns, "exec", "-i", "srv", "-c", "side", "--", "sh", "-c", "cat; exit 4")
+		if out != "over-spdy\n" || code != 4 {
+			t.Errorf("exec over SPDY: %q exit %d, stderr %q", out, code, errs)
+		}
+	})
+
+	for _, env := range []string{"KUBECTL_PORT_FORWARD_WEBSOCKETS=true", "KUBECTL_PORT_FORWARD_WEBSOCKETS=false"} {
+		t.Run("port-forward "+env, func(t *testing.T) {
+			pctx, pcancel := context.WithTimeout(ctx, 60*time.Second)
+			defer pcancel()
+			cmd := exec.CommandContext(pctx, cp.Kubectl, "--kubeconfig", cp.AdminKubeconfig, "-n", ns, "port-forward", "--address", "127.0.0.1", "pod/srv", ":8080")
+			cmd.Env = append(os.Environ(), env)
+			// The local address it picked comes on stdout.
+			stdout, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			errb := &testenv.Buffer{}
+			cmd.Stderr = errb
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer func() { pcancel(); _ = cmd.Wait() }()
+			sc := bufio.NewScanner(stdout)
+			re := regexp.MustCompile(`Forwarding from (127\.0\.0\.1:\d+) -> 8080`)
+			addr := ""
+			for addr == "" && sc.Scan() {
+				if m := re.FindStringSubmatch(sc.Text()); m != nil {
+					addr = m[1]
+				}
+			}
+			if addr == "" {
+				t.Fatalf("port-forward printed no address; stderr %s", errb.String())
+			}
+			go func() { _, _ = io.Copy(io.Discard, stdout) }()
+			resp, err := http.Get("http://" + addr + "/")
+			if err != nil {
+				t.Fatalf("GET through port-forward: %v; stderr %s", err, errb.String())
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if string(body) != "hello-through-port-forward\n" {
+				t.Errorf("GET through port-forward = %d %q", resp.StatusCode, body)
+			}
+		})
+	}
+
+	t.Run("stats summary through the node proxy", func(t *testing.T) {
+		out := mustKubectl(t, "", "get", "--raw", "/api/v1/nodes/"+nodeName+"/proxy/stats/summary")
+		var sum struct {
+			Node struct {
+				NodeName string `json:"nodeName"`
+			} `json:"node"`
+			Pods []struct {
+				PodRef struct{ Name, Namespace string } `json:"podRef"`
+			} `json:"pods"`
+		}
+		if err := json.Unmarshal([]byte(out), &sum); err != nil || sum.Node.NodeName != nodeName {
+			t.Fatalf("summary: %v %.300s", err, out)
+		}
+		found := false
+		for _, p := range sum.Pods {
+			found = found || (p.PodRef.Namespace == ns && p.PodRef.Name == "srv")
+		}
+		if !found {
+			t.Errorf("summary has no pod %s/srv", ns)
+		}
+		if out := mustKubectl(t, "", "get", "--raw", "/api/v1/nodes/"+nodeName+"/proxy/healthz"); out != "ok" {
+			t.Errorf("healthz = %q", out)
+		}
+	})
+
+	t.Run("401 and 403", func(t *testing.T) {
+		base := fmt.Sprintf("https://127.0.0.1:%d", n.ServerPort)
+		get := func(c *http.Client, path, token string) (int, string) {
+			req, _ := http.NewRequest("GET", base+path, nil)
+			if token != "" {
+				req.Header.Set("Authorization", "Bearer "+token)
+			}
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			return resp.StatusCode, string(b)
+		}
+		insecure := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+		if code, body := get(insecure, "/pods", ""); code != http.StatusUnauthorized || body != "Unauthorized" {
+			t.Errorf("no credentials: %d %q", code, body)
+		}
+		if code, body := get(insecure, "/pods", "not-a-token"); code != http.StatusUnauthorized {
+			t.Errorf("bad token: %d %q", code, body)
+		}
+		// A service account with no role: authenticated, not allowed.
+		if _, err := admin.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "nobody"}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		tr, err := admin.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "nobody", &authenticationv1.TokenRequest{
+			Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](600)}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprintf("Forbidden (user=system:serviceaccount:%s:nobody, verb=get, resource=nodes, subresource(s)=[proxy])\n", ns)
+		if code, body := get(insecure, "/containerLogs/"+ns+"/srv/side", tr.Status.Token); code != http.StatusForbidden || body != want {
+			t.Errorf("token without nodes/proxy: %d %q, want 403 %q", code, body, want)
+		}
+		// kube-apiserver's kubelet client certificate (system:masters).
+		crt, err := tls.LoadX509KeyPair(filepath.Join(cp.Dir, "pki", "apiserver-kubelet-client.crt"), filepath.Join(cp.Dir, "pki", "apiserver-kubelet-client.key"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		masters := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true, Certificates: []tls.Certificate{crt}}}}
+		if code, body := get(masters, "/containerLogs/"+ns+"/srv/side?tailLines=1", ""); code != http.StatusOK || body != "side-err\n" {
+			t.Errorf("system:masters certificate: %d %q", code, body)
+		}
+		if code, body := get(masters, "/containerLogs/"+ns+"/nope/side", ""); code != http.StatusNotFound || body != `pod "nope" does not exist` {
+			t.Errorf("unknown pod: %d %q", code, body)
+		}
+		if code, body := get(masters, "/containerLogs/"+ns+"/srv/nope", ""); code != http.StatusNotFound || body != `container "nope" not found in pod "srv"` {
+			t.Errorf("unknown container: %d %q", code, body)
+		}
+		if code, body := get(masters, "/containerLogs/"+ns+"/srv/side?tailLines=x", ""); code != http.StatusBadRequest {
+			t.Errorf("bad query: %d %q", code, body)
+		}
+	})
+}

@@ -1,0 +1,232 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+	apiserverapi "k8s.io/apiserver/pkg/apis/apiserver"
+	"k8s.io/apiserver/pkg/authentication/authenticator"
+	"k8s.io/apiserver/pkg/authentication/authenticatorfactory"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
+	"k8s.io/apiserver/pkg/server/dynamiccertificates"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/nodelet/nodelet/services/common/config"
+)
+
+// webhookRetryBackoff is k8s.io/apiserver's DefaultAuthWebhookRetryBackoff
+// (pkg/server/options), which the kubelet's BuildAuthn/BuildAuthz use.
+func webhookRetryBackoff() *wait.Backoff {
+	return &wait.Backoff{Duration: 500 * time.Millisecond, Factor: 1.5, Jitter: 0.2, Steps: 5}
+}
+
+// buildAuthn mirrors the kubelet's BuildAuthn (cmd/kubelet/app/auth.go):
+// x509 client certificates against clientCAFile (reloaded when it changes),
+// bearer tokens through a cached TokenReview, anonymous as configured. The
+// returned function runs the CA file's reloader until ctx ends.
+func buildAuthn(c config.ServerAuthenticationConfig, kube kubernetes.Interface, log *slog.Logger) (authenticator.Request, func(context.Context), error) {
+	cfg := authenticatorfactory.DelegatingAuthenticatorConfig{
+		Anonymous: &apiserverapi.AnonymousAuthConfig{Enabled: c.Anonymous.Enabled},
+		CacheTTL:  c.Webhook.CacheTTL,
+	}
+	var ca *dynamiccertificates.DynamicFileCAContent
+	if c.X509.ClientCAFile != "" {
+		var err error
+		ca, err = dynamiccertificates.NewDynamicCAContentFromFile("client-ca-bundle", c.X509.ClientCAFile)
+		if err != nil {
+			return nil, nil, fmt.Errorf("server.authentication.x509.clientCAFile: %w", err)
+		}
+		cfg.ClientCertificateCAContentProvider = ca
+	}
+	if c.Webhook.Enabled {
+		if kube == nil {
+			// The kubelet refuses to start here; a standalone node has no
+			// API server to ask, so nodelet serves with certificates only.
+			log.Warn("No kubeconfig: bearer tokens are not accepted (server.authentication.webhook needs server.kubeconfig or sources.kubeconfig)")
+		} else {
+			cfg.TokenAccessReviewClient = kube.AuthenticationV1()
+			cfg.WebhookRetryBackoff = webhookRetryBackoff()
+		}
+	}
+	a, _, err := cfg.New()
+	if err != nil {
+		return nil, nil, fmt.Errorf("server.authentication: %w", err)
+	}
+	run := func(ctx context.Context) {
+		if ca != nil {
+			ca.Run(ctx, 1)
+		}
+	}
+	return a, run, nil
+}
+
+// buildAuthz mirrors the kubelet's BuildAuthz: AlwaysAllow, or Webhook
+// through a cached SubjectAccessReview.
+func buildAuthz(c config.ServerAuthorizationConfig, kube kubernetes.Interface) (authorizer.UnconditionalAuthorizer, error) {
+	switch c.Mode {
+	case "AlwaysAllow":
+		return authorizerfactory.NewAlwaysAllowAuthorizer(), nil
+	case "Webhook":
+		if kube == nil {
+			return noWebhook{}, nil
+		}
+		a, err := authorizerfactory.DelegatingAuthorizerConfig{
+			SubjectAccessReviewClient: kube.AuthorizationV1(),
+			AllowCacheTTL:             c.Webhook.CacheAuthorizedTTL,
+			DenyCacheTTL:              c.Webhook.CacheUnauthorizedTTL,
+			WebhookRetryBackoff:       webhookRetryBackoff(),
+		}.New()
+		if err != nil {
+			return nil, fmt.Errorf("server.authorization: %w", err)
+		}
+		return a, nil
+	}
+	return nil, fmt.Errorf("server.authorization.mode: unknown mode %q", c.Mode)
+}
+
+// noWebhook denies everything: mode Webhook with no API server to ask.
+type noWebhook struct{}
+
+func (noWebhook) Authorize(context.Context, authorizer.Attributes) (authorizer.Decision, string, error) {
+	return authorizer.DecisionNoOpinion, "no kubeconfig for SubjectAccessReview", nil
+}
+
+// The kubelet's handler paths (pkg/kubelet/server/server.go) that have
+// their own authorization subresource.
+const (
+	podsPath        = "/pods"
+	runningPodsPath = "/runningpods/"
+	healthzPath     = "/healthz"
+	configzPath     = "/configz"
+	statsPath       = "/stats/"
+	metricsPath     = "/metrics"
+	logsPath        = "/logs/"
+	checkpointPath  = "/checkpoint/"
+	statuszPath     = "/statusz"
+	flagzPath       = "/flagz"
+)
+
+// isSubpath is the kubelet's isSubpath (pkg/kubelet/server/auth.go).
+func isSubpath(subpath, path string) bool {
+	path = strings.TrimSuffix(path, "/")
+	return subpath == path || (strings.HasPrefix(subpath, path) && subpath[len(path)] == '/')
+}
+
+// requestAttributes is the kubelet's nodeAuthorizerAttributesGetter
+// GetRequestAttributes (pkg/kubelet/server/auth.go) with
+// KubeletFineGrainedAuthz on (GA): resource nodes, name the node, verb from
+// the method, subresource from the path; the fine-grained pods, healthz and
+// configz come first and fall back to proxy.
+func requestAttributes(nodeName string, u user.Info, r *http.Request) []authorizer.Attributes {
+	verb := ""
+	switch r.Method {
+	case http.MethodPost:
+		verb = "create"
+	case http.MethodGet:
+		verb = "get"
+	case http.MethodPut:
+		verb = "update"
+	case http.MethodPatch:
+		verb = "patch"
+	case http.MethodDelete:
+		verb = "delete"
+	}
+	p := r.URL.Path
+	var subresources []string
+	switch {
+	case isSubpath(p, podsPath):
+		subresources = append(subresources, "pods")
+	case isSubpath(p, healthzPath):
+		subresources = append(subresources, "healthz")
+	case isSubpath(p, configzPath):
+		subresources = append(subresources, "configz")
+	case isSubpath(p, runningPodsPath):
+		subresources = append(subresources, "pods")
+	}
+	switch {
+	case isSubpath(p, statsPath):
+		subresources = append(subresources, "stats")
+	case isSubpath(p, metricsPath):
+		subresources = append(subresources, "metrics")
+	case isSubpath(p, logsPath):
+		// "log" to match other log subresources (pods/log, etc)
+		subresources = append(subresources, "log")
+	case isSubpath(p, checkpointPath):
+		subresources = append(subresources, "checkpoint")
+	case isSubpath(p, statuszPath):
+		subresources = append(subresources, "statusz")
+	case isSubpath(p, flagzPath):
+		subresources = append(subresources, "configz")
+	default:
+		subresources = append(subresources, "proxy")
+	}
+	attrs := make([]authorizer.Attributes, 0, len(subresources))
+	for _, sub := range subresources {
+		attrs = append(attrs, authorizer.AttributesRecord{
+			User: u, Verb: verb, APIVersion: "v1", Resource: "nodes", Subresource: sub,
+			Name: nodeName, ResourceRequest: true, Path: p,
+		})
+	}
+	return attrs
+}
+
+// withAuth is the kubelet's InstallAuthFilter: authenticate (401
+// "Unauthorized"), then authorize each attribute set until one is allowed
+// (403 "Forbidden (user=…, verb=…, resource=…, subresource(s)=[…])").
+func (s *Service) withAuth(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		resp, ok, err := s.authn.AuthenticateRequest(r)
+		if err != nil {
+			s.log.Error("Unable to authenticate the request due to an error", "err", err)
+		}
+		if err != nil || !ok {
+			writeErrorString(w, http.StatusUnauthorized, "Unauthorized")
+			return
+		}
+		attrs := requestAttributes(s.nodeName, resp.User, r)
+		var subresources []string
+		allowed := false
+		for _, a := range attrs {
+			subresources = append(subresources, a.GetSubresource())
+			decision, _, err := s.authz.Authorize(r.Context(), a)
+			if err != nil {
+				s.log.Error("Authorization error", "user", a.GetUser().GetName(), "verb", a.GetVerb(),
+					"resource", a.GetResource(), "subresource", a.GetSubresource(), "err", err)
+				writeErrorString(w, http.StatusInternalServerError, fmt.Sprintf("Authorization error (user=%s, verb=%s, resource=%s, subresource=%s)",
+					a.GetUser().GetName(), a.GetVerb(), a.GetResource(), a.GetSubresource()))
+				return
+			}
+			if decision == authorizer.DecisionAllow {
+				allowed = true
+				break
+			}
+		}
+		if !allowed {
+			a := attrs[0]
+			s.log.Debug("Forbidden", "user", a.GetUser().GetName(), "verb", a.GetVerb(), "resource", a.GetResource(), "subresources", subresources)
+			writeErrorString(w, http.StatusForbidden, fmt.Sprintf("Forbidden (user=%s, verb=%s, resource=%s, subresource(s)=%v)\n",
+				a.GetUser().GetName(), a.GetVerb(), a.GetResource(), subresources))
+			return
+		}
+		// The request goes on without its credentials, as the kubelet's
+		// handlers never see them either.
+		r.Header.Del("Authorization")
+		next.ServeHTTP(w, r)
+	})
+}
+
+// writeErrorString is go-restful's Response.WriteErrorString, which the
+// kubelet's errors go through: the status and the text, as text/plain.
+func writeErrorString(w http.ResponseWriter, code int, msg string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(code)
+	_, _ = w.Write([]byte(msg))
+}

@@ -1,0 +1,219 @@
+// Package server is nodelet-server, the kubelet's server
+// (pkg/kubelet/server): the kubelet API on server.port over TLS, with the
+// kubelet's authentication and authorization, serving container logs, exec,
+// attach, port-forward and run through CRI, and the read-only API that
+// nodelet-status computes (pods, healthz, spec, stats, metrics).
+//
+// It owns no bucket: it watches the desired pods to find a pod by namespace
+// and name (the kubelet's GetPodByName), asks CRI for containers, their log
+// paths and streaming URLs, and proxies streams to the runtime's streaming
+// server as the kubelet's proxyStream does.
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/apiserver/pkg/authentication/authenticator"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/nodelet/nodelet/bus"
+	"github.com/nodelet/nodelet/services/common/config"
+	"github.com/nodelet/nodelet/services/common/cri"
+	"github.com/nodelet/nodelet/services/common/daemon"
+)
+
+// Spec describes nodelet-server to the daemon frame.
+func Spec() daemon.Spec {
+	return daemon.Spec{Component: bus.KubeletServer, NeedsCRI: true, Run: Run}
+}
+
+// Options are what a Service runs with. Run builds them from the daemon's
+// environment; tests build them directly.
+type Options struct {
+	Config *config.Config
+	Log    *slog.Logger
+	Bus    *bus.Conn
+	// CRI is the container runtime: logs, exec, attach, port-forward, run.
+	CRI *cri.Clients
+	// Kube does TokenReview and SubjectAccessReview; nil turns bearer
+	// tokens off and makes authorization mode Webhook deny every request.
+	Kube kubernetes.Interface
+	// ReadOnly answers the read-only paths (/pods, /healthz, /spec/,
+	// /stats/summary, /metrics); nil proxies them to nodelet-status's
+	// socket (status.APISocket).
+	ReadOnly http.Handler
+}
+
+// Service is a running nodelet-server.
+type Service struct {
+	cfg      *config.Config
+	log      *slog.Logger
+	bus      *bus.Conn
+	cri      *cri.Clients
+	nodeName string
+	pods     *podIndex
+	authn    authenticator.Request
+	authz    authorizer.UnconditionalAuthorizer
+	runAuthn func(ctx context.Context)
+	readOnly http.Handler
+	addr     atomic.Value
+	roAddr   atomic.Value
+}
+
+// New builds a Service: authenticator and authorizer as configured.
+func New(o Options) (*Service, error) {
+	if o.Config == nil || o.Bus == nil || o.CRI == nil {
+		return nil, fmt.Errorf("server: Config, Bus and CRI are required")
+	}
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	s := &Service{cfg: o.Config, log: o.Log, bus: o.Bus, cri: o.CRI, nodeName: o.Config.Node.Name,
+		pods: newPodIndex(), readOnly: o.ReadOnly}
+	if s.readOnly == nil {
+		s.readOnly = statusProxy(o.Config.Node.StateDir)
+	}
+	var err error
+	if s.authn, s.runAuthn, err = buildAuthn(o.Config.Server.Authentication, o.Kube, o.Log); err != nil {
+		return nil, err
+	}
+	if s.authz, err = buildAuthz(o.Config.Server.Authorization, o.Kube); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Addr is the address the kubelet API listens on, once it does.
+func (s *Service) Addr() string {
+	v, _ := s.addr.Load().(string)
+	return v
+}
+
+// ReadOnlyAddr is the address of the read-only port, once it listens.
+func (s *Service) ReadOnlyAddr() string {
+	v, _ := s.roAddr.Load().(string)
+	return v
+}
+
+// Run serves until ctx ends.
+func (s *Service) Run(ctx context.Context) error {
+	cert, err := servingCertificate(s.cfg)
+	if err != nil {
+		return err
+	}
+	addr := net.JoinHostPort(s.cfg.Server.Address, strconv.Itoa(s.cfg.Server.Port))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("server.address/server.port %s: %w", addr, err)
+	}
+	s.addr.Store(ln.Addr().String())
+	// The kubelet asks for a client certificate without requiring one; the
+	// x509 authenticator verifies it against server.authentication.x509.clientCAFile.
+	tlsCfg := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert},
+		ClientAuth: tls.RequestClientCert, NextProtos: []string{"http/1.1"}}
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 1 << 20, TLSConfig: tlsCfg}
+	servers := []*http.Server{srv}
+
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := srv.Serve(tls.NewListener(ln, tlsCfg)); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("Kubelet API stopped", "address", addr, "err", err)
+		}
+	}()
+	if p := s.cfg.Server.ReadOnlyPort; p > 0 {
+		roAddr := net.JoinHostPort(s.cfg.Server.Address, strconv.Itoa(p))
+		rl, err := net.Listen("tcp", roAddr)
+		if err != nil {
+			_ = srv.Close()
+			return fmt.Errorf("server.readOnlyPort %s: %w", roAddr, err)
+		}
+		s.roAddr.Store(rl.Addr().String())
+		ro := &http.Server{Handler: readOnlyOnly(s.readOnly), ReadHeaderTimeout: 10 * time.Second}
+		servers = append(servers, ro)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := ro.Serve(rl); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				s.log.Error("Read-only port stopped", "address", roAddr, "err", err)
+			}
+		}()
+		s.log.Info("Serving the read-only API", "address", rl.Addr().String())
+	}
+	s.log.Info("Serving the kubelet API", "address", ln.Addr().String(), "node", s.nodeName,
+		"authorizationMode", s.cfg.Server.Authorization.Mode)
+
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		s.pods.watch(ctx, s.bus, s.log)
+	}()
+	go func() {
+		defer wg.Done()
+		s.runAuthn(ctx)
+	}()
+	<-ctx.Done()
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, h := range servers {
+		// Streams (logs -f, exec) are hijacked or long: Shutdown waits for
+		// plain requests only, Close ends the rest.
+		_ = h.Shutdown(sctx)
+		_ = h.Close()
+	}
+	wg.Wait()
+	return nil
+}
+
+// Run is the daemon: it connects to the runtime and, with a kubeconfig
+// (server.kubeconfig, else sources.kubeconfig), to the API server for
+// TokenReview and SubjectAccessReview, then serves until ctx ends.
+func Run(ctx context.Context, env *daemon.Env) error {
+	cfg := env.Config
+	clients, err := cri.Connect(ctx, cfg.Runtime.EndpointURL(), cfg.Runtime.ImageEndpoint, cfg.Runtime.RuntimeRequestTimeout)
+	if err != nil {
+		return err
+	}
+	o := Options{Config: cfg, Log: env.Log, Bus: env.Bus, CRI: clients}
+	if o.Kube, err = KubeClient(cfg); err != nil {
+		return err
+	}
+	s, err := New(o)
+	if err != nil {
+		return err
+	}
+	return s.Run(ctx)
+}
+
+// KubeClient is the client for TokenReview and SubjectAccessReview:
+// server.kubeconfig, else the node's identity (sources.kubeconfig), else nil.
+func KubeClient(cfg *config.Config) (kubernetes.Interface, error) {
+	path, key := cfg.Server.Kubeconfig, "server.kubeconfig"
+	if path == "" {
+		path, key = cfg.Sources.Kubeconfig, "sources.kubeconfig"
+	}
+	if path == "" {
+		return nil, nil
+	}
+	rc, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", key, path, err)
+	}
+	rc.UserAgent = "nodelet-server/" + cfg.Node.Name
+	rc.QPS, rc.Burst = float32(cfg.Sources.KubeAPIQPS), cfg.Sources.KubeAPIBurst
+	return kubernetes.NewForConfig(rc)
+}
