@@ -441,7 +441,6 @@ cmd_start() {
 		--authorization-mode=Node,RBAC \
 		--enable-admission-plugins=NodeRestriction \
 		--allow-privileged=true \
-		--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname \
 		--service-account-issuer=https://kubernetes.default.svc \
 		--service-account-key-file="$pki/sa.pub" \
 		--service-account-signing-key-file="$pki/sa.key" \

@@ -159,8 +159,13 @@ sources:
   kubeconfig: %s
 status:
   readOnlyAddress: ""
+server:
+  # kube-apiserver's kubelet client certificate is signed by the cluster CA.
+  authentication:
+    x509:
+      clientCAFile: %s
 `, o.nodeName, o.nodeIP, n.stateDir, filepath.Join(n.dir, "pods"), c.ctrd.Subnet, resolv, busPort,
-		c.ctrd.Endpoint, c.ctrd.CNIConfDir, n.cgroupRoot, c.ctrd.BridgeName, c.ctrd.NetworkName, c.cp.NodeKubeconfig)
+		c.ctrd.Endpoint, c.ctrd.CNIConfDir, n.cgroupRoot, c.ctrd.BridgeName, c.ctrd.NetworkName, c.cp.NodeKubeconfig, c.cp.ClientCAFile)
 	path := filepath.Join(n.dir, "nodelet.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		return nil, err
@@ -345,10 +350,15 @@ func runSuite(ctx context.Context, o options, c *cluster, logFile string) error 
 	}
 	cmd.Stdout, cmd.Stderr = io.MultiWriter(f, newProgress(os.Stdout)), f
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+c.cp.AdminKubeconfig)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGINT) }
+	// Its own process group: the ginkgo runner's suite processes are
+	// interrupted with it and never outlive the run.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGINT) }
 	cmd.WaitDelay = 30 * time.Second
 	err = cmd.Run()
+	if cmd.Process != nil {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
 	var exit *exec.ExitError
 	if errors.As(err, &exit) {
 		return nil // failed specs: the report says which

@@ -38,7 +38,7 @@ const e2eRegistry = "registry.k8s.io/e2e-test-images/"
 
 // conformanceRecipe is bumped whenever a stand-in changes, so that tarballs
 // of an older recipe in the cache are not reused.
-const conformanceRecipe = "c2"
+const conformanceRecipe = "c3"
 
 // ConformanceImages lists the stand-ins, by the references
 // k8s.io/kubernetes/test/utils/image gives them in v1.37.
@@ -153,6 +153,7 @@ func agnhostImage(ctx context.Context, in ConformanceInputs) (v1.Image, error) {
 	l.file("localhost.crt", 0o644, crt)
 	l.file("localhost.key", 0o600, key)
 	l.dir("uploads", 0o755)
+	l.file("usr/bin/curl", 0o755, []byte(curlShim))
 	l.dir("home/user-defined-in-image", 0o755)
 	l.file("etc/passwd", 0o644, []byte("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/home:/bin/false\n"+
 		"user-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh\n"))
@@ -164,6 +165,25 @@ func agnhostImage(ctx context.Context, in ConformanceInputs) (v1.Image, error) {
 		c.ExposedPorts = map[string]struct{}{"80/tcp": {}, "8080/tcp": {}, "8081/tcp": {}, "9376/tcp": {}, "5000/tcp": {}}
 	})
 }
+
+// curlShim stands in for alpine's curl in the agnhost image, over busybox's
+// wget, for the forms the e2e specs run: `curl URL`, `curl -g -q -s URL`,
+// with -m/--max-time/--connect-timeout and -o.
+const curlShim = `#!/bin/sh
+# curl stand-in (nodelet conformance images): busybox wget underneath.
+timeout= out=- url=
+while [ $# -gt 0 ]; do
+	case $1 in
+	-g | -q | -s | -S | -f | -L | -k | --silent | --globoff | --fail | --location | --insecure) ;;
+	-m | --max-time | --connect-timeout) timeout="-T $2"; shift ;;
+	-o | --output) out=$2; shift ;;
+	-*) echo "curl stand-in: unsupported option $1" >&2; exit 2 ;;
+	*) url=$1 ;;
+	esac
+	shift
+done
+exec wget -q $timeout -O "$out" "$url"
+`
 
 // onBusybox is the busybox image with l as a second layer and its config
 // changed by edit.

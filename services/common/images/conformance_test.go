@@ -52,6 +52,9 @@ func TestConformanceImages(t *testing.T) {
 	if h := hdrs["agnhost-2"]; h == nil || h.Linkname != "agnhost" {
 		t.Errorf("/agnhost-2 = %+v", h)
 	}
+	if h := hdrs["usr/bin/curl"]; h == nil || h.Mode != 0o755 || !contains(small["usr/bin/curl"], "exec wget") {
+		t.Errorf("/usr/bin/curl = %+v", h)
+	}
 	if small["localhost.key"] != "localhost.key" || dirHeader(hdrs, "uploads") == nil {
 		t.Errorf("porter's files or /uploads missing")
 	}

@@ -347,17 +347,15 @@ func startControlPlane(bins BinaryPaths, nodeName string) (_ *ControlPlane, err 
 		"--authorization-mode=Node,RBAC",
 		"--enable-admission-plugins=NodeRestriction",
 		"--allow-privileged=true",
-		// Reach kubelets (logs, exec) by address, never by a DNS lookup
-		// of the node's name (as kubeadm sets it).
-		"--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname",
 		"--service-account-issuer=https://kubernetes.default.svc",
 		"--service-account-key-file="+filepath.Join(pki, "sa.pub"),
 		"--service-account-signing-key-file="+filepath.Join(pki, "sa.key"),
 		"--service-cluster-ip-range="+ServiceClusterIPRange,
 		"--cert-dir="+filepath.Join(dir, "apiserver-certs"),
 		// How kube-apiserver reaches the kubelet API (nodelet-server), as
-		// kubeadm starts it: the node's addresses in this order, with a
-		// client certificate in system:masters signed by the cluster CA.
+		// kubeadm starts it: the node's addresses in this order (never a
+		// DNS lookup of the node's name), with a client certificate in
+		// system:masters signed by the cluster CA.
 		"--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname",
 		"--kubelet-client-certificate="+filepath.Join(pki, "apiserver-kubelet-client.crt"),
 		"--kubelet-client-key="+filepath.Join(pki, "apiserver-kubelet-client.key"),
