@@ -197,9 +197,8 @@ func accountsConfig(pubs map[string]string, keys busKeys) string {
 		for _, bk := range Buckets {
 			if storeAccountOf(streamOf(bk.Name)) == acct {
 				streams = append(streams, streamOf(bk.Name))
-				// The owner writes; tap watches the writes live.
+				// The owner writes.
 				w("      {service: %s, accounts: [%s]}\n", q(KVSubject(bk.Name, ">")), q(accountOf(bk.Owner)))
-				w("      {stream: %s, accounts: [%s]}\n", q(KVSubject(bk.Name, ">")), q(accountOf(Tap)))
 			}
 		}
 		if acct == accountEvents {
@@ -208,7 +207,6 @@ func accountsConfig(pubs map[string]string, keys busKeys) string {
 					w("      {service: %s, accounts: [%s]}\n", q(subjectEventsBase+c+".>"), q(accountOf(c)))
 				}
 			}
-			w("      {stream: %s, accounts: [%s]}\n", q(SubjectEventsAll), q(accountOf(Tap)))
 			// See jsInfoImport.
 			w("      {service: %s, accounts: %s}\n", q(jsInfo), list(append(componentAccounts(), accountProxy)))
 		}
@@ -262,9 +260,21 @@ func accountsConfig(pubs map[string]string, keys busKeys) string {
 	for _, c := range clientComponents() {
 		acct := accountOf(c)
 		w("  %s {\n    users: [{nkey: %s}]\n", q(acct), q(pubs[c]))
+		// What the component publishes, tap sees live. The exports are
+		// here, where the client publishes, because nats-server never
+		// passes a message that came in through a service import (as every
+		// write to a store account does) on to a stream export.
+		w("    exports: [\n")
 		if beats(c) {
-			w("    exports: [{stream: %s, accounts: %s}]\n", q(HealthSubject(c)), list(without(healthReaders, acct)))
+			w("      {stream: %s, accounts: %s}\n", q(HealthSubject(c)), list(without(healthReaders, acct)))
 		}
+		for _, bk := range ownedBuckets(c) {
+			w("      {stream: %s, accounts: [%s]}\n", q(KVSubject(bk, ">")), q(accountOf(Tap)))
+		}
+		if emitsEvents(c) {
+			w("      {stream: %s, accounts: [%s]}\n", q(subjectEventsBase+c+".>"), q(accountOf(Tap)))
+		}
+		w("    ]\n")
 		w("    imports: [\n")
 		w("      %s\n", jsInfoImport())
 		for _, bk := range ownedBuckets(c) {
@@ -288,9 +298,13 @@ func accountsConfig(pubs map[string]string, keys busKeys) string {
 		}
 		if c == Tap {
 			for _, bk := range Buckets {
-				w("      {stream: {account: %s, subject: %s}}\n", q(storeAccountOf(streamOf(bk.Name))), q(KVSubject(bk.Name, ">")))
+				w("      {stream: {account: %s, subject: %s}}\n", q(accountOf(bk.Owner)), q(KVSubject(bk.Name, ">")))
 			}
-			w("      {stream: {account: %s, subject: %s}}\n", q(accountEvents), q(SubjectEventsAll))
+			for _, d := range clientComponents() {
+				if emitsEvents(d) {
+					w("      {stream: {account: %s, subject: %s}}\n", q(accountOf(d)), q(subjectEventsBase+d+".>"))
+				}
+			}
 		}
 		if readsHealth[c] || c == Tap {
 			for _, d := range clientComponents() {
