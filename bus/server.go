@@ -309,6 +309,7 @@ func ensureAccountStreams(ctx context.Context, js jetstream.JetStream, acct stri
 		MaxMsgs:     eventsMaxMessages,
 		Discard:     jetstream.DiscardOld,
 		Duplicates:  2 * time.Minute,
+		AllowDirect: true,
 	}
 	if _, err := js.CreateOrUpdateStream(ctx, events); err != nil {
 		return fmt.Errorf("bus: stream %s: %w", StreamEvents, err)
