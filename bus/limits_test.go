@@ -1,0 +1,71 @@
+package bus_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/nodelet/nodelet/bus"
+	"github.com/nodelet/nodelet/bus/bustest"
+	"github.com/nodelet/nodelet/schemas"
+	"github.com/nodelet/nodelet/services/common/config"
+)
+
+// TestConfigCountsTheStreams: config checks bus.maxStore against the
+// number of streams; it must be the bus's.
+func TestConfigCountsTheStreams(t *testing.T) {
+	if len(bus.Buckets) != config.BusBuckets {
+		t.Fatalf("config.BusBuckets = %d, bus has %d buckets", config.BusBuckets, len(bus.Buckets))
+	}
+}
+
+// TestTinyStoreFullThenUnhealthyThenRestarted: with a tiny store a bucket
+// fills and its owner's writes fail with a clear error instead of growing
+// the store without bound; when JetStream goes off (as nats-server does
+// when its store fails) the bus reports itself unhealthy, which makes
+// nodelet-bus exit to be restarted; after the restart it is healthy and
+// everything stored before is still there.
+func TestTinyStoreFullThenUnhealthyThenRestarted(t *testing.T) {
+	const each = 64 << 10
+	l := bus.Limits{BucketMaxBytes: each, EventsMaxBytes: each, MaxValueSize: 16 << 10,
+		MaxStore: int64(len(bus.Buckets)+3) * each}
+	b := bustest.StartWithLimits(t, t.TempDir(), l)
+	ctx := ctxT(t)
+	src := b.Connect(bus.Sources)
+	var stored []string
+	big := strings.Repeat("x", 8<<10)
+	var full error
+	for i := 0; i < 100 && full == nil; i++ {
+		key := "k" + string(rune('a'+i%26)) + strings.Repeat("z", i/26)
+		if _, err := src.Put(ctx, bus.BucketDesired, key, &schemas.Heartbeat{Component: big}); err != nil {
+			full = err
+			break
+		}
+		stored = append(stored, key)
+	}
+	if full == nil || !strings.Contains(full.Error(), "maximum bytes") {
+		t.Fatalf("a full bucket took more writes or failed unclearly: %v", full)
+	}
+	// A value over MaxValueSize is refused outright.
+	if _, err := src.Put(ctx, bus.BucketSources, "huge", &schemas.Heartbeat{Component: strings.Repeat("y", 32<<10)}); err == nil {
+		t.Fatal("a value larger than MaxValueSize was stored")
+	}
+	if err := b.Server.Healthy(); err != nil {
+		t.Fatalf("a full bucket is not a sick bus: %v", err)
+	}
+	if err := bus.DisableJetStream(b.Server); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Server.Healthy(); err == nil {
+		t.Fatal("bus healthy with JetStream off")
+	}
+	b.Restart(false)
+	if err := b.Server.Healthy(); err != nil {
+		t.Fatalf("after restart: %v", err)
+	}
+	for _, k := range stored {
+		v, _, err := bus.Get[schemas.Heartbeat](ctx, src, bus.BucketDesired, k)
+		if err != nil || v == nil || v.Component != big {
+			t.Fatalf("%s lost across the restart: %v %v", k, v, err)
+		}
+	}
+}
