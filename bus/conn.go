@@ -187,6 +187,9 @@ func (c *Conn) Put(ctx context.Context, bucket, key string, m schemas.Message) (
 
 // PutRaw stores already-encoded bytes.
 func (c *Conn) PutRaw(ctx context.Context, bucket, key string, b []byte) (uint64, error) {
+	if err := ValidKey(key); err != nil {
+		return 0, fmt.Errorf("put %s/%s: key %w: %w", bucket, key, err, jetstream.ErrInvalidKey)
+	}
 	kv, err := c.KV(ctx, bucket)
 	if err != nil {
 		return 0, err

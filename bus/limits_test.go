@@ -69,3 +69,21 @@ func TestTinyStoreFullThenUnhealthyThenRestarted(t *testing.T) {
 		}
 	}
 }
+
+func TestValidKey(t *testing.T) {
+	for _, tc := range []struct {
+		key string
+		ok  bool
+	}{
+		{"0b9c6e1e-1a2b-4c3d-8e9f-0a1b2c3d4e5f", true}, {"uid.app.liveness", true}, {"a_b=c/d", true},
+		{"", false}, {"0.", false}, {"x.", false}, {".x", false}, {"..", false}, {"a..b", false},
+		{"a b", false}, {"a*", false}, {"a>", false}, {"ü", false},
+	} {
+		if err := bus.ValidKey(tc.key); (err == nil) != tc.ok {
+			t.Errorf("ValidKey(%q) = %v", tc.key, err)
+		}
+	}
+	if s := bus.EventSubject(bus.Sources, "0."); s != "nodelet.v1.events.sources.invalid" {
+		t.Errorf("event subject for a bad UID: %s", s)
+	}
+}
