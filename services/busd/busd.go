@@ -17,6 +17,7 @@ import (
 
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/services/common/config"
+	"github.com/nodelet/nodelet/services/common/daemon"
 	"github.com/nodelet/nodelet/services/common/version"
 )
 
@@ -48,6 +49,15 @@ func Run(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "nodelet-bus: cannot start: state dir %s (node.stateDir): %v\n", cfg.Node.StateDir, err)
 		return 1
 	}
+	lock, err := daemon.Lock(cfg.Node.StateDir, bus.BusAdmin)
+	if err != nil {
+		fmt.Fprintf(stderr, "nodelet-bus: cannot start: %v\n", err)
+		if errors.Is(err, daemon.ErrAlreadyRunning) {
+			return config.ExitCode
+		}
+		return 1
+	}
+	defer lock.Close()
 	sz := cfg.Bus.Sizes()
 	srv, err := bus.StartServer(ctx, bus.ServerOptions{
 		StateDir: cfg.Node.StateDir, Listen: cfg.Bus.Listen, MonitorListen: cfg.Bus.MonitorListen, Log: log,
