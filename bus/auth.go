@@ -98,6 +98,24 @@ func dedupe(in []string) []string {
 // CredentialsDir is where the bus keeps one NKey seed per component.
 func CredentialsDir(stateDir string) string { return filepath.Join(stateDir, "credentials") }
 
+// SystemdCredential is the name under which a systemd unit hands a daemon
+// its own seed (LoadCredential=bus-seed:…).
+const SystemdCredential = "bus-seed"
+
+// SeedPath is where component's seed is read from: the copy systemd handed
+// in ($CREDENTIALS_DIRECTORY/bus-seed) when there is one, as under the
+// generated units, whose daemons cannot see the credentials directory;
+// else the bus's file.
+func SeedPath(stateDir, component string) string {
+	if dir := os.Getenv("CREDENTIALS_DIRECTORY"); dir != "" {
+		p := filepath.Join(dir, SystemdCredential)
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	return CredentialPath(stateDir, component)
+}
+
 // CredentialPath is the seed file of component.
 func CredentialPath(stateDir, component string) string {
 	return filepath.Join(CredentialsDir(stateDir), component+".nk")

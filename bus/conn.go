@@ -51,7 +51,7 @@ func Connect(o ConnectOptions) (*Conn, error) {
 		o.Log = slog.Default()
 	}
 	log := o.Log.With("bus", o.URL)
-	cred := CredentialPath(o.StateDir, o.Component)
+	cred := SeedPath(o.StateDir, o.Component)
 	seed, err := nats.NkeyOptionFromSeed(cred)
 	if err != nil {
 		return nil, fmt.Errorf("bus credential %s: %w", cred, err)

@@ -1,6 +1,8 @@
 package bus_test
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -85,5 +87,25 @@ func TestValidKey(t *testing.T) {
 	}
 	if s := bus.EventSubject(bus.Sources, "0."); s != "nodelet.v1.events.sources.invalid" {
 		t.Errorf("event subject for a bad UID: %s", s)
+	}
+}
+
+// TestSeedFromSystemd: under the generated units a daemon reads the seed
+// systemd handed in, not the bus's directory (which it cannot see).
+func TestSeedFromSystemd(t *testing.T) {
+	state := t.TempDir()
+	if got := bus.SeedPath(state, bus.Prober); got != bus.CredentialPath(state, bus.Prober) {
+		t.Fatalf("without systemd: %s", got)
+	}
+	creds := t.TempDir()
+	t.Setenv("CREDENTIALS_DIRECTORY", creds)
+	if got := bus.SeedPath(state, bus.Prober); got != bus.CredentialPath(state, bus.Prober) {
+		t.Fatalf("nothing handed in: %s", got)
+	}
+	if err := os.WriteFile(filepath.Join(creds, bus.SystemdCredential), []byte("SU..."), 0o400); err != nil {
+		t.Fatal(err)
+	}
+	if got := bus.SeedPath(state, bus.Prober); got != filepath.Join(creds, bus.SystemdCredential) {
+		t.Fatalf("handed in: %s", got)
 	}
 }

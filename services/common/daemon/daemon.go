@@ -215,7 +215,7 @@ func CheckPermission(ctx context.Context, spec Spec, cfg *config.Config) error {
 	name := f.Name()
 	_ = f.Close()
 	_ = os.Remove(name)
-	cred := bus.CredentialPath(dir, spec.Component)
+	cred := bus.SeedPath(dir, spec.Component)
 	if _, err := os.ReadFile(cred); err != nil {
 		return fmt.Errorf("bus credential %s is not readable (is nodelet-bus started with node.stateDir %s?): %w", cred, filepath.Clean(dir), err)
 	}
