@@ -88,6 +88,9 @@ func TestValidKey(t *testing.T) {
 	if s := bus.EventSubject(bus.Sources, "0."); s != "nodelet.v1.events.sources.invalid" {
 		t.Errorf("event subject for a bad UID: %s", s)
 	}
+	if s := bus.EventSubject(bus.Runtime, "*"); s != "nodelet.v1.events.runtime.*" {
+		t.Errorf("event filter: %s", s)
+	}
 }
 
 // TestSeedFromSystemd: under the generated units a daemon reads the seed

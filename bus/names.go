@@ -92,14 +92,17 @@ const (
 )
 
 // EventSubject is where component publishes an event about object (a pod UID
-// or "node"). An object that is no valid key (a UID a manifest got wrong,
+// or "node"; "*" or ">" make it a filter). An object that is no valid key (a UID a manifest got wrong,
 // reported in the very event that rejects it) is filed under "invalid":
 // its subject could not be published, and the event would block those
 // queued behind it.
 func EventSubject(component, object string) string {
-	if object == "" {
+	switch {
+	case object == "":
 		object = "node"
-	} else if ValidKey(object) != nil {
+	case object == "*" || object == ">":
+		// A filter over every object.
+	case ValidKey(object) != nil:
 		object = "invalid"
 	}
 	return subjectEventsBase + component + "." + object
