@@ -51,6 +51,9 @@ type Supervisor struct {
 	o     Options
 	order []graph.Component
 	procs map[string]*proc
+	// private is a 0700 directory of this run: the readiness sockets and
+	// each child's copy of its own bus seed.
+	private string
 
 	mu      sync.Mutex
 	outMu   sync.Mutex
@@ -179,6 +182,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		return fmt.Errorf("supervisor: notify dir: %w", err)
 	}
 	defer os.RemoveAll(notifyDir)
+	s.private = notifyDir
 	s.logf("starting %s", strings.Join(names, " → "))
 	for _, c := range s.order {
 		p := s.procs[c.Name]
@@ -240,6 +244,13 @@ func (s *Supervisor) supervise(ctx context.Context, p *proc) {
 		cmd.Stderr = s.o.ChildOutput
 		cmd.Env = append(os.Environ(), s.o.ExtraEnv...)
 		cmd.Env = append(cmd.Env, "NOTIFY_SOCKET="+p.notify)
+		if p.comp.Name != bus.BusAdmin {
+			if dir, err := s.ownSeed(p.comp.Name); err != nil {
+				s.logf("%s: its own seed not handed over (it reads the bus's directory): %v", p.comp.Name, err)
+			} else {
+				cmd.Env = append(cmd.Env, "CREDENTIALS_DIRECTORY="+dir)
+			}
+		}
 		// Own process group: a terminal's Ctrl-C reaches only the
 		// supervisor, which stops the children in order. Pdeathsig: a
 		// supervisor killed outright does not leave daemons behind.
@@ -332,6 +343,27 @@ func exitText(err error) string {
 		return fmt.Sprintf("exit %d", ee.ExitCode())
 	}
 	return err.Error()
+}
+
+// ownSeed copies component's bus seed, and no other, into a private
+// directory for the child, handed over as systemd hands a unit its
+// LoadCredential= ($CREDENTIALS_DIRECTORY/bus-seed), which the daemons read
+// before the bus's own directory.
+func (s *Supervisor) ownSeed(component string) (string, error) {
+	seed, err := os.ReadFile(bus.CredentialPath(s.o.Config.Node.StateDir, component))
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(s.private, component+".credentials")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, bus.SystemdCredential)
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, seed, 0o400); err != nil {
+		return "", err
+	}
+	return dir, os.Rename(tmp, path)
 }
 
 // listenNotify opens the unixgram socket at path a child notifies on, with
