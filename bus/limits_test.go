@@ -112,3 +112,17 @@ func TestSeedFromSystemd(t *testing.T) {
 		t.Fatalf("handed in: %s", got)
 	}
 }
+
+// TestOldLayoutDropped: the streams a bus before accounts kept in the
+// global account are removed at start; nothing reads them any more.
+func TestOldLayoutDropped(t *testing.T) {
+	state := t.TempDir()
+	old := filepath.Join(state, "bus", "jetstream", "$G", "streams", "KV_nodelet_v1_pods_desired")
+	if err := os.MkdirAll(old, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	bustest.StartIn(t, state)
+	if _, err := os.Stat(filepath.Join(state, "bus", "jetstream", "$G")); err == nil {
+		t.Fatal("the old layout's store is still there")
+	}
+}

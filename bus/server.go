@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -131,6 +132,7 @@ func StartServer(ctx context.Context, o ServerOptions) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	dropOldLayout(filepath.Join(o.StateDir, "bus"), o.Log)
 	keys, seeds, err := newBusKeys()
 	if err != nil {
 		return nil, err
@@ -187,6 +189,21 @@ func StartServer(ctx context.Context, o ServerOptions) (*Server, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// dropOldLayout removes the store of the bus as it was before accounts:
+// every stream in nats-server's global account ($G), which no longer has
+// JetStream and whose data would only take disk. Like a wiped store, the
+// node converges again from the sources and CRI.
+func dropOldLayout(storeDir string, log *slog.Logger) {
+	old := filepath.Join(storeDir, server.JetStreamStoreDir, server.DEFAULT_GLOBAL_ACCOUNT)
+	if _, err := os.Stat(old); err != nil {
+		return
+	}
+	log.Warn("Removing the store of an earlier bus layout (one account for all streams)", "path", old)
+	if err := os.RemoveAll(old); err != nil {
+		log.Error("Cannot remove the store of an earlier bus layout", "path", old, "err", err)
+	}
 }
 
 // newBusKeys makes the bus's own users: an admin per store account and the
