@@ -16,12 +16,15 @@ import (
 )
 
 // managedContainerd is the private containerd for the node's configuration.
-// Root, state and socket all derive from runtime.endpoint: the default
-// socket (/run/nodelet/containerd/containerd.sock) gets scripts/setup.sh's
-// root and config file, any other socket a root and config of its own, so
-// two configurations can never run two containerds on one root (the second
-// would wait on the root's lock, fail, and on exit remove the socket it
-// made) nor overwrite each other's config.toml.
+// Its state dir is the socket's, and only setup.sh's socket
+// (/run/nodelet/containerd/containerd.sock) writes setup.sh's config file;
+// any other socket renders its config into its own state dir, so two
+// configurations never overwrite each other's config.toml. The root stays
+// the one root nodelet has always used: moving it would hide the running
+// pods from the new containerd and restart them. Two containerds on that
+// root are refused instead (rootHeld, here and in scripts/setup.sh): the
+// second would wait on the root's lock, fail, and on exit remove the
+// socket it made.
 func managedContainerd(cfg *config.Config) containerd.Config {
 	socket := cfg.Runtime.SocketPath()
 	binDir := containerd.DefaultCNIBinDir
@@ -29,6 +32,7 @@ func managedContainerd(cfg *config.Config) containerd.Config {
 		binDir = cfg.Runtime.CNIBinDirs[0]
 	}
 	c := containerd.Config{
+		Root:         containerd.DefaultRoot,
 		Socket:       socket,
 		State:        filepath.Dir(socket),
 		CNIConfDir:   cfg.Runtime.CNIConfDir,
@@ -36,11 +40,7 @@ func managedContainerd(cfg *config.Config) containerd.Config {
 		SandboxImage: cfg.Runtime.SandboxImage,
 	}
 	if socket == filepath.Join(containerd.DefaultState, "containerd.sock") {
-		c.Root, c.ConfigFile = containerd.DefaultRoot, cfg.Runtime.ContainerdConfig
-	} else {
-		// <DefaultRoot>-<the state dir, slashes as dashes>; config.toml in
-		// the state dir (containerd.Config's default).
-		c.Root = containerd.DefaultRoot + strings.ReplaceAll(filepath.Clean(c.State), "/", "-")
+		c.ConfigFile = cfg.Runtime.ContainerdConfig
 	}
 	return c
 }

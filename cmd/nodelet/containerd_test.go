@@ -11,9 +11,9 @@ import (
 	"github.com/nodelet/nodelet/services/common/containerd"
 )
 
-// TestManagedContainerdDerivesRootFromSocket: setup.sh's socket gets its
-// root and config file; any other socket a root and config of its own.
-func TestManagedContainerdDerivesRootFromSocket(t *testing.T) {
+// TestManagedContainerdConfigPerSocket: setup.sh's socket writes setup.sh's
+// config file; any other socket renders its own, in its state dir.
+func TestManagedContainerdConfigPerSocket(t *testing.T) {
 	cfg := config.Defaults()
 	cfg.Runtime.Endpoint = "unix://" + containerd.DefaultState + "/containerd.sock"
 	c := managedContainerd(cfg)
@@ -21,12 +21,9 @@ func TestManagedContainerdDerivesRootFromSocket(t *testing.T) {
 		t.Fatalf("setup.sh's socket: root %s, config %s", c.Root, c.ConfigFile)
 	}
 	cfg.Runtime.Endpoint = "unix:///run/containerd/containerd.sock"
-	c = managedContainerd(cfg)
-	if c.Root == containerd.DefaultRoot || c.ConfigFile == cfg.Runtime.ContainerdConfig || c.State != "/run/containerd" {
-		t.Fatalf("another socket shares setup.sh's root or config: %+v", c)
-	}
-	if c.Root != containerd.DefaultRoot+"-run-containerd" {
-		t.Fatalf("root %s", c.Root)
+	c = managedContainerd(cfg).WithDefaults()
+	if c.ConfigFile != "/run/containerd/config.toml" || c.State != "/run/containerd" {
+		t.Fatalf("another socket: %+v", c)
 	}
 }
 
