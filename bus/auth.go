@@ -3,11 +3,13 @@ package bus
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nkeys"
@@ -40,72 +42,38 @@ func InboxPrefix(component string) string { return "_INBOX_" + component }
 
 func streamOf(bucket string) string { return kvStreamNamePrefix + bucket }
 
-// readStream is what reading one stream needs: JetStream API calls scoped to
-// the stream (info, ordered/durable consumers, direct get) and acks and
-// flow-control replies for its consumers.
-func readStream(stream string) []string {
-	api := "$JS.API."
-	return []string{
-		api + "STREAM.INFO." + stream,
-		api + "STREAM.MSG.GET." + stream,
-		api + "DIRECT.GET." + stream,
-		api + "DIRECT.GET." + stream + ".>",
-		api + "CONSUMER.CREATE." + stream,
-		api + "CONSUMER.CREATE." + stream + ".>",
-		api + "CONSUMER.DURABLE.CREATE." + stream + ".>",
-		api + "CONSUMER.INFO." + stream + ".>",
-		api + "CONSUMER.DELETE." + stream + ".>",
-		api + "CONSUMER.MSG.NEXT." + stream + ".>",
-		"$JS.ACK." + stream + ".>",
-		"$JS.FC." + stream + ".>",
-	}
-}
-
-// Permissions returns the bus permissions of component. It is the access
-// matrix of the package documentation, in code.
+// Permissions returns what component's clients may publish and subscribe
+// to inside their own account. The account is the wall (see "Why
+// accounts"); these lists say the same thing once more at the connection,
+// so a mistake in one is caught by the other, and the access table test
+// reads them.
 func Permissions(component string) (*server.Permissions, error) {
-	var pub, sub []string
-	switch component {
-	case BusAdmin:
-		return &server.Permissions{
-			Publish:   &server.SubjectPermission{Allow: []string{">"}},
-			Subscribe: &server.SubjectPermission{Allow: []string{">"}},
-		}, nil
-	case Tap:
-		// Read-only: core subscriptions to everything, and JetStream calls
-		// that only read (for replaying events and bucket history).
-		pub = append(pub, "$JS.API.INFO")
-		pub = append(pub, readStream(StreamEvents)...)
-		for _, b := range Buckets {
-			pub = append(pub, readStream(streamOf(b.Name))...)
-		}
-		sub = []string{">"}
-		return perms(pub, sub), nil
-	}
-	bucketsRead, ok := reads[component]
-	if !ok {
+	if componentOfAccount(accountOf(component)) == "" || component == BusAdmin {
 		return nil, fmt.Errorf("bus: unknown component %q", component)
 	}
-	pub = append(pub, "$JS.API.INFO")
-	for _, b := range Buckets {
-		if b.Owner == component {
-			pub = append(pub, KVSubject(b.Name, ">"))
-			pub = append(pub, readStream(streamOf(b.Name))...)
+	var pub, sub []string
+	for _, b := range ownedBuckets(component) {
+		pub = append(pub, KVSubject(b, ">"))
+	}
+	for _, s := range ReadableStreams(component) {
+		for _, api := range streamAPI(s) {
+			pub = append(pub, api.subject)
 		}
+		pub = append(pub, consumerCreateAPI(s)...)
 	}
-	for _, b := range bucketsRead {
-		pub = append(pub, readStream(streamOf(b))...)
+	if emitsEvents(component) {
+		pub = append(pub, subjectEventsBase+component+".>")
 	}
-	if readsEvents[component] {
-		pub = append(pub, readStream(StreamEvents)...)
-	}
-	if component != Supervisor {
+	if beats(component) {
 		pub = append(pub, HealthSubject(component))
 	}
-	pub = append(pub, subjectEventsBase+component+".>")
 	sub = []string{InboxPrefix(component) + ".>"}
 	if readsHealth[component] {
 		sub = append(sub, SubjectHealthAll)
+	}
+	if component == Tap {
+		// Read-only: it sees every message its account imports.
+		sub = []string{">"}
 	}
 	return perms(dedupe(pub), sub), nil
 }
@@ -133,26 +101,45 @@ func dedupe(in []string) []string {
 // CredentialsDir is where the bus keeps one NKey seed per component.
 func CredentialsDir(stateDir string) string { return filepath.Join(stateDir, "credentials") }
 
+// SystemdCredential is the name under which a systemd unit hands a daemon
+// its own seed (LoadCredential=bus-seed:…).
+const SystemdCredential = "bus-seed"
+
+// SeedPath is where component's seed is read from: the copy systemd handed
+// in ($CREDENTIALS_DIRECTORY/bus-seed) when there is one, as under the
+// generated units, whose daemons cannot see the credentials directory;
+// else the bus's file.
+func SeedPath(stateDir, component string) string {
+	if dir := os.Getenv("CREDENTIALS_DIRECTORY"); dir != "" {
+		p := filepath.Join(dir, SystemdCredential)
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	return CredentialPath(stateDir, component)
+}
+
 // CredentialPath is the seed file of component.
 func CredentialPath(stateDir, component string) string {
 	return filepath.Join(CredentialsDir(stateDir), component+".nk")
 }
 
 // EnsureCredentials creates a user NKey for every component that has none
-// (directory 0700, files 0600) and returns the public keys. Existing seeds
-// are reused, so credentials survive bus restarts.
+// (directory 0700, files 0600, both owned by this user) and returns the
+// public keys. Existing seeds are reused, so credentials survive bus
+// restarts. The bus's own keys are not among them: they live in memory only.
 func EnsureCredentials(stateDir string) (map[string]string, error) {
 	dir := CredentialsDir(stateDir)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("credentials dir: %w", err)
 	}
-	if err := os.Chmod(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("credentials dir: %w", err)
+	if err := checkPrivateDir(dir); err != nil {
+		return nil, err
 	}
 	pubs := map[string]string{}
-	for _, c := range Components {
+	for _, c := range clientComponents() {
 		path := CredentialPath(stateDir, c)
-		seed, err := os.ReadFile(path)
+		seed, err := readSecret(path)
 		if errors.Is(err, fs.ErrNotExist) {
 			kp, err := nkeys.CreateUser()
 			if err != nil {
@@ -162,7 +149,7 @@ func EnsureCredentials(stateDir string) (map[string]string, error) {
 				return nil, err
 			}
 			if err := writeSecret(path, seed); err != nil {
-				return nil, err
+				return nil, fmt.Errorf("credential %s: %w", c, err)
 			}
 		} else if err != nil {
 			return nil, fmt.Errorf("credential %s: %w", c, err)
@@ -180,23 +167,91 @@ func EnsureCredentials(stateDir string) (map[string]string, error) {
 	return pubs, nil
 }
 
-func writeSecret(path string, b []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
+// checkPrivateDir makes dir 0700 and fails unless this user owns it and it
+// is a real directory (not a symlink someone planted).
+func checkPrivateDir(dir string) error {
+	st, err := os.Lstat(dir)
+	if err != nil {
+		return fmt.Errorf("credentials dir: %w", err)
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("credentials dir %s: not a directory", dir)
+	}
+	if err := checkOwner(dir, st); err != nil {
 		return err
 	}
-	return os.Rename(tmp, path)
+	if st.Mode().Perm() != 0o700 {
+		if err := os.Chmod(dir, 0o700); err != nil {
+			return fmt.Errorf("credentials dir: %w", err)
+		}
+	}
+	return nil
 }
 
-// nkeyUsers builds the server's user list from the components' public keys.
-func nkeyUsers(pubs map[string]string) ([]*server.NkeyUser, error) {
-	var users []*server.NkeyUser
-	for _, c := range Components {
-		p, err := Permissions(c)
-		if err != nil {
-			return nil, err
-		}
-		users = append(users, &server.NkeyUser{Nkey: pubs[c], Permissions: p})
+func checkOwner(path string, st fs.FileInfo) error {
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok && int(sys.Uid) != os.Geteuid() {
+		return fmt.Errorf("%s: owned by uid %d, not by this user (uid %d)", path, sys.Uid, os.Geteuid())
 	}
-	return users, nil
+	return nil
+}
+
+// readSecret reads a seed without following a symlink, and only from a
+// file this user owns that nobody else can read.
+func readSecret(path string) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if err := checkOwner(path, st); err != nil {
+		return nil, err
+	}
+	if st.Mode().Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("%s: mode %v, want 0600", path, st.Mode().Perm())
+	}
+	b, err := io.ReadAll(f)
+	if err != nil {
+		return nil, err
+	}
+	if len(strings.TrimSpace(string(b))) == 0 {
+		// A seed written before a power loss without reaching the disk:
+		// treat it as absent so a new one is made (and the bus, which reads
+		// them all at start, hands out the new public key).
+		return nil, fmt.Errorf("%s is empty: %w", path, fs.ErrNotExist)
+	}
+	return b, nil
+}
+
+// writeSecret creates path exclusively (never through a symlink, never
+// over a file someone else made), writes and fsyncs it, then fsyncs the
+// directory so the name survives a power loss too.
+func writeSecret(path string, b []byte) error {
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(append(b, '\n')); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	d, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }

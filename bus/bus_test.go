@@ -61,8 +61,15 @@ func TestCredentialFilesArePrivateAndReused(t *testing.T) {
 	}
 	for _, c := range bus.Components {
 		st, err := os.Stat(bus.CredentialPath(dir, c))
+		if c == bus.BusAdmin {
+			// The bus's own keys live in its memory only.
+			if err == nil {
+				t.Fatal("the bus's key is on disk")
+			}
+			continue
+		}
 		if err != nil || st.Mode().Perm() != 0o600 {
-			t.Fatalf("%s credential mode = %v, %v", c, st.Mode().Perm(), err)
+			t.Fatalf("%s credential: %v", c, err)
 		}
 	}
 	again, err := bus.EnsureCredentials(dir)
@@ -338,8 +345,8 @@ func TestEventsAreStoredOnceAndSurviveBusRestart(t *testing.T) {
 	if err := rt.FlushEvents(ctx); err != nil {
 		t.Fatal(err)
 	}
-	st := b.Connect(bus.Status)
-	s, err := st.JS.Stream(ctx, bus.StreamEvents)
+	tap := b.Connect(bus.Tap)
+	s, err := tap.JS.Stream(ctx, bus.StreamEvents)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -51,7 +51,7 @@ func Connect(o ConnectOptions) (*Conn, error) {
 		o.Log = slog.Default()
 	}
 	log := o.Log.With("bus", o.URL)
-	cred := CredentialPath(o.StateDir, o.Component)
+	cred := SeedPath(o.StateDir, o.Component)
 	seed, err := nats.NkeyOptionFromSeed(cred)
 	if err != nil {
 		return nil, fmt.Errorf("bus credential %s: %w", cred, err)
@@ -187,6 +187,9 @@ func (c *Conn) Put(ctx context.Context, bucket, key string, m schemas.Message) (
 
 // PutRaw stores already-encoded bytes.
 func (c *Conn) PutRaw(ctx context.Context, bucket, key string, b []byte) (uint64, error) {
+	if err := ValidKey(key); err != nil {
+		return 0, fmt.Errorf("put %s/%s: key %w: %w", bucket, key, err, jetstream.ErrInvalidKey)
+	}
 	kv, err := c.KV(ctx, bucket)
 	if err != nil {
 		return 0, err

@@ -8,14 +8,77 @@
 // Readers watch it. Lifecycle events go on the NODELET_V1_EVENTS stream;
 // heartbeats are plain publishes on nodelet.v1.health.<component>.
 //
+// # The promise
+//
+// No credential other than a bucket's owner can cause a message to be
+// stored in that bucket, by any path: publish, reply subject, deliver
+// subject, consumer management, acks, or any other $JS.API request. A
+// durable consumer is usable by its owner only.
+//
+// # Why accounts
+//
+// Subject permissions cannot keep that promise alone. nats-server checks a
+// client's publish permissions against the subject it publishes on, not
+// against the reply subject of a request nor the deliver subject inside a
+// consumer's configuration; JetStream answers requests and delivers
+// consumers' messages as the server itself, unchecked. Within one account
+// any read-only credential could therefore have a stored message delivered
+// onto $KV.<bucket>.<key> (a pull with that reply: the bucket stores it), or
+// have a push consumer deliver onto $JS.API.STREAM.DELETE.<stream>. So the
+// bus is split into nats-server accounts, built from Buckets and the reads
+// table (accounts.go):
+//
+//   - One store account per stream (STORE_KV_<bucket>; STORE_EVENTS holds
+//     the events stream and status's copy of it). No client connects there;
+//     the bus's own admin user, whose key exists only in its memory, creates
+//     the streams. In a store account the only subjects any stream captures
+//     are that stream's own, and nats-server refuses a consumer whose deliver
+//     subject overlaps its own stream ("deliver subject forms a cycle").
+//   - One account per component, holding no stream. Everything a component
+//     reaches in a store account is a service import: nats-server rewrites
+//     the reply subject of every request crossing an import to a one-time
+//     _R_ subject and carries the answer back into the requester's own
+//     account, where no stream captures anything. A reply aimed at
+//     $KV.<bucket>.<key> so lands as a plain message in the requester's
+//     account and is stored nowhere.
+//   - The owner of a bucket imports $KV.<bucket>.> from its store account:
+//     the one way in. Each component imports nodelet.v1.events.<itself>.>
+//     from STORE_EVENTS, so it can put events under its own name only.
+//   - Consumers are made only by the proxy (proxy.go): components import
+//     CONSUMER.CREATE and CONSUMER.DURABLE.CREATE from the PROXY account, not
+//     from the store. The bus, subscribed there, reads the requester's
+//     account from the server-stamped Nats-Request-Info header and refuses a
+//     deliver subject outside the requester's inbox (_INBOX_<component>.),
+//     a direct or sourcing consumer, and a consumer named nodelet-<other>-…;
+//     a durable must be named nodelet-<requester>-…. Each store account
+//     exports _INBOX_<reader>.> to that reader alone, so pushed messages
+//     reach only the reader that asked.
+//   - status's durable consumer nodelet-status-events is on
+//     NODELET_V1_STATUS_EVENTS, a copy of the events that STORE_EVENTS
+//     sources from NODELET_V1_EVENTS itself; only the status account imports
+//     any API of it. tap and the others cannot even address it.
+//   - What a component publishes directly (its heartbeats, its KV writes and
+//     events as they go out) is exported as a stream from its own account to
+//     the readers that watch it live (tap; status and the supervisor for
+//     heartbeats). nats-server never passes a message that came through a
+//     service import on to a stream export, so these exports sit at the
+//     writer's account.
+//
+// Each connection also carries subject permissions (Permissions) that allow
+// exactly the imports of its account, so a mistake in one list shows in the
+// other. Left open by design: a reader can send flow-control replies or
+// delete/inspect an ephemeral consumer of another reader of the same stream
+// if it guesses its random name; that can stall a watch (which then starts
+// over), never store anything.
+//
 // # Access matrix
 //
 // Every client authenticates with its own NKey (created by the bus at first
-// start under <stateDir>/credentials, 0600 files in a 0700 directory).
-// Anonymous connections are refused. Each credential may publish only what
-// its component owns and read only what it needs:
+// start under <stateDir>/credentials, 0600 files created O_EXCL|O_NOFOLLOW,
+// fsynced, in a 0700 directory, owner checked). Anonymous connections are
+// refused.
 //
-//	component   writes (KV buckets / subjects)             reads (buckets, streams, subjects)
+//	component   writes (KV buckets / subjects)             reads (streams)
 //	sources     pods_desired, sources,                     pods_desired, sources
 //	            events.sources.>, health.sources
 //	admission   pods_admission, events.admission.>,        pods_desired, pods_admission,
@@ -23,20 +86,32 @@
 //	runtime     pods_observed, runtime,                    pods_desired, sources, pods_admission,
 //	            events.runtime.>, health.runtime           pods_observed, runtime, probes, evictions
 //	prober      probes, events.prober.>, health.prober     pods_desired, pods_observed, probes
-//	status      pods_status, node, events.status.>,        every bucket but images; the events
-//	            health.status                              stream; health.>
+//	status      pods_status, node, events.status.>,        every bucket but images;
+//	            health.status                              NODELET_V1_STATUS_EVENTS; health.>
 //	gc          pressure, evictions, images,               pods_desired, sources, pods_admission,
 //	            events.gc.>, health.gc                     pods_observed, runtime, pods_status,
 //	                                                       pressure, evictions, images
 //	server      events.server.>, health.server             pods_desired
 //	supervisor  events.supervisor.>                        health.>
-//	tap         nothing                                    everything (core subscriptions to >,
-//	                                                       read-only JetStream calls for replay)
-//	bus         everything (creates the buckets)           everything
+//	tap         nothing                                    every bucket, NODELET_V1_EVENTS, and live:
+//	                                                       every KV write, event and heartbeat
+//	bus         creates the streams (in-memory key)        -
 //
-// Bucket names are nodelet_v1_<name>, subjects nodelet.v1.<...>. "Reads"
-// means: JetStream API calls scoped to that stream (info, consumers, direct
-// get) and subscriptions under the component's own inbox prefix
-// (_INBOX_<component>). Permissions builds this matrix; its tests check it
-// against a running server.
+// "Reads" a stream S means exactly these $JS.API operations, and no other
+// $JS.API operation succeeds for any credential on any stream
+// (TestJetStreamAPIMatrix tries them all):
+//
+//	STREAM.INFO.S, STREAM.MSG.GET.S, DIRECT.GET.S[.>]      answered by S's account
+//	CONSUMER.INFO|DELETE|MSG.NEXT.S.<name>, $JS.ACK.S.>,   answered by S's account
+//	$JS.FC.S.>
+//	CONSUMER.CREATE.S[.<name>[.<filter>]],                 checked by the proxy: pull, or push
+//	CONSUMER.DURABLE.CREATE.S.<name>                       into the own inbox; durables named
+//	                                                       nodelet-<component>-…
+//
+// Refused to every credential: INFO, STREAM.CREATE|UPDATE|DELETE|PURGE|
+// NAMES|LIST|MSG.DELETE|SNAPSHOT|RESTORE|LEADER.STEPDOWN, CONSUMER.NAMES|
+// LIST|PAUSE|LEADER.STEPDOWN, ACCOUNT.*, SERVER.*, META.*, and consumers
+// delivering anywhere but the requester's inbox.
+//
+// Bucket names are nodelet_v1_<name>, subjects nodelet.v1.<...>.
 package bus

@@ -56,7 +56,7 @@ func (c *Conn) Emit(ev schemas.Event) {
 		e.dropped++
 	}
 	e.queue = append(e.queue, pendingEvent{
-		subject: EventSubject(c.Component, string(ev.Object.UID)),
+		subject: EventSubject(c.Component, publishable(string(ev.Object.UID))),
 		id:      c.Component + "-" + nuid.Next(),
 		data:    b,
 	})
@@ -65,6 +65,15 @@ func (c *Conn) Emit(ev schemas.Event) {
 	case e.wake <- struct{}{}:
 	default:
 	}
+}
+
+// publishable keeps a wildcard UID from making the event's subject a
+// filter, which could not be published and would block the queue.
+func publishable(uid string) string {
+	if uid != "" && ValidKey(uid) != nil {
+		return "invalid"
+	}
+	return uid
 }
 
 func (c *Conn) sendEvents() {

@@ -1,5 +1,14 @@
 package bus
 
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
 // Components that hold a bus credential. The seven daemons, the supervisor,
 // the read-only tap, and the bus itself (which creates the buckets).
 const (
@@ -84,12 +93,53 @@ const (
 )
 
 // EventSubject is where component publishes an event about object (a pod UID
-// or "node").
+// or "node"; "*" or ">" make it a filter). An object that is no valid key (a UID a manifest got wrong,
+// reported in the very event that rejects it) is filed under "invalid":
+// its subject could not be published, and the event would block those
+// queued behind it.
 func EventSubject(component, object string) string {
-	if object == "" {
+	switch {
+	case object == "":
 		object = "node"
+	case object == "*" || object == ">":
+		// A filter over every object.
+	case ValidKey(object) != nil:
+		object = "invalid"
 	}
 	return subjectEventsBase + component + "." + object
+}
+
+// ValidKey says why key cannot be a KV key, or nil: NATS's rules (letters,
+// digits and -/_=. only; no empty token, so no leading or trailing dot
+// and no ".."). Every bus key derives from input somewhere; checking it
+// where the input is validated keeps one bad input from failing a write
+// that others queue behind.
+func ValidKey(key string) error {
+	switch {
+	case key == "":
+		return errors.New("must not be empty")
+	case strings.HasPrefix(key, ".") || strings.HasSuffix(key, "."):
+		return errors.New("must not begin or end with '.'")
+	case strings.Contains(key, ".."):
+		return errors.New("must not contain '..'")
+	}
+	for _, r := range key {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-/_=.", r)) {
+			return fmt.Errorf("must not contain %q (only letters, digits and -/_=.)", r)
+		}
+	}
+	return nil
+}
+
+// IsRejected tells whether err is the bus refusing a value for good (too
+// large, or a key it cannot store), as opposed to the bus being away:
+// retrying the same write cannot succeed.
+func IsRejected(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum {
+		return true
+	}
+	return errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, jetstream.ErrInvalidKey) || errors.Is(err, nats.ErrBadSubject)
 }
 
 // HealthSubject is where component publishes its heartbeat.

@@ -6,13 +6,17 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 )
 
 // ServerOptions configure the embedded bus.
@@ -26,6 +30,56 @@ type ServerOptions struct {
 	// host:port; empty leaves it off.
 	MonitorListen string
 	Log           *slog.Logger
+	// Limits bound what the bus stores; zero fields take the defaults.
+	Limits Limits
+}
+
+// Limits bound the bus's store. The defaults are sized for a node of 110
+// pods with room to spare; config (bus.*) sets them.
+type Limits struct {
+	// MaxStore is JetStream's whole file store. Every stream reserves its
+	// MaxBytes from it, so it must hold them all.
+	MaxStore int64
+	// BucketMaxBytes bounds each KV bucket (history included). A full
+	// bucket refuses writes (the owner logs them) rather than dropping
+	// other keys' values.
+	BucketMaxBytes int64
+	// MaxValueSize bounds one value: a pod larger than this is rejected
+	// by its source with an event instead of retried.
+	MaxValueSize int32
+	// EventsMaxBytes and EventsMaxAge bound the events stream (and
+	// status's copy of it); the oldest events go first.
+	EventsMaxBytes int64
+	EventsMaxAge   time.Duration
+}
+
+// DefaultLimits are the bus's defaults.
+var DefaultLimits = Limits{
+	MaxStore:       2 << 30,
+	BucketMaxBytes: 128 << 20,
+	MaxValueSize:   1536 << 10,
+	EventsMaxBytes: 128 << 20,
+	EventsMaxAge:   eventsMaxAgeHours * time.Hour,
+}
+
+func (l Limits) withDefaults() Limits {
+	d := DefaultLimits
+	if l.MaxStore == 0 {
+		l.MaxStore = d.MaxStore
+	}
+	if l.BucketMaxBytes == 0 {
+		l.BucketMaxBytes = d.BucketMaxBytes
+	}
+	if l.MaxValueSize == 0 {
+		l.MaxValueSize = d.MaxValueSize
+	}
+	if l.EventsMaxBytes == 0 {
+		l.EventsMaxBytes = d.EventsMaxBytes
+	}
+	if l.EventsMaxAge == 0 {
+		l.EventsMaxAge = d.EventsMaxAge
+	}
+	return l
 }
 
 // Server is the embedded nats-server with JetStream and every nodelet
@@ -34,6 +88,11 @@ type Server struct {
 	ns       *server.Server
 	log      *slog.Logger
 	stateDir string
+	limits   Limits
+	seeds    map[string][]byte // the bus's own users, by account
+
+	mu    sync.Mutex
+	conns []*nats.Conn
 }
 
 // CheckLoopback fails unless hostport names a loopback address.
@@ -73,21 +132,33 @@ func StartServer(ctx context.Context, o ServerOptions) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	users, err := nkeyUsers(pubs)
+	dropOldLayout(filepath.Join(o.StateDir, "bus"), o.Log)
+	keys, seeds, err := newBusKeys()
 	if err != nil {
 		return nil, err
 	}
-	opts := &server.Options{
-		ServerName:            "nodelet-bus",
-		Host:                  host,
-		Port:                  port,
-		NoSigs:                true,
-		JetStream:             true,
-		StoreDir:              filepath.Join(o.StateDir, "bus"),
-		Nkeys:                 users,
-		MaxPayload:            8 << 20,
-		DisableShortFirstPing: true,
+	opts := &server.Options{}
+	// The accounts are nats-server configuration text: the form its own
+	// cross-account JetStream tests use, so the exports and imports mean
+	// exactly what they mean there.
+	if err := opts.ProcessConfigString(accountsConfig(pubs, keys)); err != nil {
+		return nil, fmt.Errorf("bus: accounts: %w", err)
 	}
+	for _, u := range opts.Nkeys {
+		if c := componentOfAccount(u.Account.Name); c != "" {
+			if u.Permissions, err = Permissions(c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	opts.ServerName = "nodelet-bus"
+	opts.Host, opts.Port = host, port
+	opts.NoSigs = true
+	opts.JetStream = true
+	opts.StoreDir = filepath.Join(o.StateDir, "bus")
+	opts.JetStreamMaxStore = o.Limits.withDefaults().MaxStore
+	opts.MaxPayload = 8 << 20
+	opts.DisableShortFirstPing = true
 	if o.MonitorListen != "" {
 		if err := CheckLoopback("bus.monitorListen", o.MonitorListen); err != nil {
 			return nil, err
@@ -106,59 +177,187 @@ func StartServer(ctx context.Context, o ServerOptions) (*Server, error) {
 		ns.Shutdown()
 		return nil, errors.New("bus: nats-server not ready for connections after 30s")
 	}
-	s := &Server{ns: ns, log: o.Log, stateDir: o.StateDir}
+	s := &Server{ns: ns, log: o.Log, stateDir: o.StateDir, limits: o.Limits.withDefaults(), seeds: seeds}
 	if err := s.ensureStreams(ctx); err != nil {
+		s.closeConns()
+		ns.Shutdown()
+		return nil, err
+	}
+	if err := s.startProxy(); err != nil {
+		s.closeConns()
 		ns.Shutdown()
 		return nil, err
 	}
 	return s, nil
 }
 
-// ensureStreams creates every bucket and the events stream. "Already
-// exists" is success, so a restart keeps what is stored.
-func (s *Server) ensureStreams(ctx context.Context) error {
-	seed, err := nats.NkeyOptionFromSeed(CredentialPath(s.stateDir, BusAdmin))
-	if err != nil {
-		return err
+// dropOldLayout removes the store of the bus as it was before accounts:
+// every stream in nats-server's global account ($G), which no longer has
+// JetStream and whose data would only take disk. Like a wiped store, the
+// node converges again from the sources and CRI.
+func dropOldLayout(storeDir string, log *slog.Logger) {
+	old := filepath.Join(storeDir, server.JetStreamStoreDir, server.DEFAULT_GLOBAL_ACCOUNT)
+	if _, err := os.Stat(old); err != nil {
+		return
 	}
-	nc, err := nats.Connect("", nats.InProcessServer(s.ns), nats.Name("nodelet-bus"), seed)
-	if err != nil {
-		return fmt.Errorf("bus: in-process connection: %w", err)
+	log.Warn("Removing the store of an earlier bus layout (one account for all streams)", "path", old)
+	if err := os.RemoveAll(old); err != nil {
+		log.Error("Cannot remove the store of an earlier bus layout", "path", old, "err", err)
 	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
-	return EnsureStreams(ctx, js)
 }
 
-// EnsureStreams creates every bucket and stream nodelet uses, idempotently.
-func EnsureStreams(ctx context.Context, js jetstream.JetStream) error {
-	for _, b := range Buckets {
-		_, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket:      b.Name,
-			Description: "written by nodelet-" + b.Owner,
-			History:     b.History,
-			Storage:     jetstream.FileStorage,
-		})
-		if err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
-			if _, gerr := js.KeyValue(ctx, b.Name); gerr != nil {
-				return fmt.Errorf("bus: bucket %s: %w", b.Name, err)
-			}
+// newBusKeys makes the bus's own users: an admin per store account and the
+// proxy. They are made at every start and kept in memory only, so no file
+// on the node holds a key that can create, delete or write any stream.
+func newBusKeys() (busKeys, map[string][]byte, error) {
+	keys := busKeys{store: map[string]string{}}
+	seeds := map[string][]byte{}
+	for _, acct := range append(storeAccounts(), accountProxy) {
+		kp, err := nkeys.CreateUser()
+		if err != nil {
+			return keys, nil, err
+		}
+		pub, err := kp.PublicKey()
+		if err != nil {
+			return keys, nil, err
+		}
+		if seeds[acct], err = kp.Seed(); err != nil {
+			return keys, nil, err
+		}
+		if acct == accountProxy {
+			keys.proxy = pub
+		} else {
+			keys.store[acct] = pub
 		}
 	}
-	_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	return keys, seeds, nil
+}
+
+// connectAs opens an in-process connection as one of the bus's own users.
+func (s *Server) connectAs(acct string) (*nats.Conn, error) {
+	kp, err := nkeys.FromSeed(s.seeds[acct])
+	if err != nil {
+		return nil, err
+	}
+	pub, _ := kp.PublicKey()
+	nc, err := nats.Connect("", nats.InProcessServer(s.ns), nats.Name("nodelet-bus-"+strings.ToLower(acct)),
+		nats.Nkey(pub, kp.Sign), nats.MaxReconnects(-1))
+	if err != nil {
+		return nil, fmt.Errorf("bus: in-process connection to %s: %w", acct, err)
+	}
+	s.mu.Lock()
+	s.conns = append(s.conns, nc)
+	s.mu.Unlock()
+	return nc, nil
+}
+
+func (s *Server) closeConns() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, nc := range s.conns {
+		nc.Close()
+	}
+	s.conns = nil
+}
+
+func (s *Server) startProxy() error {
+	nc, err := s.connectAs(accountProxy)
+	if err != nil {
+		return err
+	}
+	return runProxy(nc, s.log.With("bus", "consumer-proxy"))
+}
+
+// ensureStreams creates every bucket and the events streams, each in its
+// store account. "Already exists" is success, so a restart keeps what is
+// stored.
+func (s *Server) ensureStreams(ctx context.Context) error {
+	for _, acct := range storeAccounts() {
+		nc, err := s.connectAs(acct)
+		if err != nil {
+			return err
+		}
+		js, err := jetstream.New(nc)
+		if err != nil {
+			return err
+		}
+		err = ensureAccountStreams(ctx, js, acct, s.limits)
+		nc.Close()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ensureAccountStreams creates the streams of one store account.
+func ensureAccountStreams(ctx context.Context, js jetstream.JetStream, acct string, l Limits) error {
+	for _, b := range Buckets {
+		if storeAccountOf(streamOf(b.Name)) != acct {
+			continue
+		}
+		cfg := jetstream.KeyValueConfig{
+			Bucket:       b.Name,
+			Description:  "written by nodelet-" + b.Owner,
+			History:      b.History,
+			Storage:      jetstream.FileStorage,
+			MaxBytes:     l.BucketMaxBytes,
+			MaxValueSize: l.MaxValueSize,
+		}
+		_, err := js.CreateKeyValue(ctx, cfg)
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			// Limits come from the config: take a changed one on restart.
+			_, err = js.UpdateKeyValue(ctx, cfg)
+		}
+		if err != nil {
+			return fmt.Errorf("bus: bucket %s: %w", b.Name, err)
+		}
+	}
+	if acct != accountEvents {
+		return nil
+	}
+	events := jetstream.StreamConfig{
 		Name:        StreamEvents,
 		Description: "lifecycle events of every nodelet component",
 		Subjects:    []string{SubjectEventsAll},
 		Storage:     jetstream.FileStorage,
-		MaxAge:      eventsMaxAgeHours * time.Hour,
+		MaxAge:      l.EventsMaxAge,
+		MaxBytes:    l.EventsMaxBytes,
 		MaxMsgs:     eventsMaxMessages,
 		Discard:     jetstream.DiscardOld,
-	})
-	if err != nil {
+		Duplicates:  2 * time.Minute,
+		AllowDirect: true,
+	}
+	if _, err := js.CreateOrUpdateStream(ctx, events); err != nil {
 		return fmt.Errorf("bus: stream %s: %w", StreamEvents, err)
+	}
+	status := events
+	status.Name = StreamStatusEvents
+	status.Description = "the events as nodelet-status consumes them (a copy only status reaches)"
+	status.Subjects = nil
+	status.Duplicates = 0
+	status.Sources = []*jetstream.StreamSource{{Name: StreamEvents}}
+	if _, err := js.CreateOrUpdateStream(ctx, status); err != nil {
+		return fmt.Errorf("bus: stream %s: %w", StreamStatusEvents, err)
+	}
+	return nil
+}
+
+// Healthy fails when the bus cannot do its job although its process runs:
+// JetStream disabled (nats-server turns it off when the store fails, and
+// only a restart turns it on again).
+func (s *Server) Healthy() error {
+	if !s.ns.JetStreamEnabled() {
+		return errors.New("JetStream is disabled")
+	}
+	for _, acct := range storeAccounts() {
+		a, err := s.ns.LookupAccount(acct)
+		if err != nil {
+			return fmt.Errorf("account %s: %w", acct, err)
+		}
+		if !a.JetStreamEnabled() {
+			return fmt.Errorf("JetStream is disabled for account %s", acct)
+		}
 	}
 	return nil
 }
@@ -176,6 +375,7 @@ func (s *Server) Addr() string {
 
 // Shutdown stops the bus, flushing the store.
 func (s *Server) Shutdown() {
+	s.closeConns()
 	s.ns.Shutdown()
 	s.ns.WaitForShutdown()
 }

@@ -93,6 +93,15 @@ containerd_up() { [ -S "$CONTAINERD_SOCKET" ] && ctr --connect-timeout 1s --addr
 if containerd_up; then
   bin/setuptool images --import "$CONTAINERD_SOCKET" | sed 's/^/setup: /'
 else
+  # Another containerd may own this root while answering on another socket
+  # (a `nodelet up` whose runtime.endpoint differs). A second one on the same
+  # root would wait on the metadata lock, fail, and on exit remove the socket
+  # file it made: refuse instead, naming the holder.
+  meta=$CONTAINERD_ROOT/io.containerd.metadata.v1.bolt/meta.db
+  if [ -e "$meta" ] && ! flock -n "$meta" true 2>/dev/null; then
+    holder=$(fuser "$meta" 2>/dev/null | tr -s ' ' | sed 's/^ //')
+    die "a containerd (pid ${holder:-unknown}) already uses $CONTAINERD_ROOT but does not answer on $CONTAINERD_SOCKET; import the images into it, or stop it, and run setup again"
+  fi
   mkdir -p "$CONTAINERD_STATE"
   log=$CONTAINERD_STATE/setup-containerd.log
   containerd --config "$CONTAINERD_CONFIG" >>"$log" 2>&1 &

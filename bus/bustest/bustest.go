@@ -20,6 +20,7 @@ type Bus struct {
 	Server   *bus.Server
 	URL      string
 	listen   string
+	limits   bus.Limits
 }
 
 // Logger is the logger tests give the bus and connections: quiet unless
@@ -40,7 +41,13 @@ func Start(t testing.TB) *Bus {
 // StartIn starts a bus with the given state dir.
 func StartIn(t testing.TB, stateDir string) *Bus {
 	t.Helper()
-	b := &Bus{t: t, StateDir: stateDir, listen: "127.0.0.1:0"}
+	return StartWithLimits(t, stateDir, bus.Limits{})
+}
+
+// StartWithLimits starts a bus with the given state dir and store limits.
+func StartWithLimits(t testing.TB, stateDir string, l bus.Limits) *Bus {
+	t.Helper()
+	b := &Bus{t: t, StateDir: stateDir, listen: "127.0.0.1:0", limits: l}
 	b.start()
 	t.Cleanup(func() { b.Server.Shutdown() })
 	return b
@@ -50,7 +57,7 @@ func (b *Bus) start() {
 	b.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s, err := bus.StartServer(ctx, bus.ServerOptions{StateDir: b.StateDir, Listen: b.listen, Log: Logger()})
+	s, err := bus.StartServer(ctx, bus.ServerOptions{StateDir: b.StateDir, Listen: b.listen, Log: Logger(), Limits: b.limits})
 	if err != nil {
 		b.t.Fatalf("start bus: %v", err)
 	}

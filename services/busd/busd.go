@@ -17,6 +17,7 @@ import (
 
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/services/common/config"
+	"github.com/nodelet/nodelet/services/common/daemon"
 	"github.com/nodelet/nodelet/services/common/version"
 )
 
@@ -48,8 +49,20 @@ func Run(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "nodelet-bus: cannot start: state dir %s (node.stateDir): %v\n", cfg.Node.StateDir, err)
 		return 1
 	}
+	lock, err := daemon.Lock(cfg.Node.StateDir, bus.BusAdmin)
+	if err != nil {
+		fmt.Fprintf(stderr, "nodelet-bus: cannot start: %v\n", err)
+		if errors.Is(err, daemon.ErrAlreadyRunning) {
+			return config.ExitCode
+		}
+		return 1
+	}
+	defer lock.Close()
+	sz := cfg.Bus.Sizes()
 	srv, err := bus.StartServer(ctx, bus.ServerOptions{
 		StateDir: cfg.Node.StateDir, Listen: cfg.Bus.Listen, MonitorListen: cfg.Bus.MonitorListen, Log: log,
+		Limits: bus.Limits{MaxStore: sz.MaxStore, BucketMaxBytes: sz.BucketMaxBytes, MaxValueSize: int32(sz.MaxValueSize),
+			EventsMaxBytes: sz.EventsMaxBytes, EventsMaxAge: cfg.Bus.EventsMaxAge},
 	})
 	if err != nil {
 		log.Error("Cannot start the bus", "err", err)
@@ -59,21 +72,38 @@ func Run(args []string, stderr io.Writer) int {
 	_, _ = sddaemon.SdNotify(false, sddaemon.SdNotifyReady)
 	log.Info("Bus ready", "version", version.Version, "listen", srv.Addr(), "store", cfg.Node.StateDir+"/bus")
 
-	go watchdog(ctx, cfg.Bus.HeartbeatInterval)
-	<-ctx.Done()
+	unhealthy := make(chan error, 1)
+	go watchdog(ctx, cfg.Bus.HeartbeatInterval, srv.Healthy, unhealthy)
+	code := 0
+	select {
+	case <-ctx.Done():
+	case err := <-unhealthy:
+		// A bus whose JetStream is off keeps accepting connections while
+		// every bucket is dead: exit, so systemd or `nodelet up` restarts it
+		// (nats-server only turns JetStream on again at start).
+		log.Error("Bus unhealthy, exiting to be restarted", "err", err)
+		fmt.Fprintf(stderr, "nodelet-bus: unhealthy: %v\n", err)
+		code = 1
+	}
 	_, _ = sddaemon.SdNotify(false, sddaemon.SdNotifyStopping)
 	srv.Shutdown()
 	log.Info("Bus stopped")
-	return 0
+	return code
 }
 
-func watchdog(ctx context.Context, interval time.Duration) {
+// watchdog pets systemd's watchdog while healthy() passes; on the first
+// failure it stops petting and reports it.
+func watchdog(ctx context.Context, interval time.Duration, healthy func() error, unhealthy chan<- error) {
 	if wd, err := sddaemon.SdWatchdogEnabled(false); err == nil && wd > 0 {
 		interval = wd / 2
 	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
+		if err := healthy(); err != nil {
+			unhealthy <- err
+			return
+		}
 		_, _ = sddaemon.SdNotify(false, sddaemon.SdNotifyWatchdog)
 		select {
 		case <-ctx.Done():

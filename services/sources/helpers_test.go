@@ -95,10 +95,17 @@ func newHarness(t *testing.T, configure func(*config.Config)) *harness {
 		configure(cfg)
 	}
 	h := &harness{t: t, bus: b, tap: b.Connect(bus.Tap), cfg: cfg, opts: options{clock: clock.RealClock{}}}
+	h.subscribeEvents()
+	return h
+}
+
+// subscribeEvents records the events sources emits, through tap.
+func (h *harness) subscribeEvents() {
+	h.t.Helper()
 	sub, err := h.tap.NC.Subscribe(bus.Prefix+"events."+bus.Sources+".>", func(msg *nats.Msg) {
 		_, ev, err := schemas.Decode[schemas.Event](msg.Data)
 		if err != nil {
-			t.Errorf("event on %s does not decode: %v", msg.Subject, err)
+			h.t.Errorf("event on %s does not decode: %v", msg.Subject, err)
 			return
 		}
 		h.mu.Lock()
@@ -106,13 +113,12 @@ func newHarness(t *testing.T, configure func(*config.Config)) *harness {
 		h.mu.Unlock()
 	})
 	if err != nil {
-		t.Fatal(err)
+		h.t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	h.t.Cleanup(func() { _ = sub.Unsubscribe() })
 	if err := h.tap.NC.Flush(); err != nil {
-		t.Fatal(err)
+		h.t.Fatal(err)
 	}
-	return h
 }
 
 // start runs the daemon until stop (or the end of the test).

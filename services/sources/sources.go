@@ -19,6 +19,7 @@ package sources
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -153,6 +154,7 @@ type merger struct {
 	reset      chan struct{}
 
 	rejected      map[string]bool // source/UID of duplicates already reported
+	refused       map[string]bool // UIDs the bus refused to store, reported
 	readyRestored bool            // the bucket says these sources were all ready
 	allReady      bool
 }
@@ -266,13 +268,20 @@ func (m *merger) flush(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// One pod's failed write never holds back the others nor the ready
+	// marker: failures are collected and the flush retried as a whole.
+	// That the marker goes out with a write missing is safe: a pod whose
+	// put failed is either new (nothing runs yet), changed (its last spec
+	// stays) or leaving (it stays until its delete succeeds).
+	var failed []error
 	sort.Strings(keys)
 	for _, k := range keys {
 		if _, ok := out[types.UID(k)]; ok {
 			continue
 		}
 		if _, err := m.desired.Delete(ctx, k); err != nil {
-			return err
+			failed = append(failed, err)
+			continue
 		}
 		m.log.Info("Deleted desired pod", "podUID", k)
 	}
@@ -281,17 +290,46 @@ func (m *merger) flush(ctx context.Context) error {
 		uids = append(uids, string(uid))
 	}
 	sort.Strings(uids)
+	refused := map[string]bool{}
 	for _, uid := range uids {
 		e := out[types.UID(uid)]
 		wrote, rev, err := m.desired.Put(ctx, uid, schemas.PodDesired{Pod: e.pod, Source: e.source, FirstSeen: e.firstSeen})
+		if bus.IsRejected(err) {
+			// Retrying cannot help (the pod is larger than the bus takes):
+			// reject the pod, once, as validation would have.
+			refused[uid] = true
+			m.reportRefused(e, err)
+			continue
+		}
 		if err != nil {
-			return err
+			failed = append(failed, err)
+			continue
 		}
 		if wrote {
 			m.log.Debug("Wrote desired pod", "pod", podKey(e.pod), "podUID", uid, "source", e.source, "revision", rev)
 		}
 	}
-	return m.publishReady(ctx)
+	m.refused = refused
+	if err := m.publishReady(ctx); err != nil {
+		failed = append(failed, err)
+	}
+	return errors.Join(failed...)
+}
+
+// reportRefused emits the rejection of a pod the bus refused to store,
+// once while it stays refused.
+func (m *merger) reportRefused(e *entry, err error) {
+	uid := string(e.pod.UID)
+	if m.refused[uid] {
+		return
+	}
+	m.log.Warn("Rejected pod the bus cannot store", "pod", podKey(e.pod), "podUID", uid, "source", e.source, "err", err)
+	m.env.Bus.Emit(schemas.Event{
+		Object:  corev1.ObjectReference{Kind: "Pod", Namespace: e.pod.Namespace, Name: e.pod.Name, UID: e.pod.UID},
+		Type:    corev1.EventTypeWarning,
+		Reason:  ReasonFailedValidation,
+		Message: fmt.Sprintf("Pod %s from source %s cannot be stored on the bus, ignoring it: %v", podKey(e.pod), e.source, err),
+	})
 }
 
 func (m *merger) reportDuplicates(dups []duplicate) {

@@ -13,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/nodelet/nodelet/bus"
 )
 
 // validatePod checks a static pod (defaults and identity applied) the way
@@ -28,6 +30,9 @@ func validatePod(pod *corev1.Pod) field.ErrorList {
 		// The UID is the pod's key on the bus.
 		errs = append(errs, field.Invalid(field.NewPath("metadata", "uid"), pod.UID,
 			"must be at most 128 characters of letters, digits, '-', '_' and '.'"))
+	} else if err := bus.ValidKey(string(pod.UID)); pod.UID != "" && err != nil {
+		errs = append(errs, field.Invalid(field.NewPath("metadata", "uid"), pod.UID,
+			"is the pod's key on the bus and "+err.Error()))
 	}
 	return append(errs, validatePodSpec(&pod.Spec, field.NewPath("spec"))...)
 }

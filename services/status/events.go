@@ -92,7 +92,7 @@ func (p *eventPoster) run(ctx context.Context) {
 func (p *eventPoster) consume(ctx context.Context) error {
 	js := p.s.bus.JS
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	cons, err := js.CreateOrUpdateConsumer(cctx, bus.StreamEvents, jetstream.ConsumerConfig{
+	cons, err := js.CreateOrUpdateConsumer(cctx, bus.StreamStatusEvents, jetstream.ConsumerConfig{
 		Durable:       EventsConsumer,
 		Description:   "nodelet-status posts events to the API server",
 		DeliverPolicy: jetstream.DeliverAllPolicy,
@@ -137,7 +137,7 @@ func (p *eventPoster) prime(ctx context.Context, ackFloor uint64) error {
 	if ackFloor == 0 {
 		return nil
 	}
-	oc, err := p.s.bus.JS.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
+	oc, err := p.s.bus.JS.OrderedConsumer(ctx, bus.StreamStatusEvents, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{bus.SubjectEventsAll},
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
 	})

@@ -19,7 +19,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/services/common/config"
+	"github.com/nodelet/nodelet/services/common/daemon"
 	"github.com/nodelet/nodelet/services/common/graph"
 )
 
@@ -49,6 +51,9 @@ type Supervisor struct {
 	o     Options
 	order []graph.Component
 	procs map[string]*proc
+	// private is a 0700 directory of this run: the readiness sockets and
+	// each child's copy of its own bus seed.
+	private string
 
 	mu      sync.Mutex
 	outMu   sync.Mutex
@@ -74,6 +79,7 @@ type proc struct {
 	done     chan struct{}
 	current  *exec.Cmd
 	notifyLn *net.UnixConn
+	notify   string // the socket's path, the child's NOTIFY_SOCKET
 }
 
 // New prepares a supervisor for the components of graph.StartOrder.
@@ -161,6 +167,22 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	for i, c := range s.order {
 		names[i] = c.Name
 	}
+	// One supervisor per state dir: a second would start a second set of
+	// daemons, each of which would find its lock taken.
+	lock, err := daemon.Lock(s.o.Config.Node.StateDir, bus.Supervisor)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
+	// The readiness sockets live in a private directory: an abstract
+	// socket name could be bound first by any local process (hostNetwork
+	// pods included) and a READY=1 forged.
+	notifyDir, err := os.MkdirTemp("", "nodelet-notify-")
+	if err != nil {
+		return fmt.Errorf("supervisor: notify dir: %w", err)
+	}
+	defer os.RemoveAll(notifyDir)
+	s.private = notifyDir
 	s.logf("starting %s", strings.Join(names, " → "))
 	for _, c := range s.order {
 		p := s.procs[c.Name]
@@ -168,7 +190,8 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		p.cancel = cancel
 		p.done = make(chan struct{})
 		p.ready = make(chan struct{})
-		ln, err := listenNotify(c.Name)
+		p.notify = filepath.Join(notifyDir, c.Name)
+		ln, err := listenNotify(c.Name, p.notify)
 		if err != nil {
 			s.stopAll()
 			return err
@@ -220,7 +243,14 @@ func (s *Supervisor) supervise(ctx context.Context, p *proc) {
 		cmd.Stdout = s.o.ChildOutput
 		cmd.Stderr = s.o.ChildOutput
 		cmd.Env = append(os.Environ(), s.o.ExtraEnv...)
-		cmd.Env = append(cmd.Env, "NOTIFY_SOCKET=@"+notifyName(p.comp.Name))
+		cmd.Env = append(cmd.Env, "NOTIFY_SOCKET="+p.notify)
+		if p.comp.Name != bus.BusAdmin {
+			if dir, err := s.ownSeed(p.comp.Name); err != nil {
+				s.logf("%s: its own seed not handed over (it reads the bus's directory): %v", p.comp.Name, err)
+			} else {
+				cmd.Env = append(cmd.Env, "CREDENTIALS_DIRECTORY="+dir)
+			}
+		}
 		// Own process group: a terminal's Ctrl-C reaches only the
 		// supervisor, which stops the children in order. Pdeathsig: a
 		// supervisor killed outright does not leave daemons behind.
@@ -315,14 +345,31 @@ func exitText(err error) string {
 	return err.Error()
 }
 
-func notifyName(component string) string {
-	return fmt.Sprintf("nodelet-notify-%d-%s", os.Getpid(), component)
+// ownSeed copies component's bus seed, and no other, into a private
+// directory for the child, handed over as systemd hands a unit its
+// LoadCredential= ($CREDENTIALS_DIRECTORY/bus-seed), which the daemons read
+// before the bus's own directory.
+func (s *Supervisor) ownSeed(component string) (string, error) {
+	seed, err := os.ReadFile(bus.CredentialPath(s.o.Config.Node.StateDir, component))
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(s.private, component+".credentials")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, bus.SystemdCredential)
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, seed, 0o400); err != nil {
+		return "", err
+	}
+	return dir, os.Rename(tmp, path)
 }
 
-// listenNotify opens the abstract unixgram socket a child notifies on,
-// with SO_PASSCRED so that every datagram carries its sender's PID.
-func listenNotify(component string) (*net.UnixConn, error) {
-	addr := &net.UnixAddr{Name: "@" + notifyName(component), Net: "unixgram"}
+// listenNotify opens the unixgram socket at path a child notifies on, with
+// SO_PASSCRED so that every datagram carries its sender's PID.
+func listenNotify(component, path string) (*net.UnixConn, error) {
+	addr := &net.UnixAddr{Name: path, Net: "unixgram"}
 	ln, err := net.ListenUnixgram("unixgram", addr)
 	if err != nil {
 		return nil, fmt.Errorf("notify socket for %s: %w", component, err)

@@ -2,6 +2,7 @@ package supervisor_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -223,9 +224,46 @@ func heartbeatsAfter(t *testing.T, c *bus.Conn, since time.Time, pids map[string
 	t.Fatalf("heartbeats since %s: %v, want all of %v with pids %+v", since.Format(time.StampMilli), seen, bus.Daemons, pids)
 }
 
+// checkOwnSeeds: each daemon was handed its own bus seed and no other, in a
+// directory only root can enter; the bus was handed none.
+func checkOwnSeeds(t *testing.T, n *node, st map[string]supervisor.ProcState) {
+	t.Helper()
+	for name, p := range st {
+		env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", p.PID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var dir string
+		for _, kv := range strings.Split(string(env), "\x00") {
+			if v, ok := strings.CutPrefix(kv, "CREDENTIALS_DIRECTORY="); ok {
+				dir = v
+			}
+		}
+		if name == bus.BusAdmin {
+			if dir != "" {
+				t.Errorf("the bus was handed a seed directory %s", dir)
+			}
+			continue
+		}
+		entries, err := os.ReadDir(dir)
+		if err != nil || len(entries) != 1 || entries[0].Name() != bus.SystemdCredential {
+			t.Fatalf("%s: seed directory %q: %v %v", name, dir, entries, err)
+		}
+		if fi, err := os.Stat(filepath.Dir(dir)); err != nil || fi.Mode().Perm() != 0o700 {
+			t.Errorf("%s: %s is not private: %v", name, filepath.Dir(dir), err)
+		}
+		got, _ := os.ReadFile(filepath.Join(dir, bus.SystemdCredential))
+		want, _ := os.ReadFile(bus.CredentialPath(n.stateDir, name))
+		if len(want) == 0 || !bytes.Equal(got, want) {
+			t.Errorf("%s was not handed its own seed", name)
+		}
+	}
+}
+
 func TestUpStartsInOrderAndRestartsOnlyTheFailed(t *testing.T) {
 	n := startNode(t)
 	first := n.waitAll("all ready", nil)
+	checkOwnSeeds(t, n, first)
 
 	// Start order in the log follows the graph.
 	var started []string

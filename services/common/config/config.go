@@ -6,6 +6,7 @@
 package config
 
 import (
+	"k8s.io/apimachinery/pkg/api/resource"
 	"time"
 )
 
@@ -71,6 +72,39 @@ type BusConfig struct {
 	MonitorListen string `mapstructure:"monitorListen"`
 	// HeartbeatInterval between daemon heartbeats. Default: 5s.
 	HeartbeatInterval time.Duration `mapstructure:"heartbeatInterval"`
+	// MaxStore bounds the bus's whole JetStream store on disk; it must hold
+	// every bucket's and both events streams' maximum (each reserves it)
+	// plus one spare. Default: 2Gi.
+	MaxStore string `mapstructure:"maxStore"`
+	// BucketMaxBytes bounds each KV bucket, history included (110 pods of
+	// 100 KiB with 10 revisions fit 10 times over); a full bucket refuses
+	// writes. Default: 128Mi.
+	BucketMaxBytes string `mapstructure:"bucketMaxBytes"`
+	// MaxValueSize bounds one bucket value, as etcd bounds an object: a pod
+	// larger than this is rejected with an event. Default: 1536Ki.
+	MaxValueSize string `mapstructure:"maxValueSize"`
+	// EventsMaxBytes bounds the events stream (and status's copy); the
+	// oldest events go first. Default: 128Mi.
+	EventsMaxBytes string `mapstructure:"eventsMaxBytes"`
+	// EventsMaxAge is how long events are kept. Default: 24h.
+	EventsMaxAge time.Duration `mapstructure:"eventsMaxAge"`
+}
+
+// BusSizes are the byte sizes of the bus's limits, parsed.
+type BusSizes struct {
+	MaxStore, BucketMaxBytes, MaxValueSize, EventsMaxBytes int64
+}
+
+// Sizes parses the bus's size limits (Validate has checked them).
+func (b BusConfig) Sizes() BusSizes {
+	v := func(s string) int64 {
+		q, err := resource.ParseQuantity(s)
+		if err != nil {
+			return 0
+		}
+		return q.Value()
+	}
+	return BusSizes{v(b.MaxStore), v(b.BucketMaxBytes), v(b.MaxValueSize), v(b.EventsMaxBytes)}
 }
 
 // RuntimeConfig configures nodelet-runtime and how daemons reach CRI.

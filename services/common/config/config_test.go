@@ -69,6 +69,10 @@ func TestFileErrorsNameTheKey(t *testing.T) {
 		{"relative state dir", "node:\n  stateDir: var/lib\n", "node.stateDir"},
 		{"bad cidr", "node:\n  podCIDR: 10.88/16\n", "node.podCIDR"},
 		{"bad quantity", "node:\n  kubeReserved: {cpu: lots}\n", "node.kubeReserved"},
+		{"bad bus size", "bus:\n  bucketMaxBytes: big\n", "bus.bucketMaxBytes"},
+		{"bus store too small", "bus:\n  maxStore: 1Gi\n", "bus.maxStore"},
+		{"value over the bus limit", "bus:\n  maxValueSize: 9Mi\n", "bus.maxValueSize"},
+		{"zero events age", "bus:\n  eventsMaxAge: 0s\n", "bus.eventsMaxAge"},
 		{"not yaml", "node: [\n", "not valid YAML"},
 		{"section not a map", "node: 3\n", "node: must be a mapping"},
 	} {

@@ -47,7 +47,8 @@ func Defaults() *Config {
 			ResolvConf:    "/etc/resolv.conf",
 			PodLogsDir:    "/var/log/pods",
 		},
-		Bus: BusConfig{Listen: "127.0.0.1:4250", HeartbeatInterval: 5 * time.Second},
+		Bus: BusConfig{Listen: "127.0.0.1:4250", HeartbeatInterval: 5 * time.Second,
+			MaxStore: "2Gi", BucketMaxBytes: "128Mi", MaxValueSize: "1536Ki", EventsMaxBytes: "128Mi", EventsMaxAge: 24 * time.Hour},
 		Runtime: RuntimeConfig{
 			Endpoint:                      "unix:///run/containerd/containerd.sock",
 			ContainerdConfig:              "/etc/nodelet/containerd/config.toml",

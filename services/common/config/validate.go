@@ -70,6 +70,8 @@ func (c *Config) Validate() error {
 		func() error { return loopback("bus.listen", c.Bus.Listen, false) },
 		func() error { return loopback("bus.monitorListen", c.Bus.MonitorListen, true) },
 		func() error { return positiveDur("bus.heartbeatInterval", c.Bus.HeartbeatInterval) },
+		func() error { return positiveDur("bus.eventsMaxAge", c.Bus.EventsMaxAge) },
+		func() error { return busSizes(c.Bus) },
 		func() error { return endpoint("runtime.endpoint", c.Runtime.Endpoint, false) },
 		func() error { return endpoint("runtime.imageEndpoint", c.Runtime.ImageEndpoint, true) },
 		func() error {
@@ -313,6 +315,39 @@ func port(key string, n int, zeroOff bool) error {
 		return nil
 	}
 	return &Error{Key: key, Problem: fmt.Sprintf("%d is not a TCP port (1-65535)", n)}
+}
+
+// BusBuckets and BusEventStreams count the streams whose maximum the bus's
+// store must hold. bus.Buckets is the source (config cannot import bus); a
+// test in bus checks these numbers.
+const BusBuckets, BusEventStreams = 11, 2
+
+func busSizes(b BusConfig) error {
+	for _, f := range []struct{ key, v string }{
+		{"bus.maxStore", b.MaxStore}, {"bus.bucketMaxBytes", b.BucketMaxBytes},
+		{"bus.maxValueSize", b.MaxValueSize}, {"bus.eventsMaxBytes", b.EventsMaxBytes},
+	} {
+		q, err := resource.ParseQuantity(f.v)
+		if err != nil || q.Sign() <= 0 {
+			return &Error{Key: f.key, Problem: fmt.Sprintf("%q is not a positive size (e.g. 128Mi)", f.v)}
+		}
+	}
+	s := b.Sizes()
+	if s.MaxValueSize > 8<<20 {
+		return &Error{Key: "bus.maxValueSize", Problem: "must not exceed the bus's 8Mi message limit"}
+	}
+	if s.MaxValueSize > s.BucketMaxBytes {
+		return &Error{Key: "bus.maxValueSize", Problem: "must not exceed bus.bucketMaxBytes"}
+	}
+	// Every stream reserves its maximum; changing one's limits at start
+	// reserves the new maximum before the old is released, so one more
+	// stream's worth must fit (measured: without it the bus cannot start).
+	need := BusBuckets*s.BucketMaxBytes + BusEventStreams*s.EventsMaxBytes + max(s.BucketMaxBytes, s.EventsMaxBytes)
+	if need > s.MaxStore {
+		return &Error{Key: "bus.maxStore", Problem: fmt.Sprintf("%s cannot hold %d buckets of bus.bucketMaxBytes and %d events streams of bus.eventsMaxBytes, plus one of them spare (%d bytes)",
+			b.MaxStore, BusBuckets, BusEventStreams, need)}
+	}
+	return nil
 }
 
 func positive(key string, n int) error {

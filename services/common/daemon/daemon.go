@@ -84,7 +84,8 @@ func Main(spec Spec) {
 }
 
 // Run is Main without the exit: 0 after a clean stop, 1 when the daemon
-// cannot do its job, config.ExitCode for a bad configuration.
+// cannot do its job, config.ExitCode (2) for a bad configuration or when
+// another copy of the daemon runs on the same state dir.
 func Run(spec Spec, args []string, stderr io.Writer) int {
 	// The signal handler comes first: a SIGTERM during slow start-up work
 	// still ends in a clean drain.
@@ -115,6 +116,18 @@ func Run(spec Spec, args []string, stderr io.Writer) int {
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})).With("component", spec.Component)
 	slog.SetDefault(log)
 	klog.SetSlogLogger(log)
+
+	// The lock before anything slow: a second copy says so at once.
+	lock, err := Lock(cfg.Node.StateDir, spec.Component)
+	if err != nil {
+		log.Error("Cannot start", "err", err)
+		fmt.Fprintf(stderr, "nodelet-%s: cannot start: %v\n", spec.Component, err)
+		if errors.Is(err, ErrAlreadyRunning) {
+			return config.ExitCode
+		}
+		return 1
+	}
+	defer lock.Close()
 
 	if err := CheckPermission(ctx, spec, cfg); err != nil {
 		log.Error("Cannot start", "err", err)
@@ -202,7 +215,7 @@ func CheckPermission(ctx context.Context, spec Spec, cfg *config.Config) error {
 	name := f.Name()
 	_ = f.Close()
 	_ = os.Remove(name)
-	cred := bus.CredentialPath(dir, spec.Component)
+	cred := bus.SeedPath(dir, spec.Component)
 	if _, err := os.ReadFile(cred); err != nil {
 		return fmt.Errorf("bus credential %s is not readable (is nodelet-bus started with node.stateDir %s?): %w", cred, filepath.Clean(dir), err)
 	}

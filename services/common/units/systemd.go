@@ -246,6 +246,14 @@ func service(c graph.Component, sb sandbox, o Options) string {
 	u.comment("The agent must outlive the pods when memory runs out, as the kubelet.")
 	u.set("OOMScoreAdjust", "-999")
 
+	if c.Name != "bus" {
+		u.comment(
+			"Its own bus credential, handed in by systemd ($CREDENTIALS_DIRECTORY);",
+			"the others' seeds are hidden from it (below) unless it must share the",
+			"host's mount namespace. A node.stateDir elsewhere needs a drop-in.",
+		)
+		u.set("LoadCredential", "bus-seed:/var/lib/nodelet/credentials/"+c.Name+".nk")
+	}
 	u.comment("")
 	u.comment("Hardening.")
 	u.comment(sb.why...)
@@ -256,6 +264,10 @@ func service(c graph.Component, sb sandbox, o Options) string {
 		u.comment("drop-in with ReadWritePaths=<dir>.")
 		u.set("ProtectSystem", "strict")
 		u.set("StateDirectory", "nodelet")
+		if c.Name != "bus" {
+			u.comment("Every component's seed lives here: it sees none of them.")
+			u.set("InaccessiblePaths", "-/var/lib/nodelet/credentials")
+		}
 		if sb.podLogs {
 			u.comment("/var/log/pods (node.podLogsDir), created if missing, writable.")
 			u.set("LogsDirectory", "pods")

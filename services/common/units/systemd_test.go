@@ -225,12 +225,42 @@ func TestUnitGraphEqualsSupervisorGraph(t *testing.T) {
 // runtime stays in the host's mount namespace (its tmpfs volumes must reach
 // containerd), the others get a read-only system with the state dir
 // writable, gc alone gets /var/log/pods and DAC capabilities.
+// TestOwnSeedOnly: each daemon's unit hands it its own bus seed and no
+// other, and hides the directory of seeds from every daemon with a mount
+// namespace of its own.
+func TestOwnSeedOnly(t *testing.T) {
+	files := rendered(t)
+	for _, c := range graph.StartOrder() {
+		unit := string(files[UnitName(c)])
+		creds := 0
+		for _, l := range strings.Split(unit, "\n") {
+			if strings.HasPrefix(l, "LoadCredential=") {
+				creds++
+				if want := "LoadCredential=bus-seed:/var/lib/nodelet/credentials/" + c.Name + ".nk"; l != want {
+					t.Errorf("%s: %s, want %s", c.Name, l, want)
+				}
+			}
+		}
+		hidden := strings.Contains(unit, "\nInaccessiblePaths=-/var/lib/nodelet/credentials\n")
+		switch {
+		case c.Name == "bus":
+			if creds != 0 || hidden {
+				t.Errorf("bus: the bus makes the seeds; it loads none and must see them")
+			}
+		case creds != 1:
+			t.Errorf("%s: %d LoadCredential= lines, want 1", c.Name, creds)
+		case !hidden && c.Name != "runtime":
+			t.Errorf("%s: the seeds directory is not hidden", c.Name)
+		}
+	}
+}
+
 func TestSandboxes(t *testing.T) {
 	files := rendered(t)
 	// Settings that give a unit its own mount namespace.
 	mountNS := []string{"ProtectSystem", "ProtectHome", "PrivateTmp", "PrivateDevices", "ReadWritePaths",
 		"ProtectKernelTunables", "ProtectKernelModules", "ProtectKernelLogs", "ProtectControlGroups",
-		"StateDirectory", "LogsDirectory", "PrivateMounts"}
+		"StateDirectory", "LogsDirectory", "PrivateMounts", "InaccessiblePaths"}
 	for _, tc := range []struct {
 		name       string
 		hostMounts bool

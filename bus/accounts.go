@@ -1,0 +1,366 @@
+package bus
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// The bus's accounts. Why accounts and not permissions alone is in the
+// package documentation ("Why accounts"); this file declares them, derived
+// from Buckets and the reads table, and renders them as nats-server
+// configuration.
+
+// Streams that are not KV buckets.
+const (
+	// StreamStatusEvents is the events as status consumes them: a copy of
+	// NODELET_V1_EVENTS (sourced inside the events account) that only the
+	// status credential can reach, so its durable consumer is usable by
+	// status alone.
+	StreamStatusEvents = "NODELET_V1_STATUS_EVENTS"
+
+	accountProxy  = "PROXY"
+	accountEvents = "STORE_EVENTS"
+	// proxyForward prefixes the subjects on which the proxy forwards a
+	// checked consumer request to a store account.
+	proxyForward = "nodelet.proxy."
+)
+
+// accountOf is the account of a component's clients.
+func accountOf(component string) string { return strings.ToUpper(component) }
+
+// componentOfAccount maps an account back to its component ("" if none).
+func componentOfAccount(account string) string {
+	for _, c := range Components {
+		if accountOf(c) == account {
+			return c
+		}
+	}
+	return ""
+}
+
+// storeAccountOf is the account that holds stream (and nothing else but,
+// for the events, the status copy).
+func storeAccountOf(stream string) string {
+	if stream == StreamEvents || stream == StreamStatusEvents {
+		return accountEvents
+	}
+	return "STORE_" + stream
+}
+
+// storeAccounts lists every store account, sorted.
+func storeAccounts() []string {
+	out := []string{accountEvents}
+	for _, b := range Buckets {
+		out = append(out, storeAccountOf(streamOf(b.Name)))
+	}
+	sort.Strings(out)
+	return out
+}
+
+// ReadableStreams lists the streams component may read (JetStream API
+// calls scoped to the stream, consumers through the proxy), sorted.
+func ReadableStreams(component string) []string {
+	var out []string
+	switch component {
+	case Tap:
+		for _, b := range Buckets {
+			out = append(out, streamOf(b.Name))
+		}
+		out = append(out, StreamEvents)
+	default:
+		seen := map[string]bool{}
+		for _, b := range Buckets {
+			if b.Owner == component {
+				seen[b.Name] = true
+			}
+		}
+		for _, b := range reads[component] {
+			seen[b] = true
+		}
+		for b := range seen {
+			out = append(out, streamOf(b))
+		}
+		if readsEvents[component] {
+			out = append(out, StreamStatusEvents)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// ownedBuckets lists the buckets component writes.
+func ownedBuckets(component string) []string {
+	var out []string
+	for _, b := range Buckets {
+		if b.Owner == component {
+			out = append(out, b.Name)
+		}
+	}
+	return out
+}
+
+// emitsEvents tells whether component publishes on the events stream.
+func emitsEvents(component string) bool { return component != Tap && component != BusAdmin }
+
+// beats tells whether component publishes heartbeats.
+func beats(component string) bool {
+	return component != Tap && component != Supervisor && component != BusAdmin
+}
+
+// clientComponents are the components whose clients connect with a seed
+// from disk: everyone but the bus itself.
+func clientComponents() []string {
+	var out []string
+	for _, c := range Components {
+		if c != BusAdmin {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// streamAPI lists the JetStream API subjects a reader of stream calls
+// directly on the stream's account, with whether the response is a stream
+// of messages. Consumer creation is not among them: it goes through the
+// proxy.
+func streamAPI(stream string) []apiImport {
+	api := "$JS.API."
+	return []apiImport{
+		{api + "STREAM.INFO." + stream, false},
+		{api + "STREAM.MSG.GET." + stream, false},
+		{api + "DIRECT.GET." + stream, false},
+		{api + "DIRECT.GET." + stream + ".>", false},
+		{api + "CONSUMER.INFO." + stream + ".*", false},
+		{api + "CONSUMER.DELETE." + stream + ".*", false},
+		{api + "CONSUMER.MSG.NEXT." + stream + ".*", true},
+		{"$JS.ACK." + stream + ".>", false},
+		{"$JS.FC." + stream + ".>", false},
+	}
+}
+
+// consumerCreateAPI lists the consumer creation subjects of stream, which
+// readers import from the proxy and the proxy from the stream's account.
+func consumerCreateAPI(stream string) []string {
+	api := "$JS.API."
+	return []string{
+		api + "CONSUMER.CREATE." + stream,
+		api + "CONSUMER.CREATE." + stream + ".>",
+		api + "CONSUMER.DURABLE.CREATE." + stream + ".>",
+	}
+}
+
+type apiImport struct {
+	subject  string
+	streamed bool
+}
+
+// busKeys are the public keys of the bus's own in-memory users: one admin
+// per store account and the proxy. Their seeds never leave the process.
+type busKeys struct {
+	store map[string]string // store account → public key
+	proxy string
+}
+
+// accountsConfig renders the accounts block of nats-server's configuration:
+// every account with its users, exports and imports. pubs holds the
+// components' public keys.
+func accountsConfig(pubs map[string]string, keys busKeys) string {
+	var b strings.Builder
+	w := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
+	q := func(s string) string { return fmt.Sprintf("%q", s) }
+	readersOf := map[string][]string{} // stream → reader accounts
+	for _, c := range clientComponents() {
+		for _, s := range ReadableStreams(c) {
+			readersOf[s] = append(readersOf[s], accountOf(c))
+		}
+	}
+	healthReaders := []string{accountOf(Status), accountOf(Supervisor), accountOf(Tap)}
+	list := func(accts []string) string {
+		qs := make([]string, len(accts))
+		for i, a := range accts {
+			qs[i] = q(a)
+		}
+		return "[" + strings.Join(qs, ", ") + "]"
+	}
+
+	w("accounts {\n")
+	// Store accounts: the streams, no clients but the bus's admin.
+	for _, acct := range storeAccounts() {
+		w("  %s {\n    jetstream: enabled\n    users: [{nkey: %s}]\n    exports: [\n", q(acct), q(keys.store[acct]))
+		var streams []string
+		for _, s := range []string{StreamEvents, StreamStatusEvents} {
+			if storeAccountOf(s) == acct {
+				streams = append(streams, s)
+			}
+		}
+		for _, bk := range Buckets {
+			if storeAccountOf(streamOf(bk.Name)) == acct {
+				streams = append(streams, streamOf(bk.Name))
+				// The owner writes.
+				w("      {service: %s, accounts: [%s]}\n", q(KVSubject(bk.Name, ">")), q(accountOf(bk.Owner)))
+			}
+		}
+		if acct == accountEvents {
+			for _, c := range clientComponents() {
+				if emitsEvents(c) {
+					w("      {service: %s, accounts: [%s]}\n", q(subjectEventsBase+c+".>"), q(accountOf(c)))
+				}
+			}
+			// See jsInfoImport.
+			w("      {service: %s, accounts: %s}\n", q(jsInfo), list(append(componentAccounts(), accountProxy)))
+		}
+		inboxes := map[string]bool{}
+		for _, s := range streams {
+			for _, api := range streamAPI(s) {
+				if len(readersOf[s]) == 0 {
+					continue
+				}
+				rt := ""
+				if api.streamed {
+					rt = ", response_type: stream"
+				}
+				w("      {service: %s, accounts: %s%s}\n", q(api.subject), list(readersOf[s]), rt)
+			}
+			for _, subj := range consumerCreateAPI(s) {
+				w("      {service: %s, accounts: [%s]}\n", q(subj), q(accountProxy))
+			}
+			for _, r := range readersOf[s] {
+				inboxes[r] = true
+			}
+		}
+		// Push consumers deliver into the reader's inbox space, which only
+		// that reader receives.
+		for _, r := range sortedKeys(inboxes) {
+			w("      {stream: %s, accounts: [%s]}\n", q(InboxPrefix(componentOfAccount(r))+".>"), q(r))
+		}
+		w("    ]\n  }\n")
+	}
+
+	// The proxy: checks every consumer create/update, then forwards it.
+	w("  %s {\n    users: [{nkey: %s}]\n    exports: [\n", q(accountProxy), q(keys.proxy))
+	var all []string
+	for _, c := range clientComponents() {
+		if len(ReadableStreams(c)) > 0 {
+			all = append(all, accountOf(c))
+		}
+	}
+	w("      {service: \"$JS.API.CONSUMER.CREATE.>\", accounts: %s}\n", list(all))
+	w("      {service: \"$JS.API.CONSUMER.DURABLE.CREATE.>\", accounts: %s}\n", list(all))
+	w("    ]\n    imports: [\n")
+	w("      %s\n", jsInfoImport())
+	for _, s := range allStreams() {
+		for _, subj := range consumerCreateAPI(s) {
+			w("      {service: {account: %s, subject: %s}, to: %s}\n", q(storeAccountOf(s)), q(subj), q(proxyForward+subj))
+		}
+	}
+	w("    ]\n  }\n")
+
+	// Component accounts: one client each; they hold no stream.
+	for _, c := range clientComponents() {
+		acct := accountOf(c)
+		w("  %s {\n    users: [{nkey: %s}]\n", q(acct), q(pubs[c]))
+		// What the component publishes, tap sees live. The exports are
+		// here, where the client publishes, because nats-server never
+		// passes a message that came in through a service import (as every
+		// write to a store account does) on to a stream export.
+		w("    exports: [\n")
+		if beats(c) {
+			w("      {stream: %s, accounts: %s}\n", q(HealthSubject(c)), list(without(healthReaders, acct)))
+		}
+		for _, bk := range ownedBuckets(c) {
+			w("      {stream: %s, accounts: [%s]}\n", q(KVSubject(bk, ">")), q(accountOf(Tap)))
+		}
+		if emitsEvents(c) {
+			w("      {stream: %s, accounts: [%s]}\n", q(subjectEventsBase+c+".>"), q(accountOf(Tap)))
+		}
+		w("    ]\n")
+		w("    imports: [\n")
+		w("      %s\n", jsInfoImport())
+		for _, bk := range ownedBuckets(c) {
+			w("      {service: {account: %s, subject: %s}}\n", q(storeAccountOf(streamOf(bk))), q(KVSubject(bk, ">")))
+		}
+		if emitsEvents(c) {
+			w("      {service: {account: %s, subject: %s}}\n", q(accountEvents), q(subjectEventsBase+c+".>"))
+		}
+		inboxFrom := map[string]bool{}
+		for _, s := range ReadableStreams(c) {
+			for _, api := range streamAPI(s) {
+				w("      {service: {account: %s, subject: %s}}\n", q(storeAccountOf(s)), q(api.subject))
+			}
+			for _, subj := range consumerCreateAPI(s) {
+				w("      {service: {account: %s, subject: %s}}\n", q(accountProxy), q(subj))
+			}
+			inboxFrom[storeAccountOf(s)] = true
+		}
+		for _, a := range sortedKeys(inboxFrom) {
+			w("      {stream: {account: %s, subject: %s}}\n", q(a), q(InboxPrefix(c)+".>"))
+		}
+		if c == Tap {
+			for _, bk := range Buckets {
+				w("      {stream: {account: %s, subject: %s}}\n", q(accountOf(bk.Owner)), q(KVSubject(bk.Name, ">")))
+			}
+			for _, d := range clientComponents() {
+				if emitsEvents(d) {
+					w("      {stream: {account: %s, subject: %s}}\n", q(accountOf(d)), q(subjectEventsBase+d+".>"))
+				}
+			}
+		}
+		if readsHealth[c] || c == Tap {
+			for _, d := range clientComponents() {
+				if beats(d) && d != c {
+					w("      {stream: {account: %s, subject: %s}}\n", q(accountOf(d)), q(HealthSubject(d)))
+				}
+			}
+		}
+		w("    ]\n  }\n")
+	}
+	w("}\n")
+	return b.String()
+}
+
+const jsInfo = "$JS.API.INFO"
+
+// jsInfoImport is an import of $JS.API.INFO into an account without
+// JetStream. Without one nats-server imports all of $JS.API.> from the
+// system account into it, to answer "JetStream not enabled": that import
+// would answer our imported API subjects too, racing the real answer.
+func jsInfoImport() string {
+	return fmt.Sprintf("{service: {account: %q, subject: %q}}", accountEvents, jsInfo)
+}
+
+func componentAccounts() []string {
+	var out []string
+	for _, c := range clientComponents() {
+		out = append(out, accountOf(c))
+	}
+	return out
+}
+
+// allStreams lists every stream the bus holds.
+func allStreams() []string {
+	out := []string{StreamEvents, StreamStatusEvents}
+	for _, b := range Buckets {
+		out = append(out, streamOf(b.Name))
+	}
+	return out
+}
+
+func without(list []string, x string) []string {
+	var out []string
+	for _, s := range list {
+		if s != x {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,146 @@
+package bus_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nodelet/nodelet/bus"
+	"github.com/nodelet/nodelet/bus/bustest"
+	"github.com/nodelet/nodelet/schemas"
+)
+
+// apiOp is one $JS.API.> operation as a credential would try it.
+type apiOp struct {
+	name string
+	// subject and body for credential c on stream s.
+	subject func(c, s string) string
+	body    func(c, s string) any
+	// allowed is the expected outcome, the table of bus/doc.go: readable
+	// says whether s is among the streams c may read.
+	allowed func(c string, readable bool) bool
+}
+
+func never(string, bool) bool          { return false }
+func ifReadable(_ string, r bool) bool { return r }
+func consumerName(c string) string     { return "t-" + c }
+func apiSubj(f string) func(c, s string) string {
+	return func(c, s string) string {
+		return "$JS.API." + strings.NewReplacer("<s>", s, "<n>", consumerName(c), "<c>", c).Replace(f)
+	}
+}
+
+// lastMsg asks for a message every stream holds: its last on a subject
+// seed wrote (KV buckets keep only the last revision in some).
+func lastMsg(_, s string) any {
+	if b, ok := strings.CutPrefix(s, "KV_"); ok {
+		return map[string]any{"last_by_subj": bus.KVSubject(b, "p")}
+	}
+	return map[string]any{"seq": 1}
+}
+
+var apiOps = []apiOp{
+	{"INFO", apiSubj("INFO"), nil, never},
+	{"STREAM.CREATE", apiSubj("STREAM.CREATE.<s>"), func(c, s string) any { return map[string]any{"name": s, "subjects": []string{"x." + c}} }, never},
+	{"STREAM.UPDATE", apiSubj("STREAM.UPDATE.<s>"), func(c, s string) any { return map[string]any{"name": s, "subjects": []string{"x." + c}} }, never},
+	{"STREAM.NAMES", apiSubj("STREAM.NAMES"), nil, never},
+	{"STREAM.LIST", apiSubj("STREAM.LIST"), nil, never},
+	{"STREAM.INFO", apiSubj("STREAM.INFO.<s>"), nil, ifReadable},
+	{"STREAM.MSG.GET", apiSubj("STREAM.MSG.GET.<s>"), lastMsg, ifReadable},
+	{"DIRECT.GET", apiSubj("DIRECT.GET.<s>"), lastMsg, ifReadable},
+	{"STREAM.MSG.DELETE", apiSubj("STREAM.MSG.DELETE.<s>"), func(c, s string) any { return map[string]any{"seq": 1} }, never},
+	{"STREAM.PURGE", apiSubj("STREAM.PURGE.<s>"), nil, never},
+	{"STREAM.SNAPSHOT", apiSubj("STREAM.SNAPSHOT.<s>"), func(c, s string) any { return map[string]any{"deliver_subject": bus.InboxPrefix(c) + ".snap"} }, never},
+	{"STREAM.RESTORE", apiSubj("STREAM.RESTORE.<s>"), func(c, s string) any { return map[string]any{"config": map[string]any{"name": s}} }, never},
+	{"STREAM.LEADER.STEPDOWN", apiSubj("STREAM.LEADER.STEPDOWN.<s>"), nil, never},
+	{"CONSUMER.CREATE pull", apiSubj("CONSUMER.CREATE.<s>.<n>"), func(c, s string) any {
+		return map[string]any{"stream_name": s, "config": map[string]any{"name": consumerName(c), "ack_policy": "explicit", "inactive_threshold": int64(time.Minute)}}
+	}, ifReadable},
+	{"CONSUMER.CREATE push to own inbox", apiSubj("CONSUMER.CREATE.<s>.<n>p"), func(c, s string) any {
+		return map[string]any{"stream_name": s, "config": map[string]any{"name": consumerName(c) + "p", "deliver_subject": bus.InboxPrefix(c) + ".push", "ack_policy": "none"}}
+	}, ifReadable},
+	{"CONSUMER.CREATE push elsewhere", apiSubj("CONSUMER.CREATE.<s>.<n>q"), func(c, s string) any {
+		return map[string]any{"stream_name": s, "config": map[string]any{"name": consumerName(c) + "q", "deliver_subject": "nodelet.v1.elsewhere", "ack_policy": "none"}}
+	}, never},
+	{"CONSUMER.DURABLE.CREATE own name", apiSubj("CONSUMER.DURABLE.CREATE.<s>.nodelet-<c>-t"), func(c, s string) any {
+		return map[string]any{"stream_name": s, "config": map[string]any{"durable_name": "nodelet-" + c + "-t", "ack_policy": "explicit"}}
+	}, ifReadable},
+	{"CONSUMER.DURABLE.CREATE status's name", apiSubj("CONSUMER.DURABLE.CREATE.<s>.nodelet-status-events"), func(c, s string) any {
+		return map[string]any{"stream_name": s, "config": map[string]any{"durable_name": "nodelet-status-events", "ack_policy": "explicit"}}
+	}, func(c string, r bool) bool { return r && c == bus.Status }},
+	{"CONSUMER.NAMES", apiSubj("CONSUMER.NAMES.<s>"), nil, never},
+	{"CONSUMER.LIST", apiSubj("CONSUMER.LIST.<s>"), nil, never},
+	{"CONSUMER.INFO", apiSubj("CONSUMER.INFO.<s>.<n>"), nil, ifReadable},
+	{"CONSUMER.MSG.NEXT", apiSubj("CONSUMER.MSG.NEXT.<s>.<n>"), func(c, s string) any { return map[string]any{"batch": 1, "expires": int64(2 * time.Second)} }, ifReadable},
+	{"CONSUMER.PAUSE", apiSubj("CONSUMER.PAUSE.<s>.<n>"), nil, never},
+	{"CONSUMER.LEADER.STEPDOWN", apiSubj("CONSUMER.LEADER.STEPDOWN.<s>.<n>"), nil, never},
+	{"CONSUMER.DELETE", apiSubj("CONSUMER.DELETE.<s>.<n>"), nil, ifReadable},
+	{"ACCOUNT.PURGE", apiSubj("ACCOUNT.PURGE.<c>"), nil, never},
+	{"SERVER.REMOVE", apiSubj("SERVER.REMOVE"), nil, never},
+	{"META.LEADER.STEPDOWN", apiSubj("META.LEADER.STEPDOWN"), nil, never},
+}
+
+// TestJetStreamAPIMatrix tries every operation of $JS.API.> with every
+// credential on every stream and checks exactly which succeed: those of
+// the access table in bus/doc.go, on the streams the credential reads.
+func TestJetStreamAPIMatrix(t *testing.T) {
+	b := bustest.Start(t)
+	seed(t, b)
+	ctx := ctxT(t)
+	rt := b.Connect(bus.Runtime)
+	rt.Emit(schemas.Event{Reason: "Started"})
+	if err := rt.FlushEvents(ctx); err != nil {
+		t.Fatal(err)
+	}
+	streams := []string{bus.StreamEvents, bus.StreamStatusEvents}
+	for _, bk := range bus.Buckets {
+		streams = append(streams, "KV_"+bk.Name)
+	}
+	var (
+		mu       sync.Mutex
+		mismatch []string
+		wg       sync.WaitGroup
+	)
+	for _, cred := range nonOwners("") {
+		readable := map[string]bool{}
+		for _, s := range bus.ReadableStreams(cred) {
+			readable[s] = true
+		}
+		for _, s := range streams {
+			c := b.Connect(cred)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for _, op := range apiOps {
+					var data []byte
+					if op.body != nil {
+						data, _ = json.Marshal(op.body(cred, s))
+					}
+					m, err := c.NC.Request(op.subject(cred, s), data, 500*time.Millisecond)
+					got := err == nil && !isAPIError(m)
+					if want := op.allowed(cred, readable[s]); got != want {
+						why := fmt.Sprint(err)
+						if err == nil {
+							why = string(m.Data)
+							if len(why) > 160 {
+								why = why[:160]
+							}
+						}
+						mu.Lock()
+						mismatch = append(mismatch, fmt.Sprintf("%s %s on %s: succeeded=%v, want %v (%s)", cred, op.name, s, got, want, why))
+						mu.Unlock()
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	sort.Strings(mismatch)
+	for _, m := range mismatch {
+		t.Error(m)
+	}
+}
