@@ -6,7 +6,7 @@
 #
 # Steps, one line of output each:
 #   1. apt-get install what is missing of: containerd runc
-#      containernetworking-plugins busybox-static iproute2 iptables
+#      containernetworking-plugins busybox-static bash-static iproute2 iptables
 #      etcd-server openssl util-linux procps (apt-get update only when
 #      something must be installed);
 #   2. go build -o bin/ ./cmd/... (every nodelet binary, nodelet-pause
@@ -44,7 +44,7 @@ CNI_CONF_DIR=$ETC/cni/net.d
 CNI_BIN_DIR=/usr/lib/cni
 SUBNET=${NODELET_SUBNET:-10.88.0.0/16}
 BRIDGE=nodelet0
-PACKAGES=(containerd runc containernetworking-plugins busybox-static iproute2 iptables
+PACKAGES=(containerd runc containernetworking-plugins busybox-static bash-static iproute2 iptables
   etcd-server openssl util-linux procps)
 
 step() { echo "setup: $*"; }

@@ -43,6 +43,7 @@ func startCluster(ctx context.Context, o options, undo *[]func()) (*cluster, err
 		Agnhost: filepath.Join(o.k8sBin, "agnhost"),
 		Nnp:     filepath.Join(o.k8sBin, "nnp"),
 		Pause:   filepath.Join(o.nodeletBin, "nodelet-pause"),
+		Shell:   "/bin/bash-static",
 	}, filepath.Join(o.k8sBin, "images"))
 	if err != nil {
 		return nil, fmt.Errorf("e2e image stand-ins: %w", err)

@@ -24,6 +24,12 @@ type ConformanceInputs struct {
 	Busybox string
 	// Pause is a static nodelet-pause (found or built as for BuildPause when empty).
 	Pause string
+	// Shell, when set, is a static bash that becomes /bin/sh of every
+	// busybox-based stand-in. Debian's busybox is 1.35, whose sh drops
+	// environment variables with names that are not identifiers (data-1 from
+	// a ConfigMap's envFrom); the images' busybox (1.36 and later) keeps
+	// them, and so does bash. Debian: bash-static, /bin/bash-static.
+	Shell string
 }
 
 // ConformanceImage is one stand-in for an image of registry.k8s.io that the
@@ -38,7 +44,7 @@ const e2eRegistry = "registry.k8s.io/e2e-test-images/"
 
 // conformanceRecipe is bumped whenever a stand-in changes, so that tarballs
 // of an older recipe in the cache are not reused.
-const conformanceRecipe = "c3"
+const conformanceRecipe = "c4"
 
 // ConformanceImages lists the stand-ins, by the references
 // k8s.io/kubernetes/test/utils/image gives them in v1.37.
@@ -57,6 +63,9 @@ func ConformanceImages() []ConformanceImage {
 		}
 		var l layer
 		for _, a := range strings.Fields(string(list)) {
+			if in.Shell != "" && (a == "sh" || a == "bash") {
+				continue // onBusybox puts the shell there
+			}
 			if a != "busybox" && !strings.Contains(a, "/") {
 				l.symlink("bin/"+a, "/bin/busybox")
 			}
@@ -191,6 +200,14 @@ func onBusybox(ctx context.Context, in ConformanceInputs, l layer, createdBy str
 	base, err := BusyboxImageFrom(ctx, in.Busybox)
 	if err != nil {
 		return nil, err
+	}
+	if in.Shell != "" {
+		bash, err := readStatic(in.Shell)
+		if err != nil {
+			return nil, err
+		}
+		l.file("bin/bash", 0o755, bash)
+		l.symlink("bin/sh", "/bin/bash")
 	}
 	img := base
 	if len(l.entries) > 0 {

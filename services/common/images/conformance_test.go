@@ -26,7 +26,7 @@ func TestConformanceImages(t *testing.T) {
 	if err := os.Symlink(DefaultBusybox, agnhost); err != nil {
 		t.Fatal(err)
 	}
-	tars, err := BuildConformanceImages(context.Background(), ConformanceInputs{Agnhost: agnhost, Nnp: DefaultBusybox}, filepath.Join(dir, "out"))
+	tars, err := BuildConformanceImages(context.Background(), ConformanceInputs{Agnhost: agnhost, Nnp: DefaultBusybox, Shell: "/bin/bash-static"}, filepath.Join(dir, "out"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +39,10 @@ func TestConformanceImages(t *testing.T) {
 	}
 
 	hdrs, _, _ := files(t, byRef[e2eRegistry+"busybox:1.37.0-2"], e2eRegistry+"busybox:1.37.0-2")
-	for _, applet := range []string{"bin/sysctl", "bin/sh", "bin/wget", "bin/nc"} {
+	if h := hdrs["bin/sh"]; h == nil || h.Linkname != "/bin/bash" || hdrs["bin/bash"] == nil {
+		t.Errorf("busybox /bin/sh = %+v, want the static bash", h)
+	}
+	for _, applet := range []string{"bin/sysctl", "bin/wget", "bin/nc"} {
 		if h := hdrs[applet]; h == nil || h.Typeflag != tar.TypeSymlink || h.Linkname != "/bin/busybox" {
 			t.Errorf("busybox %s = %+v, want a link to /bin/busybox", applet, h)
 		}
