@@ -179,7 +179,7 @@ func (m *Manager) startContainer(ctx context.Context, pod *corev1.Pod, ts contai
 		}
 		in := containerInputs{
 			Kind: ts.Kind, RestartCount: restartCount,
-			ImageRef: imageRef, Image: img, PodIPs: sb.IPs, Volumes: volumes,
+			ImageRef: imageRef, Image: img, PodIPs: podIPsOf(pod, sb.IPs, m.hostIPs), Volumes: volumes,
 		}
 		var err error
 		if in.EtcHosts, err = m.etcHosts(pod, sb); err != nil {
@@ -254,4 +254,14 @@ func (m *Manager) etcHosts(pod *corev1.Pod, sb *sandboxInfo) (string, error) {
 		domain = fmt.Sprintf("%s.%s.svc.%s", pod.Spec.Subdomain, pod.Namespace, m.dns.ClusterDomain)
 	}
 	return writeEtcHosts(m.cfg.Node.StateDir, pod, sb.IPs, host, domain)
+}
+
+// podIPsOf is the pod's IPs as the downward API sees them: a host-network
+// pod has the node's (the kubelet's syncPod overwrites podStatus.IPs with
+// generateAPIPodStatus's, which gives host-network pods the host IPs).
+func podIPsOf(pod *corev1.Pod, sandboxIPs, hostIPs []string) []string {
+	if pod.Spec.HostNetwork && len(sandboxIPs) == 0 {
+		return hostIPs
+	}
+	return sandboxIPs
 }
