@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nodelet/nodelet/schemas"
+	"github.com/nodelet/nodelet/services/common/podutil"
 )
 
 // containerToKill is a container computePodActions wants stopped.
@@ -220,7 +221,9 @@ initLoop:
 			if k, ok := killRunning(c, s, probe, policy != corev1.RestartPolicyNever); ok {
 				a.Kill = append(a.Kill, k)
 			}
-		case interruptedStart(s) || shouldRestart(policy, s.ExitCode):
+		case interruptedStart(s) || podutil.ContainerShouldRestart(c, &pod.Spec, s.ExitCode):
+			// The container's own restart policy and rules first, then
+			// the pod's (kubelet computePodActions, ContainerRestartRules).
 			a.Start = append(a.Start, restartOf(c, schemas.ContainerKindApp, s))
 		default:
 			done++

@@ -117,6 +117,15 @@ func TestComputePodActions(t *testing.T) {
 	changedImage.Spec.Containers[0].Image = "other:1"
 	hostNet := base.DeepCopy()
 	hostNet.Spec.HostNetwork = true
+	// Container restart rules (on by default since 1.35): restart a on
+	// exit 42 although the pod and the container say Never.
+	neverC := corev1.ContainerRestartPolicyNever
+	withRule := never(base)
+	withRule.Spec.Containers[0].RestartPolicy = &neverC
+	withRule.Spec.Containers[0].RestartPolicyRules = []corev1.ContainerRestartRule{{
+		Action:    corev1.ContainerRestartRuleActionRestart,
+		ExitCodes: &corev1.ContainerRestartRuleOnExitCodes{Operator: corev1.ContainerRestartRuleOnExitCodesOpIn, Values: []int32{42}},
+	}}
 
 	noProbes := func(string, string, string) *schemas.ProbeResult { return nil }
 	probes := func(results ...*schemas.ProbeResult) probeLookup {
@@ -166,6 +175,10 @@ func TestComputePodActions(t *testing.T) {
 			ctr(base, "a", "sb1", "exited", 1, 1), ctr(base, "b", "sb1", "running", 0, 2)), nil, "start[a(after sb1-a-1)] init-done"},
 		{"all done under Never", never(base), runtimeOf([]*sandboxInfo{sb1},
 			ctr(base, "a", "sb1", "exited", 1, 1), ctr(base, "b", "sb1", "exited", 0, 2)), nil, "init-done terminal(Completed)"},
+		{"restart rule matches under Never", withRule, runtimeOf([]*sandboxInfo{sb1},
+			ctr(base, "a", "sb1", "exited", 42, 1), ctr(base, "b", "sb1", "running", 0, 2)), nil, "start[a(after sb1-a-1)] init-done"},
+		{"restart rule does not match under Never", withRule, runtimeOf([]*sandboxInfo{sb1},
+			ctr(base, "a", "sb1", "exited", 1, 1), ctr(base, "b", "sb1", "running", 0, 2)), nil, "init-done"},
 		{"all succeeded under OnFailure", onFailure(base), runtimeOf([]*sandboxInfo{sb1},
 			ctr(base, "a", "sb1", "exited", 0, 1), ctr(base, "b", "sb1", "exited", 0, 2)), nil, "init-done terminal(Completed)"},
 		{"image changed: kill and restart", changedImage, runtimeOf([]*sandboxInfo{sb1},
