@@ -294,17 +294,6 @@ func sidecarStarted(c *corev1.Container, s *containerInfo, probe probeLookup) bo
 	return r != nil && r.Result == schemas.ProbeSuccess
 }
 
-func shouldRestart(policy corev1.RestartPolicy, exitCode int32) bool {
-	switch policy {
-	case corev1.RestartPolicyNever:
-		return false
-	case corev1.RestartPolicyOnFailure:
-		return exitCode != 0
-	default:
-		return true
-	}
-}
-
 // restartOf starts c again after its exited instance s.
 func restartOf(c *corev1.Container, kind string, s *containerInfo) containerToStart {
 	if interruptedStart(s) {
