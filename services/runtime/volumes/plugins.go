@@ -81,20 +81,27 @@ func (m *Manager) setupEmptyDir(pod *corev1.Pod, v *corev1.Volume) (string, erro
 	switch v.EmptyDir.Medium {
 	case corev1.StorageMediumDefault:
 	case corev1.StorageMediumMemory:
+		if mounted, err := isMountPoint(dir); err == nil && !mounted {
+			fresh = true // a new tmpfs needs its mode and group
+		}
 		if err := mountTmpfs(dir, m.tmpfsSize(pod, v.EmptyDir.SizeLimit)); err != nil {
 			return "", err
 		}
 	default:
 		return "", fmt.Errorf("emptyDir medium %q is not supported by nodelet", v.EmptyDir.Medium)
 	}
+	if !fresh {
+		// Set up at an earlier sync: a chmod now would drop the setgid
+		// bit fsGroup ownership gave it (the kubelet's emptyDir SetUpAt
+		// returns early once the volume is ready).
+		return dir, nil
+	}
 	// World-writable as the kubelet makes it, for non-root containers.
 	if err := os.Chmod(dir, 0o777); err != nil {
 		return "", err
 	}
-	if fresh {
-		if err := setVolumeOwnership(dir, fsGroupOf(pod), false); err != nil {
-			return "", err
-		}
+	if err := setVolumeOwnership(dir, fsGroupOf(pod), false); err != nil {
+		return "", err
 	}
 	return dir, nil
 }

@@ -1,0 +1,47 @@
+package volumes
+
+import (
+	"context"
+	"os"
+	"syscall"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/nodelet/nodelet/services/common/testenv"
+)
+
+// emptyDir volumes of a pod with an fsGroup belong to that group with the
+// setgid bit, on disk and on tmpfs, so that files a non-root container
+// creates there get the group (the EmptyDir FSGroup conformance specs).
+func TestEmptyDirFSGroup(t *testing.T) {
+	testenv.RequiresRoot(t)
+	state := t.TempDir()
+	m := New(Options{StateDir: state, Log: quietLog(),
+		NodeAllocatable: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")}})
+	group := int64(123)
+	pod := testPod("fsg",
+		vol("disk", corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}),
+		vol("mem", corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}}),
+	)
+	pod.Spec.SecurityContext = &corev1.PodSecurityContext{FSGroup: &group}
+	ctx := context.Background()
+	t.Cleanup(func() { _ = m.Teardown(ctx, string(pod.UID)) })
+	for range 2 { // Setup runs at every sync of the pod
+		paths, err := m.Setup(ctx, pod)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range []string{"disk", "mem"} {
+			fi, err := os.Stat(paths[name])
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := fi.Sys().(*syscall.Stat_t)
+			if st.Gid != uint32(group) || fi.Mode()&os.ModeSetgid == 0 || fi.Mode().Perm() != 0o777 {
+				t.Errorf("%s: gid %d mode %v, want gid 123, setgid, 0777", name, st.Gid, fi.Mode())
+			}
+		}
+	}
+}
