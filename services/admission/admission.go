@@ -132,7 +132,11 @@ func (o Options) Run(ctx context.Context, env *daemon.Env) error {
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
-	c := newController(env.Log, env.Bus, env.SetHealth, clk, node, cfg.Admission.Disabled)
+	sysctls, err := NewSysctlHandler(cfg.Admission.AllowedUnsafeSysctls, "")
+	if err != nil {
+		return fmt.Errorf("admission.allowedUnsafeSysctls: %w", err)
+	}
+	c := newController(env.Log, env.Bus, env.SetHealth, clk, node, sysctls, cfg.Admission.Disabled)
 	return c.run(ctx)
 }
 

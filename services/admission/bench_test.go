@@ -20,7 +20,7 @@ func BenchmarkAdmit(b *testing.B) {
 		c.Node.Labels = map[string]string{"zone": "a"}
 		c.Node.Taints = []config.Taint{{Key: "dedicated", Value: "x", Effect: "NoExecute"}}
 	})
-	c := newController(bustest.Logger(), nil, func(bool, string) {}, clocktesting.NewFakePassiveClock(epoch), node, false)
+	c := newController(bustest.Logger(), nil, func(bool, string) {}, clocktesting.NewFakePassiveClock(epoch), node, nil, false)
 	for i := 0; i < 110; i++ {
 		p := makePod(fmt.Sprintf("p%03d", i), i, withRequests("cpu", "10m", "memory", "16Mi"),
 			withHostPort(int32(20000+i), "", ""), withToleration("dedicated", "x", corev1.TaintEffectNoExecute))

@@ -66,9 +66,9 @@ type controller struct {
 	others                                        []*PodInfo
 }
 
-func newController(log *slog.Logger, conn *bus.Conn, health func(bool, string), clk clock.PassiveClock, node *corev1.Node, disabled bool) *controller {
+func newController(log *slog.Logger, conn *bus.Conn, health func(bool, string), clk clock.PassiveClock, node *corev1.Node, sysctls *SysctlHandler, disabled bool) *controller {
 	return &controller{
-		log: log, conn: conn, health: health, clock: clk, admitter: NewAdmitter(node), disabled: disabled,
+		log: log, conn: conn, health: health, clock: clk, admitter: NewAdmitter(node, sysctls), disabled: disabled,
 		pods: map[string]*podEntry{}, verdicts: map[string]*schemas.AdmissionVerdict{}, observed: map[string]*schemas.PodObserved{},
 		pending: map[string]struct{}{}, dirty: map[string]struct{}{}, gone: map[string]struct{}{}, announce: map[string]struct{}{},
 	}

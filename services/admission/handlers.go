@@ -96,16 +96,21 @@ type Handler interface {
 }
 
 // Admitter runs the handlers in the kubelet's order (eviction manager,
-// predicates, declared node features); the first refusal decides.
+// sysctl allowlist, predicates, declared node features); the first refusal
+// decides.
 type Admitter struct {
 	Pressure *PressureHandler
 	handlers []Handler
 }
 
-// NewAdmitter returns the admitter for node.
-func NewAdmitter(node *corev1.Node) *Admitter {
+// NewAdmitter returns the admitter for node; sysctls nil allows the safe
+// sysctls only.
+func NewAdmitter(node *corev1.Node, sysctls *SysctlHandler) *Admitter {
+	if sysctls == nil {
+		sysctls, _ = NewSysctlHandler(nil, "") // the safe set always parses
+	}
 	p := &PressureHandler{}
-	return &Admitter{Pressure: p, handlers: []Handler{p, NewPredicateHandler(node), NewFeaturesHandler(node)}}
+	return &Admitter{Pressure: p, handlers: []Handler{p, sysctls, NewPredicateHandler(node), NewFeaturesHandler(node)}}
 }
 
 // Admit decides on attrs.Pod. Pods to preempt are named only when the pod

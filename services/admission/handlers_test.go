@@ -228,7 +228,7 @@ func TestPressureHandler(t *testing.T) {
 }
 
 func TestAdmitterOrder(t *testing.T) {
-	a := NewAdmitter(testNode(t))
+	a := NewAdmitter(testNode(t), nil)
 	a.Pressure.Conditions = []corev1.NodeConditionType{corev1.NodeDiskPressure}
 	// Pressure is checked first, as the kubelet's eviction handler runs first.
 	got := a.Admit(&Attributes{Pod: makePod("p", 0, withCPU("9"), withNodeSelector("disk", "hdd"))})

@@ -175,6 +175,10 @@ type SourcesConfig struct {
 type AdmissionConfig struct {
 	// Disabled admits every pod (debugging only). Default: false.
 	Disabled bool `mapstructure:"disabled"`
+	// AllowedUnsafeSysctls are sysctls (or "prefix*" patterns) pods may set beyond the
+	// kubelet's safe set; others are refused SysctlForbidden (KubeletConfiguration
+	// allowedUnsafeSysctls). Default: none.
+	AllowedUnsafeSysctls []string `mapstructure:"allowedUnsafeSysctls"`
 }
 
 // ProberConfig configures nodelet-prober.
