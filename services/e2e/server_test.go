@@ -13,8 +13,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -24,6 +26,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nodelet/nodelet/services/common/testenv"
+	"github.com/nodelet/nodelet/services/supervisor"
 )
 
 // kubectl runs the real kubectl as the cluster admin and returns its stdout,
@@ -321,6 +324,70 @@ func TestKubeletAPI(t *testing.T) {
 		}
 		if code, body := get(masters, "/containerLogs/"+ns+"/srv/side?tailLines=x", ""); code != http.StatusBadRequest {
 			t.Errorf("bad query: %d %q", code, body)
+		}
+	})
+
+	t.Run("server SIGKILLed during logs -f", func(t *testing.T) {
+		before := n.WaitReady()
+		restarts := func() map[string]int32 {
+			p, err := pods.Get(ctx, "srv", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := map[string]int32{}
+			for _, c := range p.Status.ContainerStatuses {
+				m[c.Name] = c.RestartCount
+			}
+			return m
+		}
+		podRestarts := restarts()
+		fctx, fcancel := context.WithTimeout(ctx, 90*time.Second)
+		defer fcancel()
+		cmd := exec.CommandContext(fctx, cp.Kubectl, "--kubeconfig", cp.AdminKubeconfig, "-n", ns, "logs", "-f", "--tail=1", "srv", "-c", "app")
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(stdout)
+		if !sc.Scan() {
+			t.Fatal("logs -f gave nothing")
+		}
+		if err := syscall.Kill(before["server"].PID, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		for sc.Scan() {
+		}
+		_ = cmd.Wait()
+		if fctx.Err() != nil {
+			t.Fatal("kubectl logs -f did not end when nodelet-server was killed")
+		}
+		eventually(t, 60*time.Second, "nodelet-server back", func() bool {
+			st, err := supervisor.ReadState(n.StateDir)
+			if err != nil {
+				return false
+			}
+			for _, p := range st {
+				if p.Name == "server" {
+					return p.PID != before["server"].PID && p.State == "ready"
+				}
+			}
+			return false
+		})
+		eventually(t, 30*time.Second, "kubectl logs works again", func() bool {
+			out, _, code := kubectl(t, "", "-n", ns, "logs", "srv", "-c", "side", "--tail=1")
+			return code == 0 && out == "side-err\n"
+		})
+		after := n.WaitReady()
+		for name, p := range before {
+			if name != "server" && after[name].PID != p.PID {
+				t.Errorf("%s restarted (pid %d → %d)", name, p.PID, after[name].PID)
+			}
+		}
+		if now := restarts(); !reflect.DeepEqual(now, podRestarts) {
+			t.Errorf("container restarts %v → %v", podRestarts, now)
 		}
 	})
 }

@@ -55,14 +55,23 @@ func buildAuthn(c config.ServerAuthenticationConfig, kube kubernetes.Interface, 
 			cfg.WebhookRetryBackoff = webhookRetryBackoff()
 		}
 	}
-	a, _, err := cfg.New()
-	if err != nil {
-		return nil, nil, fmt.Errorf("server.authentication: %w", err)
-	}
 	run := func(ctx context.Context) {
 		if ca != nil {
 			ca.Run(ctx, 1)
 		}
+	}
+	if ca == nil && cfg.TokenAccessReviewClient == nil && !c.Anonymous.Enabled {
+		// Nothing to authenticate with (a standalone node with no client CA):
+		// the delegating authenticator refuses to be built; every request
+		// is 401 instead.
+		log.Warn("No authentication method: every request to the kubelet API is refused (set server.authentication.x509.clientCAFile)")
+		return authenticator.RequestFunc(func(*http.Request) (*authenticator.Response, bool, error) {
+			return nil, false, nil
+		}), run, nil
+	}
+	a, _, err := cfg.New()
+	if err != nil {
+		return nil, nil, fmt.Errorf("server.authentication: %w", err)
 	}
 	return a, run, nil
 }
