@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -269,6 +271,31 @@ func TestKubeletAPI(t *testing.T) {
 		}
 		if out := mustKubectl(t, "", "get", "--raw", "/api/v1/nodes/"+nodeName+"/proxy/healthz"); out != "ok" {
 			t.Errorf("healthz = %q", out)
+		}
+		// /metrics/resource as metrics-server scrapes it.
+		out = mustKubectl(t, "", "get", "--raw", "/api/v1/nodes/"+nodeName+"/proxy/metrics/resource")
+		parser := expfmt.NewTextParser(model.UTF8Validation)
+		fams, err := parser.TextToMetricFamilies(strings.NewReader(out))
+		if err != nil {
+			t.Fatalf("metrics/resource: %v\n%s", err, out)
+		}
+		for _, name := range []string{"node_cpu_usage_seconds_total", "node_memory_working_set_bytes",
+			"container_cpu_usage_seconds_total", "container_memory_working_set_bytes", "pod_cpu_usage_seconds_total",
+			"pod_memory_working_set_bytes", "container_start_time_seconds", "resource_scrape_error"} {
+			if fams[name] == nil {
+				t.Errorf("metrics/resource has no %s", name)
+			}
+		}
+		found = false
+		for _, m := range fams["container_memory_working_set_bytes"].GetMetric() {
+			l := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				l[lp.GetName()] = lp.GetValue()
+			}
+			found = found || (l["namespace"] == ns && l["pod"] == "srv" && l["container"] == "app")
+		}
+		if !found {
+			t.Errorf("no container_memory_working_set_bytes{namespace=%q,pod=\"srv\",container=\"app\"}", ns)
 		}
 	})
 
