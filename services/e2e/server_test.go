@@ -382,6 +382,9 @@ func TestKubeletAPI(t *testing.T) {
 		if !sc.Scan() {
 			t.Fatal("logs -f gave nothing")
 		}
+		if before["server"].PID <= 0 {
+			t.Fatalf("no nodelet-server pid: %+v", before)
+		}
 		if err := syscall.Kill(before["server"].PID, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
