@@ -70,6 +70,66 @@ func mustKubectl(t testing.TB, stdin string, args ...string) string {
 	return out
 }
 
+// nodeletCLI runs bin/nodelet against node n.
+func nodeletCLI(t testing.TB, n *node, stdin string, args ...string) (string, string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "nodelet"), args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return out.String(), errb.String(), ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("nodelet %v: %v", args, err)
+	}
+	return out.String(), errb.String(), 0
+}
+
+const chattyManifest = `apiVersion: v1
+kind: Pod
+metadata:
+  name: chatty
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: talk
+    image: nodelet.local/busybox:1.35
+    imagePullPolicy: Never
+    command: [sh, -c, "echo hello-standalone; trap 'exit 0' TERM; while true; do sleep 1; done"]
+`
+
+// TestStandaloneLogsExec: a node without a control plane is debuggable
+// through its own kubelet API with the node-local client certificate.
+func TestStandaloneLogsExec(t *testing.T) {
+	n := newNode(t, nodeOptions{})
+	n.WriteManifest("chatty.yaml", chattyManifest)
+	n.WaitPod("chatty-"+nodeName, 90*time.Second, "Running", runningReady)
+	eventually(t, 30*time.Second, "nodelet logs", func() bool {
+		out, _, code := nodeletCLI(t, n, "", "logs", "--config", n.Config, "chatty-"+nodeName)
+		return code == 0 && out == "hello-standalone\n"
+	})
+	out, errs, code := nodeletCLI(t, n, "", "exec", "--config", n.Config, "chatty-"+nodeName, "--", "sh", "-c", "echo in-container; exit 3")
+	if code != 3 || out != "in-container\n" {
+		t.Errorf("nodelet exec: %q exit %d, stderr %q", out, code, errs)
+	}
+	// Without credentials the same API answers 401.
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	resp, err := c.Get(fmt.Sprintf("https://127.0.0.1:%d/pods", n.ServerPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("no credentials: %d", resp.StatusCode)
+	}
+}
+
 // serverPod has what the kubelet API tests read: a container that ticks
 // (logs -f), one that writes stdout and stderr once, a web server
 // (port-forward) and one that fails its first attempt (--previous).
@@ -351,6 +411,17 @@ func TestKubeletAPI(t *testing.T) {
 		}
 		if code, body := get(masters, "/containerLogs/"+ns+"/srv/side?tailLines=x", ""); code != http.StatusBadRequest {
 			t.Errorf("bad query: %d %q", code, body)
+		}
+	})
+
+	t.Run("nodelet logs and exec", func(t *testing.T) {
+		out, errs, code := nodeletCLI(t, n, "", "logs", "--config", n.Config, "-n", ns, "srv", "-c", "side")
+		if code != 0 || out != "side-out\nside-err\n" {
+			t.Errorf("nodelet logs: %q exit %d, stderr %q", out, code, errs)
+		}
+		out, errs, code = nodeletCLI(t, n, "via-cli\n", "exec", "--config", n.Config, "-i", ns+"/srv", "-c", "side", "--", "sh", "-c", "cat; exit 5")
+		if code != 5 || out != "via-cli\n" {
+			t.Errorf("nodelet exec: %q exit %d, stderr %q", out, code, errs)
 		}
 	})
 
