@@ -187,8 +187,6 @@ type ServerConfig struct {
 	Authorization ServerAuthorizationConfig `mapstructure:"authorization"`
 	// Kubeconfig for TokenReview and SubjectAccessReview; empty uses sources.kubeconfig. Default: "".
 	Kubeconfig string `mapstructure:"kubeconfig"`
-	// StreamingConnectionIdleTimeout ends an idle exec, attach or port-forward stream. Default: 4h.
-	StreamingConnectionIdleTimeout time.Duration `mapstructure:"streamingConnectionIdleTimeout"`
 }
 
 // ServerAuthenticationConfig is KubeletAuthentication.

@@ -92,7 +92,6 @@ func Defaults() *Config {
 				Mode:    "Webhook",
 				Webhook: ServerWebhookAuthzConfig{CacheAuthorizedTTL: 5 * time.Minute, CacheUnauthorizedTTL: 30 * time.Second},
 			},
-			StreamingConnectionIdleTimeout: 4 * time.Hour,
 		},
 		GC: GCConfig{
 			ContainerGCPeriod:           time.Minute,
