@@ -148,7 +148,7 @@ func serverPod(ns string) *corev1.Pod {
 			Volumes:                       []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
 			Containers: []corev1.Container{
 				bb("app", `trap 'exit 0' TERM; i=0; while true; do i=$((i+1)); echo tick-$i; sleep 1; done`),
-				bb("side", `echo side-out; echo side-err >&2; trap 'exit 0' TERM; while true; do sleep 1; done`),
+				bb("side", `echo side-out; sleep 1; echo side-err >&2; trap 'exit 0' TERM; while true; do sleep 1; done`),
 				bb("web", `mkdir -p /tmp/www && echo hello-through-port-forward > /tmp/www/index.html && exec httpd -f -p 8080 -h /tmp/www`),
 				bb("crash", `n=$(cat /data/n 2>/dev/null || echo 0); n=$((n+1)); echo $n > /data/n; echo attempt-$n; `+
 					`if [ $n = 1 ]; then exit 1; fi; trap 'exit 0' TERM; while true; do sleep 1; done`),

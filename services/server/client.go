@@ -121,15 +121,17 @@ func (c *Client) Logs(ctx context.Context, namespace, pod, container string, o L
 // kubectl does. A non-zero exit of cmd is a k8s.io/client-go/util/exec
 // CodeExitError.
 func (c *Client) Exec(ctx context.Context, namespace, pod, container string, cmd []string, tty bool, stdin io.Reader, stdout, stderr io.Writer) error {
-	q := url.Values{"command": cmd}
-	q.Set("stdout", "1")
+	// The kubelet's exec parameters (input, output, error, tty), as
+	// kube-apiserver sends them.
+	q := url.Values{corev1.ExecCommandParam: cmd}
+	q.Set(corev1.ExecStdoutParam, "1")
 	if stdin != nil {
-		q.Set("stdin", "1")
+		q.Set(corev1.ExecStdinParam, "1")
 	}
 	if tty {
-		q.Set("tty", "1")
+		q.Set(corev1.ExecTTYParam, "1")
 	} else {
-		q.Set("stderr", "1")
+		q.Set(corev1.ExecStderrParam, "1")
 	}
 	u, err := url.Parse(c.base + "/exec/" + url.PathEscape(namespace) + "/" + url.PathEscape(pod) + "/" + url.PathEscape(container) + "?" + q.Encode())
 	if err != nil {
