@@ -423,6 +423,52 @@ func TestKubeletAPI(t *testing.T) {
 		if code != 5 || out != "via-cli\n" {
 			t.Errorf("nodelet exec: %q exit %d, stderr %q", out, code, errs)
 		}
+		// With a TTY (the WebSocket stream translated to the runtime's SPDY).
+		out, errs, code = nodeletCLI(t, n, "", "exec", "--config", n.Config, "-t", ns+"/srv", "-c", "side", "--", "tty")
+		if code != 0 || !strings.HasPrefix(out, "/dev/pts/") {
+			t.Errorf("nodelet exec -t tty: %q exit %d, stderr %q", out, code, errs)
+		}
+	})
+
+	t.Run("cp and attach", func(t *testing.T) {
+		dir := t.TempDir()
+		src := filepath.Join(dir, "in.txt")
+		if err := os.WriteFile(src, []byte("copied-through-exec\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		mustKubectl(t, "", "-n", ns, "cp", src, "srv:/tmp/in.txt", "-c", "side")
+		if out := mustKubectl(t, "", "-n", ns, "exec", "srv", "-c", "side", "--", "cat", "/tmp/in.txt"); out != "copied-through-exec\n" {
+			t.Errorf("after kubectl cp in: %q", out)
+		}
+		dst := filepath.Join(dir, "out.txt")
+		mustKubectl(t, "", "-n", ns, "cp", "srv:/tmp/in.txt", dst, "-c", "side")
+		if b, err := os.ReadFile(dst); err != nil || string(b) != "copied-through-exec\n" {
+			t.Errorf("after kubectl cp out: %q %v", b, err)
+		}
+		// attach to the ticking container: its output arrives live.
+		actx, acancel := context.WithTimeout(ctx, 60*time.Second)
+		defer acancel()
+		cmd := exec.CommandContext(actx, cp.Kubectl, "--kubeconfig", cp.AdminKubeconfig, "-n", ns, "attach", "srv", "-c", "app")
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		errb := &testenv.Buffer{}
+		cmd.Stderr = errb
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { acancel(); _ = cmd.Wait() }()
+		sc := bufio.NewScanner(stdout)
+		got := ""
+		for got == "" && sc.Scan() {
+			if strings.HasPrefix(sc.Text(), "tick-") {
+				got = sc.Text()
+			}
+		}
+		if got == "" {
+			t.Fatalf("kubectl attach gave no tick; stderr %s", errb.String())
+		}
 	})
 
 	t.Run("server SIGKILLed during logs -f", func(t *testing.T) {
