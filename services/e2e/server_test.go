@@ -107,7 +107,8 @@ spec:
 // TestStandaloneLogsExec: a node without a control plane is debuggable
 // through its own kubelet API with the node-local client certificate.
 func TestStandaloneLogsExec(t *testing.T) {
-	n := newNode(t, nodeOptions{})
+	roPort := freePort(t)
+	n := newNode(t, nodeOptions{Server: fmt.Sprintf("  readOnlyPort: %d\n", roPort)})
 	n.WriteManifest("chatty.yaml", chattyManifest)
 	n.WaitPod("chatty-"+nodeName, 90*time.Second, "Running", runningReady)
 	eventually(t, 30*time.Second, "nodelet logs", func() bool {
@@ -127,6 +128,17 @@ func TestStandaloneLogsExec(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("no credentials: %d", resp.StatusCode)
+	}
+	// server.readOnlyPort: the read-only paths over HTTP, nothing else.
+	for path, want := range map[string]int{"/pods": 200, "/healthz": 200, "/containerLogs/default/chatty-" + nodeName + "/talk": 404} {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d%s", roPort, path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("read-only port %s: %d, want %d", path, resp.StatusCode, want)
+		}
 	}
 }
 

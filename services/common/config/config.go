@@ -151,7 +151,8 @@ type ProberConfig struct {
 
 // StatusConfig configures nodelet-status.
 type StatusConfig struct {
-	// ReadOnlyAddress of the kubelet-style HTTP API; empty disables it. Default: 127.0.0.1:10255.
+	// ReadOnlyAddress of the kubelet-style read-only HTTP API (no authentication); empty disables it, as the
+	// kubelet's readOnlyPort 0. deploy/nodelet.yaml turns it on at 127.0.0.1:10255 for standalone nodes. Default: "".
 	ReadOnlyAddress string `mapstructure:"readOnlyAddress"`
 	// NodeStatusUpdateFrequency: node status computed and written when changed. Default: 10s.
 	NodeStatusUpdateFrequency time.Duration `mapstructure:"nodeStatusUpdateFrequency"`

@@ -74,7 +74,6 @@ func Defaults() *Config {
 			KubeAPIBurst:       100,
 		},
 		Status: StatusConfig{
-			ReadOnlyAddress:           "127.0.0.1:10255",
 			NodeStatusUpdateFrequency: 10 * time.Second,
 			NodeStatusReportFrequency: 5 * time.Minute,
 			NodeLeaseDurationSeconds:  40,
