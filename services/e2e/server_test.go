@@ -13,17 +13,22 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodelet/nodelet/services/common/testenv"
+	"github.com/nodelet/nodelet/services/supervisor"
 )
 
 // kubectl runs the real kubectl as the cluster admin and returns its stdout,
@@ -65,6 +70,78 @@ func mustKubectl(t testing.TB, stdin string, args ...string) string {
 	return out
 }
 
+// nodeletCLI runs bin/nodelet against node n.
+func nodeletCLI(t testing.TB, n *node, stdin string, args ...string) (string, string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "nodelet"), args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return out.String(), errb.String(), ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("nodelet %v: %v", args, err)
+	}
+	return out.String(), errb.String(), 0
+}
+
+const chattyManifest = `apiVersion: v1
+kind: Pod
+metadata:
+  name: chatty
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: talk
+    image: nodelet.local/busybox:1.35
+    imagePullPolicy: Never
+    command: [sh, -c, "echo hello-standalone; trap 'exit 0' TERM; while true; do sleep 1; done"]
+`
+
+// TestStandaloneLogsExec: a node without a control plane is debuggable
+// through its own kubelet API with the node-local client certificate.
+func TestStandaloneLogsExec(t *testing.T) {
+	roPort := freePort(t)
+	n := newNode(t, nodeOptions{Server: fmt.Sprintf("  readOnlyPort: %d\n", roPort)})
+	n.WriteManifest("chatty.yaml", chattyManifest)
+	n.WaitPod("chatty-"+nodeName, 90*time.Second, "Running", runningReady)
+	eventually(t, 30*time.Second, "nodelet logs", func() bool {
+		out, _, code := nodeletCLI(t, n, "", "logs", "--config", n.Config, "chatty-"+nodeName)
+		return code == 0 && out == "hello-standalone\n"
+	})
+	out, errs, code := nodeletCLI(t, n, "", "exec", "--config", n.Config, "chatty-"+nodeName, "--", "sh", "-c", "echo in-container; exit 3")
+	if code != 3 || out != "in-container\n" {
+		t.Errorf("nodelet exec: %q exit %d, stderr %q", out, code, errs)
+	}
+	// Without credentials the same API answers 401.
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	resp, err := c.Get(fmt.Sprintf("https://127.0.0.1:%d/pods", n.ServerPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("no credentials: %d", resp.StatusCode)
+	}
+	// server.readOnlyPort: the read-only paths over HTTP, nothing else.
+	for path, want := range map[string]int{"/pods": 200, "/healthz": 200, "/containerLogs/default/chatty-" + nodeName + "/talk": 404} {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d%s", roPort, path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("read-only port %s: %d, want %d", path, resp.StatusCode, want)
+		}
+	}
+}
+
 // serverPod has what the kubelet API tests read: a container that ticks
 // (logs -f), one that writes stdout and stderr once, a web server
 // (port-forward) and one that fails its first attempt (--previous).
@@ -83,7 +160,7 @@ func serverPod(ns string) *corev1.Pod {
 			Volumes:                       []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
 			Containers: []corev1.Container{
 				bb("app", `trap 'exit 0' TERM; i=0; while true; do i=$((i+1)); echo tick-$i; sleep 1; done`),
-				bb("side", `echo side-out; echo side-err >&2; trap 'exit 0' TERM; while true; do sleep 1; done`),
+				bb("side", `echo side-out; sleep 1; echo side-err >&2; trap 'exit 0' TERM; while true; do sleep 1; done`),
 				bb("web", `mkdir -p /tmp/www && echo hello-through-port-forward > /tmp/www/index.html && exec httpd -f -p 8080 -h /tmp/www`),
 				bb("crash", `n=$(cat /data/n 2>/dev/null || echo 0); n=$((n+1)); echo $n > /data/n; echo attempt-$n; `+
 					`if [ $n = 1 ]; then exit 1; fi; trap 'exit 0' TERM; while true; do sleep 1; done`),
@@ -267,6 +344,31 @@ func TestKubeletAPI(t *testing.T) {
 		if out := mustKubectl(t, "", "get", "--raw", "/api/v1/nodes/"+nodeName+"/proxy/healthz"); out != "ok" {
 			t.Errorf("healthz = %q", out)
 		}
+		// /metrics/resource as metrics-server scrapes it.
+		out = mustKubectl(t, "", "get", "--raw", "/api/v1/nodes/"+nodeName+"/proxy/metrics/resource")
+		parser := expfmt.NewTextParser(model.UTF8Validation)
+		fams, err := parser.TextToMetricFamilies(strings.NewReader(out))
+		if err != nil {
+			t.Fatalf("metrics/resource: %v\n%s", err, out)
+		}
+		for _, name := range []string{"node_cpu_usage_seconds_total", "node_memory_working_set_bytes",
+			"container_cpu_usage_seconds_total", "container_memory_working_set_bytes", "pod_cpu_usage_seconds_total",
+			"pod_memory_working_set_bytes", "container_start_time_seconds", "resource_scrape_error"} {
+			if fams[name] == nil {
+				t.Errorf("metrics/resource has no %s", name)
+			}
+		}
+		found = false
+		for _, m := range fams["container_memory_working_set_bytes"].GetMetric() {
+			l := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				l[lp.GetName()] = lp.GetValue()
+			}
+			found = found || (l["namespace"] == ns && l["pod"] == "srv" && l["container"] == "app")
+		}
+		if !found {
+			t.Errorf("no container_memory_working_set_bytes{namespace=%q,pod=\"srv\",container=\"app\"}", ns)
+		}
 	})
 
 	t.Run("401 and 403", func(t *testing.T) {
@@ -321,6 +423,130 @@ func TestKubeletAPI(t *testing.T) {
 		}
 		if code, body := get(masters, "/containerLogs/"+ns+"/srv/side?tailLines=x", ""); code != http.StatusBadRequest {
 			t.Errorf("bad query: %d %q", code, body)
+		}
+	})
+
+	t.Run("nodelet logs and exec", func(t *testing.T) {
+		out, errs, code := nodeletCLI(t, n, "", "logs", "--config", n.Config, "-n", ns, "srv", "-c", "side")
+		if code != 0 || out != "side-out\nside-err\n" {
+			t.Errorf("nodelet logs: %q exit %d, stderr %q", out, code, errs)
+		}
+		out, errs, code = nodeletCLI(t, n, "via-cli\n", "exec", "--config", n.Config, "-i", ns+"/srv", "-c", "side", "--", "sh", "-c", "cat; exit 5")
+		if code != 5 || out != "via-cli\n" {
+			t.Errorf("nodelet exec: %q exit %d, stderr %q", out, code, errs)
+		}
+		// With a TTY (the WebSocket stream translated to the runtime's SPDY).
+		out, errs, code = nodeletCLI(t, n, "", "exec", "--config", n.Config, "-t", ns+"/srv", "-c", "side", "--", "tty")
+		if code != 0 || !strings.HasPrefix(out, "/dev/pts/") {
+			t.Errorf("nodelet exec -t tty: %q exit %d, stderr %q", out, code, errs)
+		}
+	})
+
+	t.Run("cp and attach", func(t *testing.T) {
+		dir := t.TempDir()
+		src := filepath.Join(dir, "in.txt")
+		if err := os.WriteFile(src, []byte("copied-through-exec\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		mustKubectl(t, "", "-n", ns, "cp", src, "srv:/tmp/in.txt", "-c", "side")
+		if out := mustKubectl(t, "", "-n", ns, "exec", "srv", "-c", "side", "--", "cat", "/tmp/in.txt"); out != "copied-through-exec\n" {
+			t.Errorf("after kubectl cp in: %q", out)
+		}
+		dst := filepath.Join(dir, "out.txt")
+		mustKubectl(t, "", "-n", ns, "cp", "srv:/tmp/in.txt", dst, "-c", "side")
+		if b, err := os.ReadFile(dst); err != nil || string(b) != "copied-through-exec\n" {
+			t.Errorf("after kubectl cp out: %q %v", b, err)
+		}
+		// attach to the ticking container: its output arrives live.
+		actx, acancel := context.WithTimeout(ctx, 60*time.Second)
+		defer acancel()
+		cmd := exec.CommandContext(actx, cp.Kubectl, "--kubeconfig", cp.AdminKubeconfig, "-n", ns, "attach", "srv", "-c", "app")
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		errb := &testenv.Buffer{}
+		cmd.Stderr = errb
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { acancel(); _ = cmd.Wait() }()
+		sc := bufio.NewScanner(stdout)
+		got := ""
+		for got == "" && sc.Scan() {
+			if strings.HasPrefix(sc.Text(), "tick-") {
+				got = sc.Text()
+			}
+		}
+		if got == "" {
+			t.Fatalf("kubectl attach gave no tick; stderr %s", errb.String())
+		}
+	})
+
+	t.Run("server SIGKILLed during logs -f", func(t *testing.T) {
+		before := n.WaitReady()
+		restarts := func() map[string]int32 {
+			p, err := pods.Get(ctx, "srv", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := map[string]int32{}
+			for _, c := range p.Status.ContainerStatuses {
+				m[c.Name] = c.RestartCount
+			}
+			return m
+		}
+		podRestarts := restarts()
+		fctx, fcancel := context.WithTimeout(ctx, 90*time.Second)
+		defer fcancel()
+		cmd := exec.CommandContext(fctx, cp.Kubectl, "--kubeconfig", cp.AdminKubeconfig, "-n", ns, "logs", "-f", "--tail=1", "srv", "-c", "app")
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(stdout)
+		if !sc.Scan() {
+			t.Fatal("logs -f gave nothing")
+		}
+		if before["server"].PID <= 0 {
+			t.Fatalf("no nodelet-server pid: %+v", before)
+		}
+		if err := syscall.Kill(before["server"].PID, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		for sc.Scan() {
+		}
+		_ = cmd.Wait()
+		if fctx.Err() != nil {
+			t.Fatal("kubectl logs -f did not end when nodelet-server was killed")
+		}
+		eventually(t, 60*time.Second, "nodelet-server back", func() bool {
+			st, err := supervisor.ReadState(n.StateDir)
+			if err != nil {
+				return false
+			}
+			for _, p := range st {
+				if p.Name == "server" {
+					return p.PID != before["server"].PID && p.State == "ready"
+				}
+			}
+			return false
+		})
+		eventually(t, 30*time.Second, "kubectl logs works again", func() bool {
+			out, _, code := kubectl(t, "", "-n", ns, "logs", "srv", "-c", "side", "--tail=1")
+			return code == 0 && out == "side-err\n"
+		})
+		after := n.WaitReady()
+		for name, p := range before {
+			if name != "server" && after[name].PID != p.PID {
+				t.Errorf("%s restarted (pid %d → %d)", name, p.PID, after[name].PID)
+			}
+		}
+		if now := restarts(); !reflect.DeepEqual(now, podRestarts) {
+			t.Errorf("container restarts %v → %v", podRestarts, now)
 		}
 	})
 }

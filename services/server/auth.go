@@ -31,7 +31,10 @@ func webhookRetryBackoff() *wait.Backoff {
 // x509 client certificates against clientCAFile (reloaded when it changes),
 // bearer tokens through a cached TokenReview, anonymous as configured. The
 // returned function runs the CA file's reloader until ctx ends.
-func buildAuthn(c config.ServerAuthenticationConfig, kube kubernetes.Interface, log *slog.Logger) (authenticator.Request, func(context.Context), error) {
+//
+// localCA, when set, is the node-local CA of `nodelet logs`/`nodelet exec`
+// (LocalClient), trusted beside clientCAFile.
+func buildAuthn(c config.ServerAuthenticationConfig, localCA []byte, kube kubernetes.Interface, log *slog.Logger) (authenticator.Request, func(context.Context), error) {
 	cfg := authenticatorfactory.DelegatingAuthenticatorConfig{
 		Anonymous: &apiserverapi.AnonymousAuthConfig{Enabled: c.Anonymous.Enabled},
 		CacheTTL:  c.Webhook.CacheTTL,
@@ -45,6 +48,17 @@ func buildAuthn(c config.ServerAuthenticationConfig, kube kubernetes.Interface, 
 		}
 		cfg.ClientCertificateCAContentProvider = ca
 	}
+	if localCA != nil {
+		local, err := dynamiccertificates.NewStaticCAContent("nodelet-local-ca", localCA)
+		if err != nil {
+			return nil, nil, fmt.Errorf("node-local CA: %w", err)
+		}
+		if ca != nil {
+			cfg.ClientCertificateCAContentProvider = dynamiccertificates.NewUnionCAContentProvider(ca, local)
+		} else {
+			cfg.ClientCertificateCAContentProvider = local
+		}
+	}
 	if c.Webhook.Enabled {
 		if kube == nil {
 			// The kubelet refuses to start here; a standalone node has no
@@ -55,14 +69,23 @@ func buildAuthn(c config.ServerAuthenticationConfig, kube kubernetes.Interface, 
 			cfg.WebhookRetryBackoff = webhookRetryBackoff()
 		}
 	}
-	a, _, err := cfg.New()
-	if err != nil {
-		return nil, nil, fmt.Errorf("server.authentication: %w", err)
-	}
 	run := func(ctx context.Context) {
 		if ca != nil {
 			ca.Run(ctx, 1)
 		}
+	}
+	if cfg.ClientCertificateCAContentProvider == nil && cfg.TokenAccessReviewClient == nil && !c.Anonymous.Enabled {
+		// Nothing to authenticate with (a standalone node with no client CA):
+		// the delegating authenticator refuses to be built; every request
+		// is 401 instead.
+		log.Warn("No authentication method: every request to the kubelet API is refused (set server.authentication.x509.clientCAFile)")
+		return authenticator.RequestFunc(func(*http.Request) (*authenticator.Response, bool, error) {
+			return nil, false, nil
+		}), run, nil
+	}
+	a, _, err := cfg.New()
+	if err != nil {
+		return nil, nil, fmt.Errorf("server.authentication: %w", err)
 	}
 	return a, run, nil
 }

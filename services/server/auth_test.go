@@ -1,11 +1,27 @@
 package server
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"io"
+	"log/slog"
+	"math/big"
+	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"reflect"
 	"testing"
+	"time"
 
 	"k8s.io/apiserver/pkg/authentication/user"
+
+	"github.com/nodelet/nodelet/services/common/config"
 )
 
 // TestRequestAttributes holds the kubelet's table
@@ -78,4 +94,98 @@ func TestIsSubpath(t *testing.T) {
 			t.Errorf("isSubpath(%q, %q) = %v, want %v", tc.sub, tc.path, got, tc.want)
 		}
 	}
+}
+
+// TestWithAuth runs the kubelet's filter over the authenticators and
+// authorizers buildAuthn/buildAuthz make without an API server: client
+// certificates against the client CA, nothing else.
+func TestWithAuth(t *testing.T) {
+	dir := t.TempDir()
+	caCert, caKey := testCA(t)
+	caFile := filepath.Join(dir, "ca.crt")
+	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caCert.Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	client := testClientCert(t, caCert, caKey, "alice", "devs")
+	for _, tc := range []struct {
+		name     string
+		authn    config.ServerAuthenticationConfig
+		mode     string
+		cert     bool
+		wantCode int
+		wantBody string
+	}{
+		{name: "standalone, no method", mode: "Webhook", wantCode: 401, wantBody: "Unauthorized"},
+		{name: "no certificate", authn: config.ServerAuthenticationConfig{X509: config.ServerX509Config{ClientCAFile: caFile}},
+			mode: "AlwaysAllow", wantCode: 401, wantBody: "Unauthorized"},
+		{name: "certificate, AlwaysAllow", authn: config.ServerAuthenticationConfig{X509: config.ServerX509Config{ClientCAFile: caFile}},
+			mode: "AlwaysAllow", cert: true, wantCode: 200, wantBody: "ok"},
+		{name: "certificate, Webhook without API server", authn: config.ServerAuthenticationConfig{X509: config.ServerX509Config{ClientCAFile: caFile}},
+			mode: "Webhook", cert: true, wantCode: 403, wantBody: "Forbidden (user=alice, verb=get, resource=nodes, subresource(s)=[pods proxy])\n"},
+		{name: "anonymous, AlwaysAllow", authn: config.ServerAuthenticationConfig{Anonymous: config.ServerAnonymousConfig{Enabled: true}},
+			mode: "AlwaysAllow", wantCode: 200, wantBody: "ok"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			log := slog.New(slog.NewTextHandler(io.Discard, nil))
+			authn, _, err := buildAuthn(tc.authn, nil, nil, log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			authz, err := buildAuthz(config.ServerAuthorizationConfig{Mode: tc.mode}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := &Service{authn: authn, authz: authz, nodeName: "node-a", log: log}
+			h := s.withAuth(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok")) }))
+			r := httptest.NewRequest("GET", "/pods", nil)
+			if tc.cert {
+				r.TLS = &tls.ConnectionState{PeerCertificates: []*x509.Certificate{client}}
+			}
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			if w.Code != tc.wantCode || w.Body.String() != tc.wantBody {
+				t.Errorf("got %d %q, want %d %q", w.Code, w.Body.String(), tc.wantCode, tc.wantBody)
+			}
+		})
+	}
+}
+
+func testCA(t *testing.T) (*x509.Certificate, *ecdsa.PrivateKey) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test-ca"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true, IsCA: true}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, key
+}
+
+func testClientCert(t *testing.T, ca *x509.Certificate, caKey *ecdsa.PrivateKey, cn, org string) *x509.Certificate {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: cn, Organization: []string{org}},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

@@ -22,6 +22,7 @@ func (s *Service) Handler() http.Handler {
 	for _, p := range []string{"/pods", "/pods/", "/healthz", "/healthz/", "/spec", "/spec/", "/stats/", "/metrics", "/metrics/"} {
 		mux.Handle("GET "+p, s.readOnly)
 	}
+	mux.Handle("GET /metrics/resource", resourceMetricsHandler(statusSummary(s.cfg.Node.StateDir), s.log))
 	mux.HandleFunc("GET /configz", s.serveConfigz)
 	mux.HandleFunc("GET /containerLogs/{podNamespace}/{podID}/{containerName}", s.serveContainerLogs)
 	for _, m := range []string{"GET", "POST"} {

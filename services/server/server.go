@@ -85,13 +85,18 @@ func New(o Options) (*Service, error) {
 	if s.readOnly == nil {
 		s.readOnly = statusProxy(o.Config.Node.StateDir)
 	}
-	var err error
-	if s.authn, s.runAuthn, err = buildAuthn(o.Config.Server.Authentication, o.Kube, o.Log); err != nil {
+	localCA, err := ensureLocalClient(o.Config.Node.StateDir)
+	if err != nil {
+		return nil, fmt.Errorf("node-local client certificate: %w", err)
+	}
+	if s.authn, s.runAuthn, err = buildAuthn(o.Config.Server.Authentication, localCA, o.Kube, o.Log); err != nil {
 		return nil, err
 	}
-	if s.authz, err = buildAuthz(o.Config.Server.Authorization, o.Kube); err != nil {
+	authz, err := buildAuthz(o.Config.Server.Authorization, o.Kube)
+	if err != nil {
 		return nil, err
 	}
+	s.authz = localAdminAllowed{next: authz}
 	return s, nil
 }
 

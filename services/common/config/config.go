@@ -189,7 +189,8 @@ type ProberConfig struct {
 
 // StatusConfig configures nodelet-status.
 type StatusConfig struct {
-	// ReadOnlyAddress of the kubelet-style HTTP API; empty disables it. Default: 127.0.0.1:10255.
+	// ReadOnlyAddress of the kubelet-style read-only HTTP API (no authentication); empty disables it, as the
+	// kubelet's readOnlyPort 0. deploy/nodelet.yaml turns it on at 127.0.0.1:10255 for standalone nodes. Default: "".
 	ReadOnlyAddress string `mapstructure:"readOnlyAddress"`
 	// NodeStatusUpdateFrequency: node status computed and written when changed. Default: 10s.
 	NodeStatusUpdateFrequency time.Duration `mapstructure:"nodeStatusUpdateFrequency"`
@@ -225,8 +226,6 @@ type ServerConfig struct {
 	Authorization ServerAuthorizationConfig `mapstructure:"authorization"`
 	// Kubeconfig for TokenReview and SubjectAccessReview; empty uses sources.kubeconfig. Default: "".
 	Kubeconfig string `mapstructure:"kubeconfig"`
-	// StreamingConnectionIdleTimeout ends an idle exec, attach or port-forward stream. Default: 4h.
-	StreamingConnectionIdleTimeout time.Duration `mapstructure:"streamingConnectionIdleTimeout"`
 }
 
 // ServerAuthenticationConfig is KubeletAuthentication.

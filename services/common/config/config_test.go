@@ -29,7 +29,7 @@ func TestDefaults(t *testing.T) {
 	}
 	if cfg.Sources.FileCheckFrequency != 20*time.Second || cfg.Status.NodeStatusUpdateFrequency != 10*time.Second ||
 		cfg.GC.ImageGCHighThresholdPercent != 85 || cfg.Node.MaxPods != 110 || cfg.Bus.Listen != "127.0.0.1:4250" ||
-		cfg.Runtime.Endpoint != "unix:///run/containerd/containerd.sock" || cfg.Status.ReadOnlyAddress != "127.0.0.1:10255" ||
+		cfg.Runtime.Endpoint != "unix:///run/containerd/containerd.sock" || cfg.Status.ReadOnlyAddress != "" ||
 		cfg.Node.StateDir != "/var/lib/nodelet" || cfg.GC.EvictionHard["memory.available"] != "100Mi" {
 		t.Fatalf("defaults: %+v", cfg)
 	}

@@ -75,7 +75,6 @@ func Defaults() *Config {
 			KubeAPIBurst:       100,
 		},
 		Status: StatusConfig{
-			ReadOnlyAddress:           "127.0.0.1:10255",
 			NodeStatusUpdateFrequency: 10 * time.Second,
 			NodeStatusReportFrequency: 5 * time.Minute,
 			NodeLeaseDurationSeconds:  40,
@@ -93,7 +92,6 @@ func Defaults() *Config {
 				Mode:    "Webhook",
 				Webhook: ServerWebhookAuthzConfig{CacheAuthorizedTTL: 5 * time.Minute, CacheUnauthorizedTTL: 30 * time.Second},
 			},
-			StreamingConnectionIdleTimeout: 4 * time.Hour,
 		},
 		GC: GCConfig{
 			ContainerGCPeriod:           time.Minute,

@@ -187,9 +187,6 @@ func (c *Config) Validate() error {
 			return positiveDur("server.authorization.webhook.cacheUnauthorizedTTL", c.Server.Authorization.Webhook.CacheUnauthorizedTTL)
 		},
 		func() error { return absPath("server.kubeconfig", c.Server.Kubeconfig, true) },
-		func() error {
-			return positiveDur("server.streamingConnectionIdleTimeout", c.Server.StreamingConnectionIdleTimeout)
-		},
 		func() error { return positiveDur("gc.containerGCPeriod", c.GC.ContainerGCPeriod) },
 		func() error { return nonNegative("gc.maxPerPodContainer", c.GC.MaxPerPodContainer) },
 		func() error {
