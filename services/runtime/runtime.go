@@ -397,9 +397,13 @@ func (m *Manager) event(pod *corev1.Pod, c *corev1.Container, kind, typ, reason,
 		Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID,
 	}
 	if c != nil {
-		if kind == schemas.ContainerKindApp {
+		// The kubelet's GenerateContainerRef (fieldPath.go).
+		switch kind {
+		case schemas.ContainerKindApp:
 			ref.FieldPath = fmt.Sprintf("spec.containers{%s}", c.Name)
-		} else {
+		case schemas.ContainerKindEphemeral:
+			ref.FieldPath = fmt.Sprintf("spec.ephemeralContainers{%s}", c.Name)
+		default:
 			ref.FieldPath = fmt.Sprintf("spec.initContainers{%s}", c.Name)
 		}
 	}

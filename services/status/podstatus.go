@@ -123,6 +123,7 @@ func generateStatus(in PodInputs, old *corev1.PodStatus) corev1.PodStatus {
 	c := containerInputs{pod: pod, known: obs != nil, anyAppCreated: anyCreated(obsApp)}
 	s.ContainerStatuses = c.statuses(pod.Spec.Containers, obsApp, old.ContainerStatuses, hasInit, false)
 	s.InitContainerStatuses = c.statuses(pod.Spec.InitContainers, obsInit, old.InitContainerStatuses, hasInit, true)
+	s.EphemeralContainerStatuses = c.ephemeralStatuses(obs, old)
 	setProbeResults(pod, &s, in.Probes, old)
 
 	podIsTerminal := obs != nil && obs.Terminated
@@ -448,6 +449,9 @@ func normalizeStatus(pod *corev1.Pod, s *corev1.PodStatus) {
 		}
 	}
 	sort.SliceStable(s.ContainerStatuses, func(i, j int) bool { return s.ContainerStatuses[i].Name < s.ContainerStatuses[j].Name })
+	sort.SliceStable(s.EphemeralContainerStatuses, func(i, j int) bool {
+		return s.EphemeralContainerStatuses[i].Name < s.EphemeralContainerStatuses[j].Name
+	})
 	order := map[string]int{}
 	for i, c := range pod.Spec.InitContainers {
 		order[c.Name] = i
