@@ -99,7 +99,8 @@ type PodObserved struct {
 	// EphemeralContainers holds the ephemeral containers in spec order.
 	EphemeralContainers []ContainerObserved `json:"ephemeralContainers,omitempty"`
 	// Reason/Message explain a pod-level wait or failure, e.g.
-	// NetworkNotReady, or why init containers stopped the pod.
+	// NetworkNotReady, why init containers stopped the pod, or
+	// DeadlineExceeded (killed past spec.activeDeadlineSeconds).
 	Reason  string `json:"reason,omitempty"`
 	Message string `json:"message,omitempty"`
 	// Terminating: the runtime is killing the pod. Terminated: every

@@ -344,6 +344,10 @@ type podState struct {
 	terminated  bool
 	// replaced counts interrupted starts replaced, by container name.
 	replaced map[string]int
+	// startTime is the pod's status.startTime once known (for its active
+	// deadline); deadlineExceeded: the pod was killed for passing it.
+	startTime        time.Time
+	deadlineExceeded bool
 }
 
 func (m *Manager) state(uid string) *podState {

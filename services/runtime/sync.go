@@ -68,7 +68,7 @@ func (m *Manager) syncPod(ctx context.Context, uid string) syncResult {
 		st.setPodReason(rec.Eviction.Reason, rec.Eviction.Message)
 		return m.syncTerminating(ctx, rec.Pod, pr, st, nil)
 	}
-	return m.syncRunning(ctx, rec.Pod, pr, st)
+	return m.syncWithDeadline(ctx, rec.Pod, pr, st)
 }
 
 // syncOrphan handles a pod that only CRI knows: once the sources are

@@ -12,6 +12,7 @@ import (
 	utilnet "k8s.io/utils/net"
 
 	"github.com/nodelet/nodelet/schemas"
+	"github.com/nodelet/nodelet/services/common/podutil"
 )
 
 // The kubelet's waiting and termination reasons that status itself fills in
@@ -148,6 +149,12 @@ func generateStatus(in PodInputs, old *corev1.PodStatus) corev1.PodStatus {
 			s.Message = pod.Status.Message
 		}
 	}
+	if deadlineExceeded(in, old) {
+		// The kubelet's PodSyncHandlers in generateAPIPodStatus: the
+		// activeDeadlineHandler's ShouldEvict fails the pod.
+		s.Phase = corev1.PodFailed
+		s.Reason, s.Message = podutil.ReasonDeadlineExceeded, podutil.MessageDeadlineExceeded
+	}
 	eviction := in.Eviction
 	disruption := ""
 	if eviction != nil {
@@ -217,6 +224,21 @@ func generateStatus(in PodInputs, old *corev1.PodStatus) corev1.PodStatus {
 		}
 	}
 	return s
+}
+
+// deadlineExceeded: the runtime killed the pod for its active deadline, or
+// the pod has been active longer than spec.activeDeadlineSeconds since the
+// start time of the last status (the kubelet's pastActiveDeadline, whose
+// podStatusProvider falls back to the API's status as old does).
+func deadlineExceeded(in PodInputs, old *corev1.PodStatus) bool {
+	if in.Observed != nil && in.Observed.Reason == podutil.ReasonDeadlineExceeded {
+		return true
+	}
+	if old.StartTime == nil {
+		return false
+	}
+	past, _ := podutil.PastActiveDeadline(in.Pod, old.StartTime.Time, in.Now)
+	return past
 }
 
 // couldHaveRunningContainers is the kubelet's PodCouldHaveRunningContainers
