@@ -11,6 +11,25 @@
 // every runtime.relistPeriod (the PLEG) wakes the workers of pods whose
 // containers changed.
 //
+// # Ephemeral containers and active deadlines
+//
+// Ephemeral containers (spec.ephemeralContainers, added through the
+// pods/ephemeralcontainers subresource as kubectl debug does) are started
+// once each in the pod's ready sandbox, before init containers, as the
+// kubelet's computePodActions and SyncPod do: a targetContainerName puts
+// the container in that container's PID namespace (CRI NamespaceMode
+// TARGET); whatever its exit it is never started again; it is killed with
+// the pod. They are published as PodObserved.ephemeralContainers (kind
+// ephemeral).
+//
+// A pod with spec.activeDeadlineSeconds is killed once it has been active
+// that long since its status.startTime (read from the status bucket, else
+// the API's status), as the kubelet's activeDeadlineHandler: its observed
+// state says DeadlineExceeded with the kubelet's message, a
+// DeadlineExceeded event is emitted, and it is never started again. Its
+// worker is woken at the deadline by the injected clock, so a deadline
+// lowered on a running pod takes effect at once.
+//
 // # Observed state
 //
 // Each pod's runtime state is published to the observed bucket (key = pod
