@@ -20,7 +20,7 @@ import (
 var reads = map[string][]string{
 	Sources:   {BucketDesired, BucketSources},
 	Admission: {BucketDesired, BucketAdmission, BucketObserved, BucketPressure},
-	Runtime:   {BucketDesired, BucketSources, BucketAdmission, BucketObserved, BucketRuntime, BucketProbes, BucketEvictions},
+	Runtime:   {BucketDesired, BucketSources, BucketAdmission, BucketObserved, BucketRuntime, BucketProbes, BucketEvictions, BucketStatus},
 	Prober:    {BucketDesired, BucketObserved, BucketProbes},
 	Status:    {BucketDesired, BucketSources, BucketAdmission, BucketObserved, BucketRuntime, BucketProbes, BucketStatus, BucketNode, BucketPressure, BucketEvictions},
 	GC:        {BucketDesired, BucketSources, BucketAdmission, BucketObserved, BucketRuntime, BucketStatus, BucketPressure, BucketEvictions, BucketImages},

@@ -97,6 +97,7 @@ func TestAccessMatrix(t *testing.T) {
 		{bus.Admission, bus.BucketAdmission, true},
 		{bus.Admission, bus.BucketObserved, false},
 		{bus.Runtime, bus.BucketObserved, true},
+		{bus.Runtime, bus.BucketStatus, false}, // reads it (start times), never writes it
 		{bus.Status, bus.BucketStatus, true},
 		{bus.Status, bus.BucketDesired, false},
 		{bus.GC, bus.BucketPressure, true},

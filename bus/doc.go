@@ -84,7 +84,8 @@
 //	admission   pods_admission, events.admission.>,        pods_desired, pods_admission,
 //	            health.admission                           pods_observed, pressure
 //	runtime     pods_observed, runtime,                    pods_desired, sources, pods_admission,
-//	            events.runtime.>, health.runtime           pods_observed, runtime, probes, evictions
+//	            events.runtime.>, health.runtime           pods_observed, runtime, probes, evictions,
+//	                                                       pods_status (a pod's start time)
 //	prober      probes, events.prober.>, health.prober     pods_desired, pods_observed, probes
 //	status      pods_status, node, events.status.>,        every bucket but images;
 //	            health.status                              NODELET_V1_STATUS_EVENTS; health.>

@@ -78,6 +78,9 @@ const (
 	ContainerKindInit    = "init"
 	ContainerKindSidecar = "sidecar"
 	ContainerKindApp     = "app"
+	// ContainerKindEphemeral: a container of spec.ephemeralContainers
+	// (kubectl debug), started once in the running pod, never restarted.
+	ContainerKindEphemeral = "ephemeral"
 )
 
 // PodObserved is what the runtime sees of one pod: the observed bucket, key
@@ -93,8 +96,11 @@ type PodObserved struct {
 	// created is listed with a Waiting state and its reason.
 	InitContainers []ContainerObserved `json:"initContainers,omitempty"`
 	Containers     []ContainerObserved `json:"containers,omitempty"`
+	// EphemeralContainers holds the ephemeral containers in spec order.
+	EphemeralContainers []ContainerObserved `json:"ephemeralContainers,omitempty"`
 	// Reason/Message explain a pod-level wait or failure, e.g.
-	// NetworkNotReady, or why init containers stopped the pod.
+	// NetworkNotReady, why init containers stopped the pod, or
+	// DeadlineExceeded (killed past spec.activeDeadlineSeconds).
 	Reason  string `json:"reason,omitempty"`
 	Message string `json:"message,omitempty"`
 	// Terminating: the runtime is killing the pod. Terminated: every
@@ -119,7 +125,7 @@ type SandboxObserved struct {
 // ContainerObserved is one container of a pod as the runtime sees it.
 type ContainerObserved struct {
 	Name string `json:"name"`
-	// Kind is init, sidecar or app.
+	// Kind is init, sidecar, app or ephemeral.
 	Kind        string `json:"kind"`
 	ContainerID string `json:"containerID,omitempty"` // containerd://<id>
 	Image       string `json:"image,omitempty"`

@@ -43,13 +43,13 @@ func observedChanges(prev, cur *schemas.PodObserved, reported map[string]bool) [
 		add(true, "pod waits: %s", reasonText(cur.Reason, cur.Message))
 	}
 	before := map[string]schemas.ContainerObserved{}
-	for _, c := range append(append([]schemas.ContainerObserved{}, prev.InitContainers...), prev.Containers...) {
+	for _, c := range allContainers(prev) {
 		before[c.Name] = c
 	}
-	for _, c := range append(append([]schemas.ContainerObserved{}, cur.InitContainers...), cur.Containers...) {
+	for _, c := range allContainers(cur) {
 		p, seen := before[c.Name]
 		name := c.Name
-		if c.Kind == schemas.ContainerKindInit || c.Kind == schemas.ContainerKindSidecar {
+		if c.Kind == schemas.ContainerKindInit || c.Kind == schemas.ContainerKindSidecar || c.Kind == schemas.ContainerKindEphemeral {
 			name += " (" + c.Kind + ")"
 		}
 		// An exit first: it happened before the container waits or runs again.
@@ -143,4 +143,11 @@ func containerNow(c schemas.ContainerObserved) (string, bool) {
 		return fmt.Sprintf("container %s running", c.Name), false
 	}
 	return fmt.Sprintf("container %s in an unknown state", c.Name), true
+}
+
+// allContainers lists every container of o: init containers and sidecars,
+// app containers, then ephemeral containers.
+func allContainers(o *schemas.PodObserved) []schemas.ContainerObserved {
+	out := append(append([]schemas.ContainerObserved{}, o.InitContainers...), o.Containers...)
+	return append(out, o.EphemeralContainers...)
 }

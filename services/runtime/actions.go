@@ -36,6 +36,9 @@ type containerToStart struct {
 	// is removed and created again with the same restart count, without
 	// back-off.
 	Replace *containerInfo
+	// Target is an ephemeral container's targetContainerName: it joins
+	// that container's PID namespace.
+	Target string
 }
 
 // podActions is what syncPod must do to bring a pod to its spec
@@ -102,6 +105,7 @@ func computePodActions(pod *corev1.Pod, pr *podRuntime, probe probeLookup) podAc
 		return a
 	}
 	a.Sandbox = sb
+	a.Start = ephemeralToStart(pod, pr)
 	for _, s := range pr.Sandboxes[1:] {
 		if s.Ready {
 			a.StopSandboxes = append(a.StopSandboxes, s)
@@ -116,6 +120,9 @@ func computePodActions(pod *corev1.Pod, pr *podRuntime, probe probeLookup) podAc
 	for _, c := range pod.Spec.Containers {
 		inSpec[c.Name] = true
 	}
+	for _, c := range pod.Spec.EphemeralContainers {
+		inSpec[c.Name] = true
+	}
 	for _, c := range pr.active() {
 		if c.SandboxID != sb.ID || !inSpec[c.Name] {
 			a.Kill = append(a.Kill, containerToKill{C: c, Message: fmt.Sprintf("Container %s is not part of the pod's current spec or sandbox", c.Name)})
@@ -123,6 +130,31 @@ func computePodActions(pod *corev1.Pod, pr *podRuntime, probe probeLookup) podAc
 	}
 	evalContainers(pod, pr, sb, probe, &a)
 	return a
+}
+
+// ephemeralToStart is the kubelet's computePodActions for ephemeral
+// containers (pkg/kubelet/kuberuntime/kuberuntime_manager.go): in a ready
+// sandbox, each one the runtime has no instance of is started, even while
+// init containers run; one that exists is never started again, whatever
+// its exit. A created but never started instance (nodelet-runtime killed
+// between CreateContainer and StartContainer) is started rather than
+// duplicated.
+func ephemeralToStart(pod *corev1.Pod, pr *podRuntime) []containerToStart {
+	var out []containerToStart
+	for i := range pod.Spec.EphemeralContainers {
+		ec := &pod.Spec.EphemeralContainers[i]
+		ts := containerToStart{Spec: (*corev1.Container)(&ec.EphemeralContainerCommon),
+			Kind: schemas.ContainerKindEphemeral, Target: ec.TargetContainerName}
+		switch s := pr.newest(ec.Name); {
+		case s == nil:
+		case s.created():
+			ts.Existing = s
+		default:
+			continue
+		}
+		out = append(out, ts)
+	}
+	return out
 }
 
 // evalContainers decides, for the containers of sandbox sb, which to

@@ -27,6 +27,9 @@ type containerInputs struct {
 	Volumes      map[string]string
 	EtcHosts     string
 	TermFile     string
+	// TargetID is the container whose PID namespace an ephemeral
+	// container joins (targetContainerName), "" for none.
+	TargetID string
 }
 
 // containerConfig is the kubelet's generateContainerConfig.
@@ -55,6 +58,7 @@ func (m *Manager) containerConfig(ctx context.Context, pod *corev1.Pod, c *corev
 	for _, k := range order {
 		envs = append(envs, &runtimeapi.KeyValue{Key: k, Value: []byte(env[k])})
 	}
+	sc := securityFor(pod, c, in.Image, in.TargetID)
 	return &runtimeapi.ContainerConfig{
 		Metadata:    &runtimeapi.ContainerMetadata{Name: c.Name, Attempt: uint32(in.RestartCount)},
 		Image:       &runtimeapi.ImageSpec{Image: in.ImageRef, UserSpecifiedImage: c.Image},
@@ -71,9 +75,21 @@ func (m *Manager) containerConfig(ctx context.Context, pod *corev1.Pod, c *corev
 		Tty:         c.TTY,
 		Linux: &runtimeapi.LinuxContainerConfig{
 			Resources:       containerResources(pod, c, m.capacity.Memory.Value()),
-			SecurityContext: containerSecurityContext(pod, c, in.Image),
+			SecurityContext: sc,
 		},
 	}, nil
+}
+
+// securityFor is c's security context; with targetID (an ephemeral
+// container's target) the PID namespace is the target's, as the kubelet's
+// generateLinuxContainerConfig does when the pod shares none.
+func securityFor(pod *corev1.Pod, c *corev1.Container, img *runtimeapi.Image, targetID string) *runtimeapi.LinuxContainerSecurityContext {
+	sc := containerSecurityContext(pod, c, img)
+	if targetID != "" && sc.NamespaceOptions.Pid == runtimeapi.NamespaceMode_CONTAINER {
+		sc.NamespaceOptions.Pid = runtimeapi.NamespaceMode_TARGET
+		sc.NamespaceOptions.TargetId = targetID
+	}
+	return sc
 }
 
 // restartCountOf is the restart count of c's next instance: one more than
@@ -180,6 +196,15 @@ func (m *Manager) startContainer(ctx context.Context, pod *corev1.Pod, ts contai
 		in := containerInputs{
 			Kind: ts.Kind, RestartCount: restartCount,
 			ImageRef: imageRef, Image: img, PodIPs: podIPsOf(pod, sb.IPs, m.hostIPs), Volumes: volumes,
+		}
+		if ts.Target != "" {
+			// The kubelet's startSpec.getTargetID: the target's newest
+			// instance, whatever its state.
+			target := pr.newest(ts.Target)
+			if target == nil {
+				return m.configError(event, fmt.Errorf("unable to find target container %v", ts.Target))
+			}
+			in.TargetID = target.ID
 		}
 		var err error
 		if in.EtcHosts, err = m.etcHosts(pod, sb); err != nil {

@@ -382,7 +382,7 @@ func describe(o *schemas.PodObserved) string {
 	if o.Sandbox != nil {
 		s += fmt.Sprintf(" sandbox=%.12s ready=%v ips=%v", o.Sandbox.ID, o.Sandbox.Ready, o.Sandbox.IPs)
 	}
-	for _, list := range [][]schemas.ContainerObserved{o.InitContainers, o.Containers} {
+	for _, list := range [][]schemas.ContainerObserved{o.InitContainers, o.Containers, o.EphemeralContainers} {
 		for _, c := range list {
 			s += fmt.Sprintf(" [%s %s restarts=%d %s]", c.Kind, c.Name, c.RestartCount, stateString(c.State))
 		}
@@ -403,7 +403,7 @@ func stateString(st corev1.ContainerState) string {
 }
 
 func container(o *schemas.PodObserved, name string) *schemas.ContainerObserved {
-	for _, list := range [][]schemas.ContainerObserved{o.InitContainers, o.Containers} {
+	for _, list := range [][]schemas.ContainerObserved{o.InitContainers, o.Containers, o.EphemeralContainers} {
 		for i := range list {
 			if list[i].Name == name {
 				return &list[i]

@@ -44,7 +44,8 @@ func (m *Manager) containerGrace(pod *corev1.Pod, c *containerInfo, probeGrace *
 	return defaultGracePeriod
 }
 
-// specOf finds container name in pod (init or app), nil when absent.
+// specOf finds container name in pod (init, app or ephemeral), nil when
+// absent.
 func specOf(pod *corev1.Pod, name string) *corev1.Container {
 	if pod == nil {
 		return nil
@@ -54,6 +55,11 @@ func specOf(pod *corev1.Pod, name string) *corev1.Container {
 			if list[i].Name == name {
 				return &list[i]
 			}
+		}
+	}
+	for i := range pod.Spec.EphemeralContainers {
+		if ec := &pod.Spec.EphemeralContainers[i]; ec.Name == name {
+			return (*corev1.Container)(&ec.EphemeralContainerCommon)
 		}
 	}
 	return nil

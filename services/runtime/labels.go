@@ -122,6 +122,11 @@ func containerKind(pod *corev1.Pod, name string) string {
 			return schemas.ContainerKindInit
 		}
 	}
+	for i := range pod.Spec.EphemeralContainers {
+		if pod.Spec.EphemeralContainers[i].Name == name {
+			return schemas.ContainerKindEphemeral
+		}
+	}
 	return schemas.ContainerKindApp
 }
 

@@ -149,9 +149,12 @@ func (m *Manager) buildObserved(pod *corev1.Pod, pr *podRuntime, st *podState, a
 				continue
 			}
 			co := m.containerObserved(c.Name, c.Kind, "", pr, nil, false)
-			if c.Kind == schemas.ContainerKindApp || c.Kind == "" {
+			switch c.Kind {
+			case schemas.ContainerKindApp, "":
 				o.Containers = append(o.Containers, co)
-			} else {
+			case schemas.ContainerKindEphemeral:
+				o.EphemeralContainers = append(o.EphemeralContainers, co)
+			default:
 				o.InitContainers = append(o.InitContainers, co)
 			}
 		}
@@ -169,6 +172,10 @@ func (m *Manager) buildObserved(pod *corev1.Pod, pr *podRuntime, st *podState, a
 	for i := range pod.Spec.Containers {
 		c := &pod.Spec.Containers[i]
 		o.Containers = append(o.Containers, m.containerObserved(c.Name, schemas.ContainerKindApp, c.Image, pr, st.waitingOf(c.Name), !initDone && len(pod.Spec.InitContainers) > 0))
+	}
+	for i := range pod.Spec.EphemeralContainers {
+		c := &pod.Spec.EphemeralContainers[i]
+		o.EphemeralContainers = append(o.EphemeralContainers, m.containerObserved(c.Name, schemas.ContainerKindEphemeral, c.Image, pr, st.waitingOf(c.Name), false))
 	}
 	return o
 }

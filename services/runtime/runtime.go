@@ -11,6 +11,25 @@
 // every runtime.relistPeriod (the PLEG) wakes the workers of pods whose
 // containers changed.
 //
+// # Ephemeral containers and active deadlines
+//
+// Ephemeral containers (spec.ephemeralContainers, added through the
+// pods/ephemeralcontainers subresource as kubectl debug does) are started
+// once each in the pod's ready sandbox, before init containers, as the
+// kubelet's computePodActions and SyncPod do: a targetContainerName puts
+// the container in that container's PID namespace (CRI NamespaceMode
+// TARGET); whatever its exit it is never started again; it is killed with
+// the pod. They are published as PodObserved.ephemeralContainers (kind
+// ephemeral).
+//
+// A pod with spec.activeDeadlineSeconds is killed once it has been active
+// that long since its status.startTime (read from the status bucket, else
+// the API's status), as the kubelet's activeDeadlineHandler: its observed
+// state says DeadlineExceeded with the kubelet's message, a
+// DeadlineExceeded event is emitted, and it is never started again. Its
+// worker is woken at the deadline by the injected clock, so a deadline
+// lowered on a running pod takes effect at once.
+//
 // # Observed state
 //
 // Each pod's runtime state is published to the observed bucket (key = pod
@@ -344,6 +363,10 @@ type podState struct {
 	terminated  bool
 	// replaced counts interrupted starts replaced, by container name.
 	replaced map[string]int
+	// startTime is the pod's status.startTime once known (for its active
+	// deadline); deadlineExceeded: the pod was killed for passing it.
+	startTime        time.Time
+	deadlineExceeded bool
 }
 
 func (m *Manager) state(uid string) *podState {
@@ -397,9 +420,13 @@ func (m *Manager) event(pod *corev1.Pod, c *corev1.Container, kind, typ, reason,
 		Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID,
 	}
 	if c != nil {
-		if kind == schemas.ContainerKindApp {
+		// The kubelet's GenerateContainerRef (fieldPath.go).
+		switch kind {
+		case schemas.ContainerKindApp:
 			ref.FieldPath = fmt.Sprintf("spec.containers{%s}", c.Name)
-		} else {
+		case schemas.ContainerKindEphemeral:
+			ref.FieldPath = fmt.Sprintf("spec.ephemeralContainers{%s}", c.Name)
+		default:
 			ref.FieldPath = fmt.Sprintf("spec.initContainers{%s}", c.Name)
 		}
 	}

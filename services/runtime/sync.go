@@ -68,7 +68,7 @@ func (m *Manager) syncPod(ctx context.Context, uid string) syncResult {
 		st.setPodReason(rec.Eviction.Reason, rec.Eviction.Message)
 		return m.syncTerminating(ctx, rec.Pod, pr, st, nil)
 	}
-	return m.syncRunning(ctx, rec.Pod, pr, st)
+	return m.syncWithDeadline(ctx, rec.Pod, pr, st)
 }
 
 // syncOrphan handles a pod that only CRI knows: once the sources are
@@ -308,7 +308,10 @@ func (m *Manager) syncRunning(ctx context.Context, pod *corev1.Pod, pr *podRunti
 			requeue = d
 		}
 	}
+	// Ephemeral containers come first in a.Start, as the kubelet's SyncPod
+	// starts them before init containers (step 7).
 	for _, ts := range a.Start {
+		initKind := ts.Kind == schemas.ContainerKindInit || ts.Kind == schemas.ContainerKindSidecar
 		w := m.startContainer(ctx, pod, ts, sb, sbConfig, volumes, pr)
 		st.setWaiting(ts.Spec.Name, w)
 		if w != nil {
@@ -316,12 +319,12 @@ func (m *Manager) syncRunning(ctx context.Context, pod *corev1.Pod, pr *podRunti
 			if w.Retry == 0 {
 				again(retryWaiting)
 			}
-			if ts.Kind != schemas.ContainerKindApp {
+			if initKind {
 				break // init containers and sidecars go one at a time
 			}
 			continue
 		}
-		if ts.Kind != schemas.ContainerKindApp {
+		if initKind {
 			again(retryNext)
 		}
 	}

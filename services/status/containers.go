@@ -68,6 +68,26 @@ func (c containerInputs) statuses(specs []corev1.Container, observed []schemas.C
 	return out
 }
 
+// ephemeralStatuses is convertToAPIContainerStatuses over the pod's
+// ephemeral containers, as the kubelet's convertStatusToAPIStatus calls it:
+// the same rules as for app containers (waiting, running, terminated, the
+// last state kept); probes never apply, so Ready stays false.
+func (c containerInputs) ephemeralStatuses(obs *schemas.PodObserved, old *corev1.PodStatus) []corev1.ContainerStatus {
+	eph := c.pod.Spec.EphemeralContainers
+	if len(eph) == 0 {
+		return nil
+	}
+	specs := make([]corev1.Container, 0, len(eph))
+	for i := range eph {
+		specs = append(specs, corev1.Container(eph[i].EphemeralContainerCommon))
+	}
+	var observed []schemas.ContainerObserved
+	if obs != nil {
+		observed = obs.EphemeralContainers
+	}
+	return c.statuses(specs, observed, old.EphemeralContainerStatuses, len(c.pod.Spec.InitContainers) > 0, false)
+}
+
 // fromObserved converts the runtime's view of one container.
 func fromObserved(spec *corev1.Container, ob *schemas.ContainerObserved, old *corev1.ContainerStatus, defaultReason string) corev1.ContainerStatus {
 	st := corev1.ContainerStatus{

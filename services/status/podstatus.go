@@ -12,6 +12,7 @@ import (
 	utilnet "k8s.io/utils/net"
 
 	"github.com/nodelet/nodelet/schemas"
+	"github.com/nodelet/nodelet/services/common/podutil"
 )
 
 // The kubelet's waiting and termination reasons that status itself fills in
@@ -123,6 +124,7 @@ func generateStatus(in PodInputs, old *corev1.PodStatus) corev1.PodStatus {
 	c := containerInputs{pod: pod, known: obs != nil, anyAppCreated: anyCreated(obsApp)}
 	s.ContainerStatuses = c.statuses(pod.Spec.Containers, obsApp, old.ContainerStatuses, hasInit, false)
 	s.InitContainerStatuses = c.statuses(pod.Spec.InitContainers, obsInit, old.InitContainerStatuses, hasInit, true)
+	s.EphemeralContainerStatuses = c.ephemeralStatuses(obs, old)
 	setProbeResults(pod, &s, in.Probes, old)
 
 	podIsTerminal := obs != nil && obs.Terminated
@@ -146,6 +148,12 @@ func generateStatus(in PodInputs, old *corev1.PodStatus) corev1.PodStatus {
 		if s.Message == "" {
 			s.Message = pod.Status.Message
 		}
+	}
+	if deadlineExceeded(in, old) {
+		// The kubelet's PodSyncHandlers in generateAPIPodStatus: the
+		// activeDeadlineHandler's ShouldEvict fails the pod.
+		s.Phase = corev1.PodFailed
+		s.Reason, s.Message = podutil.ReasonDeadlineExceeded, podutil.MessageDeadlineExceeded
 	}
 	eviction := in.Eviction
 	disruption := ""
@@ -216,6 +224,21 @@ func generateStatus(in PodInputs, old *corev1.PodStatus) corev1.PodStatus {
 		}
 	}
 	return s
+}
+
+// deadlineExceeded: the runtime killed the pod for its active deadline, or
+// the pod has been active longer than spec.activeDeadlineSeconds since the
+// start time of the last status (the kubelet's pastActiveDeadline, whose
+// podStatusProvider falls back to the API's status as old does).
+func deadlineExceeded(in PodInputs, old *corev1.PodStatus) bool {
+	if in.Observed != nil && in.Observed.Reason == podutil.ReasonDeadlineExceeded {
+		return true
+	}
+	if old.StartTime == nil {
+		return false
+	}
+	past, _ := podutil.PastActiveDeadline(in.Pod, old.StartTime.Time, in.Now)
+	return past
 }
 
 // couldHaveRunningContainers is the kubelet's PodCouldHaveRunningContainers
@@ -448,6 +471,9 @@ func normalizeStatus(pod *corev1.Pod, s *corev1.PodStatus) {
 		}
 	}
 	sort.SliceStable(s.ContainerStatuses, func(i, j int) bool { return s.ContainerStatuses[i].Name < s.ContainerStatuses[j].Name })
+	sort.SliceStable(s.EphemeralContainerStatuses, func(i, j int) bool {
+		return s.EphemeralContainerStatuses[i].Name < s.EphemeralContainerStatuses[j].Name
+	})
 	order := map[string]int{}
 	for i, c := range pod.Spec.InitContainers {
 		order[c.Name] = i

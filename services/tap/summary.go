@@ -46,7 +46,7 @@ func Summarize(env *schemas.Envelope) string {
 			if v.Sandbox != nil {
 				parts = append(parts, fmt.Sprintf("sandbox=%.12s ready=%v ips=%s", v.Sandbox.ID, v.Sandbox.Ready, strings.Join(v.Sandbox.IPs, ",")))
 			}
-			for _, c := range append(append([]schemas.ContainerObserved{}, v.InitContainers...), v.Containers...) {
+			for _, c := range append(append(append([]schemas.ContainerObserved{}, v.InitContainers...), v.Containers...), v.EphemeralContainers...) {
 				parts = append(parts, c.Name+"="+stateWord(c.State))
 			}
 			if v.Reason != "" {
