@@ -42,6 +42,11 @@ func TestEmptyDirFSGroup(t *testing.T) {
 			if st.Gid != uint32(group) || fi.Mode()&os.ModeSetgid == 0 || fi.Mode().Perm() != 0o777 {
 				t.Errorf("%s: gid %d mode %v, want gid 123, setgid, 0777", name, st.Gid, fi.Mode())
 			}
+			// A tmpfs keeps its sticky bit, as on a kubelet node
+			// (dgtrwxrwxrwx in the conformance spec).
+			if sticky := fi.Mode()&os.ModeSticky != 0; sticky != (name == "mem") {
+				t.Errorf("%s: mode %v, sticky %v", name, fi.Mode(), sticky)
+			}
 		}
 	}
 }

@@ -96,9 +96,15 @@ func (m *Manager) setupEmptyDir(pod *corev1.Pod, v *corev1.Volume) (string, erro
 		// returns early once the volume is ready).
 		return dir, nil
 	}
-	// World-writable as the kubelet makes it, for non-root containers.
-	if err := os.Chmod(dir, 0o777); err != nil {
+	// World-writable as the kubelet makes it, for non-root containers; as
+	// its emptyDir setupDir, only when the permissions differ, so that a
+	// tmpfs keeps its sticky bit (1777).
+	if fi, err := os.Stat(dir); err != nil {
 		return "", err
+	} else if fi.Mode().Perm() != 0o777 {
+		if err := os.Chmod(dir, 0o777); err != nil {
+			return "", err
+		}
 	}
 	if err := setVolumeOwnership(dir, fsGroupOf(pod), false); err != nil {
 		return "", err
