@@ -3,6 +3,7 @@ package volumes
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"syscall"
 	"testing"
 
@@ -28,6 +29,28 @@ func TestEmptyDirFSGroup(t *testing.T) {
 	pod.Spec.SecurityContext = &corev1.PodSecurityContext{FSGroup: &group}
 	ctx := context.Background()
 	t.Cleanup(func() { _ = m.Teardown(ctx, string(pod.UID)) })
+	// A subPath that does not exist yet is made with the volume's whole
+	// mode, setgid and sticky bits included (kubelet makeMounts).
+	defer func() {
+		paths, err := m.Setup(ctx, pod)
+		if err != nil {
+			t.Fatal(err)
+		}
+		target, err := PrepareSubPath(quietLog(), SubPath{PodDir: PodDir(state, string(pod.UID)), VolumeName: "mem",
+			VolumePath: paths["mem"], SubPath: "test-sub", ContainerName: "c", MountName: "mem"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range []string{filepath.Join(paths["mem"], "test-sub"), target} {
+			fi, err := os.Stat(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := os.ModeDir | os.ModeSetgid | os.ModeSticky | 0o777; fi.Mode() != want {
+				t.Errorf("subPath %s mode %v, want %v", p, fi.Mode(), want)
+			}
+		}
+	}()
 	for range 2 { // Setup runs at every sync of the pod
 		paths, err := m.Setup(ctx, pod)
 		if err != nil {

@@ -56,9 +56,11 @@ func PrepareSubPath(log *slog.Logger, sp SubPath) (string, error) {
 	}
 	full := filepath.Join(sp.VolumePath, sp.SubPath)
 	if _, err := os.Stat(full); os.IsNotExist(err) {
+		// The volume's mode, setgid and sticky bits included, as the
+		// kubelet's makeMounts (hostutil GetMode, then SafeMakeDir).
 		perm := os.FileMode(0o755)
 		if fi, err := os.Stat(sp.VolumePath); err == nil {
-			perm = fi.Mode().Perm()
+			perm = fi.Mode() & (os.ModePerm | os.ModeSetgid | os.ModeSetuid | os.ModeSticky)
 		}
 		if err := SafeMakeDir(sp.SubPath, sp.VolumePath, perm); err != nil && !errors.Is(err, os.ErrExist) {
 			log.Error("Failed to create subPath directory for volumeMount of the container",
@@ -242,7 +244,7 @@ func SafeMakeDir(subdir, base string, perm os.FileMode) error {
 	current := resolved
 	for _, dir := range toCreate {
 		current = filepath.Join(current, dir)
-		if err := unix.Mkdirat(fd, dir, uint32(perm)); err != nil && !errors.Is(err, unix.EEXIST) {
+		if err := unix.Mkdirat(fd, dir, unixMode(perm)); err != nil && !errors.Is(err, unix.EEXIST) {
 			unix.Close(fd)
 			return fmt.Errorf("create directory %s: %w", current, err)
 		}
@@ -253,10 +255,26 @@ func SafeMakeDir(subdir, base string, perm os.FileMode) error {
 		}
 		fd = child
 		// Mkdirat's mode passes through the umask.
-		if err := unix.Fchmod(fd, uint32(perm)); err != nil {
+		if err := unix.Fchmod(fd, unixMode(perm)); err != nil {
 			unix.Close(fd)
 			return err
 		}
 	}
 	return unix.Close(fd)
+}
+
+// unixMode is perm as chmod(2) takes it: os.FileMode keeps the setuid,
+// setgid and sticky bits apart from the permission bits.
+func unixMode(perm os.FileMode) uint32 {
+	m := uint32(perm.Perm())
+	if perm&os.ModeSetuid != 0 {
+		m |= unix.S_ISUID
+	}
+	if perm&os.ModeSetgid != 0 {
+		m |= unix.S_ISGID
+	}
+	if perm&os.ModeSticky != 0 {
+		m |= unix.S_ISVTX
+	}
+	return m
 }
