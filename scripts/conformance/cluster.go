@@ -118,7 +118,8 @@ func startCluster(ctx context.Context, o options, undo *[]func()) (*cluster, err
 type node struct {
 	dir, stateDir, cgroupRoot string
 	cmd                       *exec.Cmd
-	exited                    chan error
+	exited                    chan struct{} // closed when nodelet up has exited
+	exitErr                   error
 	out                       string
 }
 
@@ -182,8 +183,11 @@ server:
 	if err := n.cmd.Start(); err != nil {
 		return nil, err
 	}
-	n.exited = make(chan error, 1)
-	go func() { n.exited <- n.cmd.Wait() }()
+	n.exited = make(chan struct{})
+	go func() {
+		n.exitErr = n.cmd.Wait()
+		close(n.exited)
+	}()
 	log("nodelet up pid %d (config %s, log %s)", n.cmd.Process.Pid, path, n.out)
 	return n, nil
 }
@@ -211,14 +215,21 @@ func (n *node) waitReady(ctx context.Context, cp *testenv.ControlPlane) error {
 			last = err.Error()
 		}
 		select {
-		case err := <-n.exited:
-			return fmt.Errorf("nodelet up exited (%v); see %s", err, n.out)
+		case <-n.exited:
+			return fmt.Errorf("nodelet up exited (%v): %s", n.exitErr, lastLine(n.out))
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
 	return fmt.Errorf("node %s not Ready after 3m (%s); see %s", cp.NodeName, last, n.out)
+}
+
+// lastLine is the last line of the file at path, and its name.
+func lastLine(path string) string {
+	b, _ := os.ReadFile(path)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return lines[len(lines)-1] + " (log " + path + ")"
 }
 
 // stop stops the agent; pods keep running until containerd's teardown.

@@ -69,8 +69,7 @@ func TestRunLeavesNothingBehind(t *testing.T) {
 	k8sBin := buildTools(t)
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "bin")
-	if err := testenv.BuildBinaries(bin, "./cmd/nodelet", "./cmd/nodelet-bus", "./cmd/nodelet-sources", "./cmd/nodelet-admission",
-		"./cmd/nodelet-runtime", "./cmd/nodelet-prober", "./cmd/nodelet-status", "./cmd/nodelet-gc", "./cmd/nodelet-pause", "./scripts/conformance"); err != nil {
+	if err := testenv.BuildBinaries(bin, "./cmd/...", "./scripts/conformance"); err != nil {
 		t.Fatal(err)
 	}
 	suite := filepath.Join(dir, "e2e.fake")
@@ -104,17 +103,26 @@ func TestRunLeavesNothingBehind(t *testing.T) {
 		t.Errorf("missing images list = %q, %v", b, err)
 	}
 
-	// Nothing of the run is left: processes, the node's pods and their
-	// mounts, links, cgroups, the scratch dir. The containerd instance and
-	// the control plane have dirs of their own, named in the output.
+	checkNothingLeft(t, out.String(), work, link, before)
+	if _, err := os.Stat(report); err != nil {
+		t.Errorf("report not kept: %v", err)
+	}
+}
+
+// checkNothingLeft looks for anything of a run: processes, the node's pods
+// and their mounts, links, iptables rules, cgroups, the scratch dir. The
+// containerd instance and the control plane have dirs of their own, named
+// in the output.
+func checkNothingLeft(t *testing.T, out, work, link string, before []string) {
+	t.Helper()
 	dirs := []string{work}
 	for _, re := range []*regexp.Regexp{
 		regexp.MustCompile(`containerd (/\S+)/containerd\.sock`),
 		regexp.MustCompile(`\(logs in (/\S+)\)`),
 	} {
-		m := re.FindStringSubmatch(out.String())
+		m := re.FindStringSubmatch(out)
 		if m == nil {
-			t.Fatalf("output names no dir for %s:\n%s", re, out.String())
+			t.Fatalf("output names no dir for %s:\n%s", re, out)
 		}
 		dirs = append(dirs, m[1])
 	}
@@ -145,9 +153,34 @@ func TestRunLeavesNothingBehind(t *testing.T) {
 	if ms, _ := filepath.Glob("/sys/fs/cgroup/*/nodelet-conformance"); len(ms) > 0 {
 		t.Errorf("pod cgroups left: %q", ms)
 	}
-	if _, err := os.Stat(report); err != nil {
-		t.Errorf("report not kept: %v", err)
+}
+
+// A node that cannot start (here: a binary missing) fails the run at once,
+// naming why, and the run still leaves nothing behind.
+func TestRunFailsFastWhenTheNodeCannotStart(t *testing.T) {
+	testenv.RequiresRoot(t)
+	k8sBin := buildTools(t)
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "bin")
+	if err := testenv.BuildBinaries(bin, "./cmd/...", "./scripts/conformance"); err != nil {
+		t.Fatal(err)
 	}
+	if err := os.Remove(filepath.Join(bin, "nodelet-server")); err != nil {
+		t.Fatal(err)
+	}
+	work := filepath.Join(dir, "work")
+	const link = "nlconftest1"
+	before := mountsMatching("nodelet-conformance")
+	cmd := exec.Command(filepath.Join(bin, "conformance"), "-k8s-bin", k8sBin, "-nodelet-bin", bin, "-e2e", "/bin/false",
+		"-work", work, "-report", filepath.Join(dir, "r.json"), "-link", link, "-node-ip", "10.201.255.3", "-procs", "1")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(out.String(), "nodelet-server not found") {
+		t.Fatalf("conformance: %v (want exit 2 naming the missing nodelet-server)\n%s", err, out.String())
+	}
+	checkNothingLeft(t, out.String(), work, link, before)
 }
 
 // buildTools builds (or takes from the cache) what the harness needs but
