@@ -64,23 +64,33 @@ func runLogs(args []string) int {
 		fmt.Fprintln(os.Stderr, "nodelet logs: want one POD")
 		return config.ExitCode
 	}
-	cfg, code, ok := in.load()
+	c, ns, pod, ctr, code, ok := in.podTarget(ctx, f.Arg(0), *namespace, *container)
 	if !ok {
 		return code
 	}
-	c, err := server.NewLocalClient(cfg)
-	if err != nil {
-		return in.fail(1, err)
-	}
-	ns, pod, ctr, err := podArg(ctx, c, f.Arg(0), *namespace, *container)
-	if err != nil {
-		return in.fail(1, err)
-	}
-	err = c.Logs(ctx, ns, pod, ctr, server.LogOptions{Follow: *follow, Previous: *previous, Timestamps: *timestamps, TailLines: *tail}, os.Stdout)
+	err := c.Logs(ctx, ns, pod, ctr, server.LogOptions{Follow: *follow, Previous: *previous, Timestamps: *timestamps, TailLines: *tail}, os.Stdout)
 	if err != nil {
 		return in.fail(1, err)
 	}
 	return 0
+}
+
+// podTarget loads the config, makes the node-local client and resolves
+// the POD argument and -c to a namespace, pod and container; !ok means exit
+// with code.
+func (in *invocation) podTarget(ctx context.Context, arg, namespace, container string) (c *server.Client, ns, pod, ctr string, code int, ok bool) {
+	cfg, code, ok := in.load()
+	if !ok {
+		return nil, "", "", "", code, false
+	}
+	c, err := server.NewLocalClient(cfg)
+	if err == nil {
+		ns, pod, ctr, err = podArg(ctx, c, arg, namespace, container)
+	}
+	if err != nil {
+		return nil, "", "", "", in.fail(1, err), false
+	}
+	return c, ns, pod, ctr, 0, true
 }
 
 func runExec(args []string) int {
@@ -99,17 +109,9 @@ func runExec(args []string) int {
 		fmt.Fprintln(os.Stderr, "nodelet exec: want POD -- CMD...")
 		return config.ExitCode
 	}
-	cfg, code, ok := in.load()
+	c, ns, pod, ctr, code, ok := in.podTarget(ctx, f.Arg(0), *namespace, *container)
 	if !ok {
 		return code
-	}
-	c, err := server.NewLocalClient(cfg)
-	if err != nil {
-		return in.fail(1, err)
-	}
-	ns, pod, ctr, err := podArg(ctx, c, f.Arg(0), *namespace, *container)
-	if err != nil {
-		return in.fail(1, err)
 	}
 	var r io.Reader
 	if *stdin {
@@ -121,7 +123,7 @@ func runExec(args []string) int {
 			defer func() { _ = term.Restore(int(os.Stdin.Fd()), old) }()
 		}
 	}
-	err = c.Exec(ctx, ns, pod, ctr, f.Args()[1:], *tty, r, os.Stdout, os.Stderr)
+	err := c.Exec(ctx, ns, pod, ctr, f.Args()[1:], *tty, r, os.Stdout, os.Stderr)
 	var exit utilexec.CodeExitError
 	switch {
 	case err == nil:

@@ -77,37 +77,27 @@ func (s *Service) proxyStream(w http.ResponseWriter, r *http.Request, u *url.URL
 
 // serveExec is the kubelet's getExec: CRI Exec gives a streaming URL.
 func (s *Service) serveExec(w http.ResponseWriter, r *http.Request) {
-	opts, err := remotecommandserver.NewOptions(r)
-	if err != nil {
-		writeErrorString(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	pod, ok := s.streamPod(w, r)
-	if !ok {
-		return
-	}
-	id, err := s.runningContainer(r.Context(), pod, r.PathValue("containerName"))
-	if err != nil {
-		_ = streaming.WriteError(err, w)
-		return
-	}
-	resp, err := s.cri.Runtime.Exec(r.Context(), &runtimeapi.ExecRequest{ContainerId: id,
-		Cmd: r.URL.Query()[corev1.ExecCommandParam], Tty: opts.TTY, Stdin: opts.Stdin, Stdout: opts.Stdout, Stderr: opts.Stderr})
-	if err != nil {
-		_ = streaming.WriteError(err, w)
-		return
-	}
-	u, err := url.Parse(resp.Url)
-	if err != nil {
-		_ = streaming.WriteError(err, w)
-		return
-	}
-	s.log.Debug("Exec", "pod", pod.Namespace+"/"+pod.Name, "podUID", pod.UID, "container", r.PathValue("containerName"))
-	s.proxyStream(w, r, u, opts)
+	s.serveRemoteCommand(w, r, "Exec", func(ctx context.Context, id string, o *remotecommandserver.Options) (string, error) {
+		resp, err := s.cri.Runtime.Exec(ctx, &runtimeapi.ExecRequest{ContainerId: id,
+			Cmd: r.URL.Query()[corev1.ExecCommandParam], Tty: o.TTY, Stdin: o.Stdin, Stdout: o.Stdout, Stderr: o.Stderr})
+		return resp.GetUrl(), err
+	})
 }
 
 // serveAttach is the kubelet's getAttach: CRI Attach gives a streaming URL.
 func (s *Service) serveAttach(w http.ResponseWriter, r *http.Request) {
+	s.serveRemoteCommand(w, r, "Attach", func(ctx context.Context, id string, o *remotecommandserver.Options) (string, error) {
+		resp, err := s.cri.Runtime.Attach(ctx, &runtimeapi.AttachRequest{ContainerId: id,
+			Tty: o.TTY, Stdin: o.Stdin, Stdout: o.Stdout, Stderr: o.Stderr})
+		return resp.GetUrl(), err
+	})
+}
+
+// serveRemoteCommand is what exec and attach share: the options from the
+// request, the pod's running container, the streaming URL CRI gives for it
+// (streamURL), and the proxied stream.
+func (s *Service) serveRemoteCommand(w http.ResponseWriter, r *http.Request, what string,
+	streamURL func(ctx context.Context, containerID string, o *remotecommandserver.Options) (string, error)) {
 	opts, err := remotecommandserver.NewOptions(r)
 	if err != nil {
 		writeErrorString(w, http.StatusBadRequest, err.Error())
@@ -122,17 +112,17 @@ func (s *Service) serveAttach(w http.ResponseWriter, r *http.Request) {
 		_ = streaming.WriteError(err, w)
 		return
 	}
-	resp, err := s.cri.Runtime.Attach(r.Context(), &runtimeapi.AttachRequest{ContainerId: id,
-		Tty: opts.TTY, Stdin: opts.Stdin, Stdout: opts.Stdout, Stderr: opts.Stderr})
+	raw, err := streamURL(r.Context(), id, opts)
 	if err != nil {
 		_ = streaming.WriteError(err, w)
 		return
 	}
-	u, err := url.Parse(resp.Url)
+	u, err := url.Parse(raw)
 	if err != nil {
 		_ = streaming.WriteError(err, w)
 		return
 	}
+	s.log.Debug(what, "pod", pod.Namespace+"/"+pod.Name, "podUID", pod.UID, "container", r.PathValue("containerName"))
 	s.proxyStream(w, r, u, opts)
 }
 

@@ -33,35 +33,33 @@ func (cp *ControlPlane) StartControllers(controllerManagerBin, schedulerBin stri
 	if err != nil {
 		return nil, err
 	}
+	// What both take: cluster admin, serving on loopback, alone.
+	common := func(port int, certDir string) []string {
+		return []string{
+			"--kubeconfig=" + cp.AdminKubeconfig,
+			"--authentication-kubeconfig=" + cp.AdminKubeconfig,
+			"--authorization-kubeconfig=" + cp.AdminKubeconfig,
+			"--bind-address=127.0.0.1",
+			"--secure-port=" + strconv.Itoa(port),
+			"--cert-dir=" + filepath.Join(cp.Dir, certDir),
+			"--leader-elect=false",
+		}
+	}
 	pki := filepath.Join(cp.Dir, "pki")
 	c.controllerManager, err = startProc(filepath.Join(cp.Dir, "kube-controller-manager.log"), controllerManagerBin,
-		"--kubeconfig="+cp.AdminKubeconfig,
-		"--authentication-kubeconfig="+cp.AdminKubeconfig,
-		"--authorization-kubeconfig="+cp.AdminKubeconfig,
-		"--bind-address=127.0.0.1",
-		"--secure-port="+strconv.Itoa(ports[0]),
-		"--cert-dir="+filepath.Join(cp.Dir, "kcm-certs"),
-		"--leader-elect=false",
-		"--controllers=*,-node-ipam-controller",
-		"--service-account-private-key-file="+filepath.Join(pki, "sa.key"),
-		"--root-ca-file="+filepath.Join(pki, "ca.crt"),
-		"--cluster-signing-cert-file="+filepath.Join(pki, "ca.crt"),
-		"--cluster-signing-key-file="+filepath.Join(pki, "ca.key"),
-		"--use-service-account-credentials=true",
-		"--service-cluster-ip-range="+ServiceClusterIPRange,
-	)
+		append(common(ports[0], "kcm-certs"),
+			"--controllers=*,-node-ipam-controller",
+			"--service-account-private-key-file="+filepath.Join(pki, "sa.key"),
+			"--root-ca-file="+filepath.Join(pki, "ca.crt"),
+			"--cluster-signing-cert-file="+filepath.Join(pki, "ca.crt"),
+			"--cluster-signing-key-file="+filepath.Join(pki, "ca.key"),
+			"--use-service-account-credentials=true",
+			"--service-cluster-ip-range="+ServiceClusterIPRange,
+		)...)
 	if err != nil {
 		return nil, err
 	}
-	c.scheduler, err = startProc(filepath.Join(cp.Dir, "kube-scheduler.log"), schedulerBin,
-		"--kubeconfig="+cp.AdminKubeconfig,
-		"--authentication-kubeconfig="+cp.AdminKubeconfig,
-		"--authorization-kubeconfig="+cp.AdminKubeconfig,
-		"--bind-address=127.0.0.1",
-		"--secure-port="+strconv.Itoa(ports[1]),
-		"--cert-dir="+filepath.Join(cp.Dir, "scheduler-certs"),
-		"--leader-elect=false",
-	)
+	c.scheduler, err = startProc(filepath.Join(cp.Dir, "kube-scheduler.log"), schedulerBin, common(ports[1], "scheduler-certs")...)
 	if err != nil {
 		return nil, err
 	}
