@@ -10,10 +10,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"syscall"
 	"time"
 
+	"github.com/moby/sys/mountinfo"
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -127,6 +130,11 @@ func (b *bencher) runKubelet(ctx context.Context, n, round int, idle time.Durati
 		case <-time.After(30 * time.Second):
 			_ = cmd.Process.Kill()
 			<-exited
+		}
+		// The kubelet leaves its root dir (made a shared mount point) and
+		// its pods' volumes mounted.
+		if err := unmountUnder(dir); err != nil {
+			b.log.Warn("Cannot unmount what the kubelet left", "dir", dir, "err", err)
 		}
 		if run.Error != "" {
 			run.Error += " (kubelet log: " + logPath + ")"
@@ -249,4 +257,20 @@ func (b *bencher) runKubelet(ctx context.Context, n, round int, idle time.Durati
 	}
 	b.teardown(ctx, &run, func(context.Context) error { return nd.remove(names) })
 	return run
+}
+
+// unmountUnder detaches every mount at or below dir, deepest first.
+func unmountUnder(dir string) error {
+	ms, err := mountinfo.GetMounts(mountinfo.PrefixFilter(dir))
+	if err != nil {
+		return err
+	}
+	sort.Slice(ms, func(i, j int) bool { return len(ms[i].Mountpoint) > len(ms[j].Mountpoint) })
+	var errs []error
+	for _, m := range ms {
+		if err := unix.Unmount(m.Mountpoint, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+			errs = append(errs, fmt.Errorf("unmount %s: %w", m.Mountpoint, err))
+		}
+	}
+	return errors.Join(errs...)
 }
