@@ -205,16 +205,7 @@ func TestSIGKILLDuringChurn(t *testing.T) {
 // binary itself, configured by flags, with a real containerd behind it.
 func TestDaemonBinarySIGKILL(t *testing.T) {
 	testenv.RequiresRoot(t)
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(t.TempDir(), "nodelet-status")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/nodelet-status")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/nodelet-status: %v\n%s", err, out)
-	}
+	bin := testenv.MustDaemonBinary(t, "status")
 	ctrd := testenv.NewContainerd(t, testenv.ContainerdOptions{NoImages: true})
 	h := newHarness(t)
 	logs := t.TempDir()
