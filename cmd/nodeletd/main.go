@@ -2,7 +2,8 @@
 // still runs as a process of its own (its own unit, credential, lock and
 // restarts); nodeletd picks the daemon from the name it is run as
 // (nodelet-runtime, a link to nodeletd) or from its first argument
-// (`nodeletd runtime --config …`). One executable for all of them lets
+// (`nodeletd runtime --config …`); `nodelet up` runs it as the
+// supervisor. One executable for all of them lets
 // their processes share its pages in memory: most of a Go daemon's
 // resident memory is its executable's text and tables, which separate
 // binaries would each load again (see README, Performance).
@@ -28,6 +29,7 @@ import (
 	"github.com/nodelet/nodelet/services/server"
 	"github.com/nodelet/nodelet/services/sources"
 	"github.com/nodelet/nodelet/services/status"
+	"github.com/nodelet/nodelet/services/supervisor"
 )
 
 // daemons maps each component's name to its main.
@@ -42,6 +44,12 @@ var daemons = map[string]func(args []string, stderr io.Writer) int{
 	"gc":        spec(gc.Spec()),
 }
 
+// tools are the other processes nodeletd runs: the supervisor (what
+// `nodelet up` becomes).
+var tools = map[string]func(args []string, stderr io.Writer) int{
+	"supervisor": supervisor.Main,
+}
+
 func spec(s daemon.Spec) func([]string, io.Writer) int {
 	return func(args []string, stderr io.Writer) int { return daemon.Run(s, args, stderr) }
 }
@@ -53,12 +61,12 @@ func main() { os.Exit(run(os.Args, os.Stderr)) }
 
 func run(argv []string, stderr io.Writer) int {
 	if name, ok := strings.CutPrefix(filepath.Base(argv[0]), binaryPrefix); ok {
-		if d, ok := daemons[name]; ok {
+		if d, ok := lookup(name); ok {
 			return d(argv[1:], stderr)
 		}
 	}
 	if len(argv) > 1 {
-		if d, ok := daemons[argv[1]]; ok {
+		if d, ok := lookup(argv[1]); ok {
 			return d(argv[2:], stderr)
 		}
 		if argv[1] == "link" && len(argv) == 3 {
@@ -69,11 +77,20 @@ func run(argv []string, stderr io.Writer) int {
 			return 0
 		}
 	}
-	fmt.Fprintf(stderr, "usage: nodeletd DAEMON [flags], or run as %sDAEMON; nodeletd link DIR\ndaemons: %s\n",
+	fmt.Fprintf(stderr, "usage: nodeletd DAEMON [flags], or run as %sDAEMON; nodeletd supervisor [flags] (nodelet up); nodeletd link DIR\ndaemons: %s\n",
 		binaryPrefix, strings.Join(names(), ", "))
 	return 2
 }
 
+func lookup(name string) (func([]string, io.Writer) int, bool) {
+	if d, ok := daemons[name]; ok {
+		return d, true
+	}
+	d, ok := tools[name]
+	return d, ok
+}
+
+// names are the daemons' names (those with a nodelet-<name> link).
 func names() []string {
 	out := make([]string, 0, len(daemons))
 	for n := range daemons {

@@ -38,6 +38,8 @@ func TestRunChoosesTheDaemon(t *testing.T) {
 		{"by link name", []string{"/usr/local/bin/nodelet-prober", "--help"}, 0, "nodelet-prober"},
 		{"by argument", []string{"nodeletd", "admission", "--help"}, 0, "nodelet-admission"},
 		{"the bus", []string{"nodelet-bus", "--help"}, 0, "--config"},
+		{"the supervisor", []string{"nodelet-supervisor", "--help"}, 0, "nodelet up"},
+		{"a supervisor's bad flag", []string{"nodelet-supervisor", "--no-such-flag"}, 2, "no-such-flag"},
 		{"unknown link name", []string{"nodelet-kubelet"}, 2, "usage: nodeletd"},
 		{"unknown argument", []string{"nodeletd", "kubelet"}, 2, "daemons: admission, bus, gc"},
 		{"nothing", []string{"nodeletd"}, 2, "usage: nodeletd"},
