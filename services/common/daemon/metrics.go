@@ -19,17 +19,10 @@ import (
 
 // MetricsSocket is where a daemon serves its Prometheus metrics: a unix
 // socket under the state dir, so no port needs configuring and only root
-// (the state dir's owner) can read it. nodelet-status federates them into
+// (the state dir's owner) can read it. nodelet-server federates them into
 // the node's /metrics.
 func MetricsSocket(stateDir, component string) string {
 	return filepath.Join(stateDir, "run", "metrics", component+".sock")
-}
-
-// APISocket is where a daemon serves an HTTP API to the node's other
-// daemons: nodelet-status serves the read-only API there, which
-// nodelet-server answers the kubelet API's read-only paths from.
-func APISocket(stateDir, component string) string {
-	return filepath.Join(stateDir, "run", "api", component+".sock")
 }
 
 // ServeUnix serves h on the unix socket path (0600, its directory 0700)
@@ -53,8 +46,8 @@ func ServeUnix(ctx context.Context, path string, h http.Handler) error {
 	return nil
 }
 
-// serveMetrics serves g on the component's metrics socket until ctx ends.
-func serveMetrics(ctx context.Context, stateDir, component string, g prometheus.Gatherer) error {
+// ServeMetrics serves g on the component's metrics socket until ctx ends.
+func ServeMetrics(ctx context.Context, stateDir, component string, g prometheus.Gatherer) error {
 	path := MetricsSocket(stateDir, component)
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
