@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	cadvisorapi "github.com/google/cadvisor/lib/model"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -20,6 +21,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/bus/bustest"
@@ -27,6 +30,8 @@ import (
 	"github.com/nodelet/nodelet/services/common/config"
 	"github.com/nodelet/nodelet/services/common/cri"
 	"github.com/nodelet/nodelet/services/common/daemon"
+	"github.com/nodelet/nodelet/services/common/images"
+	"github.com/nodelet/nodelet/services/common/testenv"
 )
 
 // testServer is a running Service on a real bus, with a client that holds
@@ -410,4 +415,145 @@ func TestSystemLogs(t *testing.T) {
 func testPod(ns, name, uid string) *corev1.Pod {
 	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(uid)},
 		Spec: corev1.PodSpec{NodeName: "node-1", Containers: []corev1.Container{{Name: "app", Image: "busybox"}}}}
+}
+
+// TestContainerdReadOnlyAPI runs a real pod in a real containerd and reads
+// it back as the kubelet's read-only paths show it: /stats/summary from CRI
+// stats, /runningpods/ from the runtime, /metrics/cadvisor through
+// cAdvisor's collector with the kubelet's labels, /metrics/resource and
+// /spec/.
+func TestContainerdReadOnlyAPI(t *testing.T) {
+	testenv.RequiresRoot(t)
+	ctrd := testenv.NewContainerd(t, testenv.ContainerdOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	clients, err := cri.Connect(ctx, ctrd.Endpoint, "", 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig(t)
+	const ns, name, uid = "default", "stats", "uid-stats"
+	logDir := filepath.Join(cfg.Node.PodLogsDir, ns+"_"+name+"_"+uid)
+	sbConfig := &runtimeapi.PodSandboxConfig{
+		Metadata:     &runtimeapi.PodSandboxMetadata{Name: name, Namespace: ns, Uid: uid},
+		Hostname:     name,
+		LogDirectory: logDir,
+		Labels:       map[string]string{"io.kubernetes.pod.name": name, "io.kubernetes.pod.namespace": ns, "io.kubernetes.pod.uid": uid},
+		Linux:        &runtimeapi.LinuxPodSandboxConfig{},
+	}
+	sb, err := clients.Runtime.RunPodSandbox(ctx, sbConfig, "")
+	if err != nil {
+		t.Fatalf("RunPodSandbox: %v", err)
+	}
+	if err := os.MkdirAll(filepath.Join(logDir, "app"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cid, err := clients.Runtime.CreateContainer(ctx, sb, &runtimeapi.ContainerConfig{
+		Metadata: &runtimeapi.ContainerMetadata{Name: "app"},
+		Image:    &runtimeapi.ImageSpec{Image: images.BusyboxImage},
+		Command:  []string{"sh", "-c", "echo hello; while true; do sleep 1; done"},
+		LogPath:  "app/0.log",
+		Labels: map[string]string{"io.kubernetes.container.name": "app", "io.kubernetes.pod.uid": uid,
+			"io.kubernetes.pod.name": name, "io.kubernetes.pod.namespace": ns},
+	}, sbConfig)
+	if err != nil {
+		t.Fatalf("CreateContainer: %v", err)
+	}
+	if err := clients.Runtime.StartContainer(ctx, cid); err != nil {
+		t.Fatalf("StartContainer: %v", err)
+	}
+	ts := startServer(t, cfg, clients, nil)
+
+	var sum statsapi.Summary
+	var pod *statsapi.PodStats
+	waitFor(t, 60*time.Second, "the pod in /stats/summary with cpu and memory", func() bool {
+		ts.getJSON("/stats/summary", &sum)
+		pod = nil
+		for i := range sum.Pods {
+			if sum.Pods[i].PodRef.UID == uid {
+				pod = &sum.Pods[i]
+			}
+		}
+		return pod != nil && len(pod.Containers) == 1 && pod.Containers[0].CPU != nil && pod.Containers[0].Memory != nil &&
+			pod.Containers[0].Memory.WorkingSetBytes != nil && *pod.Containers[0].Memory.WorkingSetBytes > 0
+	})
+	if sum.Node.NodeName != "node-1" || sum.Node.CPU == nil || sum.Node.CPU.UsageCoreNanoSeconds == nil ||
+		sum.Node.Memory == nil || sum.Node.Memory.WorkingSetBytes == nil || sum.Node.Fs == nil || sum.Node.Fs.CapacityBytes == nil {
+		t.Errorf("/stats/summary node = %+v", sum.Node)
+	}
+	if pod.Network == nil || pod.Network.Name != "eth0" || pod.Network.RxBytes == nil {
+		t.Errorf("pod network = %+v", pod.Network)
+	}
+	c := pod.Containers[0]
+	if pod.PodRef.Name != name || pod.PodRef.Namespace != ns || c.Name != "app" || c.CPU.UsageCoreNanoSeconds == nil {
+		t.Errorf("pod stats = %+v", pod)
+	}
+	if c.Rootfs == nil || c.Rootfs.UsedBytes == nil {
+		t.Errorf("container rootfs = %+v", c.Rootfs)
+	}
+	if c.Logs == nil || c.Logs.UsedBytes == nil || *c.Logs.UsedBytes == 0 {
+		t.Errorf("container logs = %+v (the container wrote a line)", c.Logs)
+	}
+	if pod.CPU == nil || pod.Memory == nil || pod.EphemeralStorage == nil {
+		t.Errorf("pod cpu %+v memory %+v ephemeral %+v", pod.CPU, pod.Memory, pod.EphemeralStorage)
+	}
+	// (containerd computes the image filesystem's usage in the background,
+	// so the bytes used may still read 0 this early.)
+	if rt := sum.Node.Runtime; rt == nil || rt.ImageFs == nil || rt.ImageFs.UsedBytes == nil || rt.ImageFs.CapacityBytes == nil || *rt.ImageFs.CapacityBytes == 0 {
+		t.Errorf("node runtime fs = %+v", sum.Node.Runtime)
+	}
+	var only statsapi.Summary
+	ts.getJSON("/stats/summary?only_cpu_and_memory=true", &only)
+	if only.Node.Fs != nil || only.Node.CPU == nil {
+		t.Errorf("only_cpu_and_memory still has fs or lacks cpu: %+v", only.Node)
+	}
+	var info cadvisorapi.MachineInfo
+	ts.getJSON("/spec/", &info)
+	if info.NumCores == 0 || info.MemoryCapacity == 0 {
+		t.Errorf("/spec/ = %+v", info)
+	}
+
+	// /runningpods/: the runtime's view, as kubecontainer.Pod.ToAPIPod.
+	var running corev1.PodList
+	ts.getJSON("/runningpods/", &running)
+	found := false
+	for _, p := range running.Items {
+		if p.UID == uid {
+			found = true
+			if p.Name != name || p.Namespace != ns || len(p.Spec.Containers) != 1 || p.Spec.Containers[0].Name != "app" ||
+				!strings.Contains(p.Spec.Containers[0].Image, "busybox") {
+				t.Errorf("/runningpods/ pod = %+v", p)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("/runningpods/ lacks the pod: %+v", running.Items)
+	}
+
+	// /metrics/cadvisor with the kubelet's names and labels.
+	fams := ts.metrics("/metrics/cadvisor")
+	want := map[string]string{"container": "app", "pod": name, "namespace": ns, "id": "/pod" + uid + "/" + cid, "name": cid}
+	for _, m := range []string{"container_cpu_usage_seconds_total", "container_memory_working_set_bytes",
+		"container_memory_usage_bytes", "container_fs_usage_bytes", "container_start_time_seconds", "container_last_seen"} {
+		if _, ok := series(fams, m, want); !ok {
+			t.Errorf("/metrics/cadvisor has no %s%v", m, want)
+		}
+	}
+	if v, ok := series(fams, "container_memory_working_set_bytes", want); !ok || v <= 0 {
+		t.Errorf("container_memory_working_set_bytes = %v", v)
+	}
+	podWant := map[string]string{"container": "", "pod": name, "namespace": ns}
+	if _, ok := series(fams, "container_network_receive_bytes_total", podWant); !ok {
+		t.Errorf("/metrics/cadvisor has no pod-level container_network_receive_bytes_total%v", podWant)
+	}
+	if v, ok := series(fams, "container_cpu_usage_seconds_total", map[string]string{"id": "/", "pod": ""}); !ok || v <= 0 {
+		t.Errorf("/metrics/cadvisor node (id=/) cpu = %v %v", v, ok)
+	}
+	if v, ok := series(fams, "machine_cpu_cores", nil); !ok || v < 1 {
+		t.Errorf("/metrics/cadvisor machine_cpu_cores = %v %v", v, ok)
+	}
+	fams = ts.metrics("/metrics/resource")
+	if _, ok := series(fams, "container_memory_working_set_bytes", map[string]string{"container": "app", "pod": name, "namespace": ns}); !ok {
+		t.Errorf("/metrics/resource lacks the container: %v", fams)
+	}
 }

@@ -25,38 +25,19 @@ func MetricsSocket(stateDir, component string) string {
 	return filepath.Join(stateDir, "run", "metrics", component+".sock")
 }
 
-// ServeUnix serves h on the unix socket path (0600, its directory 0700)
-// until ctx ends. A previous instance's socket is replaced.
-func ServeUnix(ctx context.Context, path string, h http.Handler) error {
+// ServeMetrics serves g on the component's metrics socket (0600, its
+// directory 0700) until ctx ends. A previous instance's socket is replaced.
+func ServeMetrics(ctx context.Context, stateDir, component string, g prometheus.Gatherer) error {
+	path := MetricsSocket(stateDir, component)
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
 	_ = os.Remove(path)
 	l, err := net.Listen("unix", path)
 	if err != nil {
-		return fmt.Errorf("socket %s: %w", path, err)
-	}
-	_ = os.Chmod(path, 0o600)
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		<-ctx.Done()
-		_ = srv.Close()
-	}()
-	go func() { _ = srv.Serve(l) }()
-	return nil
-}
-
-// ServeMetrics serves g on the component's metrics socket until ctx ends.
-func ServeMetrics(ctx context.Context, stateDir, component string, g prometheus.Gatherer) error {
-	path := MetricsSocket(stateDir, component)
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return err
-	}
-	_ = os.Remove(path) // a previous instance's socket
-	l, err := net.Listen("unix", path)
-	if err != nil {
 		return fmt.Errorf("metrics socket %s: %w", path, err)
 	}
+	_ = os.Chmod(path, 0o600)
 	srv := &http.Server{Handler: promhttp.HandlerFor(g, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		<-ctx.Done()
