@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -365,14 +366,21 @@ func TestReadOnlyPort(t *testing.T) {
 		t.Errorf("config.ReadOnlyAddress() = %q %q by default", addr, key)
 	}
 
-	for _, set := range []func(*config.Config){
-		func(c *config.Config) { c.Server.ReadOnlyPort = freePort(t) },
-		func(c *config.Config) { c.Status.ReadOnlyAddress = "127.0.0.1:0" },
+	for _, tc := range []struct {
+		set        func(*config.Config)
+		deprecated bool
+	}{
+		{func(c *config.Config) { c.Server.ReadOnlyPort = freePort(t) }, false},
+		{func(c *config.Config) { c.Status.ReadOnlyAddress = "127.0.0.1:0" }, true},
 	} {
 		cfg := testConfig(t)
-		set(cfg)
-		ts := startServer(t, cfg, &cri.Clients{}, nil)
+		tc.set(cfg)
+		logs := &testenv.Buffer{}
+		ts := startServer(t, cfg, &cri.Clients{}, func(o *Options) { o.Log = slog.New(slog.NewTextHandler(logs, nil)) })
 		waitFor(t, 10*time.Second, "the read-only port", func() bool { return ts.ReadOnlyAddr() != "" })
+		if warned := strings.Contains(logs.String(), `msg="Deprecated configuration key: set server.readOnlyPort (served on server.address) instead" key=status.readOnlyAddress`); warned != tc.deprecated {
+			t.Errorf("deprecation warning logged = %v, want %v:\n%s", warned, tc.deprecated, logs.String())
+		}
 		base := "http://" + ts.ReadOnlyAddr()
 		plain := &http.Client{Timeout: 10 * time.Second}
 		for path, want := range map[string]int{"/pods": 200, "/healthz": 200, "/spec/": 200, "/metrics": 200,
