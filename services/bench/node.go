@@ -49,6 +49,7 @@ type node struct {
 // nodeConfig renders the node's configuration: everything on loopback or
 // on the bench containerd's bridge, and the sandbox bound under test.
 func nodeConfig(dir, busListen, readOnly, serverPort, binDir string, rt *runtimeEnv, bound int) string {
+	_, readOnlyPort, _ := net.SplitHostPort(readOnly)
 	return fmt.Sprintf(`node:
   name: %s
   stateDir: %s
@@ -65,16 +66,15 @@ runtime:
   maxConcurrentSandboxCreations: %d
 sources:
   staticPodPath: %s
-status:
-  readOnlyAddress: %s
 server:
   address: 127.0.0.1
   port: %s
+  readOnlyPort: %s
 supervisor:
   binDir: %s
 `, NodeName, filepath.Join(dir, "state"), filepath.Join(dir, "logs"), rt.Subnet, busListen,
 		rt.Endpoint, rt.CNIConfDir, rt.BridgeName, rt.NetworkName, CgroupRoot, bound,
-		filepath.Join(dir, "manifests"), readOnly, serverPort, binDir)
+		filepath.Join(dir, "manifests"), serverPort, readOnlyPort, binDir)
 }
 
 // manifest is the bench's static pod. The run label makes every round's

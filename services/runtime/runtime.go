@@ -76,7 +76,7 @@
 // network pods still run.
 //
 // Metrics: pod start and CRI operation durations are not recorded yet
-// (nodelet-status serves /metrics; the Pulled event carries pull times).
+// (nodelet-server serves /metrics; the Pulled event carries pull times).
 package runtime
 
 import (
