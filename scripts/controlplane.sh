@@ -438,6 +438,7 @@ cmd_start() {
 		--tls-private-key-file="$pki/apiserver.key" \
 		--client-ca-file="$pki/ca.crt" \
 		--token-auth-file="$STATE_DIR/tokens.csv" \
+		--enable-bootstrap-token-auth \
 		--authorization-mode=Node,RBAC \
 		--enable-admission-plugins=NodeRestriction \
 		--allow-privileged=true \
