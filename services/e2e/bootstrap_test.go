@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -322,6 +323,20 @@ func TestTLSBootstrapRotation(t *testing.T) {
 		}
 		return err == nil
 	})
+	switched := map[string]bool{}
+	// Each daemon that talks to kube-apiserver switched on its own.
+	for _, l := range strings.Split(n.out.String(), "\n") {
+		if strings.Contains(l, "Certificate rotation detected") {
+			for _, c := range []string{"sources", "runtime", "status", "server"} {
+				if strings.Contains(l, "component="+c+" ") {
+					switched[c] = true
+				}
+			}
+		}
+	}
+	if len(switched) != 4 {
+		t.Fatalf("daemons that picked up a renewed certificate: %v, want sources, runtime, status and server", switched)
+	}
 	for _, st := range n.WaitReady() {
 		if st.Restarts != 0 {
 			t.Fatalf("%s restarted %d times: the renewal must not need a restart", st.Name, st.Restarts)
