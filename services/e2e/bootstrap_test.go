@@ -60,6 +60,7 @@ func bootstrapNode(t *testing.T, name string, signingDuration time.Duration, nod
 // after since: the node's own client works now (nothing else writes them).
 func nodeReadyFresh(ctx context.Context, t *testing.T, admin kubernetes.Interface, name string, since time.Time, timeout time.Duration) {
 	t.Helper()
+	defer func(begin time.Time) { t.Logf("node %s Ready and fresh %s after asking", name, time.Since(begin).Round(time.Second)) }(time.Now())
 	eventually(t, timeout, fmt.Sprintf("node %s Ready with its Lease renewed after %s", name, since.Format(time.TimeOnly)), func() bool {
 		node, err := admin.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
@@ -187,7 +188,7 @@ func contains(l []string, s string) bool {
 // approveServingCSRs approves, as a cluster admin would, every
 // kubernetes.io/kubelet-serving CSR node name makes, until ctx ends; it
 // returns how many it approved so far.
-func approveServingCSRs(ctx context.Context, t *testing.T, admin kubernetes.Interface, name string) func() int {
+func approveServingCSRs(ctx context.Context, admin kubernetes.Interface, name string) func() int {
 	var mu sync.Mutex
 	n := 0
 	go func() {
@@ -201,12 +202,11 @@ func approveServingCSRs(ctx context.Context, t *testing.T, admin kubernetes.Inte
 					c.Status.Conditions = append(c.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
 						Type: certificatesv1.CertificateApproved, Status: corev1.ConditionTrue,
 						Reason: "TestApproved", Message: "approved by the e2e test as an admin"})
+					// An error (a conflict) is tried again on the next round.
 					if _, err := admin.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, c.Name, &c, metav1.UpdateOptions{}); err == nil {
 						mu.Lock()
 						n++
 						mu.Unlock()
-					} else {
-						t.Logf("approving %s: %v", c.Name, err)
 					}
 				}
 			}
@@ -239,7 +239,7 @@ func TestTLSBootstrapRotation(t *testing.T) {
 	admin := cp.AdminClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
-	approved := approveServingCSRs(ctx, t, admin, name)
+	approved := approveServingCSRs(ctx, admin, name)
 	n, kubeconfig := bootstrapNode(t, name, 3*time.Minute, "  rotateCertificates: true\n", "  serverTLSBootstrap: true\n")
 	start := time.Now()
 
