@@ -60,7 +60,9 @@ func bootstrapNode(t *testing.T, name string, signingDuration time.Duration, nod
 // after since: the node's own client works now (nothing else writes them).
 func nodeReadyFresh(ctx context.Context, t *testing.T, admin kubernetes.Interface, name string, since time.Time, timeout time.Duration) {
 	t.Helper()
-	defer func(begin time.Time) { t.Logf("node %s Ready and fresh %s after asking", name, time.Since(begin).Round(time.Second)) }(time.Now())
+	defer func(begin time.Time) {
+		t.Logf("node %s Ready and fresh %s after asking", name, time.Since(begin).Round(time.Second))
+	}(time.Now())
 	eventually(t, timeout, fmt.Sprintf("node %s Ready with its Lease renewed after %s", name, since.Format(time.TimeOnly)), func() bool {
 		node, err := admin.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
