@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -262,6 +263,9 @@ func (m *Manager) syncRunning(ctx context.Context, pod *corev1.Pod, pr *podRunti
 			m.event(pod, nil, "", corev1.EventTypeNormal, "SandboxChanged", "Pod sandbox changed, it will be killed and re-created.")
 		}
 		id, cfg, err := m.createSandbox(ctx, pod, a.Attempt)
+		if errors.Is(err, errRuntimeClassesNotSynced) {
+			return syncResult{RequeueAfter: 500 * time.Millisecond}
+		}
 		if err != nil && isNameReserved(err) {
 			// A creation of this attempt is still under way in the runtime
 			// (nodelet-runtime was killed while it asked): wait for it
