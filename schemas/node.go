@@ -60,8 +60,12 @@ type RuntimeState struct {
 	Message        string `json:"message,omitempty"`
 	RuntimeName    string `json:"runtimeName,omitempty"`
 	RuntimeVersion string `json:"runtimeVersion,omitempty"`
-	// PodCIDR is the range the CNI configuration was rendered for.
+	// PodCIDR is the range the CNI configuration was rendered for (the
+	// first of PodCIDRs).
 	PodCIDR string `json:"podCIDR,omitempty"`
+	// PodCIDRs are all the ranges it was rendered for: two when the node
+	// is dual stack (the Node's spec.podCIDRs).
+	PodCIDRs []string `json:"podCIDRs,omitempty"`
 }
 
 func (RuntimeState) SchemaName() string { return "nodelet.v1.RuntimeState" }
