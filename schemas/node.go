@@ -75,6 +75,10 @@ func (RuntimeState) SchemaName() string { return "nodelet.v1.RuntimeState" }
 // "node", written by nodelet-gc.
 type NodePressure struct {
 	Conditions []corev1.NodeCondition `json:"conditions"`
+	// ShuttingDown: the node shutdown manager (nodelet-gc) handles a node
+	// shutdown signalled by systemd-logind: admission refuses new pods and
+	// the node is not Ready ("node is shutting down").
+	ShuttingDown bool `json:"shuttingDown,omitempty"`
 }
 
 func (NodePressure) SchemaName() string { return "nodelet.v1.NodePressure" }

@@ -171,8 +171,9 @@ func serverPod(ns string) *corev1.Pod {
 
 // TestKubeletAPI drives nodelet-server through kube-apiserver with the real
 // kubectl: logs (-f, --tail, --since, --timestamps, --limit-bytes, -c,
-// --previous), exec with stdin and exit codes, port-forward, the node proxy
-// to /stats/summary, and the kubelet's 401 and 403 answered directly.
+// --previous), exec with stdin and exit codes, port-forward, kubectl debug
+// (an ephemeral container attached to), the node proxy to /stats/summary,
+// and the kubelet's 401 and 403 answered directly.
 func TestKubeletAPI(t *testing.T) {
 	n := newNode(t, nodeOptions{API: true, ServerAddress: "0.0.0.0",
 		Server: "  authentication:\n    x509:\n      clientCAFile: " + cp.ClientCAFile + "\n"})
@@ -481,6 +482,34 @@ func TestKubeletAPI(t *testing.T) {
 		if got == "" {
 			t.Fatalf("kubectl attach gave no tick; stderr %s", errb.String())
 		}
+	})
+
+	// kubectl debug -i: an ephemeral container added through the
+	// pods/ephemeralcontainers subresource, started in the running pod in
+	// the target's PID namespace, attached to through nodelet-server (its
+	// stdin is the test's), and reported in ephemeralContainerStatuses.
+	t.Run("kubectl debug", func(t *testing.T) {
+		out, errs, code := kubectl(t, "ps -o args; echo debug-$((40+2))\n", "-n", ns, "debug", "srv", "-i",
+			"--image=nodelet.local/busybox:1.35", "--image-pull-policy=Never", "--target=app", "-c", "dbg", "--", "sh")
+		if code != 0 || !strings.Contains(out, "debug-42") {
+			t.Fatalf("kubectl debug: exit %d, out %q, stderr %q", code, out, errs)
+		}
+		// --target: the app container's processes are the debugger's to see.
+		if !strings.Contains(out, "tick-$i") {
+			t.Errorf("kubectl debug --target=app: ps shows no process of app: %q", out)
+		}
+		eventually(t, 60*time.Second, "the ephemeral container in ephemeralContainerStatuses", func() bool {
+			p, err := pods.Get(ctx, "srv", metav1.GetOptions{})
+			if err != nil {
+				return false
+			}
+			for _, es := range p.Status.EphemeralContainerStatuses {
+				if es.Name == "dbg" && es.ContainerID != "" && es.State.Terminated != nil && es.State.Terminated.ExitCode == 0 {
+					return true
+				}
+			}
+			return false
+		})
 	})
 
 	t.Run("server SIGKILLed during logs -f", func(t *testing.T) {

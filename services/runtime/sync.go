@@ -66,8 +66,10 @@ func (m *Manager) syncPod(ctx context.Context, uid string) syncResult {
 	case rec.Pod.DeletionTimestamp != nil:
 		return m.syncTerminating(ctx, rec.Pod, pr, st, nil)
 	case rec.Eviction != nil:
+		// Killed with the eviction's grace period when it gives one (the
+		// eviction manager's, the shutdown manager's per priority group).
 		st.setPodReason(rec.Eviction.Reason, rec.Eviction.Message)
-		return m.syncTerminating(ctx, rec.Pod, pr, st, nil)
+		return m.syncTerminating(ctx, rec.Pod, pr, st, rec.Eviction.GracePeriodSeconds)
 	}
 	return m.syncWithDeadline(ctx, rec.Pod, pr, st)
 }
