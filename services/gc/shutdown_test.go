@@ -105,7 +105,9 @@ func TestShutdownManagerWithLogind(t *testing.T) {
 	done := make(chan struct{})
 	go func() { sm.run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
-	waitFor(t, "a delay lock", func() bool { return len(logind.Inhibitors()) == 1 && logind.Inhibitors()[0] == "shutdown:nodelet:delay" })
+	waitFor(t, "a delay lock", func() bool {
+		return len(logind.Inhibitors()) == 1 && logind.Inhibitors()[0] == "shutdown:nodelet:delay"
+	})
 
 	logind.PrepareForShutdown(true)
 	waitFor(t, "the node marked shutting down", func() bool { return shuttingDown(t, status) })
