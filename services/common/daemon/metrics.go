@@ -19,51 +19,25 @@ import (
 
 // MetricsSocket is where a daemon serves its Prometheus metrics: a unix
 // socket under the state dir, so no port needs configuring and only root
-// (the state dir's owner) can read it. nodelet-status federates them into
+// (the state dir's owner) can read it. nodelet-server federates them into
 // the node's /metrics.
 func MetricsSocket(stateDir, component string) string {
 	return filepath.Join(stateDir, "run", "metrics", component+".sock")
 }
 
-// APISocket is where a daemon serves an HTTP API to the node's other
-// daemons: nodelet-status serves the read-only API there, which
-// nodelet-server answers the kubelet API's read-only paths from.
-func APISocket(stateDir, component string) string {
-	return filepath.Join(stateDir, "run", "api", component+".sock")
-}
-
-// ServeUnix serves h on the unix socket path (0600, its directory 0700)
-// until ctx ends. A previous instance's socket is replaced.
-func ServeUnix(ctx context.Context, path string, h http.Handler) error {
+// ServeMetrics serves g on the component's metrics socket (0600, its
+// directory 0700) until ctx ends. A previous instance's socket is replaced.
+func ServeMetrics(ctx context.Context, stateDir, component string, g prometheus.Gatherer) error {
+	path := MetricsSocket(stateDir, component)
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
 	_ = os.Remove(path)
 	l, err := net.Listen("unix", path)
 	if err != nil {
-		return fmt.Errorf("socket %s: %w", path, err)
-	}
-	_ = os.Chmod(path, 0o600)
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		<-ctx.Done()
-		_ = srv.Close()
-	}()
-	go func() { _ = srv.Serve(l) }()
-	return nil
-}
-
-// serveMetrics serves g on the component's metrics socket until ctx ends.
-func serveMetrics(ctx context.Context, stateDir, component string, g prometheus.Gatherer) error {
-	path := MetricsSocket(stateDir, component)
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return err
-	}
-	_ = os.Remove(path) // a previous instance's socket
-	l, err := net.Listen("unix", path)
-	if err != nil {
 		return fmt.Errorf("metrics socket %s: %w", path, err)
 	}
+	_ = os.Chmod(path, 0o600)
 	srv := &http.Server{Handler: promhttp.HandlerFor(g, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		<-ctx.Done()

@@ -33,8 +33,8 @@ var Components = []Component{
 	{Name: "admission", Requires: []string{"bus", "sources"}, Description: "nodelet pod admission"},
 	{Name: "runtime", Requires: []string{"bus", "admission"}, NeedsCRI: true, NeedsAPI: true, Description: "nodelet pod runtime over CRI"},
 	{Name: "prober", Requires: []string{"bus", "runtime"}, NeedsCRI: true, Description: "nodelet probes"},
-	{Name: "status", Requires: []string{"bus", "runtime"}, NeedsCRI: true, NeedsAPI: true, Description: "nodelet pod and node status, read-only API"},
-	{Name: "server", Requires: []string{"bus", "runtime"}, NeedsCRI: true, NeedsAPI: true, Description: "nodelet kubelet API (logs, exec, attach, port-forward, stats) on :10250"},
+	{Name: "status", Requires: []string{"bus", "runtime"}, NeedsCRI: true, NeedsAPI: true, Description: "nodelet pod and node status, Lease and events"},
+	{Name: "server", Requires: []string{"bus", "runtime"}, NeedsCRI: true, NeedsAPI: true, Description: "nodelet kubelet API (logs, exec, attach, port-forward, stats, metrics, read-only port) on :10250"},
 	{Name: "gc", Requires: []string{"bus", "runtime"}, NeedsCRI: true, Description: "nodelet garbage collection and eviction"},
 }
 
