@@ -10,6 +10,7 @@ require (
 	github.com/distribution/reference v0.6.0
 	github.com/fsnotify/fsnotify v1.10.1
 	github.com/go-viper/mapstructure/v2 v2.4.0
+	github.com/godbus/dbus/v5 v5.1.0
 	github.com/google/cadvisor/lib v0.61.0
 	github.com/google/go-containerregistry v0.22.1
 	github.com/google/uuid v1.6.0

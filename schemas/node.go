@@ -60,8 +60,12 @@ type RuntimeState struct {
 	Message        string `json:"message,omitempty"`
 	RuntimeName    string `json:"runtimeName,omitempty"`
 	RuntimeVersion string `json:"runtimeVersion,omitempty"`
-	// PodCIDR is the range the CNI configuration was rendered for.
+	// PodCIDR is the range the CNI configuration was rendered for (the
+	// first of PodCIDRs).
 	PodCIDR string `json:"podCIDR,omitempty"`
+	// PodCIDRs are all the ranges it was rendered for: two when the node
+	// is dual stack (the Node's spec.podCIDRs).
+	PodCIDRs []string `json:"podCIDRs,omitempty"`
 }
 
 func (RuntimeState) SchemaName() string { return "nodelet.v1.RuntimeState" }
@@ -71,6 +75,10 @@ func (RuntimeState) SchemaName() string { return "nodelet.v1.RuntimeState" }
 // "node", written by nodelet-gc.
 type NodePressure struct {
 	Conditions []corev1.NodeCondition `json:"conditions"`
+	// ShuttingDown: the node shutdown manager (nodelet-gc) handles a node
+	// shutdown signalled by systemd-logind: admission refuses new pods and
+	// the node is not Ready ("node is shutting down").
+	ShuttingDown bool `json:"shuttingDown,omitempty"`
 }
 
 func (NodePressure) SchemaName() string { return "nodelet.v1.NodePressure" }

@@ -7,7 +7,8 @@
 # Steps, one line of output each:
 #   1. apt-get install what is missing of: containerd runc
 #      containernetworking-plugins busybox-static bash-static iproute2 iptables
-#      etcd-server openssl util-linux procps (apt-get update only when
+#      etcd-server openssl util-linux procps dbus-daemon (the graceful node
+#      shutdown tests run a private D-Bus) (apt-get update only when
 #      something must be installed);
 #   2. go build -o bin/ ./cmd/... (every nodelet binary, nodelet-pause
 #      included) and bin/setuptool (this script's helper, scripts/setuptool);
@@ -45,7 +46,7 @@ CNI_BIN_DIR=/usr/lib/cni
 SUBNET=${NODELET_SUBNET:-10.88.0.0/16}
 BRIDGE=nodelet0
 PACKAGES=(containerd runc containernetworking-plugins busybox-static bash-static iproute2 iptables
-  etcd-server openssl util-linux procps)
+  etcd-server openssl util-linux procps dbus-daemon)
 
 step() { echo "setup: $*"; }
 die() { echo "setup: error: $*" >&2; exit 1; }

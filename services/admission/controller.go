@@ -298,15 +298,18 @@ func (c *controller) onPressure(u bus.Update[schemas.NodePressure]) {
 			}
 		}
 		c.admitter.Pressure.Conditions = conds
+		c.admitter.Pressure.ShuttingDown = u.Value.ShuttingDown
 		c.pressureRev = u.Revision
 	case bus.Deleted:
 		c.admitter.Pressure.Conditions = nil
+		c.admitter.Pressure.ShuttingDown = false
 		c.pressureRev = u.Revision
 	case bus.Synced:
 		c.pressureSynced = true
 	case bus.Reset:
 		c.pressureSynced = false
 		c.admitter.Pressure.Conditions = nil
+		c.admitter.Pressure.ShuttingDown = false
 		c.pressureRev = 0
 	}
 }

@@ -38,6 +38,12 @@ const (
 	// ReasonEvicted is the eviction manager's reason for refusing pods
 	// under node pressure.
 	ReasonEvicted = "Evicted"
+
+	// ReasonNodeShutdown and MessageNodeShutdown: the node shutdown
+	// manager's refusal while the node shuts down (nodeshutdown's
+	// NodeShutdownNotAdmittedReason).
+	ReasonNodeShutdown  = "NodeShutdown"
+	MessageNodeShutdown = "Pod was rejected as the node is shutting down."
 )
 
 // The scheduler plugins' failure descriptions, shown after "Predicate <name>
@@ -131,15 +137,27 @@ func (a *Admitter) Admit(attrs *Attributes) Result {
 // PressureHandler is the eviction manager's admission check: under memory
 // pressure only BestEffort pods are refused (unless they tolerate the
 // memory-pressure taint); under any other pressure every pod is; critical
-// pods are always admitted.
+// pods are always admitted. Then the node shutdown manager's: while the
+// node shuts down every pod is refused, critical ones too.
 type PressureHandler struct {
 	// Conditions are the node conditions under pressure (status True), in
 	// the order the gc daemon published them.
 	Conditions []corev1.NodeConditionType
+	// ShuttingDown: the gc daemon's shutdown manager handles a node
+	// shutdown.
+	ShuttingDown bool
 }
 
 // Admit implements Handler.
 func (h *PressureHandler) Admit(attrs *Attributes) Result {
+	r := h.admitPressure(attrs)
+	if r.Admit && h.ShuttingDown {
+		return Result{Reason: ReasonNodeShutdown, Message: MessageNodeShutdown}
+	}
+	return r
+}
+
+func (h *PressureHandler) admitPressure(attrs *Attributes) Result {
 	if len(h.Conditions) == 0 || attrs.Critical() {
 		return Result{Admit: true}
 	}

@@ -227,6 +227,20 @@ func TestPressureHandler(t *testing.T) {
 	}
 }
 
+// The node shutdown manager's admission: while the node shuts down every
+// pod is refused, critical and static ones too; pressure keeps its reason.
+func TestShutdownRefusesPods(t *testing.T) {
+	shutdown := []handlerCase{
+		{name: "burstable", pod: makePod("p", 0, withCPU("100m")), reason: ReasonNodeShutdown, message: MessageNodeShutdown},
+		{name: "critical", pod: makePod("p", 0, withPriority(2000001000)), reason: ReasonNodeShutdown, message: MessageNodeShutdown},
+		{name: "static", pod: makePod("p", 0), static: true, reason: ReasonNodeShutdown, message: MessageNodeShutdown},
+	}
+	runCases(t, &PressureHandler{ShuttingDown: true}, shutdown)
+	runCases(t, &PressureHandler{ShuttingDown: true, Conditions: []corev1.NodeConditionType{corev1.NodeDiskPressure}}, []handlerCase{
+		{name: "under pressure too", pod: makePod("p", 0), reason: ReasonEvicted, message: "The node had condition: [DiskPressure]. "},
+	})
+}
+
 func TestAdmitterOrder(t *testing.T) {
 	a := NewAdmitter(testNode(t), nil)
 	a.Pressure.Conditions = []corev1.NodeConditionType{corev1.NodeDiskPressure}

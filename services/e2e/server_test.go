@@ -102,9 +102,10 @@ func serverPod(ns string) *corev1.Pod {
 // TestKubeletAPI drives nodelet-server through kube-apiserver with the real
 // kubectl: logs (-f, --tail, --since, --timestamps, --limit-bytes, -c,
 // --previous), exec with stdin, with a TTY and exit codes, attach, cp,
-// port-forward, the node proxy to /stats/summary and the metrics paths,
-// the kubelet's 401 and 403 answered directly, the read-only port off, and
-// nodelet-server SIGKILLed during logs -f.
+// kubectl debug (an ephemeral container attached to), port-forward, the
+// node proxy to /stats/summary and the metrics paths, the kubelet's 401 and
+// 403 answered directly, the read-only port off, and nodelet-server
+// SIGKILLed during logs -f.
 func TestKubeletAPI(t *testing.T) {
 	n := newNode(t, nodeOptions{API: true, ServerAddress: "0.0.0.0", NoReadOnlyPort: true,
 		Server: "  authentication:\n    x509:\n      clientCAFile: " + cp.ClientCAFile + "\n"})
@@ -460,6 +461,8 @@ func TestKubeletAPI(t *testing.T) {
 			t.Fatalf("kubectl attach gave no tick; stderr %s", errb.String())
 		}
 	})
+
+	t.Run("kubectl debug", func(t *testing.T) { kubectlDebug(t, ctx, ns, pods) })
 
 	t.Run("server SIGKILLed during logs -f", func(t *testing.T) {
 		before := n.WaitReady()

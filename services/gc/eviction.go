@@ -196,6 +196,8 @@ type evictionState struct {
 	condLastObservedAt map[corev1.NodeConditionType]time.Time
 	published          *schemas.NodePressure
 	loaded             bool
+	// shuttingDown: the shutdown manager handles a node shutdown.
+	shuttingDown bool
 }
 
 func (e *evictionState) init(c config.GCConfig) error {
@@ -420,7 +422,7 @@ func (g *GC) publishPressure(ctx context.Context, pressure map[corev1.NodeCondit
 			prev[c.Type] = c
 		}
 	}
-	np := &schemas.NodePressure{}
+	np := &schemas.NodePressure{ShuttingDown: e.shuttingDown}
 	for _, t := range pressureConditions {
 		w := conditionWording[t]
 		c := corev1.NodeCondition{Type: t, Status: corev1.ConditionFalse, Reason: w.falseReason, Message: w.falseMessage}

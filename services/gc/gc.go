@@ -24,6 +24,14 @@
 // give back, so a SIGKILL in the middle of one is followed by a pass that
 // finishes the job and removes nothing more.
 //
+// # Graceful node shutdown
+//
+// With gc.shutdownGracePeriod set, the kubelet's node shutdown manager runs
+// here (shutdown.go, logind.go): a systemd-logind delay inhibitor lock over
+// D-Bus, and on PrepareForShutdown the node marked shutting down in the
+// pressure record and its pods terminated by priority group through
+// eviction records with reason Terminated.
+//
 // # Events and logs
 //
 // Events carry the kubelet's reasons: ContainerGCFailed, ImageGCFailed,
@@ -196,6 +204,10 @@ func New(o Options) (*GC, error) {
 func (g *GC) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { g.state.run(ctx, g.bus) })
+	if g.cfg.GC.ShutdownGracePeriod > 0 {
+		sm := newShutdownManager(g, connectLogind)
+		wg.Go(func() { sm.run(ctx) })
+	}
 	gcCfg := g.cfg.GC
 	wg.Go(func() {
 		g.every(ctx, "container", gcCfg.ContainerGCPeriod, func(ctx context.Context) error {

@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -58,8 +59,10 @@ func (a *APIObjects) GetConfigMap(ctx context.Context, ns, name string) (*corev1
 	return a.client.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
 }
 
-// PodCIDR is the Node's spec.podCIDR ("" when unassigned or unreadable),
-// read at most every 10 seconds.
+// PodCIDR is the Node's spec.podCIDRs joined by commas, as the kubelet's
+// updatePodCIDR hands them to the runtime ("10.1.0.0/24,fd00:1::/64" on a
+// dual-stack node; "" when unassigned or unreadable), read at most every
+// 10 seconds.
 func (a *APIObjects) PodCIDR(ctx context.Context) string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -71,7 +74,10 @@ func (a *APIObjects) PodCIDR(ctx context.Context) string {
 	defer cancel()
 	n, err := a.client.CoreV1().Nodes().Get(cctx, a.nodeName, metav1.GetOptions{})
 	if err == nil {
-		a.cidr = n.Spec.PodCIDR
+		a.cidr = strings.Join(n.Spec.PodCIDRs, ",")
+		if a.cidr == "" {
+			a.cidr = n.Spec.PodCIDR
+		}
 	}
 	return a.cidr
 }

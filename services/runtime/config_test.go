@@ -74,8 +74,8 @@ func TestSandboxConfig(t *testing.T) {
 	if ns.Network != runtimeapi.NamespaceMode_POD || ns.Pid != runtimeapi.NamespaceMode_CONTAINER || ns.Ipc != runtimeapi.NamespaceMode_POD {
 		t.Errorf("namespaces %v", ns)
 	}
-	if runtimeHandler(pod) != "runc" {
-		t.Errorf("handler %q", runtimeHandler(pod))
+	if h, err := m.runtimeHandler(pod); h != "runc" || err != nil {
+		t.Errorf("standalone handler %q, %v; want the class name", h, err)
 	}
 
 	host := pod.DeepCopy()

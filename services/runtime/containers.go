@@ -37,7 +37,11 @@ func (m *Manager) containerConfig(ctx context.Context, pod *corev1.Pod, c *corev
 	if err := verifyRunAsNonRoot(pod, c, in.Image); err != nil {
 		return nil, err
 	}
-	order, env, err := containerEnv(ctx, pod, c, envInputs{PodIPs: in.PodIPs, HostIPs: m.hostIPs, Node: m.capacity, Objects: m.objects})
+	services, err := m.serviceEnv(pod)
+	if err != nil {
+		return nil, err
+	}
+	order, env, err := containerEnv(ctx, pod, c, envInputs{PodIPs: in.PodIPs, HostIPs: m.hostIPs, Node: m.capacity, Objects: m.objects, Services: services})
 	if err != nil {
 		return nil, err
 	}

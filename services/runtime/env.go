@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -17,12 +18,18 @@ type envInputs struct {
 	HostIPs []string
 	Node    nodeCapacity
 	Objects ObjectGetter
+	// Services are the service variables (serviceEnv): usable in $(VAR)
+	// references, and added after the container's own unless it sets
+	// them itself.
+	Services map[string]string
 }
 
 // containerEnv is the kubelet's makeEnvironmentVariables: envFrom first,
 // then env in order, each value with $(VAR) references to the variables
-// before it expanded, fieldRef and resourceFieldRef resolved, and
-// configMap/secret keys read through the ObjectGetter.
+// before it (and to the service variables) expanded, fieldRef and
+// resourceFieldRef resolved, and configMap/secret keys read through the
+// ObjectGetter; then the service variables the container does not set
+// itself, by name (the kubelet appends them from a map, in no set order).
 func containerEnv(ctx context.Context, pod *corev1.Pod, c *corev1.Container, in envInputs) ([]string, map[string]string, error) {
 	env := map[string]string{}
 	var order []string
@@ -63,7 +70,7 @@ func containerEnv(ctx context.Context, pod *corev1.Pod, c *corev1.Container, in 
 	for _, e := range c.Env {
 		v := e.Value
 		if e.ValueFrom == nil {
-			set(e.Name, podutil.Expand(v, podutil.MappingFor(env)))
+			set(e.Name, podutil.Expand(v, podutil.MappingFor(env, in.Services)))
 			continue
 		}
 		var err error
@@ -116,11 +123,17 @@ func containerEnv(ctx context.Context, pod *corev1.Pod, c *corev1.Container, in 
 		}
 		set(e.Name, v)
 	}
-	out := make([]string, 0, len(order))
-	for _, k := range order {
-		out = append(out, k)
+	svc := make([]string, 0, len(in.Services))
+	for k := range in.Services {
+		if _, own := env[k]; !own {
+			svc = append(svc, k)
+		}
 	}
-	return out, env, nil
+	sort.Strings(svc)
+	for _, k := range svc {
+		set(k, in.Services[k])
+	}
+	return order, env, nil
 }
 
 func getConfigMap(ctx context.Context, objs ObjectGetter, ns, name string) (*corev1.ConfigMap, error) {

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"reflect"
 	"sort"
 	"strings"
 	"sync"
@@ -46,6 +47,8 @@ type networkState struct {
 	confSum        [32]byte
 	confErr        error
 	confChecked    time.Time
+	// runtimeCIDR is the pod CIDR last given to CRI UpdateRuntimeConfig.
+	runtimeCIDR string
 	// firstCheck is closed once readiness was checked.
 	firstCheck chan struct{}
 	firstOnce  sync.Once
@@ -117,7 +120,9 @@ func (n *networkState) check(ctx context.Context) {
 		cniErr = n.validate(ctx)
 	}
 
-	st := schemas.RuntimeState{PodCIDR: cidr}
+	n.updateRuntimeConfig(ctx, cidr)
+	st := schemas.RuntimeState{PodCIDRs: strings.Split(cidr, ",")}
+	st.PodCIDR = st.PodCIDRs[0]
 	n.mu.Lock()
 	st.RuntimeName, st.RuntimeVersion = n.runtimeName, n.runtimeVersion
 	n.mu.Unlock()
@@ -158,7 +163,7 @@ func (n *networkState) check(ctx context.Context) {
 	n.mu.Lock()
 	wasReady := n.checked && n.state.NetworkReady
 	wasRuntime := n.checked && n.state.RuntimeReady
-	changed := !n.checked || n.state != st
+	changed := !n.checked || !reflect.DeepEqual(n.state, st)
 	n.state, n.checked = st, true
 	n.mu.Unlock()
 	if changed {
@@ -181,6 +186,29 @@ func (n *networkState) check(ctx context.Context) {
 			m.workers.Update(uid)
 		}
 	}
+}
+
+// updateRuntimeConfig tells the container runtime the pod CIDR(s) when
+// they change, as the kubelet's updatePodCIDR (CRI UpdateRuntimeConfig;
+// containerd renders its own CNI template from it when it has one).
+func (n *networkState) updateRuntimeConfig(ctx context.Context, cidr string) {
+	n.mu.Lock()
+	same := n.runtimeCIDR == cidr
+	n.mu.Unlock()
+	if same {
+		return
+	}
+	uctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	err := n.m.rs.UpdateRuntimeConfig(uctx, &runtimeapi.RuntimeConfig{NetworkConfig: &runtimeapi.NetworkConfig{PodCidr: cidr}})
+	cancel()
+	if err != nil {
+		n.m.log.Warn("Cannot update the runtime's pod CIDR, will retry", "podCIDR", cidr, "err", err)
+		return
+	}
+	n.m.log.Info("Updating Pod CIDR", "newPodCIDR", cidr)
+	n.mu.Lock()
+	n.runtimeCIDR = cidr
+	n.mu.Unlock()
 }
 
 // validate checks the conflist containerd loads (the first by name in the

@@ -3,8 +3,11 @@ package runtime
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -143,5 +146,60 @@ func TestPodCIDRFromAPIServer(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join(dir, cni.DefaultFileName))
 	if err != nil || !strings.Contains(string(b), `"10.66.0.0/24"`) {
 		t.Fatalf("rendered conflist: %s (%v)", b, err)
+	}
+}
+
+// A dual-stack Node (two spec.podCIDRs assigned through the API) drives the
+// CNI range: the conflist nodelet renders into containerd's conf dir has an
+// IPv4 and an IPv6 range, the runtime state carries both, and a pod gets
+// an address from each.
+func TestDualStackPodCIDRsFromAPIServer(t *testing.T) {
+	cp := sharedControlPlane(t)
+	c := sharedContainerd(t)
+	v6 := fmt.Sprintf("fd00:200:%d::/64", c.Slot)
+	node := &corev1.Node{Spec: corev1.NodeSpec{PodCIDR: c.Subnet, PodCIDRs: []string{c.Subnet, v6}}}
+	node.Name = "node-1"
+	admin := cp.AdminClient(t)
+	if _, err := admin.CoreV1().Nodes().Create(context.Background(), node, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.CoreV1().Nodes().Delete(context.Background(), "node-1", metav1.DeleteOptions{}) })
+	// The shared containerd's own conflist comes back after the test.
+	conf := filepath.Join(c.CNIConfDir, cni.DefaultFileName)
+	own, err := os.ReadFile(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cni.WriteAtomic(c.CNIConfDir, cni.DefaultFileName, own)
+		_ = os.RemoveAll(filepath.Join("/var/lib/cni/networks", c.NetworkName))
+	})
+	api := NewAPIObjectsFor(cp.NodeClient(t), "node-1")
+	h := newHarness(t, harnessOptions{
+		configure: func(cfg *config.Config) {
+			cfg.Runtime.ManageCNIConfig = true
+			cfg.Runtime.CNIBridgeName, cfg.Runtime.CNINetworkName = c.BridgeName, c.NetworkName
+		},
+		options: func(o *Options) { o.NodePodCIDR = api.PodCIDR },
+	})
+	waitFor(t, time.Minute, "both pod CIDRs from the API", func() (bool, string) {
+		st := h.runtimeState()
+		return st != nil && st.NetworkReady && st.PodCIDR == c.Subnet && reflect.DeepEqual(st.PodCIDRs, []string{c.Subnet, v6}), jsonOf(st)
+	})
+	b, err := os.ReadFile(conf)
+	if err != nil || !strings.Contains(string(b), `"`+c.Subnet+`"`) || !strings.Contains(string(b), `"`+v6+`"`) {
+		t.Fatalf("rendered conflist: %s (%v)", b, err)
+	}
+	pod := newPod("dual", busybox("app", "exec sleep 3600"))
+	h.run(pod)
+	o := h.waitObserved(pod, 2*time.Minute, "running", func(o *schemas.PodObserved) bool { return running(o, "app") })
+	if len(o.Sandbox.IPs) != 2 {
+		t.Fatalf("pod IPs %v, want one from each of %s and %s", o.Sandbox.IPs, c.Subnet, v6)
+	}
+	for i, cidr := range []string{c.Subnet, v6} {
+		p := netip.MustParsePrefix(cidr)
+		if a, err := netip.ParseAddr(o.Sandbox.IPs[i]); err != nil || !p.Contains(a) {
+			t.Errorf("pod IP %d %q not in %s", i, o.Sandbox.IPs[i], cidr)
+		}
 	}
 }

@@ -30,6 +30,21 @@
 // worker is woken at the deadline by the injected clock, so a deadline
 // lowered on a running pod takes effect at once.
 //
+// # Cluster objects: service variables and RuntimeClasses
+//
+// On a node with an API server the runtime keeps one watch of services
+// (not headless ones) and one of RuntimeClasses for the whole node
+// (clusterObjects). Every container gets the kubelet's service variables
+// (getServiceEnvVarMap, envvars.FromServices): KUBERNETES_SERVICE_HOST,
+// KUBERNETES_SERVICE_PORT, KUBERNETES_PORT... of default/kubernetes always,
+// and those of the services in its namespace unless
+// spec.enableServiceLinks is false; its own env wins over them and may
+// refer to them. An API pod waits (CreateContainerConfigError) until the
+// services were listed once. A sandbox runs with the handler of its
+// RuntimeClass; a class that does not exist fails it with
+// FailedCreatePodSandBox and the kubelet's message. A standalone node has
+// no service variables, and takes a runtimeClassName as the handler.
+//
 // # Observed state
 //
 // Each pod's runtime state is published to the observed bucket (key = pod
@@ -211,6 +226,9 @@ type Manager struct {
 	health  func(bool, string)
 	hostIPs []string
 	podCIDR func(ctx context.Context) string
+	// cluster watches services and RuntimeClasses; nil on a standalone
+	// node.
+	cluster *clusterObjects
 
 	view     *criView
 	store    *store
@@ -277,6 +295,9 @@ func New(opts Options) (*Manager, error) {
 		relistWake:  make(chan struct{}, 1),
 		exits:       make(chan string, 64),
 	}
+	if c, ok := opts.Objects.(interface{ Client() kubernetes.Interface }); ok {
+		m.cluster = newClusterObjects(c.Client())
+	}
 	if n := cfg.Runtime.MaxConcurrentSandboxCreations; n > 0 {
 		m.sandboxSlots = make(chan struct{}, n)
 	}
@@ -310,6 +331,10 @@ func (m *Manager) Run(ctx context.Context) error {
 	run := func(f func(context.Context)) {
 		wg.Add(1)
 		go func() { defer wg.Done(); f(ctx) }()
+	}
+	if m.cluster != nil {
+		m.cluster.start(ctx.Done())
+		defer m.cluster.shutdown()
 	}
 	run(m.network.run)
 	run(m.watchInputs)

@@ -116,21 +116,19 @@ func protocol(p corev1.Protocol) runtimeapi.Protocol {
 	}
 }
 
-// runtimeHandler maps runtimeClassName to the CRI runtime handler. Without
-// an API server there is no RuntimeClass object to read, so the class name
-// is the handler (containerd's runtimes.<name>).
-func runtimeHandler(pod *corev1.Pod) string {
-	if pod.Spec.RuntimeClassName == nil {
-		return ""
-	}
-	return *pod.Spec.RuntimeClassName
-}
-
-// createSandbox creates the pod's log directory and runs its sandbox.
+// createSandbox creates the pod's log directory and runs its sandbox with
+// the handler of its RuntimeClass (the kubelet's createPodSandbox).
 func (m *Manager) createSandbox(ctx context.Context, pod *corev1.Pod, attempt uint32) (string, *runtimeapi.PodSandboxConfig, error) {
 	cfg, err := m.sandboxConfig(pod, attempt)
 	if err != nil {
 		return "", nil, err
+	}
+	handler, err := m.runtimeHandler(pod)
+	if err != nil {
+		return "", cfg, err
+	}
+	if handler != "" {
+		m.log.Debug("Running pod with runtime handler", "pod", podRef(pod), "podUID", pod.UID, "runtimeHandler", handler)
 	}
 	if err := mkdirAll(cfg.LogDirectory, 0o755); err != nil {
 		return "", cfg, err
@@ -143,7 +141,7 @@ func (m *Manager) createSandbox(ctx context.Context, pod *corev1.Pod, attempt ui
 		}
 		defer func() { <-m.sandboxSlots }()
 	}
-	id, err := m.rs.RunPodSandbox(ctx, cfg, runtimeHandler(pod))
+	id, err := m.rs.RunPodSandbox(ctx, cfg, handler)
 	if err != nil {
 		return "", cfg, err
 	}

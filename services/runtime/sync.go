@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -65,8 +66,10 @@ func (m *Manager) syncPod(ctx context.Context, uid string) syncResult {
 	case rec.Pod.DeletionTimestamp != nil:
 		return m.syncTerminating(ctx, rec.Pod, pr, st, nil)
 	case rec.Eviction != nil:
+		// Killed with the eviction's grace period when it gives one (the
+		// eviction manager's, the shutdown manager's per priority group).
 		st.setPodReason(rec.Eviction.Reason, rec.Eviction.Message)
-		return m.syncTerminating(ctx, rec.Pod, pr, st, nil)
+		return m.syncTerminating(ctx, rec.Pod, pr, st, rec.Eviction.GracePeriodSeconds)
 	}
 	return m.syncWithDeadline(ctx, rec.Pod, pr, st)
 }
@@ -262,6 +265,9 @@ func (m *Manager) syncRunning(ctx context.Context, pod *corev1.Pod, pr *podRunti
 			m.event(pod, nil, "", corev1.EventTypeNormal, "SandboxChanged", "Pod sandbox changed, it will be killed and re-created.")
 		}
 		id, cfg, err := m.createSandbox(ctx, pod, a.Attempt)
+		if errors.Is(err, errRuntimeClassesNotSynced) {
+			return syncResult{RequeueAfter: 500 * time.Millisecond}
+		}
 		if err != nil && isNameReserved(err) {
 			// A creation of this attempt is still under way in the runtime
 			// (nodelet-runtime was killed while it asked): wait for it

@@ -449,3 +449,37 @@ func TestAPIEphemeralContainerAndDeadline(t *testing.T) {
 		t.Fatalf("pod status: %+v", p.Status)
 	}
 }
+
+// TestAPINodeRegistersAgainAfterDeletion: the Node object deleted under a
+// running node is registered again (a new object, Ready, with the node's
+// labels), at the next status update.
+func TestAPINodeRegistersAgainAfterDeletion(t *testing.T) {
+	h := newHarness(t)
+	h.cfg.Node.Labels = map[string]string{"nodelet.test/again": "yes"}
+	h.cfg.Status.NodeStatusUpdateFrequency = time.Second
+	h.runtimeReady()
+	h.startAPI(nil)
+	admin := cp.AdminClient(t)
+	readyNode := func(what string, ok func(*corev1.Node) bool) *corev1.Node {
+		t.Helper()
+		var node *corev1.Node
+		waitFor(t, 60*time.Second, what, func() bool {
+			n, err := admin.CoreV1().Nodes().Get(ctxT(t), "node-1", metav1.GetOptions{})
+			if err != nil {
+				return false
+			}
+			c := nodeCondOf(n, corev1.NodeReady)
+			node = n
+			return c != nil && c.Status == corev1.ConditionTrue && ok(n)
+		})
+		return node
+	}
+	first := readyNode("node-1 Ready", func(*corev1.Node) bool { return true })
+	if err := admin.CoreV1().Nodes().Delete(ctxT(t), "node-1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	again := readyNode("node-1 registered again", func(n *corev1.Node) bool { return n.UID != first.UID })
+	if again.Labels["nodelet.test/again"] != "yes" || again.Labels[corev1.LabelHostname] == "" || again.Status.Capacity.Cpu().IsZero() {
+		t.Fatalf("re-registered node: labels %v capacity %v", again.Labels, again.Status.Capacity)
+	}
+}

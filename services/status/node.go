@@ -256,6 +256,11 @@ func readyCondition(node *corev1.Node, in NodeInputs) corev1.NodeCondition {
 			errs = append(errs, fmt.Sprintf("container runtime network not ready: NetworkReady=false reason:%s message:%s", rs.Reason, rs.Message))
 		}
 	}
+	if in.Pressure != nil && in.Pressure.ShuttingDown {
+		// The kubelet's nodeShutdownManagerErrorsFunc (ShutdownStatus),
+		// after the runtime errors, before missing capacity.
+		errs = append(errs, "node is shutting down")
+	}
 	var missing []string
 	for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory, corev1.ResourcePods, corev1.ResourceEphemeralStorage} {
 		if _, ok := node.Status.Capacity[r]; !ok {

@@ -142,6 +142,17 @@ func TestSetNodeStatus(t *testing.T) {
 			expect(t, c.Message, "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady message:cni plugin not initialized", "message")
 		},
 	}, {
+		name: "node shutting down: NotReady as the kubelet's shutdown manager says",
+		in: nodeInputs(func(in *NodeInputs) {
+			in.Pressure = &schemas.NodePressure{ShuttingDown: true}
+		}),
+		check: func(t *testing.T, n *corev1.Node, _ []nodeEvent) {
+			c := nodeCond(n, corev1.NodeReady)
+			expect(t, c.Status, corev1.ConditionFalse, "Ready")
+			expect(t, c.Reason, "KubeletNotReady", "reason")
+			expect(t, c.Message, "node is shutting down", "message")
+		},
+	}, {
 		name: "no runtime state yet: NotReady",
 		in:   nodeInputs(func(in *NodeInputs) { in.Runtime = nil }),
 		check: func(t *testing.T, n *corev1.Node, _ []nodeEvent) {

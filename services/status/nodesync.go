@@ -243,12 +243,17 @@ func (n *nodeSync) update(ctx context.Context) error {
 		n.mu.Lock()
 		original = n.node.DeepCopy()
 		n.mu.Unlock()
-		if rs := in.Runtime; rs != nil && rs.PodCIDR != "" {
-			original.Spec.PodCIDR = rs.PodCIDR
-		} else if original.Spec.PodCIDR == "" {
-			original.Spec.PodCIDR = s.cfg.Node.PodCIDR
+		switch rs := in.Runtime; {
+		case rs != nil && len(rs.PodCIDRs) > 0:
+			original.Spec.PodCIDRs = rs.PodCIDRs
+		case rs != nil && rs.PodCIDR != "":
+			original.Spec.PodCIDRs = []string{rs.PodCIDR}
+		case original.Spec.PodCIDR == "":
+			original.Spec.PodCIDRs = []string{s.cfg.Node.PodCIDR}
+		default:
+			original.Spec.PodCIDRs = []string{original.Spec.PodCIDR}
 		}
-		original.Spec.PodCIDRs = []string{original.Spec.PodCIDR}
+		original.Spec.PodCIDR = original.Spec.PodCIDRs[0]
 	}
 	node := original.DeepCopy()
 	events := SetNodeStatus(node, in)

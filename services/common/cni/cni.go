@@ -45,7 +45,9 @@ type Options struct {
 	// BridgeName is the Linux bridge the pods attach to (at most 15
 	// characters). Default: nodelet0.
 	BridgeName string
-	// Subnet is the pod CIDR, e.g. 10.88.0.0/16. Required.
+	// Subnet is the pod CIDR, e.g. 10.88.0.0/16, or two (IPv4 and IPv6,
+	// dual stack) separated by a comma, as the kubelet passes a Node's
+	// spec.podCIDRs to the runtime. Required.
 	Subnet string
 	// CNIVersion of the conflist. Default: DefaultCNIVersion.
 	CNIVersion string
@@ -113,18 +115,19 @@ func Render(opts Options) ([]byte, error) {
 	if opts.Subnet == "" {
 		return nil, errors.New("subnet: required (the node's pod CIDR, e.g. 10.88.0.0/16)")
 	}
-	prefix, err := netip.ParsePrefix(opts.Subnet)
+	prefixes, err := parseSubnets(opts.Subnet)
 	if err != nil {
-		return nil, fmt.Errorf("subnet %q: %w", opts.Subnet, err)
+		return nil, err
 	}
-	if prefix != prefix.Masked() {
-		return nil, fmt.Errorf("subnet %q: host bits set (did you mean %s?)", opts.Subnet, prefix.Masked())
-	}
-	if !prefix.Addr().Is4() {
-		return nil, fmt.Errorf("subnet %q: only IPv4 pod CIDRs are supported", opts.Subnet)
-	}
-	if prefix.Bits() > 30 {
-		return nil, fmt.Errorf("subnet %q: too small for a gateway and pods (at most /30)", opts.Subnet)
+	var ranges [][]ipRange
+	var routes []route
+	for _, p := range prefixes {
+		ranges = append(ranges, []ipRange{{Subnet: p.String()}})
+		if p.Addr().Is4() {
+			routes = append(routes, route{Dst: "0.0.0.0/0"})
+		} else {
+			routes = append(routes, route{Dst: "::/0"})
+		}
 	}
 
 	conf := conflist{
@@ -139,8 +142,8 @@ func Render(opts Options) ([]byte, error) {
 				HairpinMode: true,
 				IPAM: hostLocal{
 					Type:    "host-local",
-					Ranges:  [][]ipRange{{{Subnet: prefix.String()}}},
-					Routes:  []route{{Dst: "0.0.0.0/0"}},
+					Ranges:  ranges,
+					Routes:  routes,
 					DataDir: opts.IPAMDataDir,
 				},
 			},
@@ -152,6 +155,35 @@ func Render(opts Options) ([]byte, error) {
 		return nil, err
 	}
 	return append(b, '\n'), nil
+}
+
+// parseSubnets reads the pod CIDRs: one, or two of different families
+// (dual stack) separated by a comma, the form in which the kubelet hands
+// a Node's spec.podCIDRs to the runtime (updatePodCIDR).
+func parseSubnets(subnets string) ([]netip.Prefix, error) {
+	parts := strings.Split(subnets, ",")
+	if len(parts) > 2 {
+		return nil, fmt.Errorf("subnet %q: at most two pod CIDRs (one IPv4, one IPv6)", subnets)
+	}
+	var out []netip.Prefix
+	for _, s := range parts {
+		s = strings.TrimSpace(s)
+		prefix, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, fmt.Errorf("subnet %q: %w", s, err)
+		}
+		if prefix != prefix.Masked() {
+			return nil, fmt.Errorf("subnet %q: host bits set (did you mean %s?)", s, prefix.Masked())
+		}
+		if max := prefix.Addr().BitLen() - 2; prefix.Bits() > max {
+			return nil, fmt.Errorf("subnet %q: too small for a gateway and pods (at most /%d)", s, max)
+		}
+		if len(out) == 1 && out[0].Addr().Is4() == prefix.Addr().Is4() {
+			return nil, fmt.Errorf("subnet %q: two pod CIDRs must be one IPv4 and one IPv6 (dual stack)", subnets)
+		}
+		out = append(out, prefix)
+	}
+	return out, nil
 }
 
 // Validate parses a conflist with libcni and checks that every plugin it

@@ -25,7 +25,11 @@ func TestRender(t *testing.T) {
 		{name: "no subnet", opts: Options{}, errContains: "subnet: required"},
 		{name: "bad subnet", opts: Options{Subnet: "10.88.0.0"}, errContains: `subnet "10.88.0.0"`},
 		{name: "host bits", opts: Options{Subnet: "10.88.0.1/16"}, errContains: "did you mean 10.88.0.0/16"},
-		{name: "ipv6", opts: Options{Subnet: "fd00::/64"}, errContains: "only IPv4"},
+		{name: "ipv6", opts: Options{Subnet: "fd00::/64"}},
+		{name: "dual stack", opts: Options{Subnet: "10.88.0.0/16,fd00:88::/64"}},
+		{name: "two of a family", opts: Options{Subnet: "10.88.0.0/16,10.89.0.0/16"}, errContains: "one IPv4 and one IPv6"},
+		{name: "three", opts: Options{Subnet: "10.88.0.0/16,fd00::/64,10.9.0.0/16"}, errContains: "at most two"},
+		{name: "ipv6 too small", opts: Options{Subnet: "fd00::/127"}, errContains: "at most /126"},
 		{name: "too small", opts: Options{Subnet: "10.88.0.0/31"}, errContains: "too small"},
 		{name: "long bridge", opts: Options{Subnet: "10.88.0.0/16", BridgeName: "a-very-long-bridge"}, errContains: "bridge name"},
 		{name: "bad network name", opts: Options{Subnet: "10.88.0.0/16", NetworkName: "a/b"}, errContains: "network name"},
@@ -83,9 +87,22 @@ func TestRender(t *testing.T) {
 			if bridge.Bridge != want.BridgeName || !bridge.IsGateway || !bridge.IPMasq || !bridge.HairpinMode {
 				t.Errorf("bridge plugin = %+v", bridge)
 			}
-			if bridge.IPAM.Type != "host-local" || bridge.IPAM.Ranges[0][0]["subnet"] != want.Subnet ||
-				bridge.IPAM.Routes[0]["dst"] != "0.0.0.0/0" || bridge.IPAM.DataDir != want.IPAMDataDir {
+			if bridge.IPAM.Type != "host-local" || bridge.IPAM.DataDir != want.IPAMDataDir {
 				t.Errorf("ipam = %+v", bridge.IPAM)
+			}
+			// One range (and default route) per pod CIDR, in order.
+			subnets := strings.Split(want.Subnet, ",")
+			if len(bridge.IPAM.Ranges) != len(subnets) || len(bridge.IPAM.Routes) != len(subnets) {
+				t.Fatalf("ipam = %+v, want a range for each of %v", bridge.IPAM, subnets)
+			}
+			for i, sn := range subnets {
+				dst := "0.0.0.0/0"
+				if strings.Contains(sn, ":") {
+					dst = "::/0"
+				}
+				if bridge.IPAM.Ranges[i][0]["subnet"] != sn || bridge.IPAM.Routes[i]["dst"] != dst {
+					t.Errorf("ipam range %d = %v route %v, want %s via %s", i, bridge.IPAM.Ranges[i], bridge.IPAM.Routes[i], sn, dst)
+				}
 			}
 		})
 	}

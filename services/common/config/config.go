@@ -329,6 +329,14 @@ type GCConfig struct {
 	EvictionPressureTransitionPeriod time.Duration `mapstructure:"evictionPressureTransitionPeriod"`
 	// EvictionMonitoringPeriod between signal measurements. Default: 10s.
 	EvictionMonitoringPeriod time.Duration `mapstructure:"evictionMonitoringPeriod"`
+	// ShutdownGracePeriod is how long a node shutdown waits for the pods
+	// (systemd-logind's delay inhibitor lock): non-critical pods get it
+	// minus shutdownGracePeriodCriticalPods, then critical ones the rest;
+	// 0 = graceful node shutdown off. Default: 0s.
+	ShutdownGracePeriod time.Duration `mapstructure:"shutdownGracePeriod"`
+	// ShutdownGracePeriodCriticalPods is the share of shutdownGracePeriod
+	// kept for critical pods (static, mirror, system-critical priority). Default: 0s.
+	ShutdownGracePeriodCriticalPods time.Duration `mapstructure:"shutdownGracePeriodCriticalPods"`
 }
 
 // SupervisorConfig configures `nodelet up`.

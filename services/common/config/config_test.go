@@ -103,6 +103,8 @@ func TestFileErrorsNameTheKey(t *testing.T) {
 		{"bus store too small", "bus:\n  maxStore: 1Gi\n", "bus.maxStore"},
 		{"value over the bus limit", "bus:\n  maxValueSize: 9Mi\n", "bus.maxValueSize"},
 		{"zero events age", "bus:\n  eventsMaxAge: 0s\n", "bus.eventsMaxAge"},
+		{"critical share over the shutdown period", "gc:\n  shutdownGracePeriod: 10s\n  shutdownGracePeriodCriticalPods: 20s\n", "gc.shutdownGracePeriodCriticalPods: 20s must not exceed gc.shutdownGracePeriod (10s)"},
+		{"negative shutdown period", "gc:\n  shutdownGracePeriod: -1s\n", "gc.shutdownGracePeriod"},
 		{"not yaml", "node: [\n", "not valid YAML"},
 		{"section not a map", "node: 3\n", "node: must be a mapping"},
 		{"relative kubeconfig", "node:\n  kubeconfig: kubelet.conf\n", "node.kubeconfig: \"kubelet.conf\" must be an absolute path"},

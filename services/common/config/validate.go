@@ -251,6 +251,21 @@ func (c *Config) Validate() error {
 			return nonNegativeDur("gc.evictionPressureTransitionPeriod", c.GC.EvictionPressureTransitionPeriod)
 		},
 		func() error { return positiveDur("gc.evictionMonitoringPeriod", c.GC.EvictionMonitoringPeriod) },
+		func() error { return nonNegativeDur("gc.shutdownGracePeriod", c.GC.ShutdownGracePeriod) },
+		func() error {
+			return nonNegativeDur("gc.shutdownGracePeriodCriticalPods", c.GC.ShutdownGracePeriodCriticalPods)
+		},
+		func() error {
+			// The kubelet's ValidateKubeletConfiguration.
+			if c.GC.ShutdownGracePeriodCriticalPods > c.GC.ShutdownGracePeriod {
+				return &Error{Key: "gc.shutdownGracePeriodCriticalPods", Problem: fmt.Sprintf("%v must not exceed gc.shutdownGracePeriod (%v)",
+					c.GC.ShutdownGracePeriodCriticalPods, c.GC.ShutdownGracePeriod)}
+			}
+			if c.GC.ShutdownGracePeriod%time.Second != 0 || c.GC.ShutdownGracePeriodCriticalPods%time.Second != 0 {
+				return &Error{Key: "gc.shutdownGracePeriod", Problem: "shutdownGracePeriod and shutdownGracePeriodCriticalPods must be whole seconds"}
+			}
+			return nil
+		},
 		func() error { return absPath("supervisor.binDir", c.Supervisor.BinDir, true) },
 		func() error { return positiveDur("supervisor.restartBackoff", c.Supervisor.RestartBackoff) },
 		func() error { return positiveDur("supervisor.restartBackoffMax", c.Supervisor.RestartBackoffMax) },

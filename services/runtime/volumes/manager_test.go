@@ -19,6 +19,8 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/nodelet/nodelet/services/common/testenv"
+
+	"github.com/nodelet/nodelet/services/common/podutil"
 )
 
 func testPod(name string, vols ...corev1.Volume) *corev1.Pod {
@@ -68,9 +70,9 @@ func TestHostPathTypes(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			m := New(Options{StateDir: t.TempDir(), RefuseHostPathForStaticPods: tc.refuse, Log: quietLog()})
 			pod := testPod("p", tc.vol)
-			pod.Annotations = map[string]string{annotationConfigSource: sourceAPI}
+			pod.Annotations = map[string]string{podutil.AnnotationConfigSource: "api"}
 			if tc.static {
-				pod.Annotations[annotationConfigSource] = "file"
+				pod.Annotations[podutil.AnnotationConfigSource] = "file"
 			}
 			paths, err := m.Setup(context.Background(), pod)
 			if tc.errPart != "" {

@@ -11,6 +11,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	resourcehelper "k8s.io/component-helpers/resource"
+
+	"github.com/nodelet/nodelet/services/common/podutil"
 )
 
 // The kubelet's plugin directory names.
@@ -22,13 +24,6 @@ const (
 	pluginProjected   = "kubernetes.io~projected"
 )
 
-// Static pods carry the kubelet's config.source annotation with the source
-// they came from.
-const (
-	annotationConfigSource = "kubernetes.io/config.source"
-	sourceAPI              = "api"
-)
-
 // VolumeDir is <stateDir>/pods/<uid>/volumes/<plugin>/<name>.
 func VolumeDir(stateDir, uid, plugin, name string) string {
 	return filepath.Join(PodDir(stateDir, uid), "volumes", plugin, name)
@@ -38,7 +33,7 @@ func VolumeDir(stateDir, uid, plugin, name string) string {
 func (m *Manager) setupVolume(ctx context.Context, pod *corev1.Pod, v *corev1.Volume) (string, error) {
 	switch {
 	case v.HostPath != nil:
-		if m.refuseHP && isStaticPod(pod) {
+		if m.refuseHP && podutil.IsStaticPod(pod) {
 			return "", errors.New("hostPath volumes are not allowed in static pods on this node (runtime.allowHostPathForStaticPods is false)")
 		}
 		return v.HostPath.Path, checkHostPath(v.HostPath)
@@ -62,11 +57,6 @@ func (m *Manager) setupVolume(ctx context.Context, pod *corev1.Pod, v *corev1.Vo
 		})
 	}
 	return "", fmt.Errorf("the %s volume type is not supported by nodelet (emptyDir, hostPath, configMap, secret, downwardAPI and projected are)", volumeType(v))
-}
-
-func isStaticPod(pod *corev1.Pod) bool {
-	src, ok := pod.Annotations[annotationConfigSource]
-	return ok && src != sourceAPI
 }
 
 // setupEmptyDir: a world-writable directory on the node's disk, or a
