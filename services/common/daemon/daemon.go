@@ -208,7 +208,7 @@ func heartbeats(ctx context.Context, env *Env) {
 func CheckPermission(ctx context.Context, spec Spec, cfg *config.Config) error {
 	dir := cfg.Node.StateDir
 	own := ComponentDir(dir, spec.Component)
-	if err := os.MkdirAll(own, ComponentDirMode); err != nil {
+	if err := MkdirRun(dir, spec.Component); err != nil {
 		return fmt.Errorf("state dir %s (node.stateDir): %s cannot be created as uid %d: %w", dir, own, os.Geteuid(), err)
 	}
 	f, err := os.CreateTemp(own, ".write-check-*")

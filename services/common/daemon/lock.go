@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -31,6 +32,19 @@ func ComponentDir(stateDir, component string) string {
 // read-only API.
 const ComponentDirMode = 0o750
 
+// MkdirRun makes component's directory if missing: the state dir and its
+// run directory 0755 (every daemon's user passes through them), its own
+// ComponentDirMode.
+func MkdirRun(stateDir, component string) error {
+	if err := os.MkdirAll(RunDir(stateDir), 0o755); err != nil {
+		return err
+	}
+	if err := os.Mkdir(ComponentDir(stateDir, component), ComponentDirMode); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	return nil
+}
+
 // LockPath is component's lock file.
 func LockPath(stateDir, component string) string {
 	return filepath.Join(ComponentDir(stateDir, component), component+".lock")
@@ -45,7 +59,7 @@ func LockPath(stateDir, component string) string {
 // the second copy prints. The returned file must stay open.
 func Lock(stateDir, component string) (*os.File, error) {
 	dir := ComponentDir(stateDir, component)
-	if err := os.MkdirAll(dir, ComponentDirMode); err != nil {
+	if err := MkdirRun(stateDir, component); err != nil {
 		return nil, fmt.Errorf("lock dir %s: %w", dir, err)
 	}
 	path := LockPath(stateDir, component)
