@@ -32,8 +32,8 @@ type Component struct {
 // Binary is the executable name.
 func (c Component) Binary() string { return "nodelet-" + c.Name }
 
-// Group is the group of every daemon that runs as its own user; status
-// joins it to reach their metrics sockets.
+// Group is the group of every daemon that runs as its own user; it may
+// reach their sockets.
 const Group = "nodelet"
 
 // User is the OS user the component runs as, or "" for root.

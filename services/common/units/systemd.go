@@ -31,12 +31,9 @@ type sandbox struct {
 	// private: every file it creates is for nodelet alone (UMask=0077).
 	private bool
 	// stateMode is the mode of the state dir parts a daemon of its own
-	// user owns (StateDirectoryMode=); 0750 when empty, so group nodelet
-	// reaches the sockets in run/<name>.
+	// user owns (StateDirectoryMode=); 0750 when empty: group nodelet may
+	// reach the sockets in run/<name>.
 	stateMode string
-	// nodeletGroup: a root daemon that must reach the sockets of the
-	// daemons of their own users (SupplementaryGroups=nodelet).
-	nodeletGroup bool
 }
 
 // sandboxes holds one entry per component of the graph; rendering fails for
@@ -82,13 +79,12 @@ var sandboxes = map[string]sandbox{
 			"(/proc and /sys read-only; /dev stays, cAdvisor maps filesystems to",
 			"block devices), serves the read-only API on loopback and looks up the",
 			"node's addresses over netlink. It federates the metrics sockets of the",
-			"daemons of their own users (group nodelet).",
+			"prober, gc and runtime (root's, as it is).",
 		},
-		devices:      true,
-		caps:         []string{},
-		netlink:      true,
-		private:      true,
-		nodeletGroup: true,
+		devices: true,
+		caps:    []string{},
+		netlink: true,
+		private: true,
 	},
 	"server": {
 		why: []string{
@@ -327,8 +323,8 @@ func service(c graph.Component, sb sandbox, o Options) string {
 	if user := c.User(); user != "" {
 		u.comment(
 			"Its own user (deploy/systemd/"+SysusersFile+", made by systemd-sysusers)",
-			"and the group of nodelet's daemons, which reaches the sockets in its",
-			"run directory. It alone owns its parts of the state dir, created if",
+			"and the group of nodelet's daemons of their own users. It alone owns its",
+			"parts of the state dir (group nodelet may reach its sockets), created if",
 			"missing: "+strings.Join(append(append([]string{}, c.OwnDirs...), c.RunDir()+" (its lock and sockets)."), ", "),
 		)
 		u.set("User", user)
@@ -350,10 +346,6 @@ func service(c graph.Component, sb sandbox, o Options) string {
 	} else {
 		u.comment("Runs as root.")
 		u.comment(c.Root...)
-		if sb.nodeletGroup {
-			u.comment("Group nodelet reaches the sockets of the daemons of their own users.")
-			u.set("SupplementaryGroups", graph.Group)
-		}
 	}
 	u.comment("")
 	u.comment("Hardening.")

@@ -530,9 +530,6 @@ func TestOwnUsers(t *testing.T) {
 	if !slices.Equal(declared, users) {
 		t.Errorf("sysusers.d declares %v, units run as %v", declared, users)
 	}
-	if status := parse(t, "status", files["nodelet-status.service"]); status.one("Service", "SupplementaryGroups") != "nodelet" {
-		t.Errorf("status cannot reach the others' metrics sockets: SupplementaryGroups=%v", status["Service"]["SupplementaryGroups"])
-	}
 }
 
 // TestStateDirElsewhere: a node.stateDir other than the default renders
