@@ -144,6 +144,7 @@ func TestUnitsUnderSystemd(t *testing.T) {
 	if err := os.Chmod(binDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	sweepNspawnDirs()
 	tag := strconv.Itoa(os.Getpid())
 	stateDir := "/var/lib/nodelet-nspawn-" + tag
 	logsDir := "/var/log/nodelet-nspawn-" + tag + "-pods"
@@ -385,6 +386,24 @@ server:
 	}
 	if now == nil || now.containerID != pod.containerID || now.restartCount != 0 || now.sandboxes != 1 {
 		t.Errorf("the pod's container changed: before %+v, now %+v", pod, now)
+	}
+}
+
+// sweepNspawnDirs removes the state and log dirs of earlier runs of
+// TestUnitsUnderSystemd whose test binary died before its cleanup (the
+// pid in the name is gone).
+func sweepNspawnDirs() {
+	for _, pat := range []string{"/var/lib/nodelet-nspawn-*", "/var/log/nodelet-nspawn-*-pods"} {
+		dirs, _ := filepath.Glob(pat)
+		for _, d := range dirs {
+			pid, err := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(filepath.Base(d), "nodelet-nspawn-"), "-pods"))
+			if err != nil || pid == os.Getpid() {
+				continue
+			}
+			if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err != nil {
+				_ = os.RemoveAll(d)
+			}
+		}
 	}
 }
 

@@ -213,7 +213,13 @@ type Machine struct {
 func BootMachine(t testing.TB, root string, bind, bindRO []string) *Machine {
 	t.Helper()
 	name := fmt.Sprintf("nodelet-test-%d", os.Getpid())
-	args := []string{"--quiet", "--register=no", "--keep-unit", "--volatile=overlay", "-D", root, "--boot", "--machine=" + name}
+	args := []string{"--quiet", "--register=no", "--volatile=overlay", "-D", root, "--boot", "--machine=" + name}
+	if _, err := os.Stat("/run/systemd/system"); err != nil {
+		// The host's PID 1 is not systemd: no one to ask for a scope, so
+		// the container stays in this process's cgroup. Under a systemd
+		// host nspawn makes a scope of its own, with its cgroup delegated.
+		args = append(args, "--keep-unit")
+	}
 	for _, b := range bind {
 		args = append(args, "--bind="+b)
 	}
