@@ -175,7 +175,12 @@ func accountsConfig(pubs map[string]string, keys busKeys) string {
 			readersOf[s] = append(readersOf[s], accountOf(c))
 		}
 	}
-	healthReaders := []string{accountOf(Status), accountOf(Supervisor), accountOf(Tap)}
+	healthReaders := []string{accountOf(Tap)}
+	for _, c := range clientComponents() {
+		if readsHealth[c] {
+			healthReaders = append(healthReaders, accountOf(c))
+		}
+	}
 	list := func(accts []string) string {
 		qs := make([]string, len(accts))
 		for i, a := range accts {

@@ -25,8 +25,9 @@ var reads = map[string][]string{
 	Status:    {BucketDesired, BucketSources, BucketAdmission, BucketObserved, BucketRuntime, BucketProbes, BucketStatus, BucketNode, BucketPressure, BucketEvictions},
 	GC:        {BucketDesired, BucketSources, BucketAdmission, BucketObserved, BucketRuntime, BucketStatus, BucketPressure, BucketEvictions, BucketImages},
 	// The kubelet API owns no bucket: it finds pods by namespace and name
-	// in the desired pods.
-	KubeletServer: {BucketDesired},
+	// in the desired pods, and serves /pods and /healthz from the statuses
+	// and the runtime's state.
+	KubeletServer: {BucketDesired, BucketRuntime, BucketStatus},
 	Supervisor:    {},
 }
 
@@ -34,7 +35,7 @@ var reads = map[string][]string{
 var readsEvents = map[string]bool{Status: true}
 
 // readsHealth lists the components that subscribe to heartbeats.
-var readsHealth = map[string]bool{Status: true, Supervisor: true}
+var readsHealth = map[string]bool{KubeletServer: true, Supervisor: true}
 
 // InboxPrefix is the reply-subject prefix of component's connection; each
 // component may subscribe only under its own.

@@ -122,11 +122,12 @@
 //	                                                       pods_status (a pod's start time)
 //	prober      probes, events.prober.>, health.prober     pods_desired, pods_observed, probes
 //	status      pods_status, node, events.status.>,        every bucket but images;
-//	            health.status                              NODELET_V1_STATUS_EVENTS; health.>
+//	            health.status                              NODELET_V1_STATUS_EVENTS
 //	gc          pressure, evictions, images,               pods_desired, sources, pods_admission,
 //	            events.gc.>, health.gc                     pods_observed, runtime, pods_status,
 //	                                                       pressure, evictions, images
-//	server      events.server.>, health.server             pods_desired
+//	server      events.server.>, health.server             pods_desired, runtime, pods_status;
+//	                                                       health.>
 //	supervisor  events.supervisor.>                        health.>
 //	tap         nothing                                    every bucket, NODELET_V1_EVENTS, and live:
 //	                                                       every KV write, event and heartbeat

@@ -76,6 +76,8 @@ fi
 read -r -a build <<<"${NODELET_BUILD:-./cmd/...}"
 mkdir -p bin
 go build -o bin/ "${build[@]}" ./scripts/setuptool
+# The daemons are one executable, nodeletd, run as nodelet-<daemon> links.
+if [[ -x bin/nodeletd ]]; then bin/nodeletd link bin; fi
 step "built ${build[*]} and setuptool into bin/"
 install -D -m 0644 deploy/systemd/sysusers.d/nodelet.conf /etc/sysusers.d/nodelet.conf
 systemd-sysusers /etc/sysusers.d/nodelet.conf

@@ -159,8 +159,6 @@ runtime:
   manageCNIConfig: false
 sources:
   kubeconfig: %s
-status:
-  readOnlyAddress: ""
 server:
   # kube-apiserver's kubelet client certificate is signed by the cluster CA.
   authentication:

@@ -25,6 +25,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/nodelet/nodelet/services/common/daemon"
 )
 
 const (
@@ -67,6 +69,15 @@ func main() {
 		fmt.Fprintln(os.Stderr, "conformance:", err)
 		os.Exit(2)
 	}
+	// One run per machine: runs share the node's link and address, the work
+	// directory and the node's name, and one's teardown would pull them
+	// from under the other.
+	lock, err := daemon.Lock(lockDir, "conformance")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "conformance: another run uses this machine:", err)
+		os.Exit(2)
+	}
+	defer lock.Close()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	code, err := run(ctx, o)
@@ -78,6 +89,9 @@ func main() {
 	}
 	os.Exit(code)
 }
+
+// lockDir holds the machine-wide lock of conformance runs.
+const lockDir = "/run/nodelet-conformance"
 
 func (o *options) complete() error {
 	if os.Geteuid() != 0 {

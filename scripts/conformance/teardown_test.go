@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nodelet/nodelet/services/common/daemon"
 	"github.com/nodelet/nodelet/services/common/testenv"
 )
 
@@ -234,4 +236,43 @@ func mountsMatching(s string) []string {
 		}
 	}
 	return out
+}
+
+// Two runs on one machine would share the node's link, address and work
+// directory: the second exits at once naming the first, before it touches
+// anything.
+func TestSecondRunExitsNamingTheFirst(t *testing.T) {
+	testenv.RequiresRoot(t)
+	lock, err := daemon.Lock(lockDir, "conformance")
+	if err != nil {
+		t.Skipf("a conformance run is in progress on this machine: %v", err)
+	}
+	defer lock.Close()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "bin")
+	if err := testenv.BuildBinaries(bin, "./scripts/conformance"); err != nil {
+		t.Fatal(err)
+	}
+	// What the harness checks exists before it starts: empty stand-ins.
+	k8sBin := filepath.Join(dir, "k8s")
+	for _, f := range []string{filepath.Join(bin, "nodelet"), filepath.Join(k8sBin, "kube-controller-manager"),
+		filepath.Join(k8sBin, "kube-scheduler"), filepath.Join(k8sBin, "e2e.test")} {
+		if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(f, nil, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	work := filepath.Join(dir, "work")
+	out, err := exec.Command(filepath.Join(bin, "conformance"), "-k8s-bin", k8sBin, "-nodelet-bin", bin,
+		"-work", work, "-report", filepath.Join(dir, "r.json"), "-procs", "1").CombinedOutput()
+	var exit *exec.ExitError
+	want := fmt.Sprintf("pid %d", os.Getpid())
+	if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(string(out), want) {
+		t.Fatalf("second run: %v\n%s\nwant exit 2 naming %s", err, out, want)
+	}
+	if _, err := os.Stat(work); !os.IsNotExist(err) {
+		t.Fatalf("the second run made its work directory: %v", err)
+	}
 }

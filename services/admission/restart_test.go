@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sync"
 	"syscall"
 	"testing"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/schemas"
+	"github.com/nodelet/nodelet/services/common/testenv"
 )
 
 // The order trap: "big" arrives first and takes the whole node, "older"
@@ -104,44 +104,13 @@ func (h *harness) putRetry(p *corev1.Pod) {
 	}
 }
 
-var (
-	buildOnce sync.Once
-	builtBin  string
-	buildErr  error
-)
-
-// TestMain removes the binary buildBinary built.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if builtBin != "" {
-		_ = os.RemoveAll(filepath.Dir(builtBin))
-	}
-	os.Exit(code)
-}
-
-// buildBinary builds cmd/nodelet-admission once per test run.
+// buildBinary is nodelet-admission, built once per test binary.
 func buildBinary(t *testing.T) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds the nodelet-admission binary")
 	}
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "nodelet-admission-test-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		builtBin = filepath.Join(dir, "nodelet-admission")
-		goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
-		out, err := exec.Command(goTool, "build", "-o", builtBin, "github.com/nodelet/nodelet/cmd/nodelet-admission").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return builtBin
+	return testenv.MustDaemonBinary(t, "admission")
 }
 
 // process is the real nodelet-admission binary on the test's bus.

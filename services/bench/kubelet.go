@@ -3,16 +3,20 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"syscall"
 	"time"
 
+	"github.com/moby/sys/mountinfo"
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -27,6 +31,7 @@ staticPodPath: %s
 containerRuntimeEndpoint: %s
 cgroupDriver: cgroupfs
 failSwapOn: false
+failCgroupV1: false
 address: 127.0.0.1
 port: %d
 readOnlyPort: %d
@@ -52,6 +57,12 @@ func freePort() (int32, error) {
 	return int32(n), err
 }
 
+// readOnlyPods reads an agent's read-only /pods (the kubelet's, or
+// nodelet's with the same API).
+func readOnlyPods(addr string) podLister {
+	return func(ctx context.Context) (*corev1.PodList, error) { return kubeletPods(ctx, addr) }
+}
+
 // kubeletPods reads the kubelet's read-only /pods.
 func kubeletPods(ctx context.Context, addr string) (*corev1.PodList, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/pods", nil)
@@ -73,7 +84,7 @@ func kubeletPods(ctx context.Context, addr string) (*corev1.PodList, error) {
 // runKubelet is one round of a real kubelet (KUBELET_BIN) with the same
 // static pods. The kubelet has no sandbox bound; Ready is polled from its
 // read-only API every pollEvery.
-func (b *bencher) runKubelet(ctx context.Context, n, round int) (run Run) {
+func (b *bencher) runKubelet(ctx context.Context, n, round int, idle time.Duration) (run Run) {
 	run = Run{Contender: Kubelet, Bound: 0, N: n, Round: round}
 	run.Leftovers = b.cleanBefore(ctx)
 	defer func() { b.report(&run) }()
@@ -120,6 +131,11 @@ func (b *bencher) runKubelet(ctx context.Context, n, round int) (run Run) {
 			_ = cmd.Process.Kill()
 			<-exited
 		}
+		// The kubelet leaves its root dir (made a shared mount point) and
+		// its pods' volumes mounted.
+		if err := unmountUnder(dir); err != nil {
+			b.log.Warn("Cannot unmount what the kubelet left", "dir", dir, "err", err)
+		}
 		if run.Error != "" {
 			run.Error += " (kubelet log: " + logPath + ")"
 		} else if !b.o.KeepWorkDir {
@@ -127,6 +143,12 @@ func (b *bencher) runKubelet(ctx context.Context, n, round int) (run Run) {
 		}
 	}()
 	addr := fmt.Sprintf("127.0.0.1:%d", ro)
+	// kubeletGone is the kubelet's own word when it exits: the last lines
+	// of its log.
+	kubeletGone := func(err error) string {
+		exited <- err
+		return fmt.Sprintf("kubelet exited (%v):\n%s", err, tailFile(logPath, 15))
+	}
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		if _, err := kubeletPods(ctx, addr); err == nil {
@@ -134,7 +156,10 @@ func (b *bencher) runKubelet(ctx context.Context, n, round int) (run Run) {
 		}
 		select {
 		case err := <-exited:
-			run.Error = fmt.Sprintf("kubelet exited: %v", err)
+			run.Error = kubeletGone(err)
+			return run
+		case <-ctx.Done():
+			run.Error = ctx.Err().Error()
 			return run
 		case <-time.After(200 * time.Millisecond):
 		}
@@ -143,7 +168,15 @@ func (b *bencher) runKubelet(ctx context.Context, n, round int) (run Run) {
 			return run
 		}
 	}
-	time.Sleep(b.o.Settle)
+	select {
+	case <-time.After(b.o.Settle):
+	case err := <-exited:
+		run.Error = kubeletGone(err)
+		return run
+	case <-ctx.Done():
+		run.Error = ctx.Err().Error()
+		return run
+	}
 
 	nd := &node{staticDir: staticDir, stageDir: stageDir}
 	names := podNames(n)
@@ -180,6 +213,8 @@ func (b *bencher) runKubelet(ctx context.Context, n, round int) (run Run) {
 		select {
 		case <-bctx.Done():
 			err = fmt.Errorf("%d of %d pods Ready: %w", len(ready), len(want), bctx.Err())
+		case e := <-exited:
+			err = errors.New(kubeletGone(e))
 		case <-time.After(pollEvery):
 		}
 	}
@@ -201,9 +236,41 @@ func (b *bencher) runKubelet(ctx context.Context, n, round int) (run Run) {
 			run.WallRunning, run.WallReady = Dur(Max(durs(run.Running))), Dur(Max(durs(run.Ready)))
 		}
 	}
+	pids := map[string]int{"kubelet": cmd.Process.Pid}
+	if err == nil && idle > 0 {
+		c0, _ := ReadCPU(cmd.Process.Pid)
+		select {
+		case <-time.After(idle):
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+		if err == nil {
+			c1, _ := ReadCPU(cmd.Process.Pid)
+			run.Idle = idleCost(n, idle, c1.Total()-c0.Total(), pids)
+		}
+	}
+	if err == nil {
+		run.ExitToStatus, err = b.measureExits(ctx, readOnlyPods(addr), ids)
+	}
 	if err != nil {
 		run.Error = err.Error()
 	}
 	b.teardown(ctx, &run, func(context.Context) error { return nd.remove(names) })
 	return run
+}
+
+// unmountUnder detaches every mount at or below dir, deepest first.
+func unmountUnder(dir string) error {
+	ms, err := mountinfo.GetMounts(mountinfo.PrefixFilter(dir))
+	if err != nil {
+		return err
+	}
+	sort.Slice(ms, func(i, j int) bool { return len(ms[i].Mountpoint) > len(ms[j].Mountpoint) })
+	var errs []error
+	for _, m := range ms {
+		if err := unix.Unmount(m.Mountpoint, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+			errs = append(errs, fmt.Errorf("unmount %s: %w", m.Mountpoint, err))
+		}
+	}
+	return errors.Join(errs...)
 }

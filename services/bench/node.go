@@ -38,15 +38,18 @@ type node struct {
 	stageDir  string
 	config    string
 	busListen string
-	logPath   string
-	cmd       *exec.Cmd
-	exited    chan error
-	tap       *bus.Conn
+	// readOnly is the node's read-only HTTP API (/pods), as the kubelet's.
+	readOnly string
+	logPath  string
+	cmd      *exec.Cmd
+	exited   chan error
+	tap      *bus.Conn
 }
 
 // nodeConfig renders the node's configuration: everything on loopback or
 // on the bench containerd's bridge, and the sandbox bound under test.
 func nodeConfig(dir, busListen, readOnly, serverPort, binDir string, rt *runtimeEnv, bound int) string {
+	_, readOnlyPort, _ := net.SplitHostPort(readOnly)
 	return fmt.Sprintf(`node:
   name: %s
   stateDir: %s
@@ -63,16 +66,15 @@ runtime:
   maxConcurrentSandboxCreations: %d
 sources:
   staticPodPath: %s
-status:
-  readOnlyAddress: %s
 server:
   address: 127.0.0.1
   port: %s
+  readOnlyPort: %s
 supervisor:
   binDir: %s
 `, NodeName, filepath.Join(dir, "state"), filepath.Join(dir, "logs"), rt.Subnet, busListen,
 		rt.Endpoint, rt.CNIConfDir, rt.BridgeName, rt.NetworkName, CgroupRoot, bound,
-		filepath.Join(dir, "manifests"), readOnly, serverPort, binDir)
+		filepath.Join(dir, "manifests"), serverPort, readOnlyPort, binDir)
 }
 
 // manifest is the bench's static pod. The run label makes every round's
@@ -117,8 +119,7 @@ func startNode(ctx context.Context, dir, binDir string, rt *runtimeEnv, bound in
 	if n.busListen, err = freeLoopbackAddr(); err != nil {
 		return nil, err
 	}
-	readOnly, err := freeLoopbackAddr()
-	if err != nil {
+	if n.readOnly, err = freeLoopbackAddr(); err != nil {
 		return nil, err
 	}
 	server, err := freeLoopbackAddr()
@@ -126,7 +127,7 @@ func startNode(ctx context.Context, dir, binDir string, rt *runtimeEnv, bound in
 		return nil, err
 	}
 	_, serverPort, _ := net.SplitHostPort(server)
-	if err := os.WriteFile(n.config, []byte(nodeConfig(dir, n.busListen, readOnly, serverPort, binDir, rt, bound)), 0o644); err != nil {
+	if err := os.WriteFile(n.config, []byte(nodeConfig(dir, n.busListen, n.readOnly, serverPort, binDir, rt, bound)), 0o644); err != nil {
 		return nil, err
 	}
 	logf, err := os.Create(n.logPath)

@@ -117,6 +117,8 @@ func (b *bencher) nodeletBurst(ctx context.Context, nd *node, run *Run, idle tim
 	case <-rw.synced:
 	case <-time.After(30 * time.Second):
 		return fmt.Errorf("status bucket watch did not sync")
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 	// Let the node's start-up work (first relists, node status, cAdvisor)
 	// pass before the burst.
@@ -228,10 +230,22 @@ func (b *bencher) nodeletBurst(ctx context.Context, nd *node, run *Run, idle tim
 			return fmt.Errorf("idle: %w", err)
 		}
 		cpu := c1.Total() - c0.Total()
-		run.Idle = &IdleCost{Pods: run.N, Window: Dur(idle), CPU: Dur(cpu),
-			CPUPercent: 100 * cpu.Seconds() / idle.Seconds(), RSS: MemoryOf(pidList).RSS}
+		run.Idle = idleCost(run.N, idle, cpu, pids)
 	}
-	return nil
+	exits, err := b.measureExits(ctx, readOnlyPods(nd.readOnly), ids)
+	run.ExitToStatus = exits
+	return err
+}
+
+// idleCost is the agent's cost over an idle window with pods running.
+func idleCost(pods int, window, cpu time.Duration, pids map[string]int) *IdleCost {
+	c := &IdleCost{Pods: pods, Window: Dur(window), CPU: Dur(cpu),
+		CPUPercent: 100 * cpu.Seconds() / window.Seconds(), ByProcess: MemoryByProcess(pids)}
+	for _, m := range c.ByProcess {
+		c.RSS += m.RSS
+		c.PSS += m.PSS
+	}
+	return c
 }
 
 // report logs one run's outcome.

@@ -129,6 +129,60 @@ func CPUOf(pids []int) (ProcCPU, error) {
 	return sum, nil
 }
 
+// ReadPSS is a process's proportional set size (Pss of
+// /proc/<pid>/smaps_rollup) in bytes: its resident memory with every page
+// it shares divided among the processes sharing it.
+func ReadPSS(pid int) (uint64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	if err != nil {
+		return 0, err
+	}
+	return ParseSmapsRollup(b)
+}
+
+// ParseSmapsRollup reads the Pss line of a smaps_rollup file.
+func ParseSmapsRollup(b []byte) (uint64, error) {
+	for _, line := range strings.Split(string(b), "\n") {
+		key, rest, ok := strings.Cut(line, ":")
+		if !ok || key != "Pss" {
+			continue
+		}
+		f := strings.Fields(rest)
+		if len(f) == 0 {
+			break
+		}
+		n, err := strconv.ParseUint(f[0], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("smaps_rollup: Pss %q: %w", f[0], err)
+		}
+		return n * 1024, nil
+	}
+	return 0, fmt.Errorf("smaps_rollup: no Pss line")
+}
+
+// ProcMemory is one process's memory at a moment: RSS, PSS and its peak
+// RSS so far (VmHWM).
+type ProcMemory struct {
+	RSS uint64 `json:"rssBytes"`
+	PSS uint64 `json:"pssBytes"`
+	HWM uint64 `json:"hwmBytes"`
+}
+
+// MemoryByProcess reads each named process's memory; processes that are
+// gone are left out.
+func MemoryByProcess(pids map[string]int) map[string]ProcMemory {
+	out := map[string]ProcMemory{}
+	for name, pid := range pids {
+		m, err := ReadMemory(pid)
+		if err != nil {
+			continue
+		}
+		pss, _ := ReadPSS(pid)
+		out[name] = ProcMemory{RSS: m.RSS, PSS: pss, HWM: m.HWM}
+	}
+	return out
+}
+
 // MemoryOf sums the memory of pids (processes that are gone count 0).
 func MemoryOf(pids []int) Memory {
 	var sum Memory

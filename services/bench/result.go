@@ -58,13 +58,17 @@ type Run struct {
 	Ready   []Dur `json:"ready,omitempty"`
 	// Teardown: manifests removed (floor: first stop call) → no container
 	// or sandbox of the pods left in CRI.
-	Teardown  Dur          `json:"teardown"`
-	Agent     *AgentCost   `json:"agent,omitempty"`
-	Runtime   *RuntimeCost `json:"runtime,omitempty"`
-	Idle      *IdleCost    `json:"idle,omitempty"`
-	Bus       *BusCost     `json:"bus,omitempty"`
-	Breakdown *Breakdown   `json:"breakdown,omitempty"`
-	Timelines []Timeline   `json:"timelines,omitempty"`
+	Teardown Dur `json:"teardown"`
+	// ExitToStatus: a container's main process killed (CRI finishedAt) →
+	// the agent's /pods no longer shows it running, for a sample of the
+	// burst's containers one at a time (agents only).
+	ExitToStatus []Dur        `json:"exitToStatus,omitempty"`
+	Agent        *AgentCost   `json:"agent,omitempty"`
+	Runtime      *RuntimeCost `json:"runtime,omitempty"`
+	Idle         *IdleCost    `json:"idle,omitempty"`
+	Bus          *BusCost     `json:"bus,omitempty"`
+	Breakdown    *Breakdown   `json:"breakdown,omitempty"`
+	Timelines    []Timeline   `json:"timelines,omitempty"`
 	// Leftovers counts sandboxes of an earlier round that had to be removed
 	// before this one (0 when every teardown finished).
 	Leftovers int    `json:"leftovers,omitempty"`
@@ -97,6 +101,11 @@ type IdleCost struct {
 	// CPUPercent is of one core.
 	CPUPercent float64 `json:"cpuPercent"`
 	RSS        uint64  `json:"rssBytes"`
+	// PSS is the processes' summed proportional set size.
+	PSS uint64 `json:"pssBytes"`
+	// ByProcess is each process's memory at the end of the window (its
+	// HWM: its peak since it started).
+	ByProcess map[string]ProcMemory `json:"byProcess,omitempty"`
 }
 
 // BusCost is what the pods' start put on the bus's streams (KV buckets and
@@ -125,6 +134,8 @@ type Summary struct {
 	// Per-pod times pooled over rounds.
 	Running Dist  `json:"running"`
 	Ready   *Dist `json:"ready,omitempty"`
+	// ExitToStatus pooled over rounds (agents only).
+	ExitToStatus *Dist `json:"exitToStatus,omitempty"`
 	// Ratios: this contender's WallRunning / the floor's, per round of the
 	// same bound and N, and their median. Empty for the floor.
 	Ratios    []float64 `json:"ratios,omitempty"`
@@ -196,7 +207,7 @@ func Summarize(runs []Run, tolerance float64) []Summary {
 	for _, k := range order {
 		s := Summary{Contender: k.c, Bound: k.b, N: k.n}
 		var walls, readies, teardowns, cpus, rtcpus []time.Duration
-		var running, ready []time.Duration
+		var running, ready, exits []time.Duration
 		var msgs, bytes []float64
 		var tls []Timeline
 		for _, r := range groups[k] {
@@ -212,6 +223,7 @@ func Summarize(runs []Run, tolerance float64) []Summary {
 			teardowns = append(teardowns, r.Teardown.D())
 			running = append(running, durs(r.Running)...)
 			ready = append(ready, durs(r.Ready)...)
+			exits = append(exits, durs(r.ExitToStatus)...)
 			if r.Agent != nil {
 				cpus = append(cpus, r.Agent.CPU.D())
 				s.PeakRSS = max(s.PeakRSS, r.Agent.PeakRSS)
@@ -240,6 +252,10 @@ func Summarize(runs []Run, tolerance float64) []Summary {
 		if len(ready) > 0 {
 			d := Distribution(ready)
 			s.Ready = &d
+		}
+		if len(exits) > 0 {
+			d := Distribution(exits)
+			s.ExitToStatus = &d
 		}
 		s.Ratio, s.P50Ratio = Median(s.Ratios), Median(s.P50Ratios)
 		s.AgentCPU, s.RuntimeCPU = Dur(Median(cpus)), Dur(Median(rtcpus))

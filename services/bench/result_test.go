@@ -117,7 +117,9 @@ func TestWriteTable(t *testing.T) {
 		run(Nodelet, 0, 20, 1, 8.1, 7, 7.5, 8.1), run(Floor, 0, 20, 1, 8.0, 7, 7.4, 8),
 	}
 	runs[0].Agent = &AgentCost{CPU: secs(1.5)[0], PeakRSS: 300 << 20}
-	runs[0].Idle = &IdleCost{Pods: 20, CPUPercent: 2.5, RSS: 280 << 20}
+	runs[0].Idle = &IdleCost{Pods: 20, CPUPercent: 2.5, RSS: 280 << 20, PSS: 270 << 20, ByProcess: map[string]ProcMemory{
+		"bus": {RSS: 30 << 20, PSS: 29 << 20, HWM: 40 << 20}, "runtime": {RSS: 250 << 20, PSS: 241 << 20, HWM: 260 << 20}}}
+	runs[0].ExitToStatus = []Dur{Dur(120 * time.Millisecond), Dur(80 * time.Millisecond), Dur(900 * time.Millisecond)}
 	runs[0].Bus = &BusCost{PerPodMessages: 8, PerPodBytes: 6570}
 	runs[0].Timelines = []Timeline{{Written: at(0), Desired: at(100), Admitted: at(110), SandboxReady: at(500), Started: at(800),
 		Observed: at(810), Status: at(820), Measured: at(2000)}} // the stages miss most of the start
@@ -133,13 +135,16 @@ func TestWriteTable(t *testing.T) {
 	for _, want := range []string{
 		"== sandbox bound 2 (runtime.maxConcurrentSandboxCreations=2",
 		"== sandbox bound unbounded (runtime.maxConcurrentSandboxCreations=0",
-		"20    nodelet       1         8.40s           -    4.00s    8.40s          -          -     2.50s   1.05       1.05",
+		"20    nodelet       1         8.40s           -    4.00s    8.40s          -          -     2.50s        120ms / 900ms   1.05       1.05",
 		"20      floor       1         8.00s           -    3.50s    8.00s",
 		"nodelet N=20",
 		"4.00s / 8.40s",
 		"OVER",
 		"2.5% of a core",
 		"300.0MiB",
+		"agent memory at rest, per process",
+		"runtime  250.0MiB / 241.0MiB / 260.0MiB",
+		"sum  280.0MiB / 270.0MiB / 300.0MiB",
 		"recommended runtime.maxConcurrentSandboxCreations: 2",
 	} {
 		if !strings.Contains(s, want) {

@@ -219,7 +219,7 @@ runs:
 				res.Runs = append(res.Runs, b.runNodelet(ctx, bound, n, round, idle))
 				res.Runs = append(res.Runs, b.runFloor(ctx, bound, n, round))
 				if o.KubeletBin != "" && bound == kubeletBound {
-					res.Runs = append(res.Runs, b.runKubelet(ctx, n, round))
+					res.Runs = append(res.Runs, b.runKubelet(ctx, n, round, idle))
 				}
 			}
 		}

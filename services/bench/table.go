@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -24,7 +25,7 @@ func WriteTable(w io.Writer, r *Result) error {
 	for _, b := range bounds {
 		ew.printf("\n== sandbox bound %s (runtime.maxConcurrentSandboxCreations=%d; the floor uses the same bound) ==\n", boundName(b), b)
 		tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "N\tcontender\trounds\twall running\twall ready\tpod p50\tpod p99\tready p50\tready p99\tteardown\tratio\tper round\t")
+		fmt.Fprintln(tw, "N\tcontender\trounds\twall running\twall ready\tpod p50\tpod p99\tready p50\tready p99\tteardown\texit→status p50/p99\tratio\tper round\t")
 		for _, s := range r.Summaries {
 			if s.Bound != b {
 				continue
@@ -45,8 +46,12 @@ func WriteTable(w io.Writer, r *Result) error {
 			if s.Failed > 0 {
 				rounds += fmt.Sprintf(" (+%d failed)", s.Failed)
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", s.N, s.Contender, rounds,
-				s.WallRunning, wallReady, s.Running.P50, s.Running.P99, ready50, ready99, s.Teardown, ratio, per)
+			exits := "-"
+			if e := s.ExitToStatus; e != nil {
+				exits = fmt.Sprintf("%s / %s", msec(e.P50), msec(e.P99))
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", s.N, s.Contender, rounds,
+				s.WallRunning, wallReady, s.Running.P50, s.Running.P99, ready50, ready99, s.Teardown, exits, ratio, per)
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -139,6 +144,7 @@ func WriteTable(w io.Writer, r *Result) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	writeIdleMemory(ew, r.Summaries)
 	if rec := r.Recommendation; rec != nil {
 		ew.printf("\nrecommended runtime.maxConcurrentSandboxCreations: %d (%s)\n", rec.Bound, rec.Reason)
 	}
@@ -216,3 +222,56 @@ func find(sums []Summary, contender string, bound, n int) *Summary {
 	}
 	return nil
 }
+
+// writeIdleMemory prints each agent process's memory at rest (the idle
+// window, largest N): RSS, PSS and its peak RSS since it started, and the
+// sums, one column per contender.
+func writeIdleMemory(ew *errWriter, sums []Summary) {
+	var idles []Summary
+	for _, s := range sums {
+		if s.Idle != nil && len(s.Idle.ByProcess) > 0 {
+			idles = append(idles, s)
+		}
+	}
+	if len(idles) == 0 {
+		return
+	}
+	ew.printf("\n== agent memory at rest, per process: RSS / PSS / peak RSS (idle window with the largest burst running) ==\n")
+	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', tabwriter.AlignRight)
+	var procs []string
+	head := "process\t"
+	for _, s := range idles {
+		head += fmt.Sprintf("%s bound %s N=%d\t", s.Contender, boundName(s.Bound), s.Idle.Pods)
+		for p := range s.Idle.ByProcess {
+			if !slices.Contains(procs, p) {
+				procs = append(procs, p)
+			}
+		}
+	}
+	slices.Sort(procs)
+	fmt.Fprintln(tw, head)
+	for _, p := range procs {
+		line := p + "\t"
+		for _, s := range idles {
+			m, ok := s.Idle.ByProcess[p]
+			if !ok {
+				line += "-\t"
+				continue
+			}
+			line += fmt.Sprintf("%s / %s / %s\t", mib(m.RSS), mib(m.PSS), mib(m.HWM))
+		}
+		fmt.Fprintln(tw, line)
+	}
+	line := "sum\t"
+	for _, s := range idles {
+		var hwm uint64
+		for _, m := range s.Idle.ByProcess {
+			hwm += m.HWM
+		}
+		line += fmt.Sprintf("%s / %s / %s\t", mib(s.Idle.RSS), mib(s.Idle.PSS), mib(hwm))
+	}
+	fmt.Fprintln(tw, line)
+	ew.err = errors.Join(ew.err, tw.Flush())
+}
+
+func msec(d Dur) string { return fmt.Sprintf("%dms", d.D().Milliseconds()) }

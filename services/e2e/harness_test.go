@@ -87,6 +87,9 @@ type nodeOptions struct {
 	// ServerAddress is server.address; empty is 127.0.0.1. kube-apiserver
 	// proxies to a node (nodes/proxy) only at a non-loopback address.
 	ServerAddress string
+	// NoReadOnlyPort leaves server.readOnlyPort at its default, 0 (off);
+	// otherwise the harness turns it on (node.ReadOnly) for node.Pods.
+	NoReadOnlyPort bool
 }
 
 // node is one `nodelet up` under test.
@@ -96,6 +99,8 @@ type node struct {
 	StateDir  string
 	StaticDir string
 	Config    string
+	// ReadOnly is the read-only port's address (server.readOnlyPort on
+	// server.address), "" when off.
 	ReadOnly  string
 	BusListen string
 	// ServerPort is nodelet-server's port (server.port) on 127.0.0.1.
@@ -113,14 +118,18 @@ func newNode(t testing.TB, o nodeOptions) *node {
 	dir := t.TempDir()
 	n := &node{t: t, dir: dir, StateDir: filepath.Join(dir, "state"), StaticDir: filepath.Join(dir, "manifests"),
 		Config: filepath.Join(dir, "nodelet.yaml"), opts: o,
-		ReadOnly: fmt.Sprintf("127.0.0.1:%d", freePort(t)), BusListen: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
-		ServerPort: freePort(t)}
+		BusListen: fmt.Sprintf("127.0.0.1:%d", freePort(t)), ServerPort: freePort(t)}
 	if err := os.MkdirAll(n.StaticDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	serverAddress := o.ServerAddress
 	if serverAddress == "" {
 		serverAddress = "127.0.0.1"
+	}
+	readOnlyPort := 0
+	if !o.NoReadOnlyPort {
+		readOnlyPort = freePort(t)
+		n.ReadOnly = fmt.Sprintf("127.0.0.1:%d", readOnlyPort)
 	}
 	kubeconfig := ""
 	if o.API {
@@ -148,16 +157,16 @@ runtime:
   staticPodPath: %s
   fileCheckFrequency: 5s
 %sstatus:
-  readOnlyAddress: %s
   nodeStatusUpdateFrequency: 2s
 %sserver:
   address: %s
   port: %d
+  readOnlyPort: %d
 %sgc:
   containerGCPeriod: 5s
 %s%s`, nodeName, n.StateDir, filepath.Join(dir, "logs"), ctrd.Subnet, o.Node, n.BusListen, ctrd.Endpoint, ctrd.CNIConfDir,
 		ctrd.BridgeName, ctrd.NetworkName, o.Runtime,
-		n.StaticDir, kubeconfig, n.ReadOnly, o.Status, serverAddress, n.ServerPort, o.Server, o.GC, o.Extra)
+		n.StaticDir, kubeconfig, o.Status, serverAddress, n.ServerPort, readOnlyPort, o.Server, o.GC, o.Extra)
 	if err := os.WriteFile(n.Config, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -51,7 +52,8 @@ func TestRunScript(t *testing.T) {
 	}
 	dir := t.TempDir()
 	manifests := filepath.Join(dir, "manifests")
-	readOnly := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	readOnlyPort := strconv.Itoa(freePort(t))
+	readOnly := "127.0.0.1:" + readOnlyPort
 	const node = "runsh-node"
 	cmd := exec.Command("bash", "scripts/run.sh")
 	cmd.Dir = root
@@ -62,8 +64,8 @@ func TestRunScript(t *testing.T) {
 		"NODELET_SOURCES_STATICPODPATH="+manifests,
 		"NODELET_SOURCES_FILECHECKFREQUENCY=2s",
 		fmt.Sprintf("NODELET_BUS_LISTEN=127.0.0.1:%d", freePort(t)),
-		"NODELET_STATUS_READONLYADDRESS="+readOnly,
 		"NODELET_SERVER_ADDRESS=127.0.0.1",
+		"NODELET_SERVER_READONLYPORT="+readOnlyPort,
 		fmt.Sprintf("NODELET_SERVER_PORT=%d", freePort(t)),
 	)
 	out := &testenv.Buffer{}

@@ -1,12 +1,9 @@
 package e2e_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -20,76 +17,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
+	"github.com/creack/pty"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodelet/nodelet/services/common/testenv"
 	"github.com/nodelet/nodelet/services/supervisor"
 )
-
-// kubectl runs the real kubectl as the cluster admin and returns its stdout,
-// stderr and exit code.
-func kubectl(t testing.TB, stdin string, args ...string) (string, string, int) {
-	t.Helper()
-	return kubectlEnv(t, nil, stdin, args...)
-}
-
-// kubectlEnv is kubectl with extra environment variables.
-func kubectlEnv(t testing.TB, env []string, stdin string, args ...string) (string, string, int) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, cp.Kubectl, append([]string{"--kubeconfig", cp.AdminKubeconfig}, args...)...)
-	cmd.Env = append(os.Environ(), env...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	if stdin != "" {
-		cmd.Stdin = strings.NewReader(stdin)
-	}
-	err := cmd.Run()
-	code := 0
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatalf("kubectl %v: %v", args, err)
-	}
-	return out.String(), errb.String(), code
-}
-
-func mustKubectl(t testing.TB, stdin string, args ...string) string {
-	t.Helper()
-	out, errs, code := kubectl(t, stdin, args...)
-	if code != 0 {
-		t.Fatalf("kubectl %v: exit %d\nstdout: %s\nstderr: %s", args, code, out, errs)
-	}
-	return out
-}
-
-// nodeletCLI runs bin/nodelet against node n.
-func nodeletCLI(t testing.TB, n *node, stdin string, args ...string) (string, string, int) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "nodelet"), args...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	if stdin != "" {
-		cmd.Stdin = strings.NewReader(stdin)
-	}
-	err := cmd.Run()
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		return out.String(), errb.String(), ee.ExitCode()
-	} else if err != nil {
-		t.Fatalf("nodelet %v: %v", args, err)
-	}
-	return out.String(), errb.String(), 0
-}
 
 const chattyManifest = `apiVersion: v1
 kind: Pod
@@ -107,8 +44,7 @@ spec:
 // TestStandaloneLogsExec: a node without a control plane is debuggable
 // through its own kubelet API with the node-local client certificate.
 func TestStandaloneLogsExec(t *testing.T) {
-	roPort := freePort(t)
-	n := newNode(t, nodeOptions{Server: fmt.Sprintf("  readOnlyPort: %d\n", roPort)})
+	n := newNode(t, nodeOptions{})
 	n.WriteManifest("chatty.yaml", chattyManifest)
 	n.WaitPod("chatty-"+nodeName, 90*time.Second, "Running", runningReady)
 	eventually(t, 30*time.Second, "nodelet logs", func() bool {
@@ -120,37 +56,31 @@ func TestStandaloneLogsExec(t *testing.T) {
 		t.Errorf("nodelet exec: %q exit %d, stderr %q", out, code, errs)
 	}
 	// Without credentials the same API answers 401.
-	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
-	resp, err := c.Get(fmt.Sprintf("https://127.0.0.1:%d/pods", n.ServerPort))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusUnauthorized {
-		t.Errorf("no credentials: %d", resp.StatusCode)
+	if code, body := httpsGet(t, insecureClient(), fmt.Sprintf("https://127.0.0.1:%d/pods", n.ServerPort), ""); code != http.StatusUnauthorized {
+		t.Errorf("no credentials: %d %q", code, body)
 	}
 	// server.readOnlyPort: the read-only paths over HTTP, nothing else.
-	for path, want := range map[string]int{"/pods": 200, "/healthz": 200, "/containerLogs/default/chatty-" + nodeName + "/talk": 404} {
-		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d%s", roPort, path))
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != want {
-			t.Errorf("read-only port %s: %d, want %d", path, resp.StatusCode, want)
+	for path, want := range map[string]int{"/pods": 200, "/healthz": 200, "/metrics/cadvisor": 200,
+		"/containerLogs/default/chatty-" + nodeName + "/talk": 404, "/runningpods/": 404} {
+		if code, body := httpsGet(t, http.DefaultClient, "http://"+n.ReadOnly+path, ""); code != want {
+			t.Errorf("read-only port %s: %d, want %d: %.200s", path, code, want, body)
 		}
 	}
 }
 
 // serverPod has what the kubelet API tests read: a container that ticks
-// (logs -f), one that writes stdout and stderr once, a web server
-// (port-forward) and one that fails its first attempt (--previous).
+// (logs -f), one that writes stdout and stderr once, a web server with a
+// readiness probe (port-forward, /metrics/probes) and one that fails its
+// first attempt (--previous).
 func serverPod(ns string) *corev1.Pod {
 	bb := func(name string, script string) corev1.Container {
 		return corev1.Container{Name: name, Image: "nodelet.local/busybox:1.35", ImagePullPolicy: corev1.PullNever,
 			Command:      []string{"sh", "-c", script},
 			VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}}
 	}
+	web := bb("web", `mkdir -p /tmp/www && echo hello-through-port-forward > /tmp/www/index.html && exec httpd -f -p 8080 -h /tmp/www`)
+	web.ReadinessProbe = &corev1.Probe{PeriodSeconds: 1,
+		ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/", Port: intstr.FromInt32(8080)}}}
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "srv"},
 		Spec: corev1.PodSpec{
@@ -161,7 +91,7 @@ func serverPod(ns string) *corev1.Pod {
 			Containers: []corev1.Container{
 				bb("app", `trap 'exit 0' TERM; i=0; while true; do i=$((i+1)); echo tick-$i; sleep 1; done`),
 				bb("side", `echo side-out; sleep 1; echo side-err >&2; trap 'exit 0' TERM; while true; do sleep 1; done`),
-				bb("web", `mkdir -p /tmp/www && echo hello-through-port-forward > /tmp/www/index.html && exec httpd -f -p 8080 -h /tmp/www`),
+				web,
 				bb("crash", `n=$(cat /data/n 2>/dev/null || echo 0); n=$((n+1)); echo $n > /data/n; echo attempt-$n; `+
 					`if [ $n = 1 ]; then exit 1; fi; trap 'exit 0' TERM; while true; do sleep 1; done`),
 			},
@@ -171,10 +101,12 @@ func serverPod(ns string) *corev1.Pod {
 
 // TestKubeletAPI drives nodelet-server through kube-apiserver with the real
 // kubectl: logs (-f, --tail, --since, --timestamps, --limit-bytes, -c,
-// --previous), exec with stdin and exit codes, port-forward, the node proxy
-// to /stats/summary, and the kubelet's 401 and 403 answered directly.
+// --previous), exec with stdin, with a TTY and exit codes, attach, cp,
+// port-forward, the node proxy to /stats/summary and the metrics paths,
+// the kubelet's 401 and 403 answered directly, the read-only port off, and
+// nodelet-server SIGKILLed during logs -f.
 func TestKubeletAPI(t *testing.T) {
-	n := newNode(t, nodeOptions{API: true, ServerAddress: "0.0.0.0",
+	n := newNode(t, nodeOptions{API: true, ServerAddress: "0.0.0.0", NoReadOnlyPort: true,
 		Server: "  authentication:\n    x509:\n      clientCAFile: " + cp.ClientCAFile + "\n"})
 	admin := cp.AdminClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -202,6 +134,13 @@ func TestKubeletAPI(t *testing.T) {
 			running++
 		}
 		return running == 4
+	})
+
+	t.Run("read-only port off unless configured", func(t *testing.T) {
+		pid := n.WaitReady()["server"].PID
+		if ports := listeningTCPPorts(t, pid); !reflect.DeepEqual(ports, []int{n.ServerPort}) {
+			t.Errorf("nodelet-server listens on %v, want only server.port %d (server.readOnlyPort defaults to 0)", ports, n.ServerPort)
+		}
 	})
 
 	t.Run("logs", func(t *testing.T) {
@@ -232,18 +171,7 @@ func TestKubeletAPI(t *testing.T) {
 	t.Run("logs -f", func(t *testing.T) {
 		fctx, fcancel := context.WithTimeout(ctx, 60*time.Second)
 		defer fcancel()
-		cmd := exec.CommandContext(fctx, cp.Kubectl, "--kubeconfig", cp.AdminKubeconfig, "-n", ns, "logs", "-f", "--tail=1", "srv", "-c", "app")
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		errb := &testenv.Buffer{}
-		cmd.Stderr = errb
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		defer func() { fcancel(); _ = cmd.Wait() }()
-		sc := bufio.NewScanner(stdout)
+		sc, errb, _ := kubectlStream(t, fctx, nil, "-n", ns, "logs", "-f", "--tail=1", "srv", "-c", "app")
 		var seen []string
 		for len(seen) < 3 && sc.Scan() {
 			seen = append(seen, sc.Text())
@@ -280,24 +208,74 @@ func TestKubeletAPI(t *testing.T) {
 		}
 	})
 
+	// kubectl exec -it needs a terminal: it runs under a pseudo-terminal
+	// of the test's, sized 33x111 and then resized to 44x122.
+	for _, env := range []string{"KUBECTL_REMOTE_COMMAND_WEBSOCKETS=true", "KUBECTL_REMOTE_COMMAND_WEBSOCKETS=false"} {
+		t.Run("exec -it "+env, func(t *testing.T) {
+			cmd := exec.Command(cp.Kubectl, kubectlArgs("-n", ns, "exec", "-it", "srv", "-c", "side", "--", "sh")...)
+			cmd.Env = append(os.Environ(), env)
+			ptmx, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 33, Cols: 111})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ptmx.Close()
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			defer func() {
+				if cmd.ProcessState == nil {
+					_ = cmd.Process.Kill()
+					<-done
+				}
+			}()
+			out := &testenv.Buffer{}
+			go func() { _, _ = io.Copy(out, ptmx) }()
+			expect := func(what string, re *regexp.Regexp) {
+				t.Helper()
+				deadline := time.Now().Add(30 * time.Second)
+				for !re.MatchString(out.String()) {
+					if time.Now().After(deadline) {
+						t.Fatalf("no %s in the terminal: %q", what, out.String())
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
+			}
+			type_ := func(s string) {
+				if _, err := io.WriteString(ptmx, s); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// The container's stdin is a terminal, of the size kubectl
+			// sent when it started.
+			type_("tty; stty size\n")
+			expect("tty and size 33 111", regexp.MustCompile(`(?s)/dev/pts/\d+\r?\n33 111\r?\n`))
+			// A resize of kubectl's terminal reaches the container's.
+			if err := pty.Setsize(ptmx, &pty.Winsize{Rows: 44, Cols: 122}); err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(30 * time.Second)
+			for !strings.Contains(out.String(), "44 122") && time.Now().Before(deadline) {
+				type_("stty size\n")
+				time.Sleep(300 * time.Millisecond)
+			}
+			expect("size 44 122 after the resize", regexp.MustCompile(`\n44 122\r?\n`))
+			type_("exit 7\n")
+			select {
+			case <-done:
+			case <-time.After(30 * time.Second):
+				t.Fatalf("kubectl exec -it did not end after exit 7: %q", out.String())
+			}
+			if code := cmd.ProcessState.ExitCode(); code != 7 {
+				t.Errorf("kubectl exec -it ... exit 7: exit %d; terminal %q", code, out.String())
+			}
+		})
+	}
+
 	for _, env := range []string{"KUBECTL_PORT_FORWARD_WEBSOCKETS=true", "KUBECTL_PORT_FORWARD_WEBSOCKETS=false"} {
 		t.Run("port-forward "+env, func(t *testing.T) {
 			pctx, pcancel := context.WithTimeout(ctx, 60*time.Second)
 			defer pcancel()
-			cmd := exec.CommandContext(pctx, cp.Kubectl, "--kubeconfig", cp.AdminKubeconfig, "-n", ns, "port-forward", "--address", "127.0.0.1", "pod/srv", ":8080")
-			cmd.Env = append(os.Environ(), env)
 			// The local address it picked comes on stdout.
-			stdout, err := cmd.StdoutPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			errb := &testenv.Buffer{}
-			cmd.Stderr = errb
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			defer func() { pcancel(); _ = cmd.Wait() }()
-			sc := bufio.NewScanner(stdout)
+			sc, errb, _ := kubectlStream(t, pctx, []string{env}, "-n", ns, "port-forward", "--address", "127.0.0.1", "pod/srv", ":8080")
 			re := regexp.MustCompile(`Forwarding from (127\.0\.0\.1:\d+) -> 8080`)
 			addr := ""
 			for addr == "" && sc.Scan() {
@@ -308,21 +286,20 @@ func TestKubeletAPI(t *testing.T) {
 			if addr == "" {
 				t.Fatalf("port-forward printed no address; stderr %s", errb.String())
 			}
-			go func() { _, _ = io.Copy(io.Discard, stdout) }()
-			resp, err := http.Get("http://" + addr + "/")
-			if err != nil {
-				t.Fatalf("GET through port-forward: %v; stderr %s", err, errb.String())
-			}
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if string(body) != "hello-through-port-forward\n" {
-				t.Errorf("GET through port-forward = %d %q", resp.StatusCode, body)
+			go func() {
+				for sc.Scan() {
+				}
+			}()
+			code, body := httpsGet(t, http.DefaultClient, "http://"+addr+"/", "")
+			if code != http.StatusOK || body != "hello-through-port-forward\n" {
+				t.Errorf("GET through port-forward = %d %q; stderr %s", code, body, errb.String())
 			}
 		})
 	}
 
-	t.Run("stats summary through the node proxy", func(t *testing.T) {
-		out := mustKubectl(t, "", "get", "--raw", "/api/v1/nodes/"+nodeName+"/proxy/stats/summary")
+	t.Run("stats and metrics through the node proxy", func(t *testing.T) {
+		proxy := "/api/v1/nodes/" + nodeName + "/proxy"
+		out := mustKubectl(t, "", "get", "--raw", proxy+"/stats/summary")
 		var sum struct {
 			Node struct {
 				NodeName string `json:"nodeName"`
@@ -341,16 +318,12 @@ func TestKubeletAPI(t *testing.T) {
 		if !found {
 			t.Errorf("summary has no pod %s/srv", ns)
 		}
-		if out := mustKubectl(t, "", "get", "--raw", "/api/v1/nodes/"+nodeName+"/proxy/healthz"); out != "ok" {
+		if out := mustKubectl(t, "", "get", "--raw", proxy+"/healthz"); out != "ok" {
 			t.Errorf("healthz = %q", out)
 		}
+		app := map[string]string{"namespace": ns, "pod": "srv", "container": "app"}
 		// /metrics/resource as metrics-server scrapes it.
-		out = mustKubectl(t, "", "get", "--raw", "/api/v1/nodes/"+nodeName+"/proxy/metrics/resource")
-		parser := expfmt.NewTextParser(model.UTF8Validation)
-		fams, err := parser.TextToMetricFamilies(strings.NewReader(out))
-		if err != nil {
-			t.Fatalf("metrics/resource: %v\n%s", err, out)
-		}
+		fams := parseMetrics(t, mustKubectl(t, "", "get", "--raw", proxy+"/metrics/resource"))
 		for _, name := range []string{"node_cpu_usage_seconds_total", "node_memory_working_set_bytes",
 			"container_cpu_usage_seconds_total", "container_memory_working_set_bytes", "pod_cpu_usage_seconds_total",
 			"pod_memory_working_set_bytes", "container_start_time_seconds", "resource_scrape_error"} {
@@ -358,39 +331,55 @@ func TestKubeletAPI(t *testing.T) {
 				t.Errorf("metrics/resource has no %s", name)
 			}
 		}
-		found = false
-		for _, m := range fams["container_memory_working_set_bytes"].GetMetric() {
-			l := map[string]string{}
-			for _, lp := range m.GetLabel() {
-				l[lp.GetName()] = lp.GetValue()
+		if !hasSeries(fams, "container_memory_working_set_bytes", app) {
+			t.Errorf("metrics/resource: no container_memory_working_set_bytes%v", app)
+		}
+		// /metrics/cadvisor: cAdvisor's names with the kubelet's labels.
+		fams = parseMetrics(t, mustKubectl(t, "", "get", "--raw", proxy+"/metrics/cadvisor"))
+		for _, name := range []string{"container_cpu_usage_seconds_total", "container_memory_working_set_bytes", "container_fs_usage_bytes"} {
+			if !hasSeries(fams, name, app) {
+				t.Errorf("metrics/cadvisor: no %s%v", name, app)
 			}
-			found = found || (l["namespace"] == ns && l["pod"] == "srv" && l["container"] == "app")
+		}
+		// /metrics/probes: the web container's readiness probe, counted by
+		// nodelet-prober, under the kubelet's name and labels.
+		probe := map[string]string{"probe_type": "Readiness", "result": "successful", "container": "web", "pod": "srv", "namespace": ns}
+		eventually(t, 30*time.Second, "prober_probe_total of the web container", func() bool {
+			out, _, code := kubectl(t, "", "get", "--raw", proxy+"/metrics/probes")
+			return code == 0 && hasSeries(parseMetrics(t, out), "prober_probe_total", probe)
+		})
+		// /metrics: every daemon's nodelet_* metrics.
+		fams = parseMetrics(t, mustKubectl(t, "", "get", "--raw", proxy+"/metrics"))
+		for _, name := range []string{"nodelet_running_pods", "nodelet_prober_probe_total", "go_goroutines"} {
+			if fams[name] == nil {
+				t.Errorf("metrics has no %s", name)
+			}
+		}
+		// /runningpods/: the runtime's view.
+		var running corev1.PodList
+		if err := json.Unmarshal([]byte(mustKubectl(t, "", "get", "--raw", proxy+"/runningpods/")), &running); err != nil {
+			t.Fatal(err)
+		}
+		found = false
+		for _, p := range running.Items {
+			found = found || (p.Namespace == ns && p.Name == "srv" && len(p.Spec.Containers) == 4)
 		}
 		if !found {
-			t.Errorf("no container_memory_working_set_bytes{namespace=%q,pod=\"srv\",container=\"app\"}", ns)
+			t.Errorf("runningpods has no %s/srv with its 4 containers: %+v", ns, running.Items)
+		}
+		// /logs/ (server.enableSystemLogHandler, on by default): /var/log.
+		if out := mustKubectl(t, "", "get", "--raw", proxy+"/logs/"); !strings.Contains(out, "<a href=") {
+			t.Errorf("logs/ = %.300q", out)
 		}
 	})
 
 	t.Run("401 and 403", func(t *testing.T) {
 		base := fmt.Sprintf("https://127.0.0.1:%d", n.ServerPort)
-		get := func(c *http.Client, path, token string) (int, string) {
-			req, _ := http.NewRequest("GET", base+path, nil)
-			if token != "" {
-				req.Header.Set("Authorization", "Bearer "+token)
-			}
-			resp, err := c.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer resp.Body.Close()
-			b, _ := io.ReadAll(resp.Body)
-			return resp.StatusCode, string(b)
-		}
-		insecure := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
-		if code, body := get(insecure, "/pods", ""); code != http.StatusUnauthorized || body != "Unauthorized" {
+		insecure := insecureClient()
+		if code, body := httpsGet(t, insecure, base+"/pods", ""); code != http.StatusUnauthorized || body != "Unauthorized" {
 			t.Errorf("no credentials: %d %q", code, body)
 		}
-		if code, body := get(insecure, "/pods", "not-a-token"); code != http.StatusUnauthorized {
+		if code, body := httpsGet(t, insecure, base+"/pods", "not-a-token"); code != http.StatusUnauthorized {
 			t.Errorf("bad token: %d %q", code, body)
 		}
 		// A service account with no role: authenticated, not allowed.
@@ -403,7 +392,7 @@ func TestKubeletAPI(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := fmt.Sprintf("Forbidden (user=system:serviceaccount:%s:nobody, verb=get, resource=nodes, subresource(s)=[proxy])\n", ns)
-		if code, body := get(insecure, "/containerLogs/"+ns+"/srv/side", tr.Status.Token); code != http.StatusForbidden || body != want {
+		if code, body := httpsGet(t, insecure, base+"/containerLogs/"+ns+"/srv/side", tr.Status.Token); code != http.StatusForbidden || body != want {
 			t.Errorf("token without nodes/proxy: %d %q, want 403 %q", code, body, want)
 		}
 		// kube-apiserver's kubelet client certificate (system:masters).
@@ -411,17 +400,17 @@ func TestKubeletAPI(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		masters := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true, Certificates: []tls.Certificate{crt}}}}
-		if code, body := get(masters, "/containerLogs/"+ns+"/srv/side?tailLines=1", ""); code != http.StatusOK || body != "side-err\n" {
+		masters := insecureClient(crt)
+		if code, body := httpsGet(t, masters, base+"/containerLogs/"+ns+"/srv/side?tailLines=1", ""); code != http.StatusOK || body != "side-err\n" {
 			t.Errorf("system:masters certificate: %d %q", code, body)
 		}
-		if code, body := get(masters, "/containerLogs/"+ns+"/nope/side", ""); code != http.StatusNotFound || body != `pod "nope" does not exist` {
+		if code, body := httpsGet(t, masters, base+"/containerLogs/"+ns+"/nope/side", ""); code != http.StatusNotFound || body != `pod "nope" does not exist` {
 			t.Errorf("unknown pod: %d %q", code, body)
 		}
-		if code, body := get(masters, "/containerLogs/"+ns+"/srv/nope", ""); code != http.StatusNotFound || body != `container "nope" not found in pod "srv"` {
+		if code, body := httpsGet(t, masters, base+"/containerLogs/"+ns+"/srv/nope", ""); code != http.StatusNotFound || body != `container "nope" not found in pod "srv"` {
 			t.Errorf("unknown container: %d %q", code, body)
 		}
-		if code, body := get(masters, "/containerLogs/"+ns+"/srv/side?tailLines=x", ""); code != http.StatusBadRequest {
+		if code, body := httpsGet(t, masters, base+"/containerLogs/"+ns+"/srv/side?tailLines=x", ""); code != http.StatusBadRequest {
 			t.Errorf("bad query: %d %q", code, body)
 		}
 	})
@@ -460,18 +449,7 @@ func TestKubeletAPI(t *testing.T) {
 		// attach to the ticking container: its output arrives live.
 		actx, acancel := context.WithTimeout(ctx, 60*time.Second)
 		defer acancel()
-		cmd := exec.CommandContext(actx, cp.Kubectl, "--kubeconfig", cp.AdminKubeconfig, "-n", ns, "attach", "srv", "-c", "app")
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		errb := &testenv.Buffer{}
-		cmd.Stderr = errb
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		defer func() { acancel(); _ = cmd.Wait() }()
-		sc := bufio.NewScanner(stdout)
+		sc, errb, _ := kubectlStream(t, actx, nil, "-n", ns, "attach", "srv", "-c", "app")
 		got := ""
 		for got == "" && sc.Scan() {
 			if strings.HasPrefix(sc.Text(), "tick-") {
@@ -499,15 +477,7 @@ func TestKubeletAPI(t *testing.T) {
 		podRestarts := restarts()
 		fctx, fcancel := context.WithTimeout(ctx, 90*time.Second)
 		defer fcancel()
-		cmd := exec.CommandContext(fctx, cp.Kubectl, "--kubeconfig", cp.AdminKubeconfig, "-n", ns, "logs", "-f", "--tail=1", "srv", "-c", "app")
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		sc := bufio.NewScanner(stdout)
+		sc, _, wait := kubectlStream(t, fctx, nil, "-n", ns, "logs", "-f", "--tail=1", "srv", "-c", "app")
 		if !sc.Scan() {
 			t.Fatal("logs -f gave nothing")
 		}
@@ -519,7 +489,7 @@ func TestKubeletAPI(t *testing.T) {
 		}
 		for sc.Scan() {
 		}
-		_ = cmd.Wait()
+		_ = wait()
 		if fctx.Err() != nil {
 			t.Fatal("kubectl logs -f did not end when nodelet-server was killed")
 		}

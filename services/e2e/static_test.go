@@ -59,7 +59,7 @@ func TestStaticPodEndToEnd(t *testing.T) {
 	if pod.Annotations["kubernetes.io/config.source"] != "file" {
 		t.Errorf("annotations: %v", pod.Annotations)
 	}
-	// The node's /metrics federates the prober's metrics with status's own.
+	// The node's /metrics (nodelet-server) federates every daemon's metrics.
 	mresp, err := http.Get("http://" + n.ReadOnly + "/metrics")
 	if err != nil {
 		t.Fatal(err)

@@ -17,16 +17,8 @@ import (
 	"github.com/nodelet/nodelet/services/common/testenv"
 )
 
-// buildDaemon builds cmd/nodelet-gc.
-func buildDaemon(t *testing.T) string {
-	t.Helper()
-	out := filepath.Join(t.TempDir(), "nodelet-gc")
-	cmd := exec.Command("go", "build", "-o", out, "github.com/nodelet/nodelet/cmd/nodelet-gc")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build cmd/nodelet-gc: %v\n%s", err, b)
-	}
-	return out
-}
+// buildDaemon is nodelet-gc, built once per test binary.
+func buildDaemon(t *testing.T) string { return testenv.MustDaemonBinary(t, "gc") }
 
 // The real nodelet-gc process, SIGKILLed while its first container GC pass
 // is removing the dead instances of a pod, is started again: it finishes

@@ -2,7 +2,6 @@ package prober
 
 import (
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -23,8 +22,7 @@ import (
 func TestContainerdProberKilled(t *testing.T) {
 	c := containerd(t)
 	e := newBusEnv(t)
-	bin := filepath.Join(t.TempDir(), "nodelet-prober")
-	goBinary(t, "github.com/nodelet/nodelet/cmd/nodelet-prober", bin)
+	bin := testenv.MustDaemonBinary(t, "prober")
 
 	pod := criPodSpec(t, corev1.Container{Name: "web", Image: "busybox",
 		Command:        []string{"sh", "-c", "touch /tmp/healthy /www/ready.html; exec httpd -f -p 8080 -h /www"},

@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -53,9 +52,6 @@ func TestMain(m *testing.M) {
 	}
 	if cpStop != nil {
 		cpStop()
-	}
-	if binPath != "" {
-		_ = os.RemoveAll(filepath.Dir(binPath))
 	}
 	os.Exit(code)
 }

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -22,6 +23,12 @@ func (m *Manager) relistLoop(ctx context.Context) {
 	defer t.Stop()
 	var last map[string]string // sandbox or container ID → "<uid> <state>"
 	failing := false
+	// pending: containers an event said have exited, until a relist sees
+	// them stopped or their deadline passes; retry re-lists soon while any
+	// is pending.
+	pending := map[string]time.Time{}
+	var retry <-chan time.Time
+	retryDelay := exitRetryMin
 	for {
 		timeout := m.cfg.Runtime.RuntimeRequestTimeout
 		if timeout <= 0 {
@@ -62,14 +69,45 @@ func (m *Manager) relistLoop(ctx context.Context) {
 				}
 			}
 			last = cur
+			now := m.clock.Now()
+			for id, until := range pending {
+				if !stillRunning(cur[id]) || now.After(until) {
+					delete(pending, id)
+				}
+			}
+		}
+		retry = nil
+		if len(pending) > 0 {
+			retry = m.clock.After(retryDelay)
+			retryDelay = min(2*retryDelay, exitRetryMax)
+		} else {
+			retryDelay = exitRetryMin
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C():
 		case <-m.relistWake:
+		case <-retry:
+		case id := <-m.exits:
+			pending[id] = m.clock.Now().Add(exitPendingFor)
 		}
 	}
+}
+
+// How the PLEG follows up an exit event until CRI reports the container
+// stopped: re-lists after 10 ms, doubling up to 200 ms, for at most 2 s
+// (then the periodic relist carries on alone).
+const (
+	exitRetryMin   = 10 * time.Millisecond
+	exitRetryMax   = 200 * time.Millisecond
+	exitPendingFor = 2 * time.Second
+)
+
+// stillRunning: a snapshot value ("<uid> <state>") of a container or
+// sandbox that is still up.
+func stillRunning(v string) bool {
+	return strings.HasSuffix(v, " "+runtimeapi.ContainerState_CONTAINER_RUNNING.String()) || strings.HasSuffix(v, " ready")
 }
 
 // relistNow asks for a relist at once.
@@ -125,6 +163,13 @@ func changedPods(last, cur map[string]string) map[string]bool {
 // once. Events are hints: the relist stays the truth. containerd 1.6
 // answers Unimplemented, and the relist alone does the work.
 func (m *Manager) watchContainerEvents(ctx context.Context) {
+	if m.runtimeName == "containerd" && majorVersion(m.runtimeVersion) == 1 {
+		// Known not to stream CRI events: asking would only make
+		// cri-client log an error at every start.
+		m.log.Info("containerd 1.x does not stream CRI container events, following its task events", "version", m.runtimeVersion)
+		m.watchTaskEvents(ctx)
+		return
+	}
 	ch := make(chan *runtimeapi.ContainerEventResponse, 128)
 	go func() {
 		for {
@@ -144,6 +189,11 @@ func (m *Manager) watchContainerEvents(ctx context.Context) {
 			return
 		}
 		if isUnimplemented(err) {
+			if m.runtimeName == "containerd" {
+				m.log.Info("The container runtime does not stream CRI container events, following containerd's task events")
+				m.watchTaskEvents(ctx)
+				return
+			}
 			m.log.Info("The container runtime does not stream container events, relisting only", "relistPeriod", m.cfg.Runtime.RelistPeriod)
 			return
 		}
@@ -154,4 +204,18 @@ func (m *Manager) watchContainerEvents(ctx context.Context) {
 		case <-m.clock.After(5 * time.Second):
 		}
 	}
+}
+
+// majorVersion of a runtime version string ("1.6.20~ds1", "v2.1.0"); 0
+// when it has none.
+func majorVersion(v string) int {
+	v = strings.TrimPrefix(v, "v")
+	n := 0
+	for _, c := range v {
+		if c < '0' || c > '9' {
+			break
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n
 }

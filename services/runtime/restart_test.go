@@ -6,7 +6,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -16,34 +15,11 @@ import (
 
 	"github.com/nodelet/nodelet/schemas"
 	"github.com/nodelet/nodelet/services/common/config"
+	"github.com/nodelet/nodelet/services/common/testenv"
 )
 
-var (
-	binOnce sync.Once
-	binPath string
-	binErr  error
-)
-
-// runtimeBinary builds cmd/nodelet-runtime once per test binary.
-func runtimeBinary(t *testing.T) string {
-	t.Helper()
-	binOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "nodelet-runtime-bin-")
-		if err != nil {
-			binErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "nodelet-runtime")
-		cmd := exec.Command("go", "build", "-o", binPath, "github.com/nodelet/nodelet/cmd/nodelet-runtime")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			binErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if binErr != nil {
-		t.Fatal(binErr)
-	}
-	return binPath
-}
+// runtimeBinary is nodelet-runtime, built once per test binary.
+func runtimeBinary(t *testing.T) string { return testenv.MustDaemonBinary(t, "runtime") }
 
 // daemonProcess is nodelet-runtime running as its own process.
 type daemonProcess struct {

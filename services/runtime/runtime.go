@@ -76,7 +76,7 @@
 // network pods still run.
 //
 // Metrics: pod start and CRI operation durations are not recorded yet
-// (nodelet-status serves /metrics; the Pulled event carries pull times).
+// (nodelet-server serves /metrics; the Pulled event carries pull times).
 package runtime
 
 import (
@@ -221,8 +221,11 @@ type Manager struct {
 	// sandboxSlots bounds concurrent RunPodSandbox calls (nil: unbounded).
 	sandboxSlots chan struct{}
 	// runtimeName prefixes container IDs in observed state (containerd://).
-	runtimeName string
-	relistWake  chan struct{}
+	runtimeName    string
+	runtimeVersion string
+	relistWake     chan struct{}
+	// exits carries container IDs whose exit an event announced.
+	exits chan string
 
 	mu   sync.Mutex
 	pods map[string]*podState
@@ -269,6 +272,7 @@ func New(opts Options) (*Manager, error) {
 		runtimeName: "containerd",
 		pods:        map[string]*podState{},
 		relistWake:  make(chan struct{}, 1),
+		exits:       make(chan string, 64),
 	}
 	if n := cfg.Runtime.MaxConcurrentSandboxCreations; n > 0 {
 		m.sandboxSlots = make(chan struct{}, n)
@@ -290,6 +294,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	if v.RuntimeName != "" {
 		m.runtimeName = v.RuntimeName
 	}
+	m.runtimeVersion = v.RuntimeVersion
 	m.log.Info("Container runtime", "name", v.RuntimeName, "version", v.RuntimeVersion, "apiVersion", v.RuntimeApiVersion)
 	m.network.setVersion(v.RuntimeName, v.RuntimeVersion)
 

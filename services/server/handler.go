@@ -3,27 +3,25 @@ package server
 import (
 	"context"
 	"encoding/json"
-	"net"
+	"fmt"
 	"net/http"
-	"net/http/httputil"
-	"net/url"
-	"time"
+	"strings"
+
+	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
 	"github.com/nodelet/nodelet/services/common/config"
-	"github.com/nodelet/nodelet/services/common/daemon"
 )
 
 // Handler is the kubelet API behind authentication and authorization, with
-// the kubelet's paths (pkg/kubelet/server/server.go InstallDefaultHandlers
-// and InstallDebuggingHandlers).
+// the kubelet's paths (pkg/kubelet/server/server.go
+// InstallAuthNotRequiredHandlers, InstallAuthRequiredHandlers and
+// InstallSystemLogHandler).
 func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
-	// Read-only paths, computed by nodelet-status.
-	for _, p := range []string{"/pods", "/pods/", "/healthz", "/healthz/", "/spec", "/spec/", "/stats/", "/metrics", "/metrics/"} {
-		mux.Handle("GET "+p, s.readOnly)
-	}
-	mux.Handle("GET /metrics/resource", resourceMetricsHandler(statusSummary(s.cfg.Node.StateDir), s.log))
+	s.readOnlyRoutes(mux)
 	mux.HandleFunc("GET /configz", s.serveConfigz)
+	mux.HandleFunc("GET /runningpods/", s.serveRunningPods)
+	mux.Handle("GET "+logsPath, s.serveSystemLogs())
 	mux.HandleFunc("GET /containerLogs/{podNamespace}/{podID}/{containerName}", s.serveContainerLogs)
 	for _, m := range []string{"GET", "POST"} {
 		mux.HandleFunc(m+" /exec/{podNamespace}/{podID}/{containerName}", s.serveExec)
@@ -38,46 +36,77 @@ func (s *Service) Handler() http.Handler {
 	mux.HandleFunc("POST /checkpoint/{podNamespace}/{podID}/{containerName}", func(w http.ResponseWriter, r *http.Request) {
 		writeErrorString(w, http.StatusNotImplemented, "checkpointing containers is not implemented by nodelet")
 	})
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeErrorString(w, http.StatusNotFound, "404 page not found")
-	})
-	return s.withAuth(mux)
+	return s.withAuth(s.limited(mux))
 }
 
-// readOnlyOnly serves the read-only port: the read-only paths, nothing else.
-func readOnlyOnly(ro http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		for _, p := range []string{podsPath, healthzPath, "/spec", statsPath, metricsPath} {
-			if isSubpath(r.URL.Path, p) {
-				ro.ServeHTTP(w, r)
-				return
-			}
+// readOnlyHandler serves the read-only port (server.readOnlyPort): the
+// read-only paths without authentication, as the kubelet's
+// ListenAndServeKubeletReadOnlyServer, and nothing else.
+func (s *Service) readOnlyHandler() http.Handler {
+	mux := http.NewServeMux()
+	s.readOnlyRoutes(mux)
+	return s.limited(mux)
+}
+
+// readOnlyRoutes are the kubelet's InstallAuthNotRequiredHandlers (and
+// /spec/): served on both ports.
+func (s *Service) readOnlyRoutes(mux *http.ServeMux) {
+	mux.HandleFunc("GET /healthz", s.serveHealthz)
+	mux.HandleFunc("GET /pods", s.servePods)
+	mux.HandleFunc("GET /pods/{$}", s.servePods)
+	mux.HandleFunc("GET /spec/{$}", s.serveSpec)
+	mux.HandleFunc("GET /spec", s.serveSpec)
+	mux.HandleFunc("GET /stats/summary", s.serveSummary)
+	mux.Handle("GET /metrics", s.metricsHandler())
+	mux.Handle("GET /metrics/cadvisor", s.cadvisorMetricsHandler())
+	mux.Handle("GET /metrics/probes", s.probeMetricsHandler())
+	mux.Handle("GET /metrics/resource", resourceMetricsHandler(func(ctx context.Context) (*statsapi.Summary, error) {
+		return s.stats.Summary(ctx, true)
+	}, s.log))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		// A read-only path asked with another method is the kubelet's
+		// GETOnlyRestfulFilter's 405, not a 404.
+		get := r.Clone(r.Context())
+		get.Method = http.MethodGet
+		if _, pattern := mux.Handler(get); pattern != "/" && r.Method != http.MethodGet {
+			w.Header().Set("Allow", http.MethodGet)
+			writeErrorString(w, http.StatusMethodNotAllowed, "405: Method Not Allowed")
+			return
 		}
 		writeErrorString(w, http.StatusNotFound, "404 page not found")
 	})
 }
 
-// statusProxy forwards the read-only paths to nodelet-status over its API
-// socket under the state dir.
-func statusProxy(stateDir string) http.Handler {
-	sock := daemon.APISocket(stateDir, "status")
-	rp := &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.SetURL(&url.URL{Scheme: "http", Host: "status"})
-			pr.Out.Host = "status"
-		},
-		Transport: &http.Transport{
-			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-				var d net.Dialer
-				return d.DialContext(ctx, "unix", sock)
-			},
-			ResponseHeaderTimeout: 60 * time.Second,
-		},
-		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			writeErrorString(w, http.StatusServiceUnavailable, "nodelet-status, which computes "+r.URL.Path+", does not answer: "+err.Error())
-		},
+// isStream says whether r is a long-running request: a stream that
+// holds its connection for as long as the client wants (the kubelet's
+// isLongRunningRequest).
+func isStream(r *http.Request) bool {
+	for _, p := range []string{"/exec/", "/attach/", "/portForward/"} {
+		if strings.HasPrefix(r.URL.Path, p) {
+			return true
+		}
 	}
-	return rp
+	return strings.HasPrefix(r.URL.Path, "/containerLogs/") && r.URL.Query().Get("follow") == "true"
+}
+
+// limited bounds the requests in flight: limits.MaxStreams streams and
+// limits.MaxInflight others; beyond, 429 with Retry-After, as
+// kube-apiserver's max-in-flight filter answers.
+func (s *Service) limited(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sem, what := s.inflight, "requests"
+		if isStream(r) {
+			sem, what = s.streams, "streams"
+		}
+		select {
+		case sem <- struct{}{}:
+			defer func() { <-sem }()
+			next.ServeHTTP(w, r)
+		default:
+			w.Header().Set("Retry-After", "1")
+			writeErrorString(w, http.StatusTooManyRequests, fmt.Sprintf("too many %s in flight (%d), please try again later", what, cap(sem)))
+		}
+	})
 }
 
 // serveConfigz is the kubelet's /configz: the effective configuration, in

@@ -2,52 +2,17 @@ package server
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
-
-	"github.com/nodelet/nodelet/services/common/daemon"
 )
 
 // summaryFunc returns the node's CPU and memory stats summary.
 type summaryFunc func(ctx context.Context) (*statsapi.Summary, error)
-
-// statusSummary asks nodelet-status for /stats/summary?only_cpu_and_memory=true
-// over its API socket (the kubelet's GetCPUAndMemoryStats).
-func statusSummary(stateDir string) summaryFunc {
-	sock := daemon.APISocket(stateDir, "status")
-	c := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", sock)
-		}}}
-	return func(ctx context.Context) (*statsapi.Summary, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://status/stats/summary?only_cpu_and_memory=true", nil)
-		if err != nil {
-			return nil, err
-		}
-		resp, err := c.Do(req)
-		if err != nil {
-			return nil, err
-		}
-		defer resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return nil, fmt.Errorf("nodelet-status /stats/summary: %s", resp.Status)
-		}
-		var s statsapi.Summary
-		if err := json.NewDecoder(resp.Body).Decode(&s); err != nil {
-			return nil, err
-		}
-		return &s, nil
-	}
-}
 
 // The kubelet's resource metrics (pkg/kubelet/metrics/collectors
 // resource_metrics.go): names, help and labels as metrics-server reads them.

@@ -1,13 +1,15 @@
 // Package server is nodelet-server, the kubelet's server
 // (pkg/kubelet/server): the kubelet API on server.port over TLS, with the
 // kubelet's authentication and authorization, serving container logs, exec,
-// attach, port-forward and run through CRI, and the read-only API that
-// nodelet-status computes (pods, healthz, spec, stats, metrics).
+// attach, port-forward and run through CRI, and the read-only API (pods,
+// healthz, spec, stats, metrics), also on the read-only port when enabled.
 //
 // It owns no bucket: it watches the desired pods to find a pod by namespace
-// and name (the kubelet's GetPodByName), asks CRI for containers, their log
-// paths and streaming URLs, and proxies streams to the runtime's streaming
-// server as the kubelet's proxyStream does.
+// and name (the kubelet's GetPodByName), the pod statuses nodelet-status
+// computes, the runtime's state and every daemon's heartbeat (/healthz),
+// asks CRI for containers, stats, log paths and streaming URLs, and proxies
+// streams to the runtime's streaming server as the kubelet's proxyStream
+// does.
 package server
 
 import (
@@ -23,15 +25,19 @@ import (
 	"sync/atomic"
 	"time"
 
+	cadvisorapi "github.com/google/cadvisor/lib/model"
+	"golang.org/x/net/netutil"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/services/common/config"
 	"github.com/nodelet/nodelet/services/common/cri"
 	"github.com/nodelet/nodelet/services/common/daemon"
+	"github.com/nodelet/nodelet/services/common/hostinfo"
 )
 
 // Spec describes nodelet-server to the daemon frame.
@@ -50,10 +56,62 @@ type Options struct {
 	// Kube does TokenReview and SubjectAccessReview; nil turns bearer
 	// tokens off and makes authorization mode Webhook deny every request.
 	Kube kubernetes.Interface
-	// ReadOnly answers the read-only paths (/pods, /healthz, /spec/,
-	// /stats/summary, /metrics); nil proxies them to nodelet-status's
-	// socket (status.APISocket).
-	ReadOnly http.Handler
+	// Clock defaults to the real clock (heartbeat staleness, stats times).
+	Clock clock.Clock
+	// Machine returns cAdvisor's MachineInfo; nil reads the machine.
+	Machine func() (*cadvisorapi.MachineInfo, error)
+	// Daemons are the daemons /healthz requires a fresh heartbeat from;
+	// nil means every daemon but nodelet-server itself.
+	Daemons []string
+	// SystemLogDir is what /logs/ serves; empty is /var/log, as the kubelet's.
+	SystemLogDir string
+	// Limits bound what clients may hold; zero fields take the defaults.
+	Limits Limits
+}
+
+// Limits bound what slow or greedy clients can pin: connections,
+// goroutines and memory. The timeouts and header size are the kubelet's
+// (ListenAndServeKubeletServer) plus a header deadline it lacks.
+type Limits struct {
+	// ReadHeaderTimeout: a client must send its request line and headers
+	// (after the TLS handshake, which shares the deadline) within it.
+	// Default 10s.
+	ReadHeaderTimeout time.Duration
+	// IdleTimeout closes keep-alive connections with no request. Default 90s.
+	IdleTimeout time.Duration
+	// ReadWriteTimeout ends any request, streams included. Default 4h.
+	ReadWriteTimeout time.Duration
+	// MaxHeaderBytes of a request. Default 1 MiB.
+	MaxHeaderBytes int
+	// MaxConnections open at once per listener; more wait in the kernel's
+	// backlog. Default 1000.
+	MaxConnections int
+	// MaxInflight requests other than streams; more get 429. Default 200.
+	MaxInflight int
+	// MaxStreams: exec, attach, port-forward and followed logs at once;
+	// more get 429. Default 100.
+	MaxStreams int
+}
+
+func (l Limits) withDefaults() Limits {
+	def := func(v *time.Duration, d time.Duration) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	defInt := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&l.ReadHeaderTimeout, 10*time.Second)
+	def(&l.IdleTimeout, 90*time.Second)
+	def(&l.ReadWriteTimeout, 4*time.Hour)
+	defInt(&l.MaxHeaderBytes, 1<<20)
+	defInt(&l.MaxConnections, 1000)
+	defInt(&l.MaxInflight, 200)
+	defInt(&l.MaxStreams, 100)
+	return l
 }
 
 // Service is a running nodelet-server.
@@ -67,7 +125,17 @@ type Service struct {
 	authn    authenticator.Request
 	authz    authorizer.UnconditionalAuthorizer
 	runAuthn func(ctx context.Context)
-	readOnly http.Handler
+	clock    clock.Clock
+	started  time.Time
+	daemons  []string
+	view     *nodeView
+	stats    *statsProvider
+	machine  *hostinfo.Machine
+	machineF func() (*cadvisorapi.MachineInfo, error)
+	logDir   string
+	limits   Limits
+	inflight chan struct{}
+	streams  chan struct{}
 	addr     atomic.Value
 	roAddr   atomic.Value
 }
@@ -80,11 +148,29 @@ func New(o Options) (*Service, error) {
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
-	s := &Service{cfg: o.Config, log: o.Log, bus: o.Bus, cri: o.CRI, nodeName: o.Config.Node.Name,
-		pods: newPodIndex(), readOnly: o.ReadOnly}
-	if s.readOnly == nil {
-		s.readOnly = statusProxy(o.Config.Node.StateDir)
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
 	}
+	if o.Daemons == nil {
+		for _, d := range bus.Daemons {
+			if d != bus.KubeletServer {
+				o.Daemons = append(o.Daemons, d)
+			}
+		}
+	}
+	if o.SystemLogDir == "" {
+		o.SystemLogDir = "/var/log"
+	}
+	ips, err := hostinfo.NodeAddresses(o.Config.Node.Address)
+	if err != nil {
+		return nil, err
+	}
+	s := &Service{cfg: o.Config, log: o.Log, bus: o.Bus, cri: o.CRI, nodeName: o.Config.Node.Name,
+		pods: newPodIndex(), view: newNodeView(), clock: o.Clock, started: o.Clock.Now(), daemons: o.Daemons,
+		machine: &hostinfo.Machine{}, machineF: o.Machine, logDir: o.SystemLogDir, limits: o.Limits.withDefaults()}
+	s.inflight, s.streams = make(chan struct{}, s.limits.MaxInflight), make(chan struct{}, s.limits.MaxStreams)
+	s.stats = &statsProvider{nodeName: s.nodeName, stateDir: o.Config.Node.StateDir, podLogsDir: o.Config.Node.PodLogsDir,
+		hostIPs: ips, cri: o.CRI, machine: s.machine, clock: o.Clock}
 	localCA, err := ensureLocalClient(o.Config.Node.StateDir)
 	if err != nil {
 		return nil, fmt.Errorf("node-local client certificate: %w", err)
@@ -98,6 +184,14 @@ func New(o Options) (*Service, error) {
 	}
 	s.authz = localAdminAllowed{next: authz}
 	return s, nil
+}
+
+// machineInfo is cAdvisor's MachineInfo, read once.
+func (s *Service) machineInfo() (*cadvisorapi.MachineInfo, error) {
+	if s.machineF != nil {
+		return s.machineF()
+	}
+	return s.machine.Info()
 }
 
 // Addr is the address the kubelet API listens on, once it does.
@@ -128,9 +222,10 @@ func (s *Service) Run(ctx context.Context) error {
 	// x509 authenticator verifies it against server.authentication.x509.clientCAFile.
 	tlsCfg := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert},
 		ClientAuth: tls.RequestClientCert, NextProtos: []string{"http/1.1"}}
-	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 1 << 20, TLSConfig: tlsCfg}
+	srv := s.httpServer(s.Handler())
+	srv.TLSConfig = tlsCfg
 	servers := []*http.Server{srv}
+	ln = netutil.LimitListener(ln, s.limits.MaxConnections)
 
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -140,15 +235,18 @@ func (s *Service) Run(ctx context.Context) error {
 			s.log.Error("Kubelet API stopped", "address", addr, "err", err)
 		}
 	}()
-	if p := s.cfg.Server.ReadOnlyPort; p > 0 {
-		roAddr := net.JoinHostPort(s.cfg.Server.Address, strconv.Itoa(p))
+	if roAddr, key := s.cfg.ReadOnlyAddress(); roAddr != "" {
+		if key != "server.readOnlyPort" {
+			s.log.Warn("Deprecated configuration key: set server.readOnlyPort (served on server.address) instead", "key", key, "address", roAddr)
+		}
 		rl, err := net.Listen("tcp", roAddr)
 		if err != nil {
 			_ = srv.Close()
-			return fmt.Errorf("server.readOnlyPort %s: %w", roAddr, err)
+			return fmt.Errorf("%s %s: %w", key, roAddr, err)
 		}
 		s.roAddr.Store(rl.Addr().String())
-		ro := &http.Server{Handler: readOnlyOnly(s.readOnly), ReadHeaderTimeout: 10 * time.Second}
+		rl = netutil.LimitListener(rl, s.limits.MaxConnections)
+		ro := s.httpServer(s.readOnlyHandler())
 		servers = append(servers, ro)
 		wg.Add(1)
 		go func() {
@@ -162,6 +260,7 @@ func (s *Service) Run(ctx context.Context) error {
 	s.log.Info("Serving the kubelet API", "address", ln.Addr().String(), "node", s.nodeName,
 		"authorizationMode", s.cfg.Server.Authorization.Mode)
 
+	s.watchNode(ctx, &wg)
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
@@ -182,6 +281,14 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	wg.Wait()
 	return nil
+}
+
+// httpServer is an HTTP server for h within the limits.
+func (s *Service) httpServer(h http.Handler) *http.Server {
+	l := s.limits
+	return &http.Server{Handler: h, ReadHeaderTimeout: l.ReadHeaderTimeout, IdleTimeout: l.IdleTimeout,
+		ReadTimeout: l.ReadWriteTimeout, WriteTimeout: l.ReadWriteTimeout, MaxHeaderBytes: l.MaxHeaderBytes,
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)}
 }
 
 // Run is the daemon: it connects to the runtime and, with a kubeconfig

@@ -86,23 +86,14 @@ func TestRestartWritesNothing(t *testing.T) {
 	}
 }
 
-// TestSIGKILLRestart builds cmd/nodelet-sources, kills it with SIGKILL
+// TestSIGKILLRestart runs nodelet-sources, kills it with SIGKILL
 // once it has published, and starts it again: the desired bucket's
 // revisions do not move.
 func TestSIGKILLRestart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the daemon")
 	}
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(t.TempDir(), "nodelet-sources")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/nodelet-sources")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := testenv.MustDaemonBinary(t, "sources")
 	dir := t.TempDir()
 	for _, n := range []string{"a", "b", "c"} {
 		writeFile(t, filepath.Join(dir, n+".yaml"), podYAML(n, "busybox:1.36"))

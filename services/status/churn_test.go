@@ -71,7 +71,6 @@ func runStatusHelper() int {
 	cfg := config.Defaults()
 	cfg.Node.Name, cfg.Node.Address, cfg.Node.StateDir = hc.NodeName, hc.Address, hc.StateDir
 	cfg.Sources.Kubeconfig = hc.Kubeconfig
-	cfg.Status.ReadOnlyAddress = ""
 	cfg.Status.NodeStatusUpdateFrequency = time.Second
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("pid", os.Getpid())
 	conn, err := bus.Connect(bus.ConnectOptions{URL: hc.BusURL, Component: bus.Status, StateDir: hc.StateDir, Log: log})
@@ -205,16 +204,7 @@ func TestSIGKILLDuringChurn(t *testing.T) {
 // binary itself, configured by flags, with a real containerd behind it.
 func TestDaemonBinarySIGKILL(t *testing.T) {
 	testenv.RequiresRoot(t)
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(t.TempDir(), "nodelet-status")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/nodelet-status")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/nodelet-status: %v\n%s", err, out)
-	}
+	bin := testenv.MustDaemonBinary(t, "status")
 	ctrd := testenv.NewContainerd(t, testenv.ContainerdOptions{NoImages: true})
 	h := newHarness(t)
 	logs := t.TempDir()
@@ -223,7 +213,7 @@ func TestDaemonBinarySIGKILL(t *testing.T) {
 			"--node.name=node-1", "--node.address=10.11.12.13", "--node.stateDir="+h.b.StateDir, "--node.podLogsDir="+logs,
 			"--bus.listen="+h.b.Server.Addr(), "--runtime.endpoint="+ctrd.Endpoint,
 			"--sources.kubeconfig="+cp.NodeKubeconfig,
-			"--status.readOnlyAddress=", "--status.nodeStatusUpdateFrequency=1s")
+			"--status.nodeStatusUpdateFrequency=1s")
 	}, nil)
 }
 

@@ -3,15 +3,13 @@ package status
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -40,7 +38,6 @@ func newHarness(t *testing.T) *harness {
 	cfg.Node.Address = "10.11.12.13"
 	cfg.Node.StateDir = t.TempDir()
 	cfg.Node.PodLogsDir = t.TempDir()
-	cfg.Status.ReadOnlyAddress = "127.0.0.1:0"
 	cfg.Status.NodeStatusUpdateFrequency = time.Second
 	cfg.Status.HeartbeatStaleAfter = 3 * time.Second
 	return &harness{
@@ -86,7 +83,6 @@ func (h *harness) start(mut func(*Options)) *runningSvc {
 		}
 	}
 	h.t.Cleanup(stop)
-	waitFor(h.t, 10*time.Second, "the read-only API to listen", func() bool { return s.HTTPAddr() != "" || h.cfg.Status.ReadOnlyAddress == "" })
 	return &runningSvc{Service: s, stop: stop}
 }
 
@@ -165,36 +161,21 @@ func waitFor(t *testing.T, timeout time.Duration, what string, ok func() bool) {
 	}
 }
 
-// get fetches path from the read-only API.
-func get(t *testing.T, s *Service, method, path string) (int, []byte) {
+// metricsText is nodelet-status's metrics as nodelet-server scrapes them
+// from its metrics socket.
+func metricsText(t *testing.T, s *Service) string {
 	t.Helper()
-	req, err := http.NewRequest(method, "http://"+s.HTTPAddr()+path, nil)
+	fams, err := s.Gatherer().Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
+	var b bytes.Buffer
+	for _, f := range fams {
+		if _, err := expfmt.MetricFamilyToText(&b, f); err != nil {
+			t.Fatal(err)
+		}
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, b
-}
-
-func getJSON(t *testing.T, s *Service, path string, into any) {
-	t.Helper()
-	code, b := get(t, s, http.MethodGet, path)
-	if code != http.StatusOK {
-		t.Fatalf("GET %s: %d %s", path, code, b)
-	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(into); err != nil {
-		t.Fatalf("GET %s does not decode into %T: %v\n%s", path, into, err, b)
-	}
+	return b.String()
 }
 
 // apiPod is a pod of the test namespace ns bound to the node.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/nodelet/nodelet/schemas"
 	"github.com/nodelet/nodelet/services/common/config"
+	"github.com/nodelet/nodelet/services/common/hostinfo"
 	"github.com/nodelet/nodelet/services/common/version"
 )
 
@@ -38,7 +39,7 @@ type NodeInputs struct {
 	Machine    *cadvisorapi.MachineInfo
 	MachineErr error
 	// RootFs is the filesystem of node.stateDir (ephemeral-storage).
-	RootFs         *fsStats
+	RootFs         *hostinfo.FsStats
 	Runtime        *schemas.RuntimeState
 	RuntimeVersion string // e.g. containerd://1.6.20; "" = unknown
 	Pressure       *schemas.NodePressure

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nodelet/nodelet/schemas"
 	"github.com/nodelet/nodelet/services/common/config"
+	"github.com/nodelet/nodelet/services/common/hostinfo"
 	"github.com/nodelet/nodelet/services/common/version"
 )
 
@@ -27,7 +28,7 @@ func nodeInputs(mut func(*NodeInputs)) NodeInputs {
 	cfg.Node.Name = "node-1"
 	in := NodeInputs{
 		Name: "node-1", Hostname: "host-1", Addresses: []string{"192.168.1.10"}, Config: cfg,
-		Machine: testMachine(), RootFs: &fsStats{Capacity: 100 << 30},
+		Machine: testMachine(), RootFs: &hostinfo.FsStats{Capacity: 100 << 30},
 		Runtime:        &schemas.RuntimeState{RuntimeReady: true, NetworkReady: true},
 		RuntimeVersion: "containerd://1.6.20", KernelVersion: "6.1.0", OSImage: "Debian GNU/Linux 12 (bookworm)",
 		Now: t0,

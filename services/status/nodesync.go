@@ -16,6 +16,7 @@ import (
 
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/schemas"
+	"github.com/nodelet/nodelet/services/common/hostinfo"
 )
 
 // nodeSync keeps the Node: registers it with the API server (when there is
@@ -148,10 +149,10 @@ func (n *nodeSync) inputs(ctx context.Context) NodeInputs {
 	s := n.s
 	in := NodeInputs{
 		Name: s.nodeName, Hostname: s.hostname, Addresses: s.hostIPs, Config: s.cfg,
-		KernelVersion: kernelVersion(), OSImage: osImage(), Now: s.clock.Now(),
+		KernelVersion: hostinfo.KernelVersion(), OSImage: hostinfo.OSImage(), Now: s.clock.Now(),
 	}
 	in.Machine, in.MachineErr = s.machineInfo()
-	if fs, err := s.machine.dirFs(s.cfg.Node.StateDir); err == nil {
+	if fs, err := s.machine.DirFs(s.cfg.Node.StateDir); err == nil {
 		in.RootFs = &fs
 	} else {
 		s.log.Warn("Cannot measure the node filesystem", "path", s.cfg.Node.StateDir, "err", err)

@@ -1,6 +1,5 @@
 // Package status is nodelet-status, the kubelet's status manager, node
-// status and Lease, BirthCry and event recorder, read-only HTTP server and
-// cAdvisor stats as one daemon.
+// status and Lease, BirthCry and event recorder as one daemon.
 //
 // It watches the desired pods, admission verdicts, observed runtime state,
 // probe results, evictions, runtime state and node pressure on the bus,
@@ -17,8 +16,6 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
-	"sync/atomic"
-	"time"
 
 	cadvisorapi "github.com/google/cadvisor/lib/model"
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,6 +27,7 @@ import (
 	"github.com/nodelet/nodelet/services/common/config"
 	"github.com/nodelet/nodelet/services/common/cri"
 	"github.com/nodelet/nodelet/services/common/daemon"
+	"github.com/nodelet/nodelet/services/common/hostinfo"
 )
 
 // Spec describes nodelet-status to the daemon frame.
@@ -55,10 +53,10 @@ type Options struct {
 	Clock clock.WithTicker
 	// Machine returns cAdvisor's MachineInfo; nil reads the machine.
 	Machine MachineInfoFunc
-	// Daemons are the daemons /healthz requires a fresh heartbeat from;
-	// nil means every pipeline daemon but status itself.
-	Daemons []string
 }
+
+// MachineInfoFunc returns the node's cAdvisor MachineInfo.
+type MachineInfoFunc func() (*cadvisorapi.MachineInfo, error)
 
 // Service is a running nodelet-status.
 type Service struct {
@@ -70,22 +68,17 @@ type Service struct {
 	nodeName string
 	hostname string
 	hostIPs  []string
-	daemons  []string
-	started  time.Time
 
 	st       *store
-	hb       heartbeats
 	statusW  *bus.Writer
 	nodeW    *bus.Writer
 	metrics  *metrics
 	registry *prometheus.Registry
-	machine  *machineInfo
+	machine  *hostinfo.Machine
 	machineF MachineInfoFunc
-	stats    *statsProvider
 	node     *nodeSync
 	api      *apiSync
 	events   *eventPoster
-	httpAddr atomic.Value
 }
 
 // New builds a Service. It checks what can be checked before running: the
@@ -100,14 +93,7 @@ func New(o Options) (*Service, error) {
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
 	}
-	if o.Daemons == nil {
-		for _, d := range bus.Daemons {
-			if d != bus.Status {
-				o.Daemons = append(o.Daemons, d)
-			}
-		}
-	}
-	ips, err := NodeAddresses(o.Config.Node.Address)
+	ips, err := hostinfo.NodeAddresses(o.Config.Node.Address)
 	if err != nil {
 		return nil, err
 	}
@@ -117,15 +103,13 @@ func New(o Options) (*Service, error) {
 	s := &Service{
 		cfg: o.Config, log: o.Log, bus: o.Bus, cri: o.CRI, clock: o.Clock,
 		nodeName: o.Config.Node.Name, hostname: strings.ToLower(hostname), hostIPs: ips,
-		daemons: o.Daemons, started: o.Clock.Now(),
-		st: newStore(), hb: heartbeats{last: map[string]heartbeat{}},
-		registry: prometheus.NewRegistry(), machine: &machineInfo{}, machineF: o.Machine,
+		st:       newStore(),
+		registry: prometheus.NewRegistry(), machine: &hostinfo.Machine{}, machineF: o.Machine,
 	}
 	if s.hostname == "" {
 		s.hostname = s.nodeName
 	}
 	s.metrics = newMetrics(s.registry, s.st)
-	s.stats = &statsProvider{s: s}
 	s.statusW = bus.NewWriter(o.Bus, bus.BucketStatus, func() {
 		s.st.mu.Lock()
 		s.st.markAllDirty()
@@ -149,25 +133,18 @@ func (s *Service) machineInfo() (*cadvisorapi.MachineInfo, error) {
 	if s.machineF != nil {
 		return s.machineF()
 	}
-	return s.machine.get()
+	return s.machine.Info()
 }
 
-// HTTPAddr is the address the read-only API listens on, once it does.
-func (s *Service) HTTPAddr() string {
-	v, _ := s.httpAddr.Load().(string)
-	return v
-}
+// Gatherer is nodelet-status's metrics registry, served on its metrics
+// socket for nodelet-server's /metrics.
+func (s *Service) Gatherer() prometheus.Gatherer { return s.registry }
 
 // Run serves until ctx ends.
 func (s *Service) Run(ctx context.Context) error {
-	stopHTTP, err := s.listenHTTP(ctx)
-	if err != nil {
-		return err
-	}
-	defer stopHTTP()
-	// nodelet-server answers the kubelet API's read-only paths from here.
-	if err := daemon.ServeUnix(ctx, daemon.APISocket(s.cfg.Node.StateDir, bus.Status), s.Handler()); err != nil {
-		s.log.Warn("Read-only API not served to nodelet-server", "err", err)
+	// nodelet-server federates these into the node's /metrics.
+	if err := daemon.ServeMetrics(ctx, s.cfg.Node.StateDir, bus.Status, s.registry); err != nil {
+		s.log.Warn("Metrics not served", "err", err)
 	}
 	mode := "standalone"
 	if s.api != nil {
@@ -187,11 +164,6 @@ func (s *Service) Run(ctx context.Context) error {
 		s.st.watchAll(ctx, s.bus, func(bucket string, err error) {
 			s.log.Error("Watch failed, retrying", "bucket", bucket, "err", err)
 		})
-	})
-	goRun(func() {
-		if err := s.watchHeartbeats(ctx); err != nil {
-			s.log.Error("Cannot watch heartbeats", "err", err)
-		}
 	})
 	goRun(func() { s.statusLoop(ctx) })
 	goRun(func() { s.node.run(ctx) })

@@ -103,11 +103,10 @@ runtime:
   endpoint: %s
   cniConfDir: %s
   manageCNIConfig: false
-status:
-  readOnlyAddress: 127.0.0.1:%d
 server:
   address: 127.0.0.1
   port: %d
+  readOnlyPort: %d
 supervisor:
   restartBackoff: 1s
   restartBackoffMax: 4s

@@ -189,8 +189,8 @@ type ProberConfig struct {
 
 // StatusConfig configures nodelet-status.
 type StatusConfig struct {
-	// ReadOnlyAddress of the kubelet-style read-only HTTP API (no authentication); empty disables it, as the
-	// kubelet's readOnlyPort 0. deploy/nodelet.yaml turns it on at 127.0.0.1:10255 for standalone nodes. Default: "".
+	// ReadOnlyAddress is deprecated: use server.readOnlyPort. When set (host:port, loopback or any), nodelet-server
+	// serves the read-only API there and warns at start; setting both is an error. Default: "".
 	ReadOnlyAddress string `mapstructure:"readOnlyAddress"`
 	// NodeStatusUpdateFrequency: node status computed and written when changed. Default: 10s.
 	NodeStatusUpdateFrequency time.Duration `mapstructure:"nodeStatusUpdateFrequency"`
@@ -202,7 +202,7 @@ type StatusConfig struct {
 	EventRecordQPS float64 `mapstructure:"eventRecordQPS"`
 	// EventBurst towards the API server. Default: 100.
 	EventBurst int `mapstructure:"eventBurst"`
-	// HeartbeatStaleAfter marks a daemon unhealthy in /healthz. Default: 30s.
+	// HeartbeatStaleAfter marks a daemon unhealthy in nodelet-server's /healthz. Default: 30s.
 	HeartbeatStaleAfter time.Duration `mapstructure:"heartbeatStaleAfter"`
 }
 
@@ -218,8 +218,10 @@ type ServerConfig struct {
 	TLSCertFile string `mapstructure:"tlsCertFile"`
 	// TLSPrivateKeyFile is the key of TLSCertFile. Default: "".
 	TLSPrivateKeyFile string `mapstructure:"tlsPrivateKeyFile"`
-	// ReadOnlyPort serves the read-only API (/pods, /healthz, /spec/, /stats/summary, /metrics) over plain HTTP on Address without authentication; 0 = off. Default: 0.
+	// ReadOnlyPort serves the read-only API (/pods, /healthz, /spec/, /stats/summary, /metrics, /metrics/cadvisor, /metrics/probes, /metrics/resource) over plain HTTP on Address without authentication; 0 = off. Default: 0.
 	ReadOnlyPort int `mapstructure:"readOnlyPort"`
+	// EnableSystemLogHandler serves /var/log under /logs/ (the kubelet's enableSystemLogHandler); false answers 405. Default: true.
+	EnableSystemLogHandler bool `mapstructure:"enableSystemLogHandler"`
 	// Authentication of requests to the kubelet API. Default: x509 off, webhook on, anonymous off.
 	Authentication ServerAuthenticationConfig `mapstructure:"authentication"`
 	// Authorization of requests to the kubelet API. Default: mode Webhook.

@@ -30,6 +30,7 @@ func TestDefaults(t *testing.T) {
 	if cfg.Sources.FileCheckFrequency != 20*time.Second || cfg.Status.NodeStatusUpdateFrequency != 10*time.Second ||
 		cfg.GC.ImageGCHighThresholdPercent != 85 || cfg.Node.MaxPods != 110 || cfg.Bus.Listen != "127.0.0.1:4250" ||
 		cfg.Runtime.Endpoint != "unix:///run/containerd/containerd.sock" || cfg.Status.ReadOnlyAddress != "" ||
+		cfg.Server.ReadOnlyPort != 0 || !cfg.Server.EnableSystemLogHandler || cfg.Server.Port != 10250 ||
 		cfg.Node.StateDir != "/var/lib/nodelet" || cfg.GC.EvictionHard["memory.available"] != "100Mi" {
 		t.Fatalf("defaults: %+v", cfg)
 	}
@@ -49,6 +50,33 @@ func TestExampleConfigLoads(t *testing.T) {
 	}
 }
 
+// TestReadOnlyAddress: the kubelet's readOnlyPort on server.address, else
+// the deprecated status.readOnlyAddress, else off.
+func TestReadOnlyAddress(t *testing.T) {
+	for _, tc := range []struct {
+		input, addr, key string
+	}{
+		{"", "", ""},
+		{"server:\n  address: 127.0.0.1\n  readOnlyPort: 10255\n", "127.0.0.1:10255", "server.readOnlyPort"},
+		{"status:\n  readOnlyAddress: 127.0.0.1:10256\n", "127.0.0.1:10256", "status.readOnlyAddress"},
+	} {
+		cfg, err := LoadFile(writeFile(t, tc.input))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if addr, key := cfg.ReadOnlyAddress(); addr != tc.addr || key != tc.key {
+			t.Errorf("%q: ReadOnlyAddress() = %q %q, want %q %q", tc.input, addr, key, tc.addr, tc.key)
+		}
+	}
+	cfg, err := LoadFile("../../../deploy/nodelet.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if addr, _ := cfg.ReadOnlyAddress(); addr != "127.0.0.1:10255" {
+		t.Errorf("deploy/nodelet.yaml serves the read-only API at %q, want 127.0.0.1:10255 (README, scripts/run.sh)", addr)
+	}
+}
+
 func TestFileErrorsNameTheKey(t *testing.T) {
 	for _, tc := range []struct {
 		name, input, errContains string
@@ -58,6 +86,8 @@ func TestFileErrorsNameTheKey(t *testing.T) {
 		{"bad duration", "sources:\n  fileCheckFrequency: 20 parsecs\n", "sources.fileCheckFrequency: invalid duration"},
 		{"duration without unit", "sources:\n  fileCheckFrequency: 20\n", "sources.fileCheckFrequency: invalid duration 20"},
 		{"not a number", "node:\n  maxPods: many\n", "node.maxPods"},
+		{"read-only port twice", "status:\n  readOnlyAddress: 127.0.0.1:10255\nserver:\n  readOnlyPort: 10255\n",
+			"status.readOnlyAddress: deprecated and set together with server.readOnlyPort"},
 		{"negative", "node:\n  maxPods: -3\n", "node.maxPods: -3 must be positive"},
 		{"bus not loopback", "bus:\n  listen: 0.0.0.0:4250\n", "bus.listen"},
 		{"low above high", "gc:\n  imageGCLowThresholdPercent: 90\n", "gc.imageGCLowThresholdPercent"},

@@ -83,8 +83,9 @@ func Defaults() *Config {
 			HeartbeatStaleAfter:       30 * time.Second,
 		},
 		Server: ServerConfig{
-			Address: "0.0.0.0",
-			Port:    10250,
+			Address:                "0.0.0.0",
+			Port:                   10250,
+			EnableSystemLogHandler: true,
 			Authentication: ServerAuthenticationConfig{
 				Webhook: ServerWebhookAuthnConfig{Enabled: true, CacheTTL: 2 * time.Minute},
 			},

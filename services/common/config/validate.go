@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/url"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -159,6 +160,12 @@ func (c *Config) Validate() error {
 		},
 		func() error { return port("server.port", c.Server.Port, false) },
 		func() error { return port("server.readOnlyPort", c.Server.ReadOnlyPort, true) },
+		func() error {
+			if c.Server.ReadOnlyPort != 0 && c.Status.ReadOnlyAddress != "" {
+				return &Error{Key: "status.readOnlyAddress", Problem: "deprecated and set together with server.readOnlyPort; keep server.readOnlyPort only"}
+			}
+			return nil
+		},
 		func() error { return absPath("server.tlsCertFile", c.Server.TLSCertFile, true) },
 		func() error { return absPath("server.tlsPrivateKeyFile", c.Server.TLSPrivateKeyFile, true) },
 		func() error {
@@ -450,6 +457,19 @@ func loopbackOrAny(key, v string) error {
 		return &Error{Key: key, Problem: fmt.Sprintf("%q is not an IP address", host)}
 	}
 	return nil
+}
+
+// ReadOnlyAddress is where nodelet-server serves the read-only API, and the
+// key that says so: server.address:server.readOnlyPort, else the deprecated
+// status.readOnlyAddress, else "" (off, the kubelet's default).
+func (c *Config) ReadOnlyAddress() (addr, key string) {
+	switch {
+	case c.Server.ReadOnlyPort != 0:
+		return net.JoinHostPort(c.Server.Address, strconv.Itoa(c.Server.ReadOnlyPort)), "server.readOnlyPort"
+	case c.Status.ReadOnlyAddress != "":
+		return c.Status.ReadOnlyAddress, "status.readOnlyAddress"
+	}
+	return "", ""
 }
 
 // Endpoint returns the CRI endpoint as a unix:// URL.

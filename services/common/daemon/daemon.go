@@ -39,7 +39,7 @@ type Spec struct {
 	// that, or an error, ends the process (exit 0 or 1).
 	Run func(ctx context.Context, env *Env) error
 	// Metrics, when set, is served on the daemon's metrics socket
-	// (MetricsSocket) for nodelet-status to federate into /metrics.
+	// (MetricsSocket) for nodelet-server to federate into /metrics.
 	Metrics prometheus.Gatherer
 }
 
@@ -156,7 +156,7 @@ func Run(spec Spec, args []string, stderr io.Writer) int {
 	}
 	go heartbeats(ctx, env)
 	if spec.Metrics != nil {
-		if err := serveMetrics(ctx, cfg.Node.StateDir, spec.Component, spec.Metrics); err != nil {
+		if err := ServeMetrics(ctx, cfg.Node.StateDir, spec.Component, spec.Metrics); err != nil {
 			log.Warn("Metrics not served", "err", err)
 		}
 	}

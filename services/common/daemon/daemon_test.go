@@ -12,6 +12,7 @@ import (
 
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/services/common/config"
+	"github.com/nodelet/nodelet/services/common/testenv"
 )
 
 func writeConfig(t *testing.T, body string) string {
@@ -42,11 +43,7 @@ func TestBadConfigExitsTwoNamingTheKey(t *testing.T) {
 
 // The real binary exits 2 too (main is os.Exit(Run(...))).
 func TestBinaryExitsTwoOnBadConfig(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "nodelet-admission")
-	build := exec.Command("go", "build", "-o", bin, "github.com/nodelet/nodelet/cmd/nodelet-admission")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := testenv.MustDaemonBinary(t, "admission")
 	cmd := exec.Command(bin, "--config", writeConfig(t, "gc:\n  minAge: 3 fortnights\n"))
 	out, err := cmd.CombinedOutput()
 	var ee *exec.ExitError

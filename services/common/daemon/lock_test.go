@@ -7,13 +7,13 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/bus/bustest"
 	"github.com/nodelet/nodelet/services/common/config"
+	"github.com/nodelet/nodelet/services/common/testenv"
 )
 
 // TestSecondRuntimeExitsTwoNamingTheFirst: while a runtime runs on a state
@@ -41,10 +41,7 @@ func TestSecondRuntimeExitsTwoNamingTheFirst(t *testing.T) {
 	}
 	defer func() { close(release); <-done }()
 
-	bin := filepath.Join(t.TempDir(), "nodelet-runtime")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/nodelet/nodelet/cmd/nodelet-runtime").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := testenv.MustDaemonBinary(t, "runtime")
 	out, err := exec.Command(bin, "--config", cfgPath).CombinedOutput()
 	var ee *exec.ExitError
 	want := fmt.Sprintf("pid %d", os.Getpid())

@@ -20,43 +20,33 @@ import (
 // MetricsSocket is where a daemon serves its Prometheus metrics: a unix
 // socket in its own directory under the state dir, so no port needs
 // configuring and only the daemon's user and group nodelet can reach it.
-// nodelet-status federates them into the node's /metrics.
+// nodelet-server federates them into the node's /metrics.
 func MetricsSocket(stateDir, component string) string {
 	return filepath.Join(ComponentDir(stateDir, component), "metrics.sock")
 }
 
-// APISocket is where a daemon serves an HTTP API to the node's other
-// daemons: nodelet-status serves the read-only API there, which
-// nodelet-server answers the kubelet API's read-only paths from.
-func APISocket(stateDir, component string) string {
-	return filepath.Join(ComponentDir(stateDir, component), "api.sock")
-}
-
-// ServeUnix serves h on the unix socket path until ctx ends. The socket is
-// 0660 in the component's 0750 directory: its user and group nodelet reach
-// it, nobody else. A previous instance's socket is replaced.
-func ServeUnix(ctx context.Context, path string, h http.Handler) error {
-	if err := os.MkdirAll(filepath.Dir(path), ComponentDirMode); err != nil {
+// ServeMetrics serves g on the component's metrics socket until ctx ends.
+// The socket is 0660 in the component's 0750 directory: its user and
+// group nodelet reach it, nobody else. A previous instance's socket is
+// replaced.
+func ServeMetrics(ctx context.Context, stateDir, component string, g prometheus.Gatherer) error {
+	path := MetricsSocket(stateDir, component)
+	if err := MkdirRun(stateDir, component); err != nil {
 		return err
 	}
 	_ = os.Remove(path)
 	l, err := net.Listen("unix", path)
 	if err != nil {
-		return fmt.Errorf("socket %s: %w", path, err)
+		return fmt.Errorf("metrics socket %s: %w", path, err)
 	}
 	_ = os.Chmod(path, 0o660)
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: promhttp.HandlerFor(g, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		<-ctx.Done()
 		_ = srv.Close()
 	}()
 	go func() { _ = srv.Serve(l) }()
 	return nil
-}
-
-// serveMetrics serves g on the component's metrics socket until ctx ends.
-func serveMetrics(ctx context.Context, stateDir, component string, g prometheus.Gatherer) error {
-	return ServeUnix(ctx, MetricsSocket(stateDir, component), promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
 }
 
 // RemoteGatherer gathers the metrics another daemon serves on its socket.

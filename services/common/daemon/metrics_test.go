@@ -16,7 +16,7 @@ func TestMetricsSocketFederation(t *testing.T) {
 	c.Add(3)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if err := serveMetrics(ctx, dir, "prober", reg); err != nil {
+	if err := ServeMetrics(ctx, dir, "prober", reg); err != nil {
 		t.Fatal(err)
 	}
 	fams, err := NewRemoteGatherer(dir, "prober").Gather()

@@ -70,14 +70,12 @@ var Components = []Component{
 		}},
 	{Name: "prober", Requires: []string{"bus", "runtime"}, NeedsCRI: true, Description: "nodelet probes",
 		Root: because("Exec probes run through CRI:")},
-	{Name: "status", Requires: []string{"bus", "runtime"}, NeedsCRI: true, NeedsAPI: true, Description: "nodelet pod and node status, read-only API",
-		Root: because(
-			"cAdvisor reads every container's cgroup and process files, and",
-			"container stats come over CRI:")},
-	{Name: "server", Requires: []string{"bus", "runtime"}, NeedsCRI: true, NeedsAPI: true, Description: "nodelet kubelet API (logs, exec, attach, port-forward, stats) on :10250",
+	{Name: "status", Requires: []string{"bus", "runtime"}, NeedsCRI: true, NeedsAPI: true, Description: "nodelet pod and node status, Lease and events",
+		Root: because("The runtime's version and the node's images come over CRI:")},
+	{Name: "server", Requires: []string{"bus", "runtime"}, NeedsCRI: true, NeedsAPI: true, Description: "nodelet kubelet API (logs, exec, attach, port-forward, stats, metrics, read-only port) on :10250",
 		Root: because(
 			"It reads container logs, which containerd writes 0640 root, and exec,",
-			"attach and port-forward go through CRI:")},
+			"attach, port-forward and container stats go through CRI:")},
 	{Name: "gc", Requires: []string{"bus", "runtime"}, NeedsCRI: true, Description: "nodelet garbage collection and eviction",
 		Root: because(
 			"It removes pod logs and measures volumes of any user, and removes",

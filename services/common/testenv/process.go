@@ -3,8 +3,13 @@ package testenv
 import (
 	"bytes"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
+	"testing"
 )
 
 // Buffer collects a child process's output while the test reads it.
@@ -28,6 +33,8 @@ func (b *Buffer) String() string {
 
 // BuildBinaries builds the given packages of the module (default every
 // ./cmd/... binary) into dir, for tests that run nodelet as processes.
+// When nodeletd is among them, the nodelet-<daemon> links to it are made
+// too, as scripts/setup.sh makes them.
 func BuildBinaries(dir string, pkgs ...string) error {
 	root, err := RepoRoot()
 	if err != nil {
@@ -41,5 +48,67 @@ func BuildBinaries(dir string, pkgs ...string) error {
 	if out, err := build.CombinedOutput(); err != nil {
 		return fmt.Errorf("go build %v: %w\n%s", pkgs, err, out)
 	}
+	nodeletd := filepath.Join(dir, "nodeletd")
+	if _, err := os.Stat(nodeletd); err != nil {
+		return nil
+	}
+	if out, err := exec.Command(nodeletd, "link", dir).CombinedOutput(); err != nil {
+		return fmt.Errorf("nodeletd link %s: %w\n%s", dir, err, out)
+	}
 	return nil
+}
+
+var daemons struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+// DaemonBinary is the executable of one nodelet daemon (nodelet-<name>, a
+// link to nodeletd), built once per test process.
+func DaemonBinary(name string) (string, error) {
+	daemons.once.Do(func() {
+		removeDeadDaemonDirs()
+		daemons.dir = filepath.Join(os.TempDir(), fmt.Sprintf("%s%d", daemonDirPrefix, os.Getpid()))
+		if daemons.err = os.MkdirAll(daemons.dir, 0o755); daemons.err == nil {
+			daemons.err = BuildBinaries(daemons.dir, "./cmd/nodeletd")
+		}
+	})
+	if daemons.err != nil {
+		return "", daemons.err
+	}
+	p := filepath.Join(daemons.dir, "nodelet-"+name)
+	if _, err := os.Stat(p); err != nil {
+		return "", fmt.Errorf("no daemon %q in nodeletd: %w", name, err)
+	}
+	return p, nil
+}
+
+// daemonDirPrefix names DaemonBinary's directories: the prefix and the
+// test process's PID.
+const daemonDirPrefix = "nodelet-daemons-"
+
+// removeDeadDaemonDirs removes the daemon directories of test processes
+// that have ended (a test binary has no exit hook to do it itself).
+func removeDeadDaemonDirs() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), daemonDirPrefix+"*"))
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(d), daemonDirPrefix))
+		if err != nil {
+			continue
+		}
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); os.IsNotExist(err) {
+			_ = os.RemoveAll(d)
+		}
+	}
+}
+
+// MustDaemonBinary is DaemonBinary for a test: a failure to build fails it.
+func MustDaemonBinary(t testing.TB, name string) string {
+	t.Helper()
+	p, err := DaemonBinary(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

@@ -61,12 +61,9 @@ var containers = map[string]container{
 			"/sys/fs/cgroup:/sys/fs/cgroup",
 		},
 	},
-	"status": {
-		why:     []string{"Measures the pods' log usage."},
-		volumes: []string{composePodLogs + ":" + composePodLogs + ":ro"},
-	},
+	"status": {},
 	"server": {
-		why:     []string{"Reads the pods' logs for the kubelet API."},
+		why:     []string{"Reads the pods' logs for the kubelet API and measures their usage."},
 		volumes: []string{composePodLogs + ":" + composePodLogs + ":ro"},
 	},
 	"gc": {

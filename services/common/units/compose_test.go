@@ -203,8 +203,8 @@ func TestDockerfileBuildsEveryBinary(t *testing.T) {
 		t.Fatal(err)
 	}
 	df := string(b)
-	if !regexp.MustCompile(`(?m)^RUN .*go build .*-o /out/ \./cmd/\.\.\.$`).MatchString(df) {
-		t.Error("deploy/Dockerfile does not build ./cmd/... into /out/")
+	if !regexp.MustCompile(`(?m)^RUN .*go build .*-o /out/ \./cmd/\.\.\. && /out/nodeletd link /out$`).MatchString(df) {
+		t.Error("deploy/Dockerfile does not build ./cmd/... into /out/ and link the daemons to nodeletd")
 	}
 	if !strings.Contains(df, "COPY --from=build /out/ /usr/local/bin/") {
 		t.Error("deploy/Dockerfile does not copy the binaries into /usr/local/bin")
@@ -212,11 +212,9 @@ func TestDockerfileBuildsEveryBinary(t *testing.T) {
 	if n := len(regexp.MustCompile(`(?m)^FROM `).FindAllString(df, -1)); n != 2 {
 		t.Errorf("deploy/Dockerfile has %d stages, want 2 (build, run)", n)
 	}
-	bins := []string{"nodelet"}
-	for _, c := range graph.Components {
-		bins = append(bins, c.Binary())
-	}
-	for _, bin := range bins {
+	// nodelet, and nodeletd with every component (cmd/nodeletd's own test
+	// holds it to the graph).
+	for _, bin := range []string{"nodelet", "nodeletd"} {
 		if _, err := os.Stat(filepath.Join(repoRoot, "cmd", bin, "main.go")); err != nil {
 			t.Errorf("./cmd/... does not build %s: %v", bin, err)
 		}

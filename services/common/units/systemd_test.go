@@ -276,7 +276,7 @@ func TestSandboxes(t *testing.T) {
 		{name: "runtime", hostMounts: true, netlink: true},
 		{name: "prober", caps: []string{}, netlink: true},
 		{name: "status", caps: []string{}, devices: true, netlink: true},
-		{name: "server", caps: []string{}, netlink: true},
+		{name: "server", caps: []string{}, devices: true, netlink: true},
 		{name: "gc", caps: []string{"CAP_DAC_OVERRIDE", "CAP_DAC_READ_SEARCH"}, logs: true, loopback: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,4 +1,4 @@
-package status
+package server
 
 import (
 	"context"
@@ -17,13 +17,30 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/services/common/cri"
+	"github.com/nodelet/nodelet/services/common/hostinfo"
 )
+
+// criCall is one CRI call with a timeout of its own.
+func criCall[T any](ctx context.Context, f func(context.Context) (T, error)) (T, error) {
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	return f(cctx)
+}
 
 // statsProvider builds the kubelet's Summary: the node from procfs and
 // cAdvisor's filesystem view, pods and containers from CRI stats (as the
 // kubelet's CRI stats provider does).
 type statsProvider struct {
-	s *Service
+	nodeName   string
+	stateDir   string // node.stateDir: the node's filesystem
+	podLogsDir string
+	hostIPs    []string
+	cri        *cri.Clients
+	machine    *hostinfo.Machine
+	clock      clock.PassiveClock
 
 	mu sync.Mutex
 	// cpu remembers the last cumulative CPU reading per container (and ""
@@ -81,9 +98,8 @@ func (p *statsProvider) Summary(ctx context.Context, onlyCPUAndMemory bool) (*st
 }
 
 func (p *statsProvider) nodeStats(ctx context.Context) statsapi.NodeStats {
-	s := p.s
-	now := metav1.NewTime(s.clock.Now())
-	ns := statsapi.NodeStats{NodeName: s.nodeName}
+	now := metav1.NewTime(p.clock.Now())
+	ns := statsapi.NodeStats{NodeName: p.nodeName}
 	pfs, err := procfs.NewDefaultFS()
 	if err == nil {
 		if st, err := pfs.Stat(); err == nil {
@@ -108,7 +124,7 @@ func (p *statsProvider) nodeStats(ctx context.Context) statsapi.NodeStats {
 			ns.Network = p.nodeNetwork(nd, now)
 		}
 	}
-	if f, err := s.machine.dirFs(s.cfg.Node.StateDir); err == nil {
+	if f, err := p.machine.DirFs(p.stateDir); err == nil {
 		ns.Fs = fsStatsOf(f, now)
 	}
 	if rt := p.runtimeFs(ctx, now); rt != nil {
@@ -144,7 +160,7 @@ func (p *statsProvider) nodeNetwork(nd procfs.NetDev, now metav1.Time) *statsapi
 	}
 	sort.Strings(names)
 	def := names[0]
-	if iface := interfaceOf(p.s.hostIPs); iface != "" {
+	if iface := hostinfo.InterfaceOf(p.hostIPs); iface != "" {
 		if _, ok := nd[iface]; ok {
 			def = iface
 		}
@@ -164,12 +180,11 @@ func (p *statsProvider) nodeNetwork(nd procfs.NetDev, now metav1.Time) *statsapi
 // runtimeFs is the image filesystem as CRI reports it, with the capacity of
 // the filesystem that holds it.
 func (p *statsProvider) runtimeFs(ctx context.Context, now metav1.Time) *statsapi.RuntimeStats {
-	s := p.s
-	if s.cri == nil {
+	if p.cri == nil {
 		return nil
 	}
-	resp, err := criCall(ctx, s.metrics, "image_fs_info", func(ctx context.Context) (*runtimeapi.ImageFsInfoResponse, error) {
-		return s.cri.Image.ImageFsInfo(ctx)
+	resp, err := criCall(ctx, func(ctx context.Context) (*runtimeapi.ImageFsInfoResponse, error) {
+		return p.cri.Image.ImageFsInfo(ctx)
 	})
 	if err != nil || len(resp.GetImageFilesystems()) == 0 {
 		return nil
@@ -180,7 +195,7 @@ func (p *statsProvider) runtimeFs(ctx context.Context, now metav1.Time) *statsap
 		out.InodesUsed = u64(fsu.GetInodesUsed().GetValue())
 	}
 	if mp := fsu.GetFsId().GetMountpoint(); mp != "" {
-		if f, err := s.machine.dirFs(mp); err == nil {
+		if f, err := p.machine.DirFs(mp); err == nil {
 			out.CapacityBytes, out.AvailableBytes = u64(f.Capacity), u64(f.Available)
 			out.Inodes, out.InodesFree = u64(f.Inodes), u64(f.InodesFree)
 		}
@@ -189,7 +204,7 @@ func (p *statsProvider) runtimeFs(ctx context.Context, now metav1.Time) *statsap
 	return &statsapi.RuntimeStats{ImageFs: out, ContainerFs: &containerFs}
 }
 
-func fsStatsOf(f fsStats, now metav1.Time) *statsapi.FsStats {
+func fsStatsOf(f hostinfo.FsStats, now metav1.Time) *statsapi.FsStats {
 	return &statsapi.FsStats{
 		Time: now, CapacityBytes: u64(f.Capacity), AvailableBytes: u64(f.Available), UsedBytes: u64(f.Used),
 		Inodes: u64(f.Inodes), InodesFree: u64(f.InodesFree), InodesUsed: u64(f.Inodes - f.InodesFree),
@@ -201,25 +216,24 @@ func fsStatsOf(f fsStats, now metav1.Time) *statsapi.FsStats {
 // where the runtime implements it, ListPodSandboxStats (network, pod
 // cgroup, processes).
 func (p *statsProvider) podStats(ctx context.Context, node statsapi.NodeStats) ([]statsapi.PodStats, error) {
-	s := p.s
 	out := []statsapi.PodStats{}
-	if s.cri == nil {
+	if p.cri == nil {
 		return out, nil
 	}
-	sandboxes, err := criCall(ctx, s.metrics, "list_podsandbox", func(ctx context.Context) ([]*runtimeapi.PodSandbox, error) {
-		return s.cri.Runtime.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{State: &runtimeapi.PodSandboxStateValue{State: runtimeapi.PodSandboxState_SANDBOX_READY}})
+	sandboxes, err := criCall(ctx, func(ctx context.Context) ([]*runtimeapi.PodSandbox, error) {
+		return p.cri.Runtime.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{State: &runtimeapi.PodSandboxStateValue{State: runtimeapi.PodSandboxState_SANDBOX_READY}})
 	})
 	if err != nil {
 		return nil, err
 	}
-	containers, err := criCall(ctx, s.metrics, "list_containers", func(ctx context.Context) ([]*runtimeapi.Container, error) {
-		return s.cri.Runtime.ListContainers(ctx, &runtimeapi.ContainerFilter{State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING}})
+	containers, err := criCall(ctx, func(ctx context.Context) ([]*runtimeapi.Container, error) {
+		return p.cri.Runtime.ListContainers(ctx, &runtimeapi.ContainerFilter{State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING}})
 	})
 	if err != nil {
 		return nil, err
 	}
-	cstats, err := criCall(ctx, s.metrics, "list_container_stats", func(ctx context.Context) ([]*runtimeapi.ContainerStats, error) {
-		return s.cri.Runtime.ListContainerStats(ctx, &runtimeapi.ContainerStatsFilter{})
+	cstats, err := criCall(ctx, func(ctx context.Context) ([]*runtimeapi.ContainerStats, error) {
+		return p.cri.Runtime.ListContainerStats(ctx, &runtimeapi.ContainerStatsFilter{})
 	})
 	if err != nil {
 		return nil, err
@@ -229,8 +243,8 @@ func (p *statsProvider) podStats(ctx context.Context, node statsapi.NodeStats) (
 		byID[c.GetAttributes().GetId()] = c
 	}
 	psByID := map[string]*runtimeapi.PodSandboxStats{}
-	if ps, err := criCall(ctx, s.metrics, "list_podsandbox_stats", func(ctx context.Context) ([]*runtimeapi.PodSandboxStats, error) {
-		return s.cri.Runtime.ListPodSandboxStats(ctx, &runtimeapi.PodSandboxStatsFilter{})
+	if ps, err := criCall(ctx, func(ctx context.Context) ([]*runtimeapi.PodSandboxStats, error) {
+		return p.cri.Runtime.ListPodSandboxStats(ctx, &runtimeapi.PodSandboxStatsFilter{})
 	}); err == nil {
 		for _, x := range ps {
 			psByID[x.GetAttributes().GetId()] = x
@@ -248,7 +262,7 @@ func (p *statsProvider) podStats(ctx context.Context, node statsapi.NodeStats) (
 			latest[uid] = sb
 		}
 	}
-	now := metav1.NewTime(s.clock.Now())
+	now := metav1.NewTime(p.clock.Now())
 	for _, sb := range latest {
 		md := sb.GetMetadata()
 		ps := statsapi.PodStats{
@@ -330,8 +344,8 @@ func (p *statsProvider) podStats(ctx context.Context, node statsapi.NodeStats) (
 // network namespace (/proc/<pause pid>/net/dev), as cAdvisor does, for
 // runtimes without ListPodSandboxStats (containerd 1.6).
 func (p *statsProvider) sandboxNetwork(ctx context.Context, id string, now metav1.Time) *statsapi.NetworkStats {
-	resp, err := criCall(ctx, p.s.metrics, "podsandbox_status", func(ctx context.Context) (*runtimeapi.PodSandboxStatusResponse, error) {
-		return p.s.cri.Runtime.PodSandboxStatus(ctx, id, true)
+	resp, err := criCall(ctx, func(ctx context.Context) (*runtimeapi.PodSandboxStatusResponse, error) {
+		return p.cri.Runtime.PodSandboxStatus(ctx, id, true)
 	})
 	if err != nil || resp.GetInfo()["info"] == "" {
 		return nil
@@ -446,7 +460,7 @@ func criNetwork(n *runtimeapi.NetworkUsage, now metav1.Time) *statsapi.NetworkSt
 // logStats measures a container's log directory,
 // <podLogsDir>/<namespace>_<name>_<uid>/<container>/.
 func (p *statsProvider) logStats(ns, name, uid, container string, nodeFs *statsapi.FsStats, now metav1.Time) *statsapi.FsStats {
-	dir := filepath.Join(p.s.cfg.Node.PodLogsDir, ns+"_"+name+"_"+uid, container)
+	dir := filepath.Join(p.podLogsDir, ns+"_"+name+"_"+uid, container)
 	var used, inodes uint64
 	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
 		if err != nil {

@@ -1,4 +1,4 @@
-package main
+package supervisor
 
 import (
 	"context"
@@ -12,7 +12,6 @@ import (
 
 	"github.com/nodelet/nodelet/services/common/config"
 	"github.com/nodelet/nodelet/services/common/containerd"
-	"github.com/nodelet/nodelet/services/supervisor"
 )
 
 // managedContainerd is the private containerd for the node's configuration.
@@ -88,7 +87,7 @@ func holderOf(path string) string {
 // with what the daemons use. A containerd already answering on the socket
 // is used as it is. Stopping containerd leaves the pods running in their
 // shims.
-func withContainerd(o *supervisor.Options, cfg *config.Config) {
+func withContainerd(o *Options, cfg *config.Config) {
 	var proc *containerd.Process
 	socket := cfg.Runtime.SocketPath()
 	o.BeforeStart = func(ctx context.Context) error {

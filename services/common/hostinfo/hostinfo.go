@@ -1,4 +1,7 @@
-package status
+// Package hostinfo reads the node's hardware and filesystems with cAdvisor
+// and picks its addresses: what nodelet-status reports in the Node and
+// nodelet-server serves on /spec/ and /stats/summary.
+package hostinfo
 
 import (
 	"fmt"
@@ -17,12 +20,9 @@ import (
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 )
 
-// MachineInfoFunc returns the node's cAdvisor MachineInfo.
-type MachineInfoFunc func() (*cadvisorapi.MachineInfo, error)
-
-// machineInfo reads the node's hardware with cAdvisor once and keeps it,
+// Machine reads the node's hardware with cAdvisor once and keeps it,
 // as the kubelet caches it: capacity does not change while the node runs.
-type machineInfo struct {
+type Machine struct {
 	once   sync.Once
 	info   *cadvisorapi.MachineInfo
 	err    error
@@ -31,7 +31,8 @@ type machineInfo struct {
 	fsOnce sync.Once
 }
 
-func (m *machineInfo) get() (*cadvisorapi.MachineInfo, error) {
+// Info returns cAdvisor's MachineInfo, read once.
+func (m *Machine) Info() (*cadvisorapi.MachineInfo, error) {
 	m.once.Do(func() {
 		fsInfo, _ := m.fs()
 		m.info, m.err = machine.Info(sysfs.NewRealSysFs(), fsInfo, true)
@@ -42,15 +43,15 @@ func (m *machineInfo) get() (*cadvisorapi.MachineInfo, error) {
 	return m.info, m.err
 }
 
-func (m *machineInfo) fs() (cadvisorfs.FsInfo, error) {
+func (m *Machine) fs() (cadvisorfs.FsInfo, error) {
 	m.fsOnce.Do(func() {
 		m.fsInfo, m.fsErr = cadvisorfs.NewFsInfo(cadvisorfs.Context{})
 	})
 	return m.fsInfo, m.fsErr
 }
 
-// fsStats is the capacity and use of one filesystem.
-type fsStats struct {
+// FsStats is the capacity and use of one filesystem.
+type FsStats struct {
 	Device     string
 	Capacity   uint64
 	Available  uint64
@@ -59,16 +60,16 @@ type fsStats struct {
 	InodesFree uint64
 }
 
-// dirFs measures the filesystem that holds dir, through cAdvisor (as the
+// DirFs measures the filesystem that holds dir, through cAdvisor (as the
 // kubelet's root filesystem) and, when cAdvisor does not know the device
 // (overlay roots, containers), with statfs.
-func (m *machineInfo) dirFs(dir string) (fsStats, error) {
+func (m *Machine) DirFs(dir string) (FsStats, error) {
 	if fsInfo, err := m.fs(); err == nil {
 		if dev, err := fsInfo.GetDirFsDevice(dir); err == nil {
 			if mnt, err := fsInfo.GetMountpointForDevice(dev.Device); err == nil {
 				if fss, err := fsInfo.GetFsInfoForPath(map[string]struct{}{mnt: {}}); err == nil && len(fss) > 0 {
 					f := fss[0]
-					out := fsStats{Device: f.Device, Capacity: f.Capacity, Available: f.Available, Used: f.Capacity - f.Free}
+					out := FsStats{Device: f.Device, Capacity: f.Capacity, Available: f.Available, Used: f.Capacity - f.Free}
 					if f.Inodes != nil && f.InodesFree != nil {
 						out.Inodes, out.InodesFree = *f.Inodes, *f.InodesFree
 					}
@@ -79,18 +80,20 @@ func (m *machineInfo) dirFs(dir string) (fsStats, error) {
 	}
 	var st unix.Statfs_t
 	if err := unix.Statfs(dir, &st); err != nil {
-		return fsStats{}, fmt.Errorf("statfs %s: %w", dir, err)
+		return FsStats{}, fmt.Errorf("statfs %s: %w", dir, err)
 	}
 	bs := uint64(st.Bsize)
-	return fsStats{
+	return FsStats{
 		Capacity: st.Blocks * bs, Available: st.Bavail * bs, Used: (st.Blocks - st.Bfree) * bs,
 		Inodes: st.Files, InodesFree: st.Ffree,
 	}, nil
 }
 
-// kernelVersion and osImage are what the kubelet reports in NodeInfo.
-func kernelVersion() string { return machine.KernelVersion() }
-func osImage() string       { return machine.ContainerOsVersion() }
+// KernelVersion is what the kubelet reports in NodeInfo.
+func KernelVersion() string { return machine.KernelVersion() }
+
+// OSImage is what the kubelet reports in NodeInfo.
+func OSImage() string { return machine.ContainerOsVersion() }
 
 // NodeAddresses returns the node's InternalIP: configured; else the address
 // of the default route's interface, as the kubelet picks it; else the first
@@ -136,9 +139,9 @@ func NodeAddresses(configured string) ([]string, error) {
 	return nil, fmt.Errorf("no non-loopback address found; set node.address")
 }
 
-// interfaceOf returns the name of the interface that holds the first of
+// InterfaceOf returns the name of the interface that holds the first of
 // ips, or "".
-func interfaceOf(ips []string) string {
+func InterfaceOf(ips []string) string {
 	if len(ips) == 0 {
 		return ""
 	}

@@ -1,0 +1,162 @@
+package server
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nodelet/nodelet/services/common/cri"
+)
+
+// TestSlowClientsAreCutOff: clients that open connections and send nothing,
+// or trickle their headers, are disconnected after ReadHeaderTimeout (the
+// TLS handshake included) and leave no goroutine behind; an oversized
+// header gets 431; meanwhile the server answers others at once.
+func TestSlowClientsAreCutOff(t *testing.T) {
+	const timeout = time.Second
+	ts := startServer(t, testConfig(t), &cri.Clients{}, func(o *Options) {
+		o.Limits = Limits{ReadHeaderTimeout: timeout, MaxHeaderBytes: 64 << 10, MaxConnections: 64}
+	})
+	if code, _ := ts.get(http.MethodGet, "", "/healthz"); code != http.StatusOK {
+		t.Fatalf("healthz: %d", code)
+	}
+	ts.client.CloseIdleConnections()
+	baseline := runtime.NumGoroutine()
+
+	// 40 silent TCP connections (no TLS handshake) and 10 that finish the
+	// handshake and then trickle a header byte every 100ms.
+	var wg sync.WaitGroup
+	cut := make(chan time.Duration, 50)
+	errs := make(chan error, 50)
+	for i := 0; i < 50; i++ {
+		wg.Add(1)
+		go func(trickle bool) {
+			defer wg.Done()
+			start := time.Now()
+			raw, err := net.Dial("tcp", ts.Addr())
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer raw.Close()
+			_ = raw.SetDeadline(time.Now().Add(20 * time.Second))
+			var c net.Conn = raw
+			if trickle {
+				tc := tls.Client(raw, &tls.Config{InsecureSkipVerify: true})
+				if err := tc.Handshake(); err != nil {
+					errs <- fmt.Errorf("handshake: %w", err)
+					return
+				}
+				c = tc
+				if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n"); err != nil {
+					errs <- err
+					return
+				}
+				for {
+					if _, err := io.WriteString(c, "X"); err != nil {
+						break // the server closed the connection
+					}
+					time.Sleep(100 * time.Millisecond)
+					if time.Since(start) > 15*time.Second {
+						errs <- errors.New("a trickling client was never cut off")
+						return
+					}
+				}
+			} else {
+				// Blocks until the server closes the connection.
+				_, _ = c.Read(make([]byte, 1))
+			}
+			cut <- time.Since(start)
+		}(i%5 == 0)
+	}
+	// Others are served while the slow ones hold their connections.
+	time.Sleep(200 * time.Millisecond)
+	start := time.Now()
+	if code, _ := ts.get(http.MethodGet, "", "/healthz"); code != http.StatusOK || time.Since(start) > timeout/2 {
+		t.Errorf("healthz beside slow clients: %d in %s", code, time.Since(start))
+	}
+	wg.Wait()
+	close(cut)
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	n := 0
+	for d := range cut {
+		n++
+		if d > 3*timeout+time.Second {
+			t.Errorf("a slow client was cut off only after %s", d)
+		}
+	}
+	if n != 50 {
+		t.Errorf("%d of 50 slow clients cut off", n)
+	}
+	ts.client.CloseIdleConnections()
+	waitFor(t, 10*time.Second, "the goroutines of the slow clients to end", func() bool {
+		return runtime.NumGoroutine() <= baseline+5
+	})
+
+	// Headers beyond MaxHeaderBytes: 431, nothing read further.
+	req, _ := http.NewRequest(http.MethodGet, "https://"+ts.Addr()+"/healthz", nil)
+	req.Header.Set("X-Big", strings.Repeat("a", 256<<10))
+	resp, err := ts.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Errorf("oversized header: %d", resp.StatusCode)
+	}
+}
+
+// TestInflightLimits: streams and other requests each have a bound;
+// beyond it the answer is 429 with Retry-After, and the other class is not
+// affected.
+func TestInflightLimits(t *testing.T) {
+	s := &Service{}
+	s.streams, s.inflight = make(chan struct{}, 2), make(chan struct{}, 1)
+	release := make(chan struct{})
+	entered := make(chan struct{}, 10)
+	h := s.limited(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		entered <- struct{}{}
+		<-release
+	}))
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	get := func(path string) *http.Response {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Error(err)
+			return nil
+		}
+		resp.Body.Close()
+		return resp
+	}
+	var wg sync.WaitGroup
+	for _, p := range []string{"/exec/ns/p/c", "/containerLogs/ns/p/c?follow=true", "/pods"} {
+		wg.Add(1)
+		go func() { defer wg.Done(); get(p) }()
+		<-entered
+	}
+	for _, p := range []string{"/attach/ns/p/c", "/portForward/ns/p", "/stats/summary"} {
+		resp := get(p)
+		if resp == nil || resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "1" {
+			t.Errorf("%s beyond the limit: %+v", p, resp)
+		}
+	}
+	close(release)
+	wg.Wait()
+	// Slots come back once requests end.
+	if resp := get("/pods"); resp == nil || resp.StatusCode != http.StatusOK {
+		t.Errorf("/pods after the others ended: %+v", resp)
+	}
+}

@@ -1,0 +1,351 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	kubeletlabels "k8s.io/kubelet/pkg/types"
+
+	"github.com/nodelet/nodelet/bus"
+	"github.com/nodelet/nodelet/schemas"
+)
+
+// nodeView is what the read-only paths read from the bus beside the
+// desired pods: each pod's status as nodelet-status computed it, the
+// runtime's state as nodelet-runtime published it, and every daemon's last
+// heartbeat.
+type nodeView struct {
+	mu      sync.Mutex
+	status  map[string]*corev1.PodStatus // pod UID → status
+	runtime *schemas.RuntimeState
+	beats   map[string]heartbeat
+}
+
+type heartbeat struct {
+	hb schemas.Heartbeat
+	at time.Time
+}
+
+func newNodeView() *nodeView {
+	return &nodeView{status: map[string]*corev1.PodStatus{}, beats: map[string]heartbeat{}}
+}
+
+// watch follows the status and runtime buckets and the heartbeats until ctx
+// ends; the bus's watches and subscriptions survive its restarts.
+func (s *Service) watchNode(ctx context.Context, wg *sync.WaitGroup) {
+	v := s.view
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		err := bus.Watch[schemas.PodStatusRecord](ctx, s.bus, bus.BucketStatus, ">", func(u bus.Update[schemas.PodStatusRecord]) {
+			v.mu.Lock()
+			defer v.mu.Unlock()
+			switch u.Kind {
+			case bus.Put:
+				v.status[u.Key] = &u.Value.Status
+			case bus.Deleted:
+				delete(v.status, u.Key)
+			case bus.Reset:
+				v.status = map[string]*corev1.PodStatus{}
+			}
+		})
+		if err != nil && ctx.Err() == nil {
+			s.log.Error("Cannot watch the pod statuses", "err", err)
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		err := bus.Watch[schemas.RuntimeState](ctx, s.bus, bus.BucketRuntime, bus.KeyRuntimeState, func(u bus.Update[schemas.RuntimeState]) {
+			v.mu.Lock()
+			defer v.mu.Unlock()
+			switch u.Kind {
+			case bus.Put:
+				v.runtime = u.Value
+			case bus.Deleted, bus.Reset:
+				v.runtime = nil
+			}
+		})
+		if err != nil && ctx.Err() == nil {
+			s.log.Error("Cannot watch the runtime state", "err", err)
+		}
+	}()
+	sub, err := s.bus.NC.Subscribe(bus.SubjectHealthAll, func(m *nats.Msg) {
+		_, hb, err := schemas.Decode[schemas.Heartbeat](m.Data)
+		if err != nil {
+			s.log.Warn("Skipping heartbeat that does not decode", "subject", m.Subject, "err", err)
+			return
+		}
+		v.mu.Lock()
+		v.beats[hb.Component] = heartbeat{hb: *hb, at: s.clock.Now()}
+		v.mu.Unlock()
+	})
+	if err != nil {
+		s.log.Error("Cannot watch heartbeats", "err", err)
+		return
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		<-ctx.Done()
+		_ = sub.Unsubscribe()
+	}()
+}
+
+// healthCheck is one line of /healthz.
+type healthCheck struct {
+	name string
+	err  error
+}
+
+// healthChecks says, for every daemon /healthz watches and for the
+// container runtime, whether it is healthy and if not why: the kubelet's
+// syncloop check (a loop that stopped turning is unhealthy) applied to each
+// daemon's heartbeat. A daemon never heard from counts as stale once
+// status.heartbeatStaleAfter has passed since nodelet-server started.
+func (s *Service) healthChecks() []healthCheck {
+	now := s.clock.Now()
+	stale := s.cfg.Status.HeartbeatStaleAfter
+	v := s.view
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var out []healthCheck
+	for _, d := range s.daemons {
+		c := healthCheck{name: "nodelet-" + d}
+		e, ok := v.beats[d]
+		switch {
+		case !ok && now.Sub(s.started) > stale:
+			c.err = fmt.Errorf("no heartbeat received in %s", now.Sub(s.started).Round(time.Second))
+		case !ok:
+		case now.Sub(e.at) > stale:
+			c.err = fmt.Errorf("last heartbeat %s ago (stale after %s)", now.Sub(e.at).Round(time.Second), stale)
+		case !e.hb.Ready:
+			c.err = fmt.Errorf("not ready: %s", e.hb.Message)
+		}
+		out = append(out, c)
+	}
+	rc := healthCheck{name: "runtime"}
+	switch rs := v.runtime; {
+	case rs == nil && now.Sub(s.started) > stale:
+		rc.err = fmt.Errorf("no runtime state published by nodelet-runtime")
+	case rs == nil:
+	case !rs.RuntimeReady:
+		rc.err = fmt.Errorf("container runtime is down: %s", joinNonEmpty(": ", rs.Reason, rs.Message))
+	}
+	return append(out, rc)
+}
+
+func joinNonEmpty(sep string, parts ...string) string {
+	var out []string
+	for _, p := range parts {
+		if p != "" {
+			out = append(out, p)
+		}
+	}
+	if len(out) == 0 {
+		return "no reason given"
+	}
+	return strings.Join(out, sep)
+}
+
+// serveHealthz answers "ok", or 500 naming each failing check, in the
+// format of k8s.io/apiserver's healthz (?verbose lists every check).
+func (s *Service) serveHealthz(w http.ResponseWriter, r *http.Request) {
+	failed := false
+	var b strings.Builder
+	b.WriteString("[+]ping ok\n")
+	for _, c := range s.healthChecks() {
+		if c.err != nil {
+			failed = true
+			fmt.Fprintf(&b, "[-]%s failed: %v\n", c.name, c.err)
+		} else {
+			fmt.Fprintf(&b, "[+]%s ok\n", c.name)
+		}
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	switch _, verbose := r.URL.Query()["verbose"]; {
+	case failed:
+		w.WriteHeader(http.StatusInternalServerError)
+		b.WriteString("healthz check failed\n")
+		_, _ = w.Write([]byte(b.String()))
+	case verbose:
+		b.WriteString("healthz check passed\n")
+		_, _ = w.Write([]byte(b.String()))
+	default:
+		_, _ = w.Write([]byte("ok"))
+	}
+}
+
+// annotationConfigMirror marks a mirror pod (the API's copy of a static
+// pod), which the kubelet's pod manager keeps apart from the pods it runs.
+const annotationConfigMirror = "kubernetes.io/config.mirror"
+
+// podList is the kubelet's GetPods: the node's pods (desired, mirror pods
+// left out) with their status as nodelet-status computed it, sorted by
+// namespace and name.
+func (s *Service) podList() *corev1.PodList {
+	s.pods.mu.RLock()
+	out := make([]corev1.Pod, 0, len(s.pods.byKey))
+	for _, p := range s.pods.byKey {
+		if _, mirror := p.Annotations[annotationConfigMirror]; !mirror {
+			out = append(out, *p.DeepCopy())
+		}
+	}
+	s.pods.mu.RUnlock()
+	s.view.mu.Lock()
+	for i := range out {
+		if st := s.view.status[string(out[i].UID)]; st != nil {
+			out[i].Status = *st.DeepCopy()
+		} else if out[i].Status.Phase == "" {
+			// No status yet (admission or the runtime has not seen the
+			// pod): it is pending, as the API server would say.
+			out[i].Status.Phase = corev1.PodPending
+		}
+	}
+	s.view.mu.Unlock()
+	sortPods(out)
+	return &corev1.PodList{TypeMeta: metav1.TypeMeta{Kind: "PodList", APIVersion: "v1"}, Items: out}
+}
+
+func sortPods(out []corev1.Pod) {
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Namespace != out[j].Namespace {
+			return out[i].Namespace < out[j].Namespace
+		}
+		return out[i].Name < out[j].Name
+	})
+}
+
+func (s *Service) servePods(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, s.podList())
+}
+
+func (s *Service) serveSpec(w http.ResponseWriter, r *http.Request) {
+	info, err := s.machineInfo()
+	if err != nil {
+		writeErrorString(w, http.StatusInternalServerError, "machine info: "+err.Error())
+		return
+	}
+	writeJSON(w, info)
+}
+
+// serveSummary is the kubelet's /stats/summary (pkg/kubelet/server/stats
+// handler.go handleSummary): only_cpu_and_memory=true trims it to what
+// metrics-server reads.
+func (s *Service) serveSummary(w http.ResponseWriter, r *http.Request) {
+	only := false
+	for k, v := range r.URL.Query() {
+		if k != "only_cpu_and_memory" {
+			writeErrorString(w, http.StatusBadRequest, fmt.Sprintf("unknown query parameter %q: /stats/summary takes only_cpu_and_memory=true|false", k))
+			return
+		}
+		b, err := strconv.ParseBool(v[len(v)-1])
+		if err != nil {
+			writeErrorString(w, http.StatusBadRequest, fmt.Sprintf("only_cpu_and_memory=%q is not a boolean", v[len(v)-1]))
+			return
+		}
+		only = b
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	defer cancel()
+	sum, err := s.stats.Summary(ctx, only)
+	if err != nil {
+		writeErrorString(w, http.StatusInternalServerError, "stats summary: "+err.Error())
+		return
+	}
+	writeJSON(w, sum)
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		writeErrorString(w, http.StatusInternalServerError, "encode response: "+err.Error())
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(b)
+}
+
+// runningPods is the kubelet's GetRunningPods: the pods as the runtime sees
+// them (its runtime cache's GetPods(false): ready sandboxes and running
+// containers), each as kubecontainer.Pod.ToAPIPod makes it — UID, name,
+// namespace and the containers' names and images, nothing else.
+func (s *Service) runningPods(ctx context.Context) (*corev1.PodList, error) {
+	sandboxes, err := criCall(ctx, func(ctx context.Context) ([]*runtimeapi.PodSandbox, error) {
+		return s.cri.Runtime.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{State: &runtimeapi.PodSandboxStateValue{State: runtimeapi.PodSandboxState_SANDBOX_READY}})
+	})
+	if err != nil {
+		return nil, err
+	}
+	containers, err := criCall(ctx, func(ctx context.Context) ([]*runtimeapi.Container, error) {
+		return s.cri.Runtime.ListContainers(ctx, &runtimeapi.ContainerFilter{State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING}})
+	})
+	if err != nil {
+		return nil, err
+	}
+	byUID := map[string]*corev1.Pod{}
+	pod := func(uid, ns, name string) *corev1.Pod {
+		p := byUID[uid]
+		if p == nil {
+			p = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: types.UID(uid), Namespace: ns, Name: name}}
+			byUID[uid] = p
+		}
+		return p
+	}
+	for _, sb := range sandboxes {
+		md := sb.GetMetadata()
+		pod(md.GetUid(), md.GetNamespace(), md.GetName())
+	}
+	for _, c := range containers {
+		l := c.GetLabels()
+		uid := l[kubeletlabels.KubernetesPodUIDLabel]
+		if uid == "" {
+			continue // not a Kubernetes container
+		}
+		p := pod(uid, l[kubeletlabels.KubernetesPodNamespaceLabel], l[kubeletlabels.KubernetesPodNameLabel])
+		p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: c.GetMetadata().GetName(), Image: c.GetImage().GetImage()})
+	}
+	out := make([]corev1.Pod, 0, len(byUID))
+	for _, p := range byUID {
+		sort.Slice(p.Spec.Containers, func(i, j int) bool { return p.Spec.Containers[i].Name < p.Spec.Containers[j].Name })
+		out = append(out, *p)
+	}
+	sortPods(out)
+	return &corev1.PodList{TypeMeta: metav1.TypeMeta{Kind: "PodList", APIVersion: "v1"}, Items: out}, nil
+}
+
+func (s *Service) serveRunningPods(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	defer cancel()
+	l, err := s.runningPods(ctx)
+	if err != nil {
+		writeErrorString(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	writeJSON(w, l)
+}
+
+// serveSystemLogs is the kubelet's /logs/ (Kubelet.ServeLogs without the
+// NodeLogQuery gate): the files under /var/log, listed and read. With
+// server.enableSystemLogHandler false it answers as the kubelet's disabled
+// endpoint does.
+func (s *Service) serveSystemLogs() http.Handler {
+	if !s.cfg.Server.EnableSystemLogHandler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			http.Error(w, "logs endpoint is disabled.", http.StatusMethodNotAllowed)
+		})
+	}
+	return http.StripPrefix(logsPath, http.FileServer(http.Dir(s.logDir)))
+}
