@@ -58,9 +58,13 @@ func RequiresNspawn(t testing.TB) string {
 			t.Skipf("systemd-nspawn and debootstrap are needed to boot a real systemd (Debian packages systemd-container, debootstrap; scripts/setup.sh installs them) and apt-get could not install %v: %v\n%s", missing, err, out)
 		}
 	}
+	began := time.Now()
 	root, err := NspawnRoot()
 	if err != nil {
 		t.Fatalf("nspawn root: %v", err)
+	}
+	if d := time.Since(began); d > time.Second {
+		t.Logf("made the Debian 12 root %s with debootstrap in %s (cached for the next runs)", root, d.Round(time.Second))
 	}
 	return root
 }
@@ -141,6 +145,10 @@ func DebianMirror() string {
 		m, _ := filepath.Glob(pat)
 		files = append(files, m...)
 	}
+	return debianMirror(files)
+}
+
+func debianMirror(files []string) string {
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {
