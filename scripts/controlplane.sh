@@ -356,7 +356,7 @@ controlplane: running in $STATE_DIR
   kube-apiserver   $url  (log: $STATE_DIR/kube-apiserver.log)
   admin            export KUBECONFIG=$STATE_DIR/admin.kubeconfig   (group system:masters)
   node             $STATE_DIR/node.kubeconfig   (system:node:$(cat "$STATE_DIR/node-name" 2>/dev/null), group system:nodes)
-                   -> set sources.kubeconfig to it in the nodelet config
+                   -> set node.kubeconfig to it in the nodelet config
   kubectl          $KUBECTL
   all at once      eval "\$($REPO_ROOT/scripts/controlplane.sh env $STATE_DIR)"
   stop             $REPO_ROOT/scripts/controlplane.sh stop $STATE_DIR
@@ -438,6 +438,7 @@ cmd_start() {
 		--tls-private-key-file="$pki/apiserver.key" \
 		--client-ca-file="$pki/ca.crt" \
 		--token-auth-file="$STATE_DIR/tokens.csv" \
+		--enable-bootstrap-token-auth \
 		--authorization-mode=Node,RBAC \
 		--enable-admission-plugins=NodeRestriction \
 		--allow-privileged=true \
@@ -506,7 +507,7 @@ cmd_env() {
 	pid_of kube-apiserver >/dev/null || log "warning: not running in $STATE_DIR (run: $0 start $STATE_DIR)"
 	cat <<EOF
 export KUBECONFIG=$STATE_DIR/admin.kubeconfig
-export NODELET_SOURCES_KUBECONFIG=$STATE_DIR/node.kubeconfig
+export NODELET_NODE_KUBECONFIG=$STATE_DIR/node.kubeconfig
 export NODELET_SERVER_AUTHENTICATION_X509_CLIENTCAFILE=$STATE_DIR/pki/ca.crt
 export NODELET_NODE_NAME=$(cat "$STATE_DIR/node-name" 2>/dev/null || echo "${NODELET_NODE_NAME:-$(hostname)}")
 export KUBECTL=$KUBECTL

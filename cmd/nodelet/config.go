@@ -27,6 +27,9 @@ func runConfig(args []string) int {
 	verb := flags.Arg(0)
 	switch verb {
 	case "", "check":
+		for _, d := range cfg.Deprecations() {
+			fmt.Fprintln(os.Stderr, "warning:", d)
+		}
 		fmt.Println("configuration is valid")
 		return 0
 	case "show", "get":

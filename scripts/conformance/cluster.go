@@ -145,6 +145,7 @@ func startNode(ctx context.Context, o options, c *cluster) (*node, error) {
   podLogsDir: %s
   podCIDR: %s
   resolvConf: %s
+  kubeconfig: %s
 bus:
   listen: 127.0.0.1:%d
 runtime:
@@ -157,15 +158,13 @@ runtime:
   cniNetworkName: %s
   # testenv's own conflist keeps its IPAM leases in the instance's dir.
   manageCNIConfig: false
-sources:
-  kubeconfig: %s
 server:
   # kube-apiserver's kubelet client certificate is signed by the cluster CA.
   authentication:
     x509:
       clientCAFile: %s
-`, o.nodeName, o.nodeIP, n.stateDir, filepath.Join(n.dir, "pods"), c.ctrd.Subnet, resolv, busPort,
-		c.ctrd.Endpoint, c.ctrd.CNIConfDir, n.cgroupRoot, c.ctrd.BridgeName, c.ctrd.NetworkName, c.cp.NodeKubeconfig, c.cp.ClientCAFile)
+`, o.nodeName, o.nodeIP, n.stateDir, filepath.Join(n.dir, "pods"), c.ctrd.Subnet, resolv, c.cp.NodeKubeconfig, busPort,
+		c.ctrd.Endpoint, c.ctrd.CNIConfDir, n.cgroupRoot, c.ctrd.BridgeName, c.ctrd.NetworkName, c.cp.ClientCAFile)
 	path := filepath.Join(n.dir, "nodelet.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		return nil, err

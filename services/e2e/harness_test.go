@@ -77,8 +77,10 @@ func freePort(t testing.TB) int {
 
 // nodeOptions shape one node.
 type nodeOptions struct {
-	// API makes it a cluster node (sources.kubeconfig = the node identity).
+	// API makes it a cluster node (node.kubeconfig = the node identity).
 	API bool
+	// Name is node.name; empty is nodeName, the control plane's node.
+	Name string
 	// Extra is appended to the generated config (YAML, top-level sections
 	// not used by the harness: admission, prober, gc).
 	Extra string
@@ -131,9 +133,13 @@ func newNode(t testing.TB, o nodeOptions) *node {
 		readOnlyPort = freePort(t)
 		n.ReadOnly = fmt.Sprintf("127.0.0.1:%d", readOnlyPort)
 	}
-	kubeconfig := ""
+	nodeLines := o.Node
 	if o.API {
-		kubeconfig = "  kubeconfig: " + cp.NodeKubeconfig + "\n"
+		nodeLines = "  kubeconfig: " + cp.NodeKubeconfig + "\n" + nodeLines
+	}
+	name := o.Name
+	if name == "" {
+		name = nodeName
 	}
 	cfg := fmt.Sprintf(`node:
   name: %s
@@ -164,9 +170,9 @@ runtime:
   readOnlyPort: %d
 %sgc:
   containerGCPeriod: 5s
-%s%s`, nodeName, n.StateDir, filepath.Join(dir, "logs"), ctrd.Subnet, o.Node, n.BusListen, ctrd.Endpoint, ctrd.CNIConfDir,
+%s%s`, name, n.StateDir, filepath.Join(dir, "logs"), ctrd.Subnet, nodeLines, n.BusListen, ctrd.Endpoint, ctrd.CNIConfDir,
 		ctrd.BridgeName, ctrd.NetworkName, o.Runtime,
-		n.StaticDir, kubeconfig, o.Status, serverAddress, n.ServerPort, readOnlyPort, o.Server, o.GC, o.Extra)
+		n.StaticDir, "", o.Status, serverAddress, n.ServerPort, readOnlyPort, o.Server, o.GC, o.Extra)
 	if err := os.WriteFile(n.Config, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}

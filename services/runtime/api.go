@@ -2,14 +2,16 @@ package runtime
 
 import (
 	"context"
-	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/nodelet/nodelet/services/common/config"
+	"github.com/nodelet/nodelet/services/common/kubeclient"
 )
 
 // APIObjects reads secrets, config maps and the node's pod CIDR from the
@@ -24,18 +26,20 @@ type APIObjects struct {
 	cidrTTL time.Duration
 }
 
-// NewAPIObjects builds an APIObjects from a kubeconfig file.
-func NewAPIObjects(kubeconfig, nodeName string) (*APIObjects, error) {
-	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+// NewAPIObjects builds an APIObjects with the node's identity
+// (node.kubeconfig, through kubeclient: it waits while nodelet-status
+// bootstraps the credential and follows its renewals).
+func NewAPIObjects(ctx context.Context, cfg *config.Config, log *slog.Logger) (*APIObjects, error) {
+	rc, err := kubeclient.RESTConfig(ctx, cfg, log)
 	if err != nil {
-		return nil, fmt.Errorf("kubeconfig %s (sources.kubeconfig): %w", kubeconfig, err)
+		return nil, err
 	}
 	rc.UserAgent = "nodelet-runtime"
 	c, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return nil, err
 	}
-	return NewAPIObjectsFor(c, nodeName), nil
+	return NewAPIObjectsFor(c, cfg.Node.Name), nil
 }
 
 // NewAPIObjectsFor wraps an existing client.

@@ -118,9 +118,12 @@ func Run(ctx context.Context, env *daemon.Env) error {
 		Runtime: clients.Runtime, Image: clients.Image,
 		SetHealth: env.SetHealth,
 	}
-	if cfg.Sources.Kubeconfig != "" {
-		api, err := NewAPIObjects(cfg.Sources.Kubeconfig, cfg.Node.Name)
+	if cfg.NodeKubeconfig() != "" {
+		api, err := NewAPIObjects(ctx, cfg, env.Log)
 		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
 			return err
 		}
 		opts.Objects, opts.NodePodCIDR = api, api.PodCIDR

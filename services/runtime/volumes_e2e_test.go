@@ -146,7 +146,7 @@ func TestStandaloneConfigMapVolumeFails(t *testing.T) {
 		ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "app-config"}}}}}
 	h.run(pod)
 	o := h.waitObserved(pod, time.Minute, "FailedMount", func(o *schemas.PodObserved) bool { return o.Reason == "FailedMount" })
-	want := `MountVolume.SetUp failed for volume "cfg" : configmap "app-config": no API server to read it from (standalone node: sources.kubeconfig is empty)`
+	want := `MountVolume.SetUp failed for volume "cfg" : configmap "app-config": no API server to read it from (standalone node: node.kubeconfig is empty)`
 	if o.Message != want {
 		t.Fatalf("message %q\nwant %q", o.Message, want)
 	}

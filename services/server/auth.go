@@ -63,7 +63,7 @@ func buildAuthn(c config.ServerAuthenticationConfig, localCA []byte, kube kubern
 		if kube == nil {
 			// The kubelet refuses to start here; a standalone node has no
 			// API server to ask, so nodelet serves with certificates only.
-			log.Warn("No kubeconfig: bearer tokens are not accepted (server.authentication.webhook needs server.kubeconfig or sources.kubeconfig)")
+			log.Warn("No kubeconfig: bearer tokens are not accepted (server.authentication.webhook needs server.kubeconfig or node.kubeconfig)")
 		} else {
 			cfg.TokenAccessReviewClient = kube.AuthenticationV1()
 			cfg.WebhookRetryBackoff = webhookRetryBackoff()

@@ -38,6 +38,7 @@ import (
 	"github.com/nodelet/nodelet/services/common/cri"
 	"github.com/nodelet/nodelet/services/common/daemon"
 	"github.com/nodelet/nodelet/services/common/hostinfo"
+	"github.com/nodelet/nodelet/services/common/kubeclient"
 )
 
 // Spec describes nodelet-server to the daemon frame.
@@ -67,6 +68,9 @@ type Options struct {
 	SystemLogDir string
 	// Limits bound what clients may hold; zero fields take the defaults.
 	Limits Limits
+	// NodeKube is the node's identity: the kubelet-serving CSRs of
+	// server.serverTLSBootstrap. Nil uses Kube.
+	NodeKube kubernetes.Interface
 }
 
 // Limits bound what slow or greedy clients can pin: connections,
@@ -136,6 +140,7 @@ type Service struct {
 	limits   Limits
 	inflight chan struct{}
 	streams  chan struct{}
+	nodeKube kubernetes.Interface
 	addr     atomic.Value
 	roAddr   atomic.Value
 }
@@ -167,7 +172,11 @@ func New(o Options) (*Service, error) {
 	}
 	s := &Service{cfg: o.Config, log: o.Log, bus: o.Bus, cri: o.CRI, nodeName: o.Config.Node.Name,
 		pods: newPodIndex(), view: newNodeView(), clock: o.Clock, started: o.Clock.Now(), daemons: o.Daemons,
-		machine: &hostinfo.Machine{}, machineF: o.Machine, logDir: o.SystemLogDir, limits: o.Limits.withDefaults()}
+		machine: &hostinfo.Machine{}, machineF: o.Machine, logDir: o.SystemLogDir, limits: o.Limits.withDefaults(),
+		nodeKube: o.NodeKube}
+	if s.nodeKube == nil {
+		s.nodeKube = o.Kube
+	}
 	s.inflight, s.streams = make(chan struct{}, s.limits.MaxInflight), make(chan struct{}, s.limits.MaxStreams)
 	s.stats = &statsProvider{nodeName: s.nodeName, stateDir: o.Config.Node.StateDir, podLogsDir: o.Config.Node.PodLogsDir,
 		hostIPs: ips, cri: o.CRI, machine: s.machine, clock: o.Clock}
@@ -208,8 +217,10 @@ func (s *Service) ReadOnlyAddr() string {
 
 // Run serves until ctx ends.
 func (s *Service) Run(ctx context.Context) error {
-	cert, err := servingCertificate(s.cfg)
-	if err != nil {
+	// The kubelet asks for a client certificate without requiring one; the
+	// x509 authenticator verifies it against server.authentication.x509.clientCAFile.
+	tlsCfg := &tls.Config{MinVersion: tls.VersionTLS12, ClientAuth: tls.RequestClientCert, NextProtos: []string{"http/1.1"}}
+	if err := s.setServingCertificate(ctx, tlsCfg); err != nil {
 		return err
 	}
 	addr := net.JoinHostPort(s.cfg.Server.Address, strconv.Itoa(s.cfg.Server.Port))
@@ -218,10 +229,6 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("server.address/server.port %s: %w", addr, err)
 	}
 	s.addr.Store(ln.Addr().String())
-	// The kubelet asks for a client certificate without requiring one; the
-	// x509 authenticator verifies it against server.authentication.x509.clientCAFile.
-	tlsCfg := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert},
-		ClientAuth: tls.RequestClientCert, NextProtos: []string{"http/1.1"}}
 	srv := s.httpServer(s.Handler())
 	srv.TLSConfig = tlsCfg
 	servers := []*http.Server{srv}
@@ -292,8 +299,8 @@ func (s *Service) httpServer(h http.Handler) *http.Server {
 }
 
 // Run is the daemon: it connects to the runtime and, with a kubeconfig
-// (server.kubeconfig, else sources.kubeconfig), to the API server for
-// TokenReview and SubjectAccessReview, then serves until ctx ends.
+// (server.kubeconfig, else the node's identity node.kubeconfig), to the API
+// server for TokenReview and SubjectAccessReview, then serves until ctx ends.
 func Run(ctx context.Context, env *daemon.Env) error {
 	cfg := env.Config
 	clients, err := cri.Connect(ctx, cfg.Runtime.EndpointURL(), cfg.Runtime.ImageEndpoint, cfg.Runtime.RuntimeRequestTimeout)
@@ -301,7 +308,10 @@ func Run(ctx context.Context, env *daemon.Env) error {
 		return err
 	}
 	o := Options{Config: cfg, Log: env.Log, Bus: env.Bus, CRI: clients}
-	if o.Kube, err = KubeClient(cfg); err != nil {
+	if o.Kube, o.NodeKube, err = KubeClients(ctx, cfg, env.Log); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return err
 	}
 	s, err := New(o)
@@ -311,21 +321,33 @@ func Run(ctx context.Context, env *daemon.Env) error {
 	return s.Run(ctx)
 }
 
-// KubeClient is the client for TokenReview and SubjectAccessReview:
-// server.kubeconfig, else the node's identity (sources.kubeconfig), else nil.
-func KubeClient(cfg *config.Config) (kubernetes.Interface, error) {
-	path, key := cfg.Server.Kubeconfig, "server.kubeconfig"
-	if path == "" {
-		path, key = cfg.Sources.Kubeconfig, "sources.kubeconfig"
+// KubeClients are the client for TokenReview and SubjectAccessReview
+// (server.kubeconfig, else the node's identity) and the node's identity
+// (node.kubeconfig, through kubeclient: waiting for a bootstrapped
+// credential, following renewals); nil on a standalone node.
+func KubeClients(ctx context.Context, cfg *config.Config, log *slog.Logger) (review, node kubernetes.Interface, err error) {
+	if cfg.NodeKubeconfig() != "" {
+		rc, err := kubeclient.RESTConfig(ctx, cfg, log)
+		if err != nil {
+			return nil, nil, err
+		}
+		rc.UserAgent = "nodelet-server/" + cfg.Node.Name
+		rc.QPS, rc.Burst = float32(cfg.Sources.KubeAPIQPS), cfg.Sources.KubeAPIBurst
+		if node, err = kubernetes.NewForConfig(rc); err != nil {
+			return nil, nil, err
+		}
 	}
-	if path == "" {
-		return nil, nil
+	review = node
+	if path := cfg.Server.Kubeconfig; path != "" {
+		rc, err := clientcmd.BuildConfigFromFlags("", path)
+		if err != nil {
+			return nil, nil, fmt.Errorf("server.kubeconfig %s: %w", path, err)
+		}
+		rc.UserAgent = "nodelet-server/" + cfg.Node.Name
+		rc.QPS, rc.Burst = float32(cfg.Sources.KubeAPIQPS), cfg.Sources.KubeAPIBurst
+		if review, err = kubernetes.NewForConfig(rc); err != nil {
+			return nil, nil, err
+		}
 	}
-	rc, err := clientcmd.BuildConfigFromFlags("", path)
-	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", key, path, err)
-	}
-	rc.UserAgent = "nodelet-server/" + cfg.Node.Name
-	rc.QPS, rc.Burst = float32(cfg.Sources.KubeAPIQPS), cfg.Sources.KubeAPIBurst
-	return kubernetes.NewForConfig(rc)
+	return review, node, nil
 }

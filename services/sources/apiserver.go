@@ -11,10 +11,10 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/nodelet/nodelet/schemas"
 	"github.com/nodelet/nodelet/services/common/config"
+	"github.com/nodelet/nodelet/services/common/kubeclient"
 )
 
 // apiSource is the API server source: the pods bound to this node, through
@@ -25,26 +25,40 @@ type apiSource struct {
 	client   kubernetes.Interface
 	nodeName string
 	log      *slog.Logger
+	// newClient, when client is nil, builds it in run: while the node's
+	// credential is being bootstrapped, so the other sources go on.
+	newClient func(context.Context) (kubernetes.Interface, error)
 }
 
-// newAPIClient builds the node's API client from sources.kubeconfig with
-// sources.kubeAPIQPS and sources.kubeAPIBurst.
-func newAPIClient(cfg *config.SourcesConfig) (kubernetes.Interface, error) {
-	rc, err := clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
+// newAPIClient builds the node's API client (node.kubeconfig, through
+// kubeclient: waiting for a bootstrapped credential, following renewals)
+// with sources.kubeAPIQPS and sources.kubeAPIBurst.
+func newAPIClient(ctx context.Context, cfg *config.Config, log *slog.Logger) (kubernetes.Interface, error) {
+	rc, err := kubeclient.RESTConfig(ctx, cfg, log)
 	if err != nil {
-		return nil, fmt.Errorf("sources.kubeconfig %s: %w", cfg.Kubeconfig, err)
+		return nil, err
 	}
-	rc.QPS = float32(cfg.KubeAPIQPS)
-	rc.Burst = cfg.KubeAPIBurst
+	rc.QPS = float32(cfg.Sources.KubeAPIQPS)
+	rc.Burst = cfg.Sources.KubeAPIBurst
 	rc.UserAgent = "nodelet-sources"
 	c, err := kubernetes.NewForConfig(rc)
 	if err != nil {
-		return nil, fmt.Errorf("sources.kubeconfig %s: %w", cfg.Kubeconfig, err)
+		return nil, fmt.Errorf("node.kubeconfig %s: %w", cfg.NodeKubeconfig(), err)
 	}
 	return c, nil
 }
 
 func (s *apiSource) run(ctx context.Context, out chan<- snapshot) {
+	if s.client == nil {
+		c, err := s.newClient(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Error("API server source stopped", "err", err)
+			}
+			return
+		}
+		s.client = c
+	}
 	selector := fields.OneTermEqualSelector("spec.nodeName", s.nodeName).String()
 	s.log.Info("Watching API server pods", "fieldSelector", selector)
 	factory := informers.NewSharedInformerFactoryWithOptions(s.client, 0,

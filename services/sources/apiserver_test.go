@@ -32,7 +32,7 @@ func boundPod(name, node string) *corev1.Pod {
 func apiHarness(t *testing.T, cp *testenv.ControlPlane, configure func(*config.Config)) *harness {
 	return newHarness(t, func(c *config.Config) {
 		c.Node.Name = cp.NodeName
-		c.Sources.Kubeconfig = cp.NodeKubeconfig
+		c.Node.Kubeconfig = cp.NodeKubeconfig
 		if configure != nil {
 			configure(c)
 		}

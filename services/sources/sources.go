@@ -30,11 +30,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/schemas"
 	"github.com/nodelet/nodelet/services/common/daemon"
+	"github.com/nodelet/nodelet/services/common/kubeclient"
 )
 
 // Spec describes nodelet-sources to the daemon frame.
@@ -80,17 +82,21 @@ func run(ctx context.Context, env *daemon.Env, o options) error {
 		configured = append(configured, schemas.SourceHTTP)
 		runners = append(runners, hs.run)
 	}
-	if cfg.Sources.Kubeconfig != "" {
-		client, err := newAPIClient(&cfg.Sources)
-		if err != nil {
-			return err
+	if cfg.NodeKubeconfig() != "" {
+		as := &apiSource{nodeName: cfg.Node.Name, log: log.With("source", schemas.SourceAPI)}
+		as.newClient = func(ctx context.Context) (kubernetes.Interface, error) { return newAPIClient(ctx, cfg, as.log) }
+		if !kubeclient.Bootstraps(cfg) {
+			// A kubeconfig that is there or not: a bad one stops the daemon.
+			var err error
+			if as.client, err = as.newClient(ctx); err != nil {
+				return err
+			}
 		}
-		as := &apiSource{client: client, nodeName: cfg.Node.Name, log: log.With("source", schemas.SourceAPI)}
 		configured = append(configured, schemas.SourceAPI)
 		runners = append(runners, as.run)
 	}
 	if len(configured) == 0 {
-		log.Warn("No pod source configured (sources.staticPodPath, sources.manifestURL, sources.kubeconfig): the node runs no pods")
+		log.Warn("No pod source configured (sources.staticPodPath, sources.manifestURL, node.kubeconfig): the node runs no pods")
 	}
 
 	m := newMerger(env, o.clock, configured)

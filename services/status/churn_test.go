@@ -70,7 +70,7 @@ func runStatusHelper() int {
 	testHookAfterPost = crashAfterPost(hc)
 	cfg := config.Defaults()
 	cfg.Node.Name, cfg.Node.Address, cfg.Node.StateDir = hc.NodeName, hc.Address, hc.StateDir
-	cfg.Sources.Kubeconfig = hc.Kubeconfig
+	cfg.Node.Kubeconfig = hc.Kubeconfig
 	cfg.Status.NodeStatusUpdateFrequency = time.Second
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("pid", os.Getpid())
 	conn, err := bus.Connect(bus.ConnectOptions{URL: hc.BusURL, Component: bus.Status, StateDir: hc.StateDir, Log: log})
@@ -78,7 +78,7 @@ func runStatusHelper() int {
 		log.Error("Cannot connect", "err", err)
 		return 1
 	}
-	kube, events, err := KubeClients(cfg)
+	kube, events, err := KubeClients(context.Background(), cfg, slog.Default())
 	if err != nil {
 		log.Error("Cannot build clients", "err", err)
 		return 1
@@ -212,7 +212,7 @@ func TestDaemonBinarySIGKILL(t *testing.T) {
 		return exec.Command(bin, "--log-level=debug",
 			"--node.name=node-1", "--node.address=10.11.12.13", "--node.stateDir="+h.b.StateDir, "--node.podLogsDir="+logs,
 			"--bus.listen="+h.b.Server.Addr(), "--runtime.endpoint="+ctrd.Endpoint,
-			"--sources.kubeconfig="+cp.NodeKubeconfig,
+			"--node.kubeconfig="+cp.NodeKubeconfig,
 			"--status.nodeStatusUpdateFrequency=1s")
 	}, nil)
 }

@@ -20,7 +20,6 @@ import (
 	cadvisorapi "github.com/google/cadvisor/lib/model"
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/bus"
@@ -28,6 +27,7 @@ import (
 	"github.com/nodelet/nodelet/services/common/cri"
 	"github.com/nodelet/nodelet/services/common/daemon"
 	"github.com/nodelet/nodelet/services/common/hostinfo"
+	"github.com/nodelet/nodelet/services/common/kubeclient"
 )
 
 // Spec describes nodelet-status to the daemon frame.
@@ -44,7 +44,7 @@ type Options struct {
 	// CRI is the container runtime, for the runtime version, the node's
 	// images and the stats of pods; nil leaves those out.
 	CRI *cri.Clients
-	// Kube is the node's client (sources.kubeconfig); nil runs standalone.
+	// Kube is the node's client (node.kubeconfig); nil runs standalone.
 	Kube kubernetes.Interface
 	// EventsKube posts events, rate limited by status.eventRecordQPS and
 	// eventBurst; nil uses Kube.
@@ -177,9 +177,12 @@ func (s *Service) Run(ctx context.Context) error {
 	return nil
 }
 
-// Run is the daemon: it connects to the runtime and, with
-// sources.kubeconfig, to the API server with the node's identity, then
-// serves until ctx ends.
+// Run is the daemon: it connects to the runtime and, with the node's
+// identity (node.kubeconfig), to the API server, then serves until ctx
+// ends. It owns that identity's certificate: TLS bootstrap from
+// node.bootstrapKubeconfig and renewal with node.rotateCertificates
+// (kubeclient.StartClientCertificate), before it registers the node, as
+// the kubelet does before it starts.
 func Run(ctx context.Context, env *daemon.Env) error {
 	cfg := env.Config
 	o := Options{Config: cfg, Log: env.Log, Bus: env.Bus}
@@ -189,8 +192,14 @@ func Run(ctx context.Context, env *daemon.Env) error {
 	} else {
 		o.CRI = clients
 	}
-	if cfg.Sources.Kubeconfig != "" {
-		if o.Kube, o.EventsKube, err = KubeClients(cfg); err != nil {
+	if cfg.NodeKubeconfig() != "" {
+		if err := kubeclient.StartClientCertificate(ctx, cfg, env.Log); err != nil {
+			return err
+		}
+		if o.Kube, o.EventsKube, err = KubeClients(ctx, cfg, env.Log); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
 			return err
 		}
 	}
@@ -201,14 +210,14 @@ func Run(ctx context.Context, env *daemon.Env) error {
 	return s.Run(ctx)
 }
 
-// KubeClients builds the node's API clients from sources.kubeconfig: one
-// for objects, rate limited by sources.kubeAPIQPS/kubeAPIBurst, and one for
-// events, rate limited by status.eventRecordQPS/eventBurst (the kubelet's
-// two clients).
-func KubeClients(cfg *config.Config) (kubernetes.Interface, kubernetes.Interface, error) {
-	rc, err := clientcmd.BuildConfigFromFlags("", cfg.Sources.Kubeconfig)
+// KubeClients builds the node's API clients (node.kubeconfig, through
+// kubeclient): one for objects, rate limited by
+// sources.kubeAPIQPS/kubeAPIBurst, and one for events, rate limited by
+// status.eventRecordQPS/eventBurst (the kubelet's two clients).
+func KubeClients(ctx context.Context, cfg *config.Config, log *slog.Logger) (kubernetes.Interface, kubernetes.Interface, error) {
+	rc, err := kubeclient.RESTConfig(ctx, cfg, log)
 	if err != nil {
-		return nil, nil, fmt.Errorf("sources.kubeconfig %s: %w", cfg.Sources.Kubeconfig, err)
+		return nil, nil, err
 	}
 	rc.UserAgent = "nodelet-status/" + cfg.Node.Name
 	rc.QPS, rc.Burst = float32(cfg.Sources.KubeAPIQPS), cfg.Sources.KubeAPIBurst

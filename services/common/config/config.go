@@ -62,6 +62,17 @@ type NodeConfig struct {
 	PodLogsDir string `mapstructure:"podLogsDir"`
 	// Address is the node's InternalIP; empty picks the first non-loopback one. Default: "".
 	Address string `mapstructure:"address"`
+	// Kubeconfig is the node's identity towards kube-apiserver (the kubelet's --kubeconfig), used by
+	// every daemon that talks to it; with BootstrapKubeconfig the node writes it itself, pointing at
+	// <stateDir>/pki/kubelet-client-current.pem. Empty runs standalone. Default: "".
+	Kubeconfig string `mapstructure:"kubeconfig"`
+	// BootstrapKubeconfig (the kubelet's --bootstrap-kubeconfig) holds a bootstrap token: when
+	// Kubeconfig is missing or its certificate expired, nodelet-status asks for a client certificate
+	// (CSR, signer kubernetes.io/kube-apiserver-client-kubelet) with it. Empty turns TLS bootstrap off. Default: "".
+	BootstrapKubeconfig string `mapstructure:"bootstrapKubeconfig"`
+	// RotateCertificates renews the client certificate before it expires (KubeletConfiguration
+	// rotateCertificates), through nodelet-status; every daemon picks up the new one without a restart. Default: false.
+	RotateCertificates bool `mapstructure:"rotateCertificates"`
 }
 
 // BusConfig configures nodelet-bus and every client's connection.
@@ -163,7 +174,7 @@ type SourcesConfig struct {
 	ManifestURLHeader map[string][]string `mapstructure:"manifestURLHeader"`
 	// HTTPCheckFrequency is the poll period of ManifestURL. Default: 20s.
 	HTTPCheckFrequency time.Duration `mapstructure:"httpCheckFrequency"`
-	// Kubeconfig of the node's identity; empty runs standalone. Default: "".
+	// Kubeconfig is deprecated: use node.kubeconfig, which it sets when that is empty. Default: "".
 	Kubeconfig string `mapstructure:"kubeconfig"`
 	// KubeAPIQPS towards the API server. Default: 50.
 	KubeAPIQPS float64 `mapstructure:"kubeAPIQPS"`
@@ -226,8 +237,14 @@ type ServerConfig struct {
 	Authentication ServerAuthenticationConfig `mapstructure:"authentication"`
 	// Authorization of requests to the kubelet API. Default: mode Webhook.
 	Authorization ServerAuthorizationConfig `mapstructure:"authorization"`
-	// Kubeconfig for TokenReview and SubjectAccessReview; empty uses sources.kubeconfig. Default: "".
+	// Kubeconfig for TokenReview and SubjectAccessReview; empty uses the node's identity (node.kubeconfig). Default: "".
 	Kubeconfig string `mapstructure:"kubeconfig"`
+	// ServerTLSBootstrap: the serving certificate comes from a kubernetes.io/kubelet-serving CSR
+	// (CN system:node:<name>, the node's addresses and hostname as SANs), kept under
+	// <stateDir>/pki/kubelet-server-current.pem and renewed before it expires; an admin or an
+	// approver must approve each CSR (kube-controller-manager does not). Needs node.kubeconfig;
+	// excludes tlsCertFile. Default: false.
+	ServerTLSBootstrap bool `mapstructure:"serverTLSBootstrap"`
 }
 
 // ServerAuthenticationConfig is KubeletAuthentication.

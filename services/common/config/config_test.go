@@ -105,6 +105,13 @@ func TestFileErrorsNameTheKey(t *testing.T) {
 		{"zero events age", "bus:\n  eventsMaxAge: 0s\n", "bus.eventsMaxAge"},
 		{"not yaml", "node: [\n", "not valid YAML"},
 		{"section not a map", "node: 3\n", "node: must be a mapping"},
+		{"relative kubeconfig", "node:\n  kubeconfig: kubelet.conf\n", "node.kubeconfig: \"kubelet.conf\" must be an absolute path"},
+		{"bootstrap without kubeconfig", "node:\n  bootstrapKubeconfig: /b\n", "node.bootstrapKubeconfig: needs node.kubeconfig"},
+		{"bootstrap is the kubeconfig", "node:\n  kubeconfig: /k\n  bootstrapKubeconfig: /k\n", "node.bootstrapKubeconfig: must differ"},
+		{"rotation standalone", "node:\n  rotateCertificates: true\n", "node.rotateCertificates: needs node.kubeconfig"},
+		{"serving bootstrap standalone", "server:\n  serverTLSBootstrap: true\n", "server.serverTLSBootstrap: needs node.kubeconfig"},
+		{"serving bootstrap and files", "node:\n  kubeconfig: /k\nserver:\n  serverTLSBootstrap: true\n  tlsCertFile: /c\n  tlsPrivateKeyFile: /k2\n", "server.serverTLSBootstrap: excludes server.tlsCertFile"},
+		{"two identities", "node:\n  kubeconfig: /k\nsources:\n  kubeconfig: /other\n", "sources.kubeconfig: \"/other\" differs from node.kubeconfig"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := LoadFile(writeFile(t, tc.input))
@@ -184,5 +191,33 @@ func TestToMapRoundTrips(t *testing.T) {
 	}
 	if !reflect.DeepEqual(cfg, again) {
 		t.Fatalf("round trip changed the config:\n%+v\n%+v", cfg, again)
+	}
+}
+
+// TestDeprecatedSourcesKubeconfig: the old key still names the node's
+// identity, with a deprecation message naming the new key; the new key
+// alone says nothing.
+func TestDeprecatedSourcesKubeconfig(t *testing.T) {
+	cfg, err := LoadFile(writeFile(t, "sources:\n  kubeconfig: /etc/nodelet/node.kubeconfig\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.NodeKubeconfig() != "/etc/nodelet/node.kubeconfig" {
+		t.Fatalf("NodeKubeconfig() = %q", cfg.NodeKubeconfig())
+	}
+	if d := cfg.Deprecations(); len(d) != 1 || !strings.Contains(d[0], "sources.kubeconfig is deprecated: use node.kubeconfig") {
+		t.Fatalf("deprecations %q", d)
+	}
+	cfg, err = LoadFile(writeFile(t, "node:\n  kubeconfig: /etc/nodelet/node.kubeconfig\n  bootstrapKubeconfig: /etc/nodelet/bootstrap.kubeconfig\n  rotateCertificates: true\nserver:\n  serverTLSBootstrap: true\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.NodeKubeconfig() != "/etc/nodelet/node.kubeconfig" || len(cfg.Deprecations()) != 0 ||
+		!cfg.Node.RotateCertificates || !cfg.Server.ServerTLSBootstrap || cfg.Node.BootstrapKubeconfig != "/etc/nodelet/bootstrap.kubeconfig" {
+		t.Fatalf("identity keys not applied: %+v %+v %v", cfg.Node, cfg.Server, cfg.Deprecations())
+	}
+	// Both keys naming the same file are fine (a config being migrated).
+	if _, err := LoadFile(writeFile(t, "node:\n  kubeconfig: /k\nsources:\n  kubeconfig: /k\n")); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -194,6 +194,7 @@ func (c *Config) Validate() error {
 			return positiveDur("server.authorization.webhook.cacheUnauthorizedTTL", c.Server.Authorization.Webhook.CacheUnauthorizedTTL)
 		},
 		func() error { return absPath("server.kubeconfig", c.Server.Kubeconfig, true) },
+		c.validateIdentity,
 		func() error { return positiveDur("gc.containerGCPeriod", c.GC.ContainerGCPeriod) },
 		func() error { return nonNegative("gc.maxPerPodContainer", c.GC.MaxPerPodContainer) },
 		func() error {

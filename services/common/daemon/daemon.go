@@ -116,6 +116,9 @@ func Run(spec Spec, args []string, stderr io.Writer) int {
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})).With("component", spec.Component)
 	slog.SetDefault(log)
 	klog.SetSlogLogger(log)
+	for _, d := range cfg.Deprecations() {
+		log.Warn("Deprecated configuration", "problem", d)
+	}
 
 	// The lock before anything slow: a second copy says so at once.
 	lock, err := Lock(cfg.Node.StateDir, spec.Component)

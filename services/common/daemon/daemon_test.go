@@ -93,3 +93,17 @@ func TestCheckPermission(t *testing.T) {
 		})
 	}
 }
+
+// TestDeprecationLoggedOnce: a deprecated key is said once, at start,
+// naming the key to use instead.
+func TestDeprecationLoggedOnce(t *testing.T) {
+	spec := Spec{Component: bus.Sources, Run: func(ctx context.Context, env *Env) error { return nil }}
+	// A state dir without bus credentials: the daemon stops at its
+	// permission check, after the configuration is read and logged.
+	body := "node:\n  stateDir: " + t.TempDir() + "\nsources:\n  kubeconfig: /etc/nodelet/node.kubeconfig\n"
+	var stderr bytes.Buffer
+	Run(spec, []string{"--config", writeConfig(t, body)}, &stderr)
+	if n := strings.Count(stderr.String(), "sources.kubeconfig is deprecated: use node.kubeconfig"); n != 1 {
+		t.Fatalf("deprecation said %d times, want once:\n%s", n, stderr.String())
+	}
+}

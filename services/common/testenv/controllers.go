@@ -4,8 +4,11 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net/http"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -22,7 +25,29 @@ type Controllers struct {
 // build-conformance`) as cluster admin on loopback and waits until both
 // answer /healthz. The node IPAM controller is off: nodelet takes its pod
 // range from its own configuration. Stop them before the control plane.
-func (cp *ControlPlane) StartControllers(controllerManagerBin, schedulerBin string) (_ *Controllers, err error) {
+func (cp *ControlPlane) StartControllers(controllerManagerBin, schedulerBin string) (*Controllers, error) {
+	return cp.StartControllersWith(ControllersOptions{ControllerManager: controllerManagerBin, Scheduler: schedulerBin})
+}
+
+// ControllersOptions choose what StartControllersWith runs.
+type ControllersOptions struct {
+	// ControllerManager and Scheduler are the binaries; an empty Scheduler
+	// runs no scheduler.
+	ControllerManager, Scheduler string
+	// Controllers is kube-controller-manager's --controllers; empty is
+	// "*,-node-ipam-controller". A test on the shared e2e control plane
+	// that needs only the CSR controllers names them ("csrapproving",
+	// "csrsigning"), so that e.g. the node lifecycle controller does not
+	// taint other tests' nodes.
+	Controllers []string
+	// ClusterSigningDuration is --cluster-signing-duration, the lifetime of
+	// the certificates the csrsigning controller issues; 0 keeps the
+	// default (a year).
+	ClusterSigningDuration time.Duration
+}
+
+// StartControllersWith is StartControllers with options.
+func (cp *ControlPlane) StartControllersWith(o ControllersOptions) (_ *Controllers, err error) {
 	c := &Controllers{}
 	defer func() {
 		if err != nil {
@@ -45,29 +70,40 @@ func (cp *ControlPlane) StartControllers(controllerManagerBin, schedulerBin stri
 			"--leader-elect=false",
 		}
 	}
+	controllers := "*,-node-ipam-controller"
+	if len(o.Controllers) > 0 {
+		controllers = strings.Join(o.Controllers, ",")
+	}
 	pki := filepath.Join(cp.Dir, "pki")
-	c.controllerManager, err = startProc(filepath.Join(cp.Dir, "kube-controller-manager.log"), controllerManagerBin,
-		append(common(ports[0], "kcm-certs"),
-			"--controllers=*,-node-ipam-controller",
-			"--service-account-private-key-file="+filepath.Join(pki, "sa.key"),
-			"--root-ca-file="+filepath.Join(pki, "ca.crt"),
-			"--cluster-signing-cert-file="+filepath.Join(pki, "ca.crt"),
-			"--cluster-signing-key-file="+filepath.Join(pki, "ca.key"),
-			"--use-service-account-credentials=true",
-			"--service-cluster-ip-range="+ServiceClusterIPRange,
-		)...)
+	args := append(common(ports[0], "kcm-certs"),
+		"--controllers="+controllers,
+		"--service-account-private-key-file="+filepath.Join(pki, "sa.key"),
+		"--root-ca-file="+filepath.Join(pki, "ca.crt"),
+		"--cluster-signing-cert-file="+filepath.Join(pki, "ca.crt"),
+		"--cluster-signing-key-file="+filepath.Join(pki, "ca.key"),
+		"--use-service-account-credentials=true",
+		"--service-cluster-ip-range="+ServiceClusterIPRange,
+	)
+	if o.ClusterSigningDuration > 0 {
+		args = append(args, "--cluster-signing-duration="+o.ClusterSigningDuration.String())
+	}
+	c.controllerManager, err = startProc(filepath.Join(cp.Dir, "kube-controller-manager.log"), o.ControllerManager, args...)
 	if err != nil {
 		return nil, err
 	}
-	c.scheduler, err = startProc(filepath.Join(cp.Dir, "kube-scheduler.log"), schedulerBin, common(ports[1], "scheduler-certs")...)
-	if err != nil {
-		return nil, err
+	procs := []*proc{c.controllerManager}
+	if o.Scheduler != "" {
+		c.scheduler, err = startProc(filepath.Join(cp.Dir, "kube-scheduler.log"), o.Scheduler, common(ports[1], "scheduler-certs")...)
+		if err != nil {
+			return nil, err
+		}
+		procs = append(procs, c.scheduler)
 	}
 	// Both serve /healthz with a self-signed certificate of their own.
 	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // loopback health check of our own child
 	}}
-	for i, p := range []*proc{c.controllerManager, c.scheduler} {
+	for i, p := range procs {
 		url := fmt.Sprintf("https://127.0.0.1:%d/healthz", ports[i])
 		if err := waitFor(2*time.Minute, p, func() bool { return httpGetOK(hc, url, "ok") }); err != nil {
 			return nil, fmt.Errorf("testenv: %s: %w", filepath.Base(p.cmd.Path), err)
@@ -83,4 +119,27 @@ func (c *Controllers) Stop() {
 	}
 	c.scheduler.stop()
 	c.controllerManager.stop()
+}
+
+// Tool returns the path of one of `scripts/controlplane.sh tools` (e.g.
+// kube-controller-manager), built or taken from the cache.
+func Tool(name string) (string, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.Command("bash", filepath.Join(root, "scripts", "controlplane.sh"), "tools", name)
+	cmd.Dir = root
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("controlplane.sh tools %s: %w", name, err)
+	}
+	key := strings.NewReplacer("-", "_", ".", "_").Replace(strings.ToUpper(name)) + "="
+	for _, l := range strings.Split(string(out), "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), key); ok {
+			return v, nil
+		}
+	}
+	return "", fmt.Errorf("controlplane.sh tools %s printed no path:\n%s", name, out)
 }

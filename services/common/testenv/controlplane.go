@@ -344,6 +344,10 @@ func startControlPlane(bins BinaryPaths, nodeName string) (_ *ControlPlane, err 
 		"--tls-private-key-file="+filepath.Join(pki, "apiserver.key"),
 		"--client-ca-file="+filepath.Join(pki, "ca.crt"),
 		"--token-auth-file="+filepath.Join(dir, "tokens.csv"),
+		// Bootstrap tokens (Secrets bootstrap-token-<id> in kube-system)
+		// authenticate as system:bootstrap:<id> in system:bootstrappers,
+		// as kubeadm turns them on: see BootstrapKubeconfig.
+		"--enable-bootstrap-token-auth",
 		"--authorization-mode=Node,RBAC",
 		"--enable-admission-plugins=NodeRestriction",
 		"--allow-privileged=true",

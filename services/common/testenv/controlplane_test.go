@@ -366,7 +366,7 @@ func TestControlPlaneScript(t *testing.T) {
 	env := run("env", state)
 	for _, want := range []string{
 		"export KUBECONFIG=" + filepath.Join(state, "admin.kubeconfig"),
-		"export NODELET_SOURCES_KUBECONFIG=" + filepath.Join(state, "node.kubeconfig"),
+		"export NODELET_NODE_KUBECONFIG=" + filepath.Join(state, "node.kubeconfig"),
 		"export KUBECTL=" + cp.Kubectl,
 	} {
 		if !strings.Contains(env, want) {

@@ -272,7 +272,7 @@ func service(c graph.Component, sb sandbox, o Options) string {
 		u.set("After", "containerd.service")
 	}
 	if c.NeedsAPI {
-		u.comment("Talks to kube-apiserver when sources.kubeconfig is set.")
+		u.comment("Talks to kube-apiserver when node.kubeconfig is set.")
 		u.set("Wants", "network-online.target")
 		u.set("After", "network-online.target")
 	}

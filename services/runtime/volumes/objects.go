@@ -272,5 +272,5 @@ func (g clientGetter) GetConfigMap(ctx context.Context, ns, name string) (*corev
 
 // errNoAPI is why a standalone node cannot read API objects.
 func errNoAPI(what string) error {
-	return fmt.Errorf("%s: no API server to read it from (standalone node: sources.kubeconfig is empty)", what)
+	return fmt.Errorf("%s: no API server to read it from (standalone node: node.kubeconfig is empty)", what)
 }
