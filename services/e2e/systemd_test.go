@@ -1,6 +1,7 @@
 package e2e_test
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/services/common/graph"
@@ -165,6 +168,7 @@ func TestUnitsUnderSystemd(t *testing.T) {
 	busListen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	cfg := fmt.Sprintf(`node:
   name: %s
+  kubeconfig: %s
   stateDir: %s
   podLogsDir: %s
   podCIDR: %s
@@ -186,8 +190,21 @@ status:
 server:
   address: 127.0.0.1
   port: %d
-`, nodeName, stateDir, logsDir, ctrd.Subnet, busListen, ctrd.Endpoint, ctrd.CNIConfDir, ctrd.BridgeName, ctrd.NetworkName,
+`, nodeName, "/etc/nodelet/identity/node.kubeconfig", stateDir, logsDir, ctrd.Subnet, busListen, ctrd.Endpoint, ctrd.CNIConfDir, ctrd.BridgeName, ctrd.NetworkName,
 		freePort(t), freePort(t))
+	// The node's kubeconfig, root's and 0600 in a 0700 directory, as
+	// kubeadm writes kubelet.conf: sources, of its own user, reads it with
+	// CAP_DAC_READ_SEARCH.
+	kc, err := os.ReadFile(cp.NodeKubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(etc, "identity"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(etc, "identity", "node.kubeconfig"), kc, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(filepath.Join(etc, "nodelet.yaml"), []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -245,15 +262,30 @@ server:
 		}
 	}
 
-	var pod *criPod
-	eventually(t, 90*time.Second, "the static pod's container running", func() bool {
-		for _, p := range criView(t) {
+	// A static pod, and a pod from kube-apiserver: sources, of its own
+	// user, read the node's kubeconfig.
+	ns := cp.Namespace(t)
+	admin := cp.AdminClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if _, err := admin.CoreV1().Pods(ns).Create(ctx, apiPod(ns, "api-sleeper", ""), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// The static pod's mirror, which status made.
+		_ = admin.CoreV1().Pods(metav1.NamespaceDefault).Delete(context.Background(), "sleeper-"+nodeName,
+			metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+	})
+	var pods map[string]*criPod
+	eventually(t, 90*time.Second, "the static and the API pod's containers running", func() bool {
+		pods = criView(t)
+		running := 0
+		for _, p := range pods {
 			if p.running == 1 {
-				pod = p
-				return true
+				running++
 			}
 		}
-		return false
+		return running == 2
 	})
 
 	// Each its own user, each its own seed.
@@ -378,14 +410,11 @@ server:
 	sameExcept(t, before, after, bus.BusAdmin)
 
 	// No container restarted through any of it.
-	var now *criPod
-	for _, p := range criView(t) {
-		if p.running == 1 {
-			now = p
+	now := criView(t)
+	for uid, p := range pods {
+		if n := now[uid]; n == nil || n.running != 1 || n.containerID != p.containerID || n.restartCount != 0 || n.sandboxes != 1 {
+			t.Errorf("pod %s changed: before %+v, now %+v", uid, p, n)
 		}
-	}
-	if now == nil || now.containerID != pod.containerID || now.restartCount != 0 || now.sandboxes != 1 {
-		t.Errorf("the pod's container changed: before %+v, now %+v", pod, now)
 	}
 }
 
