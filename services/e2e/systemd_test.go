@@ -135,8 +135,10 @@ func canRead(t *testing.T, m *testenv.Machine, pid int, id identity, path string
 // the node's state and log dirs are bound in at the same paths, so the
 // paths the runtime gives containerd mean the same on both sides). Then:
 // the units started in the graph's order, each once what it requires was
-// ready; each daemon runs as its own user (bus, sources, admission) or as
-// root as its unit says, and can read its own seed and no other; SIGKILL
+// ready; a static pod and a pod from kube-apiserver run (sources, of its
+// own user, reads the node's root-only kubeconfig); each daemon runs as
+// its own user (bus, sources, admission) or as root as its unit says, and
+// can read its own seed and no other; SIGKILL
 // of the prober restarts the prober alone; a restart of the bus restarts
 // no other unit, every daemon comes back on the bus; no container
 // restarts.
