@@ -49,9 +49,10 @@ var sandboxes = map[string]sandbox{
 	},
 	"sources": {
 		why: []string{
-			"Sources reads the static pod files (sources.staticPodPath) and",
-			"sources.kubeconfig with the client key it names, which are often root's",
-			"and 0600 (as kubeadm writes them): CAP_DAC_READ_SEARCH reads them, and",
+			"Sources reads the static pod files (sources.staticPodPath), the node's",
+			"kubeconfig (node.kubeconfig) with the key it names and the client",
+			"certificate status renews in the state dir's pki, all often root's and",
+			"0600 (as kubeadm writes them): CAP_DAC_READ_SEARCH reads them, and",
 			"nothing else can it write. It fetches the manifest URL and talks to",
 			"kube-apiserver.",
 		},
