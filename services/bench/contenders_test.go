@@ -2,10 +2,12 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -123,6 +125,58 @@ func TestKubeletThatExitsFailsFast(t *testing.T) {
 			if r.Error != "" {
 				t.Fatalf("%s run failed: %s", r.Contender, r.Error)
 			}
+		}
+	}
+}
+
+// Interrupted (SIGTERM or SIGINT cancel the command's context), the bench
+// stops at once: the runs so far are reported with a note, the node it
+// started is stopped, and nothing of the bench's is left running.
+func TestMeasureStopsWhenInterrupted(t *testing.T) {
+	bin := benchBinaries(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var log testenv.Buffer
+	done := make(chan struct{})
+	var (
+		res *Result
+		err error
+	)
+	go func() {
+		defer close(done)
+		res, err = Measure(ctx, Options{Ns: []int{2}, Rounds: 3, Bounds: []int{0}, BinDir: bin,
+			Out: filepath.Join(t.TempDir(), "result.json"), Settle: time.Second, Log: &log, WorkDir: t.TempDir()}, io.Discard)
+	}()
+	// Interrupt once the first round is under way.
+	waitLog(t, &log, "Run done", done)
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(3 * time.Minute):
+		t.Fatalf("Measure still running 3 minutes after the interrupt:\n%s", log.String())
+	}
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Measure returned %v, want context.Canceled", err)
+	}
+	if res == nil || len(res.Runs) == 0 || len(res.Runs) >= 6 || !slices.ContainsFunc(res.Notes, func(n string) bool { return strings.Contains(n, "interrupted") }) {
+		t.Fatalf("result after the interrupt: %+v", res)
+	}
+	if out, _ := exec.Command("pgrep", "-f", bin+"/nodelet").Output(); len(out) > 0 {
+		t.Fatalf("processes of the bench's binaries left: %s", out)
+	}
+}
+
+// waitLog waits until log contains s (or done closes first).
+func waitLog(t *testing.T, log *testenv.Buffer, s string, done <-chan struct{}) {
+	t.Helper()
+	deadline := time.After(5 * time.Minute)
+	for !strings.Contains(log.String(), s) {
+		select {
+		case <-done:
+			t.Fatalf("Measure ended before %q:\n%s", s, log.String())
+		case <-deadline:
+			t.Fatalf("no %q in the bench's log:\n%s", s, log.String())
+		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }
