@@ -169,7 +169,9 @@ func EnsureCredentials(stateDir string) (map[string]string, error) {
 }
 
 // checkPrivateDir makes dir 0700 and fails unless this user owns it and it
-// is a real directory (not a symlink someone planted).
+// is a real directory (not a symlink someone planted). A bus running as
+// root takes back a directory the bus's own user (nodelet-bus, under the
+// systemd units) made, as systemd's StateDirectory= does the other way.
 func checkPrivateDir(dir string) error {
 	st, err := os.Lstat(dir)
 	if err != nil {
@@ -177,6 +179,20 @@ func checkPrivateDir(dir string) error {
 	}
 	if !st.IsDir() {
 		return fmt.Errorf("credentials dir %s: not a directory", dir)
+	}
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok && os.Geteuid() == 0 && sys.Uid != 0 {
+		err := filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			return os.Lchown(p, 0, 0)
+		})
+		if err != nil {
+			return fmt.Errorf("credentials dir %s: taking it back from uid %d: %w", dir, sys.Uid, err)
+		}
+		if st, err = os.Lstat(dir); err != nil {
+			return fmt.Errorf("credentials dir: %w", err)
+		}
 	}
 	if err := checkOwner(dir, st); err != nil {
 		return err

@@ -3,9 +3,12 @@ package bus_test
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -79,6 +82,43 @@ func TestCredentialFilesArePrivateAndReused(t *testing.T) {
 	for c, pub := range first {
 		if again[c] != pub {
 			t.Errorf("%s credential changed on second start", c)
+		}
+	}
+}
+
+// TestRootBusTakesBackItsUsersCredentials: a bus run as root on a state
+// dir the bus's own user made (the systemd units run it as nodelet-bus)
+// takes the seeds back and keeps them.
+func TestRootBusTakesBackItsUsersCredentials(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("this test needs root (it chowns files to another user)")
+	}
+	dir := t.TempDir()
+	first, err := bus.EnsureCredentials(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const other = 65534
+	err = filepath.WalkDir(bus.CredentialsDir(dir), func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, other, other)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := bus.EnsureCredentials(dir)
+	if err != nil {
+		t.Fatalf("root bus on nodelet-bus's credentials: %v", err)
+	}
+	for c, pub := range first {
+		if again[c] != pub {
+			t.Errorf("%s credential changed", c)
+		}
+		st, err := os.Stat(bus.CredentialPath(dir, c))
+		if err != nil || st.Sys().(*syscall.Stat_t).Uid != 0 {
+			t.Errorf("%s credential not root's again: %v", c, err)
 		}
 	}
 }

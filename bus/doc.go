@@ -66,17 +66,51 @@
 //
 // Each connection also carries subject permissions (Permissions) that allow
 // exactly the imports of its account, so a mistake in one list shows in the
-// other. Left open by design: a reader can send flow-control replies or
-// delete/inspect an ephemeral consumer of another reader of the same stream
-// if it guesses its random name; that can stall a watch (which then starts
-// over), never store anything.
+// other.
+//
+// # Who holds which seed
+//
+// The bus makes one seed per client component under
+// <stateDir>/credentials (0700, the bus's user, nodelet-bus under the
+// units). Its own admin key is made at every start and lives in its memory
+// only; no file ever holds it. Each daemon gets its own seed alone: from
+// systemd (LoadCredential=, in $CREDENTIALS_DIRECTORY, readable by the
+// unit's user only) or from `nodelet up` (a copy in a private directory,
+// the child's own with supervisor.componentUsers). bus, sources and
+// admission run as users of their own; the daemons that talk to CRI run as
+// root (services/common/graph says why for each), every one of them but the
+// runtime in a mount namespace that hides the directory of seeds and the
+// other units' credentials. TestUnitsUnderSystemd (services/e2e) checks
+// under a real systemd which seeds each daemon can read.
+//
+// # Known limits
+//
+//   - A reader that guesses the random name of another reader's ephemeral
+//     consumer on a stream both read can send flow-control replies to it,
+//     pull from it, or inspect and delete it (CONSUMER.INFO|DELETE|
+//     MSG.NEXT and $JS.FC are imported per stream, and a consumer name is
+//     one subject token, so no import can narrow them to the requester's
+//     own names). That can stall the other reader's watch, which then
+//     starts over; it can store nothing anywhere. Closing it would need the
+//     proxy to answer those requests too, checking the consumer's creator.
+//   - The runtime runs as root in the host's mount namespace (its tmpfs
+//     volumes must reach containerd, and systemd cannot re-establish
+//     propagation from a private namespace to the host), with root's
+//     capabilities (mounts, chown for fsGroup, cgroups). It can read every
+//     seed, and so could become any component on the bus. No cheap wall
+//     exists: with CAP_DAC_READ_SEARCH, CAP_CHOWN or CAP_FOWNER it passes any
+//     file mode, and with the CRI socket alone — as every daemon that talks
+//     to CRI — it could run a privileged container that mounts the state
+//     dir. The seeds keep the other daemons, and anything that is not
+//     root, apart; they do not keep a compromised runtime (nor any root
+//     process on the node) out.
 //
 // # Access matrix
 //
 // Every client authenticates with its own NKey (created by the bus at first
 // start under <stateDir>/credentials, 0600 files created O_EXCL|O_NOFOLLOW,
-// fsynced, in a 0700 directory, owner checked). Anonymous connections are
-// refused.
+// fsynced, in a 0700 directory, owner checked; see "Who holds which seed").
+// Anonymous connections are refused.
 //
 //	component   writes (KV buckets / subjects)             reads (streams)
 //	sources     pods_desired, sources,                     pods_desired, sources

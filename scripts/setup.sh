@@ -7,11 +7,17 @@
 # Steps, one line of output each:
 #   1. apt-get install what is missing of: containerd runc
 #      containernetworking-plugins busybox-static bash-static iproute2 iptables
-#      etcd-server openssl util-linux procps dbus-daemon (the graceful node
-#      shutdown tests run a private D-Bus) (apt-get update only when
-#      something must be installed);
+#      etcd-server openssl util-linux procps dbus-daemon systemd
+#      systemd-container debootstrap (apt-get update only when something
+#      must be installed; dbus-daemon: the graceful node shutdown tests run a
+#      private D-Bus; systemd for systemd-analyze and systemd-sysusers,
+#      systemd-container and debootstrap for the test that boots the units
+#      under systemd);
 #   2. go build -o bin/ ./cmd/... (every nodelet binary, nodelet-pause
 #      included) and bin/setuptool (this script's helper, scripts/setuptool);
+#      then the users the daemons run as (deploy/systemd/sysusers.d/nodelet.conf
+#      installed in /etc/sysusers.d, systemd-sysusers: group nodelet and
+#      nodelet-bus, nodelet-sources, nodelet-admission);
 #   3. the node's containerd config: /etc/nodelet/containerd/config.toml
 #      (root /var/lib/nodelet/containerd, state /run/nodelet/containerd,
 #      socket /run/nodelet/containerd/containerd.sock, CNI conf dir
@@ -46,7 +52,7 @@ CNI_BIN_DIR=/usr/lib/cni
 SUBNET=${NODELET_SUBNET:-10.88.0.0/16}
 BRIDGE=nodelet0
 PACKAGES=(containerd runc containernetworking-plugins busybox-static bash-static iproute2 iptables
-  etcd-server openssl util-linux procps dbus-daemon)
+  etcd-server openssl util-linux procps dbus-daemon systemd systemd-container debootstrap)
 
 step() { echo "setup: $*"; }
 die() { echo "setup: error: $*" >&2; exit 1; }
@@ -75,6 +81,9 @@ go build -o bin/ "${build[@]}" ./scripts/setuptool
 # The daemons are one executable, nodeletd, run as nodelet-<daemon> links.
 if [[ -x bin/nodeletd ]]; then bin/nodeletd link bin; fi
 step "built ${build[*]} and setuptool into bin/"
+install -D -m 0644 deploy/systemd/sysusers.d/nodelet.conf /etc/sysusers.d/nodelet.conf
+systemd-sysusers /etc/sysusers.d/nodelet.conf
+step "users and group of /etc/sysusers.d/nodelet.conf made (systemd-sysusers)"
 
 # 3. containerd config
 bin/setuptool containerd-config --out "$CONTAINERD_CONFIG" \

@@ -51,9 +51,12 @@ type Supervisor struct {
 	o     Options
 	order []graph.Component
 	procs map[string]*proc
-	// private is a 0700 directory of this run: the readiness sockets and
-	// each child's copy of its own bus seed.
+	// private is a directory of this run only root can list: the
+	// readiness sockets and each child's copy of its own bus seed.
 	private string
+	// ids are the users the children run as (supervisor.componentUsers);
+	// a component not in it runs as the supervisor's user.
+	ids map[string]*identity
 
 	mu      sync.Mutex
 	outMu   sync.Mutex
@@ -94,6 +97,11 @@ func New(o Options) (*Supervisor, error) {
 		o.StopTimeout = 15 * time.Second
 	}
 	s := &Supervisor{o: o, order: graph.StartOrder(), procs: map[string]*proc{}}
+	ids, err := identities(s.order, o.Config.Supervisor.ComponentUsers)
+	if err != nil {
+		return nil, err
+	}
+	s.ids = ids
 	for _, c := range s.order {
 		bin := filepath.Join(o.BinDir, c.Binary())
 		if _, err := os.Stat(bin); err != nil {
@@ -183,6 +191,20 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	}
 	defer os.RemoveAll(notifyDir)
 	s.private = notifyDir
+	if len(s.ids) > 0 {
+		// Children of their own users reach their socket and seed in it,
+		// but cannot list it.
+		if err := os.Chmod(notifyDir, 0o711); err != nil {
+			return fmt.Errorf("supervisor: notify dir: %w", err)
+		}
+		var own []string
+		for _, c := range s.order {
+			if id := s.ids[c.Name]; id != nil {
+				own = append(own, c.Name+" as "+id.user)
+			}
+		}
+		s.logf("running %s (supervisor.componentUsers)", strings.Join(own, ", "))
+	}
 	s.logf("starting %s", strings.Join(names, " → "))
 	for _, c := range s.order {
 		p := s.procs[c.Name]
@@ -197,6 +219,10 @@ func (s *Supervisor) Run(ctx context.Context) error {
 			return err
 		}
 		p.notifyLn = ln
+		if err := handOver(p.notify, s.ids[c.Name]); err != nil {
+			s.stopAll()
+			return fmt.Errorf("supervisor: notify socket for %s: %w", c.Name, err)
+		}
 		go s.supervise(pctx, p)
 		select {
 		case <-p.ready:
@@ -244,6 +270,10 @@ func (s *Supervisor) supervise(ctx context.Context, p *proc) {
 		cmd.Stderr = s.o.ChildOutput
 		cmd.Env = append(os.Environ(), s.o.ExtraEnv...)
 		cmd.Env = append(cmd.Env, "NOTIFY_SOCKET="+p.notify)
+		id := s.ids[p.comp.Name]
+		if err := prepareDirs(s.o.Config.Node.StateDir, p.comp, id); err != nil {
+			s.logf("%s: its parts of the state dir not handed to %s: %v", p.comp.Name, id.user, err)
+		}
 		if p.comp.Name != bus.BusAdmin {
 			if dir, err := s.ownSeed(p.comp.Name); err != nil {
 				s.logf("%s: its own seed not handed over (it reads the bus's directory): %v", p.comp.Name, err)
@@ -254,7 +284,8 @@ func (s *Supervisor) supervise(ctx context.Context, p *proc) {
 		// Own process group: a terminal's Ctrl-C reaches only the
 		// supervisor, which stops the children in order. Pdeathsig: a
 		// supervisor killed outright does not leave daemons behind.
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+		// Credential: its own user, as under the units (nil: ours).
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM, Credential: id.credential()}
 		started := time.Now()
 		if err := cmd.Start(); err != nil {
 			s.logf("%s failed to start: %v", p.comp.Name, err)
@@ -348,7 +379,8 @@ func exitText(err error) string {
 // ownSeed copies component's bus seed, and no other, into a private
 // directory for the child, handed over as systemd hands a unit its
 // LoadCredential= ($CREDENTIALS_DIRECTORY/bus-seed), which the daemons read
-// before the bus's own directory.
+// before the bus's own directory. A child of its own user owns the copy
+// (0400, in its 0700 directory) and cannot reach the bus's directory.
 func (s *Supervisor) ownSeed(component string) (string, error) {
 	seed, err := os.ReadFile(bus.CredentialPath(s.o.Config.Node.StateDir, component))
 	if err != nil {
@@ -360,7 +392,15 @@ func (s *Supervisor) ownSeed(component string) (string, error) {
 	}
 	path := filepath.Join(dir, bus.SystemdCredential)
 	tmp := path + ".tmp"
+	_ = os.Remove(tmp)
 	if err := os.WriteFile(tmp, seed, 0o400); err != nil {
+		return "", err
+	}
+	id := s.ids[component]
+	if err := handOver(tmp, id); err != nil {
+		return "", err
+	}
+	if err := handOver(dir, id); err != nil {
 		return "", err
 	}
 	return dir, os.Rename(tmp, path)

@@ -76,10 +76,21 @@ type node struct {
 	exited   chan error
 }
 
-func startNode(t *testing.T) *node {
+func startNode(t *testing.T) *node { return startNodeWith(t, "") }
+
+// startNodeWith starts a node whose config's supervisor section has the
+// extra lines.
+func startNodeWith(t *testing.T, supervisorExtra string) *node {
 	t.Helper()
 	testenv.RequiresRoot(t)
 	dir := t.TempDir()
+	// Daemons of their own users (supervisor.componentUsers) reach the
+	// config and the state dir through the test's directories.
+	for _, d := range []string{dir, filepath.Dir(dir)} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
 	n := &node{t: t, stateDir: filepath.Join(dir, "state"), config: filepath.Join(dir, "nodelet.yaml"), out: &testenv.Buffer{}}
 	cfg := fmt.Sprintf(`node:
   name: supervisor-test
@@ -99,7 +110,7 @@ server:
 supervisor:
   restartBackoff: 1s
   restartBackoffMax: 4s
-`, n.stateDir, filepath.Join(dir, "logs"), freePort(t), ctrd.Endpoint, ctrd.CNIConfDir, freePort(t), freePort(t))
+%s`, n.stateDir, filepath.Join(dir, "logs"), freePort(t), ctrd.Endpoint, ctrd.CNIConfDir, freePort(t), freePort(t), supervisorExtra)
 	if err := os.WriteFile(n.config, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}

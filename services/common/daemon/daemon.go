@@ -204,16 +204,19 @@ func heartbeats(ctx context.Context, env *Env) {
 }
 
 // CheckPermission makes sure the daemon can do its job before it starts:
-// the state dir is writable, its bus credential readable, and for daemons
-// that talk to CRI, the runtime answers. The error says what is missing.
+// its own directory in the state dir is writable (a daemon running as its
+// own user writes nowhere else there), its bus credential readable, and
+// for daemons that talk to CRI, the runtime answers. The error says what
+// is missing and as which user.
 func CheckPermission(ctx context.Context, spec Spec, cfg *config.Config) error {
 	dir := cfg.Node.StateDir
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("state dir %s (node.stateDir) cannot be created: %w", dir, err)
+	own := ComponentDir(dir, spec.Component)
+	if err := MkdirRun(dir, spec.Component); err != nil {
+		return fmt.Errorf("state dir %s (node.stateDir): %s cannot be created as uid %d: %w", dir, own, os.Geteuid(), err)
 	}
-	f, err := os.CreateTemp(dir, ".write-check-*")
+	f, err := os.CreateTemp(own, ".write-check-*")
 	if err != nil {
-		return fmt.Errorf("state dir %s (node.stateDir) is not writable: %w", dir, err)
+		return fmt.Errorf("state dir %s (node.stateDir): %s is not writable as uid %d: %w", dir, own, os.Geteuid(), err)
 	}
 	name := f.Name()
 	_ = f.Close()

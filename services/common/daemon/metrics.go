@@ -18,18 +18,20 @@ import (
 )
 
 // MetricsSocket is where a daemon serves its Prometheus metrics: a unix
-// socket under the state dir, so no port needs configuring and only root
-// (the state dir's owner) can read it. nodelet-server federates them into
-// the node's /metrics.
+// socket in its own directory under the state dir, so no port needs
+// configuring and only the daemon's user and group nodelet can reach it.
+// nodelet-server federates them into the node's /metrics.
 func MetricsSocket(stateDir, component string) string {
-	return filepath.Join(stateDir, "run", "metrics", component+".sock")
+	return filepath.Join(ComponentDir(stateDir, component), "metrics.sock")
 }
 
-// ServeMetrics serves g on the component's metrics socket (0600, its
-// directory 0700) until ctx ends. A previous instance's socket is replaced.
+// ServeMetrics serves g on the component's metrics socket until ctx ends.
+// The socket is 0660 in the component's 0750 directory: its user and
+// group nodelet reach it, nobody else. A previous instance's socket is
+// replaced.
 func ServeMetrics(ctx context.Context, stateDir, component string, g prometheus.Gatherer) error {
 	path := MetricsSocket(stateDir, component)
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+	if err := MkdirRun(stateDir, component); err != nil {
 		return err
 	}
 	_ = os.Remove(path)
@@ -37,7 +39,7 @@ func ServeMetrics(ctx context.Context, stateDir, component string, g prometheus.
 	if err != nil {
 		return fmt.Errorf("metrics socket %s: %w", path, err)
 	}
-	_ = os.Chmod(path, 0o600)
+	_ = os.Chmod(path, 0o660)
 	srv := &http.Server{Handler: promhttp.HandlerFor(g, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		<-ctx.Done()

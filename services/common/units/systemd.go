@@ -21,7 +21,8 @@ type sandbox struct {
 	devices bool
 	// podLogs makes /var/log/pods writable (LogsDirectory=pods).
 	podLogs bool
-	// caps is the capability bounding set; nil keeps root's.
+	// caps is the capability bounding set; nil keeps root's. A daemon of
+	// its own user holds them as ambient capabilities.
 	caps []string
 	// netlink allows AF_NETLINK (listing the node's interfaces).
 	netlink bool
@@ -29,6 +30,10 @@ type sandbox struct {
 	loopbackOnly bool
 	// private: every file it creates is for nodelet alone (UMask=0077).
 	private bool
+	// stateMode is the mode of the state dir parts a daemon of its own
+	// user owns (StateDirectoryMode=); 0750 when empty: group nodelet may
+	// reach the sockets in run/<name>.
+	stateMode string
 }
 
 // sandboxes holds one entry per component of the graph; rendering fails for
@@ -36,22 +41,27 @@ type sandbox struct {
 var sandboxes = map[string]sandbox{
 	"bus": {
 		why: []string{
-			"The bus needs its store and credentials under the state dir and",
-			"loopback TCP; nothing else.",
+			"The bus needs its store and the seeds it makes under the state dir",
+			"(both 0700, its own) and loopback TCP; nothing else.",
 		},
 		caps: []string{}, loopbackOnly: true, private: true,
+		stateMode: "0700",
 	},
 	"sources": {
 		why: []string{
-			"Sources reads the static pod files (sources.staticPodPath) and fetches",
-			"the manifest URL and kube-apiserver; it writes nothing but the state dir.",
+			"Sources reads the static pod files (sources.staticPodPath), the node's",
+			"kubeconfig (node.kubeconfig) with the key it names and the client",
+			"certificate status renews in the state dir's pki, all often root's and",
+			"0600 (as kubeadm writes them): CAP_DAC_READ_SEARCH reads them, and",
+			"nothing else can it write. It fetches the manifest URL and talks to",
+			"kube-apiserver.",
 		},
-		caps: []string{}, private: true,
+		caps: []string{"CAP_DAC_READ_SEARCH"}, private: true,
 	},
 	"admission": {
 		why: []string{
 			"Admission reads the node's capacity from /proc and /sys and decides on",
-			"the buckets; it writes nothing but the state dir.",
+			"the buckets; it writes nothing but its own run directory.",
 		},
 		caps: []string{}, loopbackOnly: true, private: true,
 	},
@@ -121,6 +131,9 @@ var sandboxes = map[string]sandbox{
 	},
 }
 
+// SysusersFile declares the users and the group for systemd-sysusers.
+const SysusersFile = "sysusers.d/nodelet.conf"
+
 // unitFile builds a unit: sections of commented Key=Value lines.
 type unitFile struct {
 	b strings.Builder
@@ -156,6 +169,9 @@ func SystemdUnits(cs []graph.Component, o Options) ([]File, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := o.checkDirs(); err != nil {
+		return nil, err
+	}
 	var files []File
 	for _, c := range order {
 		sb, ok := sandboxes[c.Name]
@@ -166,7 +182,53 @@ func SystemdUnits(cs []graph.Component, o Options) ([]File, error) {
 	}
 	files = append(files, File{Name: Target, Data: []byte(target(order))})
 	files = append(files, File{Name: ContainerdDropIn, Data: []byte(containerdDropIn())})
+	files = append(files, File{Name: SysusersFile, Data: []byte(sysusers(order))})
 	return files, nil
+}
+
+// checkDirs: StateDirectory= and LogsDirectory= take paths under /var/lib
+// and /var/log only.
+func (o Options) checkDirs() error {
+	for _, d := range []struct{ key, dir, base string }{
+		{"state dir (node.stateDir)", o.StateDir, "/var/lib/"},
+		{"pod logs dir (node.podLogsDir)", o.PodLogsDir, "/var/log/"},
+	} {
+		if rel, ok := strings.CutPrefix(path.Clean(d.dir), d.base); !ok || rel == "" || path.Clean(d.dir) != d.dir {
+			return fmt.Errorf("units: %s %q must be a clean path below %s (systemd's StateDirectory= and LogsDirectory=)", d.key, d.dir, d.base)
+		}
+	}
+	return nil
+}
+
+// stateRel is the state dir relative to /var/lib, as StateDirectory= takes it.
+func (o Options) stateRel() string { return strings.TrimPrefix(o.StateDir, "/var/lib/") }
+
+// sysusers declares, for systemd-sysusers, the group nodelet and one
+// system user per component that runs as its own user.
+func sysusers(order []graph.Component) string {
+	u := &unitFile{}
+	u.comment(
+		SysusersFile+": the users nodelet's daemons run as, one each, and",
+		"their group. Install as /etc/sysusers.d/nodelet.conf, then run",
+		"systemd-sysusers (scripts/setup.sh does both); `nodelet up` as root",
+		"uses them with supervisor.componentUsers.",
+		"",
+	)
+	u.comment(strings.Split(generatedBy, "\n")...)
+	u.b.WriteString("\ng " + graph.Group + " -\n")
+	for _, c := range order {
+		if c.User() == "" {
+			continue
+		}
+		u.b.WriteString(fmt.Sprintf("u %s - %q / -\n", c.User(), c.Description))
+	}
+	u.comment("", "Root, each for the reason its unit gives:")
+	for _, c := range order {
+		if c.User() == "" {
+			u.comment("  " + c.Binary())
+		}
+	}
+	return u.b.String()
 }
 
 // ContainerdDropIn makes Debian's containerd.service run with the config
@@ -249,31 +311,64 @@ func service(c graph.Component, sb sandbox, o Options) string {
 	u.comment("The agent must outlive the pods when memory runs out, as the kubelet.")
 	u.set("OOMScoreAdjust", "-999")
 
+	credDir := path.Join(o.StateDir, "credentials")
 	if c.Name != "bus" {
 		u.comment(
-			"Its own bus credential, handed in by systemd ($CREDENTIALS_DIRECTORY);",
-			"the others' seeds are hidden from it (below) unless it must share the",
-			"host's mount namespace. A node.stateDir elsewhere needs a drop-in.",
+			"Its own bus credential, handed in by systemd ($CREDENTIALS_DIRECTORY,",
+			"readable by its user alone); the others' seeds are hidden from it",
+			"(below) unless it must share the host's mount namespace, and so are",
+			"the other units' credentials under /run/credentials.",
 		)
-		u.set("LoadCredential", "bus-seed:/var/lib/nodelet/credentials/"+c.Name+".nk")
+		u.set("LoadCredential", "bus-seed:"+path.Join(credDir, c.Name+".nk"))
+	}
+	u.comment("")
+	u.comment("Identity.")
+	if user := c.User(); user != "" {
+		u.comment(
+			"Its own user (deploy/systemd/"+SysusersFile+", made by systemd-sysusers)",
+			"and the group of nodelet's daemons of their own users. It alone owns its",
+			"parts of the state dir (group nodelet may reach its sockets), created if",
+			"missing: "+strings.Join(append(append([]string{}, c.OwnDirs...), c.RunDir()+" (its lock and sockets)."), ", "),
+		)
+		u.set("User", user)
+		u.set("Group", graph.Group)
+		var dirs []string
+		for _, d := range append(append([]string{}, c.OwnDirs...), c.RunDir()) {
+			dirs = append(dirs, path.Join(o.stateRel(), d))
+		}
+		u.set("StateDirectory", strings.Join(dirs, " "))
+		mode := sb.stateMode
+		if mode == "" {
+			mode = "0750"
+		}
+		u.set("StateDirectoryMode", mode)
+		if len(sb.caps) > 0 {
+			u.comment("The capabilities below, held by its own user.")
+			u.set("AmbientCapabilities", strings.Join(sb.caps, " "))
+		}
+	} else {
+		u.comment("Runs as root.")
+		u.comment(c.Root...)
 	}
 	u.comment("")
 	u.comment("Hardening.")
 	u.comment(sb.why...)
 	u.set("NoNewPrivileges", "yes")
 	if !sb.hostMounts {
-		u.comment("Read-only /usr, /etc and the rest; the state dir (node.stateDir) is")
-		u.comment("created if missing and stays writable. A node.stateDir elsewhere needs a")
-		u.comment("drop-in with ReadWritePaths=<dir>.")
+		u.comment("Read-only /usr, /etc and the rest, but for what it owns in the state")
+		u.comment("dir (node.stateDir).")
 		u.set("ProtectSystem", "strict")
-		u.set("StateDirectory", "nodelet")
+		if c.User() == "" {
+			u.comment("Root's: the state dir, created if missing, writable.")
+			u.set("StateDirectory", o.stateRel())
+		}
 		if c.Name != "bus" {
 			u.comment("Every component's seed lives here: it sees none of them.")
-			u.set("InaccessiblePaths", "-/var/lib/nodelet/credentials")
+			u.set("InaccessiblePaths", "-"+credDir)
 		}
 		if sb.podLogs {
-			u.comment("/var/log/pods (node.podLogsDir), created if missing, writable.")
-			u.set("LogsDirectory", "pods")
+			u.comment(o.PodLogsDir + " (node.podLogsDir), created if missing, writable.")
+			u.set("LogsDirectory", strings.TrimPrefix(o.PodLogsDir, "/var/log/"))
 		}
 		u.set("ProtectHome", "yes")
 		u.set("PrivateTmp", "yes")
@@ -290,7 +385,7 @@ func service(c graph.Component, sb sandbox, o Options) string {
 	}
 	if sb.caps != nil {
 		if len(sb.caps) == 0 {
-			u.comment("Runs as root for its files, with no capability at all.")
+			u.comment("No capability at all.")
 		}
 		u.set("CapabilityBoundingSet", strings.Join(sb.caps, " "))
 	}

@@ -271,7 +271,7 @@ func TestSandboxes(t *testing.T) {
 		loopback   bool
 	}{
 		{name: "bus", caps: []string{}, loopback: true},
-		{name: "sources", caps: []string{}},
+		{name: "sources", caps: []string{"CAP_DAC_READ_SEARCH"}},
 		{name: "admission", caps: []string{}, loopback: true},
 		{name: "runtime", hostMounts: true, netlink: true},
 		{name: "prober", caps: []string{}, netlink: true},
@@ -289,8 +289,8 @@ func TestSandboxes(t *testing.T) {
 					}
 				}
 			} else {
-				if u.one("Service", "ProtectSystem") != "strict" || u.one("Service", "StateDirectory") != "nodelet" {
-					t.Errorf("want ProtectSystem=strict with StateDirectory=nodelet, got %v", s)
+				if u.one("Service", "ProtectSystem") != "strict" {
+					t.Errorf("want ProtectSystem=strict, got %v", s)
 				}
 				if _, ok := s["PrivateDevices"]; ok == tc.devices {
 					t.Errorf("PrivateDevices set = %v, want %v", ok, !tc.devices)
@@ -471,6 +471,91 @@ func TestHardeningExposure(t *testing.T) {
 		if err != nil {
 			lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 			t.Errorf("%s: exposure above %.1f: %v\n%s", UnitName(c), float64(threshold)/10, err, lines[len(lines)-1])
+		}
+	}
+}
+
+// TestOwnUsers: every daemon that need not be root runs as its own user in
+// group nodelet and owns exactly its parts of the state dir; every root
+// daemon's unit says why; the sysusers.d file declares exactly those users.
+func TestOwnUsers(t *testing.T) {
+	files := rendered(t)
+	var users []string
+	for _, c := range graph.StartOrder() {
+		u := parse(t, c.Name, files[UnitName(c)])
+		user, _ := u["Service"]["User"]
+		if c.User() == "" {
+			if len(user) > 0 {
+				t.Errorf("%s: User=%v for a root daemon", c.Name, user)
+			}
+			if len(c.Root) == 0 || !strings.Contains(string(files[UnitName(c)]), "# Runs as root.\n# "+c.Root[0]+"\n") {
+				t.Errorf("%s runs as root without saying why", c.Name)
+			}
+			if _, ok := u["Service"]["StateDirectory"]; ok && u.one("Service", "StateDirectory") != "nodelet" {
+				t.Errorf("%s: StateDirectory=%s", c.Name, u.one("Service", "StateDirectory"))
+			}
+			continue
+		}
+		users = append(users, c.User())
+		if got := u.one("Service", "User"); got != "nodelet-"+c.Name {
+			t.Errorf("%s: User=%s", c.Name, got)
+		}
+		if got := u.one("Service", "Group"); got != "nodelet" {
+			t.Errorf("%s: Group=%s", c.Name, got)
+		}
+		want := []string{"nodelet/run/" + c.Name}
+		if c.Name == "bus" {
+			want = []string{"nodelet/bus", "nodelet/credentials", "nodelet/run/bus"}
+		}
+		if got := u.words("Service", "StateDirectory"); !slices.Equal(got, want) {
+			t.Errorf("%s: StateDirectory=%v, want %v (never the whole state dir: systemd would chown it to this user)", c.Name, got, want)
+		}
+		if got := u.words("Service", "AmbientCapabilities"); !slices.Equal(got, u.words("Service", "CapabilityBoundingSet")) {
+			t.Errorf("%s: AmbientCapabilities=%v, bounding set %v", c.Name, got, u.words("Service", "CapabilityBoundingSet"))
+		}
+	}
+	if want := []string{"nodelet-bus", "nodelet-sources", "nodelet-admission"}; !slices.Equal(users, want) {
+		t.Errorf("own users %v, want %v", users, want)
+	}
+	var declared []string
+	for _, l := range strings.Split(string(files[SysusersFile]), "\n") {
+		f := strings.Fields(l)
+		if len(f) >= 2 && f[0] == "u" {
+			declared = append(declared, f[1])
+		}
+		if len(f) >= 2 && f[0] == "g" && f[1] != "nodelet" {
+			t.Errorf("sysusers declares group %s", f[1])
+		}
+	}
+	if !slices.Equal(declared, users) {
+		t.Errorf("sysusers.d declares %v, units run as %v", declared, users)
+	}
+}
+
+// TestStateDirElsewhere: a node.stateDir other than the default renders
+// into every path the units name; one outside /var/lib is refused.
+func TestStateDirElsewhere(t *testing.T) {
+	o := Defaults()
+	o.StateDir, o.PodLogsDir = "/var/lib/node-a", "/var/log/node-a-pods"
+	files, err := SystemdUnits(graph.Components, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if strings.Contains(string(f.Data), "/var/lib/nodelet/credentials") || strings.Contains(string(f.Data), "StateDirectory=nodelet") {
+			t.Errorf("%s still names the default state dir", f.Name)
+		}
+		if f.Name == "nodelet-bus.service" && !strings.Contains(string(f.Data), "\nStateDirectory=node-a/bus node-a/credentials node-a/run/bus\n") {
+			t.Errorf("bus unit:\n%s", f.Data)
+		}
+		if f.Name == "nodelet-gc.service" && !strings.Contains(string(f.Data), "\nLogsDirectory=node-a-pods\n") {
+			t.Errorf("gc unit has no LogsDirectory=node-a-pods")
+		}
+	}
+	for _, bad := range []struct{ state, logs string }{{"/srv/nodelet", "/var/log/pods"}, {"/var/lib", "/var/log/pods"}, {"/var/lib/nodelet", "/tmp/pods"}, {"/var/lib/x/../nodelet", "/var/log/pods"}} {
+		o.StateDir, o.PodLogsDir = bad.state, bad.logs
+		if _, err := SystemdUnits(graph.Components, o); err == nil || !strings.Contains(err.Error(), "must be a clean path below") {
+			t.Errorf("state dir %s, logs %s: err = %v", bad.state, bad.logs, err)
 		}
 	}
 }

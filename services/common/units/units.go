@@ -27,6 +27,10 @@ const (
 	DefaultBinDir = "/usr/local/bin"
 	// DefaultConfigPath is the node configuration every daemon reads.
 	DefaultConfigPath = "/etc/nodelet/nodelet.yaml"
+	// DefaultStateDir is node.stateDir's default.
+	DefaultStateDir = "/var/lib/nodelet"
+	// DefaultPodLogsDir is node.podLogsDir's default.
+	DefaultPodLogsDir = "/var/log/pods"
 	// Target is the unit that groups every nodelet unit.
 	Target = "nodelet.target"
 )
@@ -38,6 +42,12 @@ type Options struct {
 	BinDir string
 	// ConfigPath is passed to every daemon as --config.
 	ConfigPath string
+	// StateDir is the node.stateDir of that configuration. It must lie
+	// under /var/lib: the units create their parts of it with
+	// StateDirectory=, owned by each daemon's user.
+	StateDir string
+	// PodLogsDir is its node.podLogsDir, under /var/log (LogsDirectory=).
+	PodLogsDir string
 	// WatchdogSec is systemd's WatchdogSec=. The daemons pet the watchdog
 	// every bus.heartbeatInterval (5s by default) or every half of it,
 	// whichever is shorter, so it must be well above the interval.
@@ -53,6 +63,8 @@ func Defaults() Options {
 	return Options{
 		BinDir:      DefaultBinDir,
 		ConfigPath:  DefaultConfigPath,
+		StateDir:    DefaultStateDir,
+		PodLogsDir:  DefaultPodLogsDir,
 		WatchdogSec: 30 * time.Second,
 		RestartSec:  2 * time.Second,
 		Image:       "nodelet.local/nodelet:dev",
