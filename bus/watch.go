@@ -38,6 +38,10 @@ type Update[T any] struct {
 	Value    *T
 	Envelope *schemas.Envelope
 	Revision uint64
+	// Created is when the bucket's stream the update comes from was made:
+	// it changes when the bus's store is wiped, and tells which store a
+	// value came from (StreamCreated says which is current).
+	Created time.Time
 }
 
 // Watch calls fn, from one goroutine and in order, with the current value of
@@ -77,7 +81,7 @@ func Watch[T any, PT interface {
 		if !created.IsZero() && !info.Equal(created) {
 			// The store was wiped: everything we saw is gone.
 			c.Log.Warn("Bucket was recreated, reloading", "bucket", bucket)
-			fn(Update[T]{Kind: Reset})
+			fn(Update[T]{Kind: Reset, Created: info})
 			lastRev, synced, resuming = 0, false, false
 		}
 		created = info
@@ -116,7 +120,7 @@ func Watch[T any, PT interface {
 					if e == nil {
 						if !synced {
 							synced = true
-							fn(Update[T]{Kind: Synced})
+							fn(Update[T]{Kind: Synced, Created: created})
 						}
 						continue
 					}
@@ -126,7 +130,7 @@ func Watch[T any, PT interface {
 					lastRev = e.Revision()
 					switch e.Operation() {
 					case jetstream.KeyValueDelete, jetstream.KeyValuePurge:
-						fn(Update[T]{Kind: Deleted, Key: e.Key(), Revision: e.Revision()})
+						fn(Update[T]{Kind: Deleted, Key: e.Key(), Revision: e.Revision(), Created: created})
 					default:
 						env, v, err := schemas.Decode[T, PT](e.Value())
 						if err != nil {
@@ -134,7 +138,7 @@ func Watch[T any, PT interface {
 								"subject", KVSubject(bucket, e.Key()), "revision", e.Revision(), "err", err)
 							continue
 						}
-						fn(Update[T]{Kind: Put, Key: e.Key(), Value: v, Envelope: env, Revision: e.Revision()})
+						fn(Update[T]{Kind: Put, Key: e.Key(), Value: v, Envelope: env, Revision: e.Revision(), Created: created})
 					}
 				}
 			}
@@ -144,6 +148,12 @@ func Watch[T any, PT interface {
 		}
 		resuming = synced
 	}
+}
+
+// StreamCreated is when bucket's stream was made: a value whose
+// Update.Created differs came from a store that has since been wiped.
+func StreamCreated(ctx context.Context, c *Conn, bucket string) (time.Time, error) {
+	return streamCreated(ctx, c, bucket)
 }
 
 func streamCreated(ctx context.Context, c *Conn, bucket string) (time.Time, error) {

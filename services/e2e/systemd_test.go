@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodelet/nodelet/bus"
@@ -270,7 +271,8 @@ server:
 	admin := cp.AdminClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if _, err := admin.CoreV1().Pods(ns).Create(ctx, apiPod(ns, "api-sleeper", ""), metav1.CreateOptions{}); err != nil {
+	created, err := admin.CoreV1().Pods(ns).Create(ctx, apiPod(ns, "api-sleeper", ""), metav1.CreateOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -278,9 +280,18 @@ server:
 		_ = admin.CoreV1().Pods(metav1.NamespaceDefault).Delete(context.Background(), "sleeper-"+nodeName,
 			metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
 	})
+	// Only this test's two pods count: API pods other tests of the package
+	// left on the node's name (in namespaces kube-apiserver cannot finish
+	// deleting without kube-controller-manager) run here too.
 	var pods map[string]*criPod
 	eventually(t, 90*time.Second, "the static and the API pod's containers running", func() bool {
-		pods = criView(t)
+		pods = map[string]*criPod{}
+		all := criView(t)
+		for _, uid := range []string{string(created.UID), staticPodUID(t, "sleeper-"+nodeName)} {
+			if p := all[uid]; p != nil && uid != "" {
+				pods[uid] = p
+			}
+		}
 		running := 0
 		for _, p := range pods {
 			if p.running == 1 {
@@ -450,4 +461,22 @@ func sameExcept(t *testing.T, before, after map[string]unitState, except string)
 			t.Errorf("%s changed while only %s should have restarted: %+v → %+v", name, except, b, a)
 		}
 	}
+}
+
+// staticPodUID is the UID CRI's sandboxes give the static pod name (in
+// the default namespace), "" while it has none.
+func staticPodUID(t *testing.T, name string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sbs, err := ctrd.RuntimeClient(t).Runtime.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sb := range sbs.Items {
+		if sb.Labels["io.kubernetes.pod.name"] == name && sb.Labels["io.kubernetes.pod.namespace"] == metav1.NamespaceDefault {
+			return sb.Labels["io.kubernetes.pod.uid"]
+		}
+	}
+	return ""
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -33,7 +34,10 @@ type store struct {
 	pods    map[string]*podRecord
 	probes  map[string]map[string]*schemas.ProbeResult // uid → "<container>.<kind>" → result
 	sources *schemas.SourcesReady
-	synced  map[string]bool
+	// sourcesCreated is the sources bucket's stream creation time of the
+	// store sources came from.
+	sourcesCreated time.Time
+	synced         map[string]bool
 	changed chan struct{}
 }
 
@@ -184,6 +188,7 @@ func (m *Manager) watchInputs(ctx context.Context) {
 				// The store was wiped: forget what the bucket said, keep
 				// the pods (a fresh load follows; nothing is killed before
 				// it is complete).
+				checked, fresh := m.sourcesFromCurrentStore(ctx)
 				s.mu.Lock()
 				for _, r := range s.pods {
 					if r.Pod != nil && !r.Gone {
@@ -191,8 +196,11 @@ func (m *Manager) watchInputs(ctx context.Context) {
 					}
 				}
 				// Readiness said before the wipe no longer vouches for
-				// the reloaded bucket.
-				s.sources = nil
+				// the reloaded bucket; readiness said after it does (the
+				// sources watch may meet the new store first).
+				if !fresh && s.sourcesCreated.Equal(checked) {
+					s.sources = nil
+				}
 				s.mu.Unlock()
 				s.setSynced(bus.BucketDesired, false)
 			}
@@ -284,7 +292,7 @@ func (m *Manager) watchInputs(ctx context.Context) {
 			case bus.Put:
 				s.mu.Lock()
 				was := s.sources != nil && s.sources.AllReady
-				s.sources = u.Value
+				s.sources, s.sourcesCreated = u.Value, u.Created
 				s.mu.Unlock()
 				if !was && u.Value.AllReady && m.workers != nil {
 					// Orphans and pods lost in a wipe may be killed now.
@@ -308,4 +316,22 @@ func (m *Manager) watchInputs(ctx context.Context) {
 		})
 	})
 	wg.Wait()
+}
+
+// sourcesFromCurrentStore says whether the sources readiness the store
+// holds came from the bus's current store (its bucket's stream was made
+// when the value's was), so that it survives the wipe of another bucket;
+// checked is the value's stream time it judged (a newer value that
+// arrives meanwhile is from the current store).
+func (m *Manager) sourcesFromCurrentStore(ctx context.Context) (checked time.Time, fresh bool) {
+	m.store.mu.Lock()
+	had, at := m.store.sources != nil, m.store.sourcesCreated
+	m.store.mu.Unlock()
+	if !had || at.IsZero() {
+		return at, false
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	now, err := bus.StreamCreated(cctx, m.bus, bus.BucketSources)
+	return at, err == nil && now.Equal(at)
 }
