@@ -38,7 +38,7 @@ type store struct {
 	// store sources came from.
 	sourcesCreated time.Time
 	synced         map[string]bool
-	changed chan struct{}
+	changed        chan struct{}
 }
 
 // watchedBuckets must all be loaded before the workers act.
