@@ -27,6 +27,7 @@ import (
 	"github.com/nodelet/nodelet/services/common/cri"
 	"github.com/nodelet/nodelet/services/common/images"
 	"github.com/nodelet/nodelet/services/common/testenv"
+	"github.com/nodelet/nodelet/services/runtime/csi/csitest"
 )
 
 // One private containerd serves every real-runtime test of the package;
@@ -47,6 +48,8 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	// A CSI test driver started by csitest.Start is this binary too.
+	csitest.MainIfDriver()
 	code := m.Run()
 	if ctrd != nil {
 		ctrd.Stop()

@@ -98,6 +98,7 @@ import (
 	"github.com/nodelet/nodelet/services/common/config"
 	"github.com/nodelet/nodelet/services/common/cri"
 	"github.com/nodelet/nodelet/services/common/daemon"
+	"github.com/nodelet/nodelet/services/runtime/csi"
 	"github.com/nodelet/nodelet/services/runtime/volumes"
 )
 
@@ -153,6 +154,11 @@ func newVolumeManager(opts Options, capacity nodeCapacity) *volumes.Manager {
 	if c, ok := opts.Objects.(interface{ Client() kubernetes.Interface }); ok {
 		vo.Client = c.Client()
 	}
+	vo.NodeName = cfg.Node.Name
+	vo.CSI = csi.NewRegistry(csi.Options{
+		Dir: csi.RegistryDir(cfg.Node.StateDir), NodeName: cfg.Node.Name, Client: vo.Client,
+		Log: opts.Log.With("subsystem", "csi"),
+	})
 	return volumes.New(vo)
 }
 
