@@ -54,6 +54,9 @@ func TestMain(m *testing.M) {
 	if ctrd != nil {
 		ctrd.Stop()
 	}
+	if ctl != nil {
+		ctl.Stop()
+	}
 	if cpStop != nil {
 		cpStop()
 	}
