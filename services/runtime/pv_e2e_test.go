@@ -12,7 +12,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/nodelet/nodelet/schemas"
 	"github.com/nodelet/nodelet/services/common/testenv"
@@ -72,36 +74,62 @@ func newPVC(name, class string) *corev1.PersistentVolumeClaim {
 	}
 }
 
-// bindClaim binds pvc to pv both ways, as the PV controller does.
+// bindClaim binds pvc to pv both ways, as the PV controller does (which
+// may run and touch them at the same time: every write retries).
 func bindClaim(t *testing.T, admin kubernetes.Interface, ns, pvcName, pvName string) {
 	t.Helper()
 	ctx := t.Context()
-	pvc, err := admin.CoreV1().PersistentVolumeClaims(ns).Get(ctx, pvcName, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
+	pvcs, pvs := admin.CoreV1().PersistentVolumeClaims(ns), admin.CoreV1().PersistentVolumes()
+	step := func(what string, f func() error) {
+		t.Helper()
+		if err := retry.RetryOnConflict(retry.DefaultRetry, f); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
 	}
-	pv, err := admin.CoreV1().PersistentVolumes().Get(ctx, pvName, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pv.Spec.ClaimRef = &corev1.ObjectReference{Kind: "PersistentVolumeClaim", APIVersion: "v1", Namespace: ns, Name: pvcName, UID: pvc.UID}
-	if pv, err = admin.CoreV1().PersistentVolumes().Update(ctx, pv, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	pv.Status.Phase = corev1.VolumeBound
-	if _, err = admin.CoreV1().PersistentVolumes().UpdateStatus(ctx, pv, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	pvc.Spec.VolumeName = pvName
-	if pvc, err = admin.CoreV1().PersistentVolumeClaims(ns).Update(ctx, pvc, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	pvc.Status.Phase = corev1.ClaimBound
-	pvc.Status.AccessModes = pv.Spec.AccessModes
-	pvc.Status.Capacity = pv.Spec.Capacity
-	if _, err = admin.CoreV1().PersistentVolumeClaims(ns).UpdateStatus(ctx, pvc, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	var uid types.UID
+	step("claimRef", func() error {
+		pvc, err := pvcs.Get(ctx, pvcName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		uid = pvc.UID
+		pv, err := pvs.Get(ctx, pvName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		pv.Spec.ClaimRef = &corev1.ObjectReference{Kind: "PersistentVolumeClaim", APIVersion: "v1", Namespace: ns, Name: pvcName, UID: uid}
+		_, err = pvs.Update(ctx, pv, metav1.UpdateOptions{})
+		return err
+	})
+	step("PV phase", func() error {
+		pv, err := pvs.Get(ctx, pvName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		pv.Status.Phase = corev1.VolumeBound
+		_, err = pvs.UpdateStatus(ctx, pv, metav1.UpdateOptions{})
+		return err
+	})
+	step("volumeName", func() error {
+		pvc, err := pvcs.Get(ctx, pvcName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		pvc.Spec.VolumeName = pvName
+		_, err = pvcs.Update(ctx, pvc, metav1.UpdateOptions{})
+		return err
+	})
+	step("PVC phase", func() error {
+		pvc, err := pvcs.Get(ctx, pvcName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		pvc.Status.Phase = corev1.ClaimBound
+		pvc.Status.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
+		pvc.Status.Capacity = corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}
+		_, err = pvcs.UpdateStatus(ctx, pvc, metav1.UpdateOptions{})
+		return err
+	})
 }
 
 func claimVolume(name, claim string, readOnly bool) corev1.Volume {

@@ -194,7 +194,8 @@ func (m *Manager) setupCSI(ctx context.Context, pod *corev1.Pod, cv csiVolume) (
 		VolumeCapability: capability, Readonly: cv.readOnly, Secrets: secrets, VolumeContext: attrs,
 	})
 	if err != nil {
-		return "", fmt.Errorf("rpc error: NodePublishVolume of %s to %s: %w", cv.handle, target, err)
+		// The kubelet's csiMountMgr.SetUpAt.
+		return "", fmt.Errorf("kubernetes.io/csi: mounter.SetupAt failed: %w", err)
 	}
 	m.log.Info("Published CSI volume", "pod", pod.Namespace+"/"+pod.Name, "podUID", pod.UID, "driver", cv.driver,
 		"volumeHandle", cv.handle, "targetPath", target)
@@ -230,7 +231,8 @@ func (m *Manager) stage(ctx context.Context, pod *corev1.Pod, node csipb.NodeCli
 		VolumeCapability: capability, Secrets: secrets, VolumeContext: cv.attributes,
 	})
 	if err != nil {
-		return fmt.Errorf("MountVolume.MountDevice failed for volume %s: rpc error: NodeStageVolume: %w", cv.handle, err)
+		// The kubelet's csiAttacher.MountDevice.
+		return fmt.Errorf("kubernetes.io/csi: attacher.MountDevice failed: %w", err)
 	}
 	m.log.Info("Staged CSI volume", "pod", pod.Namespace+"/"+pod.Name, "podUID", pod.UID, "driver", cv.driver,
 		"volumeHandle", cv.handle, "stagingTargetPath", staging)
@@ -374,7 +376,7 @@ func (m *Manager) teardownCSI(ctx context.Context, uid string) error {
 		}
 		if derr == nil {
 			if _, err := d.Node.NodeUnpublishVolume(ctx, &csipb.NodeUnpublishVolumeRequest{VolumeId: data.VolumeHandle, TargetPath: target}); err != nil {
-				return fmt.Errorf("UnmountVolume.TearDown failed for volume %q: rpc error: NodeUnpublishVolume: %w", data.SpecVolID, err)
+				return fmt.Errorf("UnmountVolume.TearDown failed for volume %q: kubernetes.io/csi: Unmounter.TearDownAt failed: %w", data.SpecVolID, err)
 			}
 		}
 		if still, err := m.isMounted(target); err != nil || still {
@@ -414,7 +416,7 @@ func (m *Manager) unstageIfUnused(ctx context.Context, driver, handle string) er
 	}
 	if derr == nil {
 		if _, err := d.Node.NodeUnstageVolume(ctx, &csipb.NodeUnstageVolumeRequest{VolumeId: handle, StagingTargetPath: staging}); err != nil {
-			return fmt.Errorf("UnmountDevice failed for volume %s: rpc error: NodeUnstageVolume: %w", handle, err)
+			return fmt.Errorf("UnmountDevice failed for volume %s: kubernetes.io/csi: attacher.UnmountDevice failed: %w", handle, err)
 		}
 	}
 	if still, err := m.isMounted(staging); err != nil || still {

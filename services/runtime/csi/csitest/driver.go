@@ -74,6 +74,9 @@ func Run(ctx context.Context, cfg Config) error {
 		path string
 		srv  *grpc.Server
 	}{{cfg.CSISocket(), csiSrv}, {cfg.RegistrationSocket(), regSrv}} {
+		if len(s.path) > 107 {
+			return fmt.Errorf("socket path %s is longer than a unix socket address allows (107)", s.path)
+		}
 		_ = os.Remove(s.path)
 		ln, err := net.Listen("unix", s.path)
 		if err != nil {
@@ -243,10 +246,8 @@ func (d *driver) NodePublishVolume(_ context.Context, req *csipb.NodePublishVolu
 	d.record(Call{Method: "NodePublishVolume", VolumeID: req.GetVolumeId(), Path: req.GetTargetPath(), Staging: req.GetStagingTargetPath(),
 		ReadOnly: req.GetReadonly(), Context: req.GetVolumeContext(), PublishContext: req.GetPublishContext()})
 	src := req.GetStagingTargetPath()
-	if d.cfg.Stage {
-		if src == "" {
-			return nil, status.Error(codes.FailedPrecondition, "staging target path missing")
-		}
+	if src != "" {
+		// Staged (inline ephemeral volumes never are).
 		if mounted, err := d.mounter.IsMountPoint(src); err != nil || !mounted {
 			return nil, status.Errorf(codes.FailedPrecondition, "volume %s is not staged at %s", req.GetVolumeId(), src)
 		}
