@@ -61,6 +61,11 @@ func (h *VolumeLimitsHandler) Admit(attrs *Attributes) Result {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	mine, err := h.Source.CSIVolumes(ctx, attrs.Pod)
+	for i := 0; apierrors.IsForbidden(err) && i < 30; i++ {
+		// The Node authorizer learns of a new pod's claims asynchronously.
+		time.Sleep(100 * time.Millisecond)
+		mine, err = h.Source.CSIVolumes(ctx, attrs.Pod)
+	}
 	if err != nil || len(mine) == 0 {
 		h.lookupFailed(attrs.Pod, err)
 		return Result{Admit: true}

@@ -2,6 +2,7 @@ package admission
 
 import (
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -62,6 +63,7 @@ func TestCSIAttachLimit(t *testing.T) {
 	}
 	// Pods exist in the API, bound to the node: the Node authorizer lets
 	// the node read their claims and volumes.
+	nodeClient := cp.NodeClient(t)
 	create := func(name string, created int, claim string) *corev1.Pod {
 		p := makePod(name, created)
 		p.Namespace, p.UID = ns, ""
@@ -76,10 +78,24 @@ func TestCSIAttachLimit(t *testing.T) {
 			t.Fatal(err)
 		}
 		got.CreationTimestamp = p.CreationTimestamp
+		if claim != "" {
+			// The Node authorizer's graph learns of the pod asynchronously.
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				_, err := nodeClient.CoreV1().PersistentVolumeClaims(ns).Get(ctx, claim, metav1.GetOptions{})
+				if err == nil {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("node cannot read claim %s: %v", claim, err)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		}
 		return got
 	}
 	h := newHarness(t)
-	h.volumes = &APIVolumes{Client: cp.NodeClient(t), NodeName: "node-a"}
+	h.volumes = &APIVolumes{Client: nodeClient, NodeName: "node-a"}
 	h.start()
 	first := create("first", 1, "v1")
 	h.put(first)
