@@ -48,13 +48,22 @@ type NodeInputs struct {
 	Now            time.Time
 }
 
+// annotationControllerManagedAttach is the kubelet's
+// ControllerManagedAttachAnnotation: the attach-detach controller of
+// kube-controller-manager attaches and detaches this node's volumes
+// (creates their VolumeAttachments); the node only waits for them.
+const annotationControllerManagedAttach = "volumes.kubernetes.io/controller-managed-attach-detach"
+
 // InitialNode is the node as first registered: name, the kubelet's default
-// labels plus node.labels, and node.taints.
+// labels plus node.labels, node.taints, and the controller-managed
+// attach-detach annotation (the kubelet's enableControllerAttachDetach,
+// always on: nodelet never attaches volumes itself).
 func InitialNode(in NodeInputs) (*corev1.Node, error) {
 	node := &corev1.Node{
 		TypeMeta: metav1.TypeMeta{Kind: "Node", APIVersion: "v1"},
 		ObjectMeta: metav1.ObjectMeta{
-			Name: in.Name,
+			Name:        in.Name,
+			Annotations: map[string]string{annotationControllerManagedAttach: "true"},
 			Labels: map[string]string{
 				corev1.LabelHostname:      in.Hostname,
 				corev1.LabelOSStable:      goruntime.GOOS,
@@ -77,9 +86,17 @@ func InitialNode(in NodeInputs) (*corev1.Node, error) {
 var defaultLabels = []string{corev1.LabelHostname, corev1.LabelOSStable, corev1.LabelArchStable, "beta.kubernetes.io/os", "beta.kubernetes.io/arch"}
 
 // reconcileExistingNode is the kubelet's updateDefaultLabels: an existing
-// Node gets the default labels back. It reports whether node changed.
+// Node gets the default labels (and the attach-detach annotation) back. It reports whether node changed.
 func reconcileExistingNode(initial, existing *corev1.Node) bool {
 	changed := false
+	// The kubelet's reconcileCMADAnnotationWithExistingNode.
+	if existing.Annotations[annotationControllerManagedAttach] != "true" {
+		if existing.Annotations == nil {
+			existing.Annotations = map[string]string{}
+		}
+		existing.Annotations[annotationControllerManagedAttach] = "true"
+		changed = true
+	}
 	if existing.Labels == nil {
 		existing.Labels = map[string]string{}
 	}

@@ -61,6 +61,11 @@ func TestInitialNode(t *testing.T) {
 	expect(t, n.Labels[corev1.LabelArchStable], goruntime.GOARCH, "arch label")
 	expect(t, n.Labels["zone"], "a", "node.labels")
 	expect(t, n.Labels[corev1.LabelHostname], "override", "node.labels win over defaults, as in the kubelet")
+	expect(t, n.Annotations["volumes.kubernetes.io/controller-managed-attach-detach"], "true", "attach-detach annotation")
+	existing := &corev1.Node{}
+	if !reconcileExistingNode(n, existing) || existing.Annotations["volumes.kubernetes.io/controller-managed-attach-detach"] != "true" {
+		t.Errorf("an existing node does not get the attach-detach annotation: %+v", existing.Annotations)
+	}
 	if len(n.Spec.Taints) != 1 || n.Spec.Taints[0].Effect != corev1.TaintEffectNoSchedule || n.Spec.Taints[0].Value != "db" {
 		t.Errorf("taints = %+v", n.Spec.Taints)
 	}
