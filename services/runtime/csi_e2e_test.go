@@ -268,3 +268,35 @@ func sharedControllers(t *testing.T) *testenv.ControlPlane {
 	}
 	return cp
 }
+
+// A pod on a CSI volume whose driver is not registered waits with
+// FailedMount naming the driver (no container, nothing half mounted);
+// once the driver registers, the pod starts.
+func TestCSIDriverNotRegisteredYet(t *testing.T) {
+	h, cp, ns := apiHarness(t, nil)
+	admin := cp.AdminClient(t)
+	ensureNode(t, cp, nil)
+	const name = "late.csi.nodelet.io"
+	createCSIDriver(t, admin, name, false)
+	csiClaim(t, admin, ns, name, "vol-l", "data")
+	pod := newPod("driver-late", withMount(busybox("app", "exec sleep 3600"), "data", "/data"))
+	pod.Spec.Volumes = []corev1.Volume{claimVolume("data", "data", false)}
+	created := createPod(t, h, cp, ns, pod)
+	want := `MountVolume.SetUp failed for volume "data" : kubernetes.io/csi: mounter.SetUpAt failed to get CSI client: driver name ` + name + ` not found in the list of registered CSI drivers`
+	h.waitObserved(created, time.Minute, "waiting for the driver", func(o *schemas.PodObserved) bool {
+		return o.Reason == "FailedMount" && o.Message == want
+	})
+	waitFor(t, 30*time.Second, "FailedMount event", func() (bool, string) {
+		for _, e := range h.events.find(created.UID, "FailedMount") {
+			if e.Message == want {
+				return true, ""
+			}
+		}
+		return false, ""
+	})
+	if len(h.containers(created.UID)) != 0 || len(testenv.MountsUnder(filepath.Join(podDir(h.cfg.Node.StateDir, string(created.UID)), "volumes", "kubernetes.io~csi"))) != 0 {
+		t.Fatal("a container or a mount exists while the driver is missing")
+	}
+	startDriver(t, name, h.cfg.Node.StateDir, true)
+	h.waitObserved(created, 2*time.Minute, "running once the driver registered", func(o *schemas.PodObserved) bool { return running(o, "app") })
+}
