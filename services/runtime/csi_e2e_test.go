@@ -15,8 +15,10 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodelet/nodelet/schemas"
+	"github.com/nodelet/nodelet/services/common/config"
 	"github.com/nodelet/nodelet/services/common/testenv"
 	"github.com/nodelet/nodelet/services/runtime/csi"
 	"github.com/nodelet/nodelet/services/runtime/csi/csitest"
@@ -299,4 +301,49 @@ func TestCSIDriverNotRegisteredYet(t *testing.T) {
 	}
 	startDriver(t, name, h.cfg.Node.StateDir, true)
 	h.waitObserved(created, 2*time.Minute, "running once the driver registered", func(o *schemas.PodObserved) bool { return running(o, "app") })
+}
+
+// nodelet-runtime stops while a pod uses a CSI volume; meanwhile the pod
+// goes entirely (its sandbox removed from CRI) and the bus store is lost
+// (a new bus): the restarted runtime finds the orphaned pod directory (the
+// kubelet's cleanupOrphanedPodDirs) and unpublishes and unstages the
+// volume.
+func TestCSIOrphanedPodDirTornDown(t *testing.T) {
+	h, cp, ns := apiHarness(t, nil)
+	admin := cp.AdminClient(t)
+	ensureNode(t, cp, nil)
+	h.setSourcesReady()
+	const name = "orph.csi.nodelet.io"
+	createCSIDriver(t, admin, name, false)
+	drv := startDriver(t, name, h.cfg.Node.StateDir, true)
+	csiClaim(t, admin, ns, name, "vol-o", "data")
+	grace := int64(1)
+	pod := newPod("orphaned", withMount(busybox("app", "exec sleep 3600"), "data", "/data"))
+	pod.Spec.TerminationGracePeriodSeconds = &grace
+	pod.Spec.Volumes = []corev1.Volume{claimVolume("data", "data", false)}
+	created := createPod(t, h, cp, ns, pod)
+	h.waitObserved(created, 2*time.Minute, "running", func(o *schemas.PodObserved) bool { return running(o, "app") })
+	h.stop()
+	for _, sb := range h.sandboxes(created.UID) {
+		if _, err := h.cri.Runtime.StopPodSandbox(h.ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: sb.Id}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := h.cri.Runtime.RemovePodSandbox(h.ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: sb.Id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A new bus: nothing of the pod is left in any bucket.
+	h2 := newHarness(t, harnessOptions{
+		configure: func(c *config.Config) { c.Node.StateDir = h.cfg.Node.StateDir },
+		options:   func(o *Options) { o.Objects = NewAPIObjectsFor(cp.NodeClient(t), "node-1") },
+	})
+	if drv.Count("NodeUnpublishVolume", "") != 0 {
+		t.Fatal("unpublished before the restart")
+	}
+	h2.setSourcesReady()
+	waitFor(t, 2*time.Minute, "orphaned volume unpublished and unstaged", func() (bool, string) {
+		ms := testenv.MountsUnder(h.cfg.Node.StateDir)
+		return drv.Count("NodeUnpublishVolume", "vol-o") == 1 && drv.Count("NodeUnstageVolume", "vol-o") == 1 && len(ms) == 0, strings.Join(ms, ",")
+	})
+	h.volumesGone(string(created.UID))
 }

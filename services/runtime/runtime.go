@@ -84,6 +84,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	goruntime "runtime"
 	"sync"
 	"time"
@@ -328,6 +329,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		return nil
 	}
 	m.log.Info("Inputs loaded, starting pod workers")
+	m.syncOrphanedPodDirs()
 	run(m.relistLoop)
 	run(m.watchContainerEvents)
 	run(m.resyncLoop)
@@ -351,6 +353,25 @@ func (m *Manager) resyncLoop(ctx context.Context) {
 			for _, uid := range m.store.uids() {
 				m.workers.Update(uid)
 			}
+			m.syncOrphanedPodDirs()
+		}
+	}
+}
+
+// syncOrphanedPodDirs is the kubelet's cleanupOrphanedPodDirs: a pod
+// directory (volumes mounted, CSI volumes published) of a pod that no
+// input knows any more — removed from CRI while nodelet-runtime was down
+// between the sandbox's removal and the volumes' teardown, or lost with a
+// wiped bus store — gets a worker, which tears its volumes down once the
+// sources are ready (syncOrphan).
+func (m *Manager) syncOrphanedPodDirs() {
+	entries, err := os.ReadDir(filepath.Join(m.cfg.Node.StateDir, "pods"))
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if e.IsDir() && m.store.get(e.Name()) == nil {
+			m.workers.Update(e.Name())
 		}
 	}
 }
