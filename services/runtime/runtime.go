@@ -57,9 +57,14 @@
 //
 // Each sync of a running pod first asks the VolumeManager (package
 // volumes: emptyDir, hostPath, configMap, secret, downwardAPI, projected
-// with service account tokens) for its volumes' host paths; a volume that
-// cannot be set up leaves the pod waiting with reason FailedMount and the
-// kubelet's "MountVolume.SetUp failed for volume ..." message. The mounts
+// with service account tokens, persistentVolumeClaim and generic ephemeral
+// volumes over local, hostPath and CSI PVs, inline CSI volumes; CSI node
+// plugins register through package csi in <stateDir>/plugins_registry)
+// for its volumes' host paths; a volume that cannot be set up leaves the
+// pod waiting with reason FailedMount and the kubelet's "MountVolume.SetUp
+// failed for volume ..." or "Unable to attach or mount volumes: ..."
+// message. Pod directories no input knows any more (the kubelet's
+// cleanupOrphanedPodDirs) get a worker, which tears their volumes down. The mounts
 // of each container (subPath, read-only, propagation) are made as the
 // kubelet's makeMounts; configMap and secret env references read through
 // the ObjectGetter, and a missing key fails the container with
