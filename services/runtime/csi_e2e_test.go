@@ -107,6 +107,10 @@ func TestCSIVolumeStagedPublishedAndReused(t *testing.T) {
 	if n, _ := admin.StorageV1().CSINodes().Get(t.Context(), "node-1", metav1.GetOptions{}); len(n.OwnerReferences) != 1 || n.OwnerReferences[0].Kind != "Node" {
 		t.Fatalf("CSINode owner %+v", n.OwnerReferences)
 	}
+	if n, err := admin.CoreV1().Nodes().Get(t.Context(), "node-1", metav1.GetOptions{}); err != nil ||
+		!strings.Contains(n.Annotations["csi.volume.kubernetes.io/nodeid"], `"`+name+`":"node-1"`) || n.Labels[csitest.TopologyKey] != "node-1" {
+		t.Fatalf("Node annotations %v labels %v (%v)", n.Annotations, n.Labels, err)
+	}
 	waitFor(t, 10*time.Second, "registration status sent", func() (bool, string) {
 		return drv.Count("NotifyRegistrationStatus", "") > 0, ""
 	})
@@ -186,6 +190,9 @@ func TestCSIVolumeStagedPublishedAndReused(t *testing.T) {
 		}
 		return true, ""
 	})
+	if n, _ := admin.CoreV1().Nodes().Get(t.Context(), "node-1", metav1.GetOptions{}); strings.Contains(n.Annotations["csi.volume.kubernetes.io/nodeid"], name) {
+		t.Fatalf("node ID annotation still names the driver: %v", n.Annotations)
+	}
 }
 
 // SIGKILL nodelet-runtime while a pod uses a CSI volume: after the

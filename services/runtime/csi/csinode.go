@@ -2,6 +2,7 @@ package csi
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"sort"
@@ -10,13 +11,15 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 )
 
 // csiNodeWriter keeps the node's CSINode object, as the kubelet's
 // nodeinfomanager: one entry per registered driver with its node ID,
-// topology keys and attach limit; owned by the Node.
+// topology keys and attach limit; owned by the Node. The Node gets the
+// driver's node ID annotation and topology labels.
 type csiNodeWriter struct {
 	client   kubernetes.Interface
 	nodeName string
@@ -38,8 +41,65 @@ func (w *csiNodeWriter) initialize(ctx context.Context, log *slog.Logger) {
 	}
 }
 
+// annotationNodeID is the kubelet's csi.volume.kubernetes.io/nodeid: a JSON
+// map of driver name to its node ID on the Node.
+const annotationNodeID = "csi.volume.kubernetes.io/nodeid"
+
+// updateNode is the kubelet's installDriverToNode / uninstall: the
+// driver's node ID in the Node's nodeid annotation and its topology
+// segments as Node labels (a label that exists with another value is an
+// error). nodeID "" removes the driver from the annotation.
+func (w *csiNodeWriter) updateNode(ctx context.Context, driver, nodeID string, topology map[string]string) error {
+	node, err := w.client.CoreV1().Nodes().Get(ctx, w.nodeName, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	ids := map[string]string{}
+	if raw := node.Annotations[annotationNodeID]; raw != "" {
+		if err := json.Unmarshal([]byte(raw), &ids); err != nil {
+			return fmt.Errorf("node annotation %s: %w", annotationNodeID, err)
+		}
+	}
+	labels := map[string]string{}
+	for k, v := range topology {
+		if old, ok := node.Labels[k]; ok && old != v {
+			return fmt.Errorf("detected topology value collision: driver reported %q:%q but existing label is %q:%q", k, v, k, old)
+		}
+		if _, ok := node.Labels[k]; !ok {
+			labels[k] = v
+		}
+	}
+	if nodeID == "" {
+		if _, ok := ids[driver]; !ok {
+			return nil
+		}
+		delete(ids, driver)
+	} else {
+		if ids[driver] == nodeID && len(labels) == 0 {
+			return nil
+		}
+		ids[driver] = nodeID
+	}
+	meta := map[string]any{"labels": labels}
+	if len(ids) == 0 {
+		meta["annotations"] = map[string]any{annotationNodeID: nil}
+	} else {
+		b, _ := json.Marshal(ids)
+		meta["annotations"] = map[string]any{annotationNodeID: string(b)}
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": meta})
+	if err != nil {
+		return err
+	}
+	_, err = w.client.CoreV1().Nodes().Patch(ctx, w.nodeName, types.MergePatchType, patch, metav1.PatchOptions{})
+	return err
+}
+
 // install puts (or replaces) the driver's entry.
 func (w *csiNodeWriter) install(ctx context.Context, d *Driver) error {
+	if err := w.updateNode(ctx, d.Name, d.NodeID, d.Topology); err != nil {
+		return fmt.Errorf("error updating Node object with CSI driver node info: %w", err)
+	}
 	keys := make([]string, 0, len(d.Topology))
 	for k := range d.Topology {
 		keys = append(keys, k)
@@ -62,8 +122,12 @@ func (w *csiNodeWriter) install(ctx context.Context, d *Driver) error {
 	})
 }
 
-// uninstall removes the driver's entry.
+// uninstall removes the driver's entry (and its node ID from the Node;
+// topology labels stay, as with the kubelet).
 func (w *csiNodeWriter) uninstall(ctx context.Context, name string) error {
+	if err := w.updateNode(ctx, name, "", nil); err != nil {
+		return err
+	}
 	return w.update(ctx, func(n *storagev1.CSINode) bool {
 		for i := range n.Spec.Drivers {
 			if n.Spec.Drivers[i].Name == name {

@@ -11,8 +11,9 @@
 // CSIPlugin and that a 1.x CSI version is offered, calls the driver's
 // NodeGetInfo and NodeGetCapabilities on the endpoint GetInfo named, writes
 // the driver's node ID, topology keys and attach limit
-// (max_volumes_per_node) into the node's CSINode object and answers
-// NotifyRegistrationStatus. A socket that goes away deregisters its driver
+// (max_volumes_per_node) into the node's CSINode object (the node ID also
+// into the Node's csi.volume.kubernetes.io/nodeid annotation, the topology
+// as Node labels) and answers NotifyRegistrationStatus. A socket that goes away deregisters its driver
 // (and removes it from CSINode). After a restart of nodelet-runtime every
 // socket still in the directory is registered again.
 package csi
