@@ -154,7 +154,7 @@ func createPV(t *testing.T, admin kubernetes.Interface, pv *corev1.PersistentVol
 
 // A local PV with node affinity for this node, bound to a claim: a pod
 // writes to it (the data lands in the PV's directory, with the pod's
-// fsGroup), a pod on a read-only claim of a hostPath PV reads but cannot
+// fsGroup; a subPath of the claim lands in its subdirectory), a pod on a read-only claim of a hostPath PV reads but cannot
 // write; once the pods are gone no mount remains and the local data stays.
 func TestLocalAndHostPathPersistentVolumes(t *testing.T) {
 	h, cp, ns := apiHarness(t, nil)
@@ -184,7 +184,9 @@ func TestLocalAndHostPathPersistentVolumes(t *testing.T) {
 
 	grace := int64(1)
 	fsGroup := int64(1234)
-	writer := newPod("local-writer", withMount(withMount(busybox("app", "echo written-by-pod > /data/file; exec sleep 3600"), "data", "/data"), "shared", "/shared"))
+	app := withMount(withMount(busybox("app", "echo written-by-pod > /data/file; echo in-subpath > /nested/x; exec sleep 3600"), "data", "/data"), "shared", "/shared")
+	app.VolumeMounts = append(app.VolumeMounts, corev1.VolumeMount{Name: "data", MountPath: "/nested", SubPath: "sub/dir"})
+	writer := newPod("local-writer", app)
 	writer.Spec.TerminationGracePeriodSeconds = &grace
 	writer.Spec.SecurityContext = &corev1.PodSecurityContext{FSGroup: &fsGroup}
 	writer.Spec.Volumes = []corev1.Volume{claimVolume("data", "data", false), claimVolume("shared", "shared", true)}
@@ -193,6 +195,10 @@ func TestLocalAndHostPathPersistentVolumes(t *testing.T) {
 	waitFor(t, 30*time.Second, "file in the local PV", func() (bool, string) {
 		b, _ := os.ReadFile(filepath.Join(localDir, "file"))
 		return string(b) == "written-by-pod\n", string(b)
+	})
+	waitFor(t, 30*time.Second, "file through the subPath", func() (bool, string) {
+		b, _ := os.ReadFile(filepath.Join(localDir, "sub", "dir", "x"))
+		return string(b) == "in-subpath\n", string(b)
 	})
 	if out, _ := h.execIn(o, "app", false, "cat", "/shared/greeting"); out != "hello from the host" {
 		t.Fatalf("hostPath PV reads %q", out)

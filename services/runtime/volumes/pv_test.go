@@ -11,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/nodelet/nodelet/services/common/testenv"
 )
 
 // Claims that cannot be used hold the pod with the kubelet's words, in a
@@ -94,5 +96,50 @@ func TestClaimResolutionErrors(t *testing.T) {
 	}
 	if _, ok := paths["unused"]; ok {
 		t.Fatal("an unused claim was set up")
+	}
+}
+
+// fsGroupChangePolicy OnRootMismatch skips a volume whose root already has
+// the group, group rw(x) and setgid (the kubelet's
+// requiresPermissionChange); Always walks it.
+func TestFSGroupChangePolicy(t *testing.T) {
+	testenv.RequiresRoot(t)
+	dir := t.TempDir()
+	file := dir + "/f"
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	group := int64(4321)
+	onMismatch := corev1.FSGroupChangeOnRootMismatch
+	pod := &corev1.Pod{Spec: corev1.PodSpec{SecurityContext: &corev1.PodSecurityContext{FSGroup: &group, FSGroupChangePolicy: &onMismatch}}}
+	if !requiresPermissionChange(dir, group, false) {
+		t.Fatal("a fresh directory needs no change")
+	}
+	if err := applyFSGroup(dir, pod, false); err != nil {
+		t.Fatal(err)
+	}
+	if requiresPermissionChange(dir, group, false) {
+		t.Fatal("still needs a change after applyFSGroup")
+	}
+	// A file changed behind the root's back stays as it is with
+	// OnRootMismatch, and is fixed with Always.
+	if err := os.Chown(file, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := applyFSGroup(dir, pod, false); err != nil {
+		t.Fatal(err)
+	}
+	fi, _ := os.Stat(file)
+	if gid, _ := fileGID(fi); gid != 0 {
+		t.Fatalf("OnRootMismatch walked the volume: gid %d", gid)
+	}
+	always := corev1.FSGroupChangeAlways
+	pod.Spec.SecurityContext.FSGroupChangePolicy = &always
+	if err := applyFSGroup(dir, pod, false); err != nil {
+		t.Fatal(err)
+	}
+	fi, _ = os.Stat(file)
+	if gid, _ := fileGID(fi); gid != group || fi.Mode().Perm()&0o060 != 0o060 {
+		t.Fatalf("Always: gid %d mode %v", gid, fi.Mode())
 	}
 }
