@@ -4,6 +4,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 )
 
 // Probe kinds and results.
@@ -65,6 +66,19 @@ type RuntimeState struct {
 }
 
 func (RuntimeState) SchemaName() string { return "nodelet.v1.RuntimeState" }
+
+// PodVolumeStats are the stats of the pods' persistent volumes, by pod UID,
+// in the kubelet's summary API form (CSI volumes through the driver's
+// NodeGetVolumeStats, local volumes by statfs, as the kubelet's volume
+// stats calculator): the runtime bucket, key "volumestats", written by
+// nodelet-runtime every minute; nodelet-status serves them in
+// /stats/summary.
+type PodVolumeStats struct {
+	Time time.Time                         `json:"time"`
+	Pods map[string][]statsapi.VolumeStats `json:"pods,omitempty"`
+}
+
+func (PodVolumeStats) SchemaName() string { return "nodelet.v1.PodVolumeStats" }
 
 // NodePressure carries the node conditions the eviction manager owns
 // (MemoryPressure, DiskPressure, PIDPressure): the pressure bucket, key
@@ -148,5 +162,6 @@ func All() []Message {
 		PodDesired{}, SourcesReady{}, AdmissionVerdict{}, PodObserved{},
 		ProbeResult{}, PodStatusRecord{}, RuntimeState{}, NodePressure{},
 		PodEviction{}, ImageRecord{}, NodeRecord{}, Event{}, Heartbeat{},
+		PodVolumeStats{},
 	}
 }

@@ -16,7 +16,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
+	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/schemas"
 	"github.com/nodelet/nodelet/services/common/config"
 	"github.com/nodelet/nodelet/services/common/testenv"
@@ -353,4 +355,54 @@ func TestCSIOrphanedPodDirTornDown(t *testing.T) {
 		return drv.Count("NodeUnpublishVolume", "vol-o") == 1 && drv.Count("NodeUnstageVolume", "vol-o") == 1 && len(ms) == 0, strings.Join(ms, ",")
 	})
 	h.volumesGone(string(created.UID))
+}
+
+// The pods' persistent volume stats are published in the runtime bucket
+// (key volumestats) for /stats/summary: a CSI volume measured by the
+// driver's NodeGetVolumeStats, a local volume by statfs, each with its
+// claim.
+func TestPersistentVolumeStats(t *testing.T) {
+	cp := sharedControlPlane(t)
+	ns := cp.Namespace(t)
+	h := newHarness(t, harnessOptions{options: func(o *Options) {
+		o.Objects = NewAPIObjectsFor(cp.NodeClient(t), "node-1")
+		o.VolumeStatsPeriod = 500 * time.Millisecond
+	}})
+	admin := cp.AdminClient(t)
+	ensureNode(t, cp, nil)
+	const name = "stats.csi.nodelet.io"
+	createCSIDriver(t, admin, name, false)
+	drv := startDriver(t, name, h.cfg.Node.StateDir, true)
+	waitCSINode(t, admin, name)
+	csiClaim(t, admin, ns, name, "vol-s", "data")
+	local := newPV("stats-local-"+ns, "csi-"+ns, corev1.PersistentVolumeSource{Local: &corev1.LocalVolumeSource{Path: t.TempDir()}})
+	local.Spec.NodeAffinity = &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+		MatchExpressions: []corev1.NodeSelectorRequirement{{Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpIn, Values: []string{"node-1"}}},
+	}}}}
+	createPV(t, admin, local)
+	createClaim(t, admin, ns, newPVC("scratch", "csi-"+ns))
+	bindClaim(t, admin, ns, "scratch", local.Name)
+	pod := newPod("measured", withMount(withMount(busybox("app", "exec sleep 3600"), "data", "/data"), "scratch", "/scratch"))
+	pod.Spec.Volumes = []corev1.Volume{claimVolume("data", "data", false), claimVolume("scratch", "scratch", false)}
+	created := createPod(t, h, cp, ns, pod)
+	h.waitObserved(created, 2*time.Minute, "running", func(o *schemas.PodObserved) bool { return running(o, "app") })
+	var got []statsapi.VolumeStats
+	waitFor(t, 30*time.Second, "volume stats published", func() (bool, string) {
+		rec, _, err := bus.Get[schemas.PodVolumeStats](h.ctx, h.status, bus.BucketRuntime, bus.KeyVolumeStats)
+		if err != nil || rec == nil {
+			return false, fmt.Sprint(err)
+		}
+		got = rec.Pods[string(created.UID)]
+		return len(got) == 2, fmt.Sprintf("%+v", rec.Pods)
+	})
+	for i, want := range []string{"data", "scratch"} {
+		v := got[i]
+		if v.Name != want || v.PVCRef == nil || v.PVCRef.Name != want || v.PVCRef.Namespace != ns ||
+			v.CapacityBytes == nil || *v.CapacityBytes == 0 || v.UsedBytes == nil || v.Inodes == nil {
+			t.Fatalf("volume stats %d: %+v", i, v)
+		}
+	}
+	if drv.Count("NodeGetVolumeStats", "vol-s") == 0 {
+		t.Fatal("the CSI volume was not measured through NodeGetVolumeStats")
+	}
 }

@@ -97,6 +97,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	internalapi "k8s.io/cri-api/pkg/apis"
+	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/bus"
@@ -205,6 +206,10 @@ type Options struct {
 	// HostIPs are status.hostIP(s) for the downward API; default
 	// node.address, else the node's first non-loopback addresses.
 	HostIPs []string
+	// VolumeStatsPeriod is how often the pods' persistent volume stats are
+	// measured and published (the kubelet's volumeStatsAggPeriod); default
+	// 1m.
+	VolumeStatsPeriod time.Duration
 }
 
 // Manager runs the node's pods.
@@ -235,6 +240,7 @@ type Manager struct {
 	// runtimeName prefixes container IDs in observed state (containerd://).
 	runtimeName string
 	relistWake  chan struct{}
+	statsPeriod time.Duration
 
 	mu   sync.Mutex
 	pods map[string]*podState
@@ -281,6 +287,10 @@ func New(opts Options) (*Manager, error) {
 		runtimeName: "containerd",
 		pods:        map[string]*podState{},
 		relistWake:  make(chan struct{}, 1),
+		statsPeriod: opts.VolumeStatsPeriod,
+	}
+	if m.statsPeriod <= 0 {
+		m.statsPeriod = time.Minute
 	}
 	if n := cfg.Runtime.MaxConcurrentSandboxCreations; n > 0 {
 		m.sandboxSlots = make(chan struct{}, n)
@@ -338,6 +348,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	run(m.relistLoop)
 	run(m.watchContainerEvents)
 	run(m.resyncLoop)
+	run(m.volumeStatsLoop)
 
 	<-ctx.Done()
 	wg.Wait()
@@ -359,6 +370,39 @@ func (m *Manager) resyncLoop(ctx context.Context) {
 				m.workers.Update(uid)
 			}
 			m.syncOrphanedPodDirs()
+		}
+	}
+}
+
+// volumeStatsLoop publishes the pods' persistent volume stats every
+// statsPeriod (runtime bucket, key volumestats), for nodelet-status's
+// /stats/summary. A node without such volumes writes one empty record.
+func (m *Manager) volumeStatsLoop(ctx context.Context) {
+	v, ok := m.volumes.(interface {
+		VolumeStats(context.Context) map[string][]statsapi.VolumeStats
+	})
+	if !ok {
+		return
+	}
+	t := m.clock.NewTicker(m.statsPeriod)
+	defer t.Stop()
+	wroteEmpty := false
+	for {
+		pods := v.VolumeStats(ctx)
+		if len(pods) > 0 || !wroteEmpty {
+			rec := &schemas.PodVolumeStats{Time: m.clock.Now().UTC(), Pods: pods}
+			if _, err := m.bus.Put(ctx, bus.BucketRuntime, bus.KeyVolumeStats, rec); err != nil {
+				if ctx.Err() == nil {
+					m.log.Warn("Cannot publish volume stats", "err", err)
+				}
+			} else {
+				wroteEmpty = len(pods) == 0
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
 		}
 	}
 }

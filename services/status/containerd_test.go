@@ -96,6 +96,20 @@ func TestContainerdStatsAndNodeInfo(t *testing.T) {
 	if pod.CPU == nil || pod.Memory == nil || pod.EphemeralStorage == nil {
 		t.Errorf("pod cpu %+v memory %+v ephemeral %+v", pod.CPU, pod.Memory, pod.EphemeralStorage)
 	}
+	// Persistent volume stats come from the runtime's record.
+	used := uint64(4096)
+	h.put(h.runtime, bus.BucketRuntime, bus.KeyVolumeStats, &schemas.PodVolumeStats{Time: time.Now(), Pods: map[string][]statsapi.VolumeStats{
+		uid: {{Name: "data", PVCRef: &statsapi.PVCReference{Name: "claim", Namespace: ns}, FsStats: statsapi.FsStats{UsedBytes: &used}}}}})
+	waitFor(t, 30*time.Second, "the pod's volume stats in /stats/summary", func() bool {
+		getJSON(t, s.Service, "/stats/summary", &sum)
+		for _, p := range sum.Pods {
+			if p.PodRef.UID == uid && len(p.VolumeStats) == 1 && p.VolumeStats[0].PVCRef != nil && p.VolumeStats[0].PVCRef.Name == "claim" &&
+				p.VolumeStats[0].UsedBytes != nil && *p.VolumeStats[0].UsedBytes == used {
+				return true
+			}
+		}
+		return false
+	})
 	// (containerd computes the image filesystem's usage in the background,
 	// so the bytes used may still read 0 this early.)
 	if rt := sum.Node.Runtime; rt == nil || rt.ImageFs == nil || rt.ImageFs.UsedBytes == nil || rt.ImageFs.CapacityBytes == nil || *rt.ImageFs.CapacityBytes == 0 {

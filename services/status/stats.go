@@ -249,6 +249,9 @@ func (p *statsProvider) podStats(ctx context.Context, node statsapi.NodeStats) (
 		}
 	}
 	now := metav1.NewTime(s.clock.Now())
+	s.st.mu.Lock()
+	volumeStats := s.st.volumeStats
+	s.st.mu.Unlock()
 	for _, sb := range latest {
 		md := sb.GetMetadata()
 		ps := statsapi.PodStats{
@@ -317,6 +320,11 @@ func (p *statsProvider) podStats(ctx context.Context, node statsapi.NodeStats) (
 			eph.CapacityBytes, eph.AvailableBytes = node.Fs.CapacityBytes, node.Fs.AvailableBytes
 		}
 		ps.EphemeralStorage = eph
+		if volumeStats != nil {
+			// Persistent volumes, measured by nodelet-runtime (CSI
+			// NodeGetVolumeStats, statfs of local volumes).
+			ps.VolumeStats = volumeStats.Pods[md.GetUid()]
+		}
 		out = append(out, ps)
 	}
 	sort.Slice(out, func(i, j int) bool {

@@ -276,6 +276,7 @@ func (d *driver) NodeUnpublishVolume(_ context.Context, req *csipb.NodeUnpublish
 }
 
 func (d *driver) NodeGetVolumeStats(_ context.Context, req *csipb.NodeGetVolumeStatsRequest) (*csipb.NodeGetVolumeStatsResponse, error) {
+	d.record(Call{Method: "NodeGetVolumeStats", VolumeID: req.GetVolumeId(), Path: req.GetVolumePath()})
 	var st unix.Statfs_t
 	if err := unix.Statfs(req.GetVolumePath(), &st); err != nil {
 		return nil, status.Error(codes.NotFound, err.Error())
