@@ -80,6 +80,18 @@ type PodVolumeStats struct {
 
 func (PodVolumeStats) SchemaName() string { return "nodelet.v1.PodVolumeStats" }
 
+// VolumesInUse are the node's attachable volumes that are mounted or about
+// to be (the kubelet's GetVolumesInUse, unique names such as
+// kubernetes.io/csi/<driver>^<handle>): the runtime bucket, key
+// "volumesinuse", written by nodelet-runtime; nodelet-status reports them
+// as the Node's status.volumesInUse, which keeps the attach-detach
+// controller from detaching them.
+type VolumesInUse struct {
+	Names []string `json:"names,omitempty"`
+}
+
+func (VolumesInUse) SchemaName() string { return "nodelet.v1.VolumesInUse" }
+
 // NodePressure carries the node conditions the eviction manager owns
 // (MemoryPressure, DiskPressure, PIDPressure): the pressure bucket, key
 // "node", written by nodelet-gc.
@@ -162,6 +174,6 @@ func All() []Message {
 		PodDesired{}, SourcesReady{}, AdmissionVerdict{}, PodObserved{},
 		ProbeResult{}, PodStatusRecord{}, RuntimeState{}, NodePressure{},
 		PodEviction{}, ImageRecord{}, NodeRecord{}, Event{}, Heartbeat{},
-		PodVolumeStats{},
+		PodVolumeStats{}, VolumesInUse{},
 	}
 }

@@ -68,6 +68,7 @@ func samples() []Message {
 				LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error"}}}}},
 		&ProbeResult{UID: "u1", Container: "c", Probe: ProbeLiveness, Result: ProbeFailure, Message: "Liveness probe failed: x", Since: now, TerminationGracePeriodSeconds: &grace},
 		&PodStatusRecord{UID: "u1", Name: "web", Namespace: "default", Static: true, Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.88.0.2"}},
+		&VolumesInUse{Names: []string{"kubernetes.io/csi/d^h"}},
 		&RuntimeState{RuntimeReady: true, NetworkReady: false, Reason: "NetworkPluginNotReady", Message: "plugin foo missing"},
 		&PodVolumeStats{Time: now, Pods: map[string][]statsapi.VolumeStats{"u1": {{Name: "data",
 			PVCRef: &statsapi.PVCReference{Name: "data", Namespace: "default"}, FsStats: statsapi.FsStats{UsedBytes: &used}}}}},

@@ -1,10 +1,12 @@
 package runtime
 
 import (
+	"context"
 	"crypto/sha256"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,7 +14,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 
+	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/schemas"
 	"github.com/nodelet/nodelet/services/common/testenv"
 )
@@ -103,7 +108,9 @@ func TestGenericEphemeralVolume(t *testing.T) {
 // volumes.kubernetes.io/controller-managed-attach-detach, so
 // kube-controller-manager's attach-detach controller creates the
 // VolumeAttachment; the pod waits (unattached volumes=[data]) until the
-// test marks it attached as an external-attacher would; then the
+// test marks it attached as an external-attacher would; the volume is
+// staged only once the Node reports it in status.volumesInUse (from the
+// runtime's volumesinuse record, as nodelet-status does); then the
 // attachment's metadata reaches NodeStageVolume and the pod runs.
 func TestCSIAttach(t *testing.T) {
 	cp := sharedControllers(t)
@@ -115,6 +122,7 @@ func TestCSIAttach(t *testing.T) {
 	drv := startDriver(t, name, h.cfg.Node.StateDir, true)
 	waitCSINode(t, admin, name)
 	pv := csiClaim(t, admin, ns, name, "vol-a", "data")
+	reportVolumesInUse(t, h, admin)
 	pod := newPod("attached", withMount(busybox("app", "exec sleep 3600"), "data", "/data"))
 	pod.Spec.Volumes = []corev1.Volume{claimVolume("data", "data", false)}
 	created := createPod(t, h, cp, ns, pod)
@@ -145,6 +153,10 @@ func TestCSIAttach(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.waitObserved(created, 2*time.Minute, "running once attached", func(o *schemas.PodObserved) bool { return running(o, "app") })
+	unique := corev1.UniqueVolumeName("kubernetes.io/csi/" + name + "^vol-a")
+	if n, err := admin.CoreV1().Nodes().Get(t.Context(), "node-1", metav1.GetOptions{}); err != nil || !slices.Contains(n.Status.VolumesInUse, unique) {
+		t.Fatalf("node volumesInUse %v (%v), want %s", n.Status.VolumesInUse, err, unique)
+	}
 	for _, c := range drv.Calls() {
 		if (c.Method == "NodeStageVolume" || c.Method == "NodePublishVolume") && c.PublishContext["devicePath"] != "/dev/test-attached" {
 			t.Fatalf("%s without the attachment's metadata: %+v", c.Method, c)
@@ -155,6 +167,39 @@ func TestCSIAttach(t *testing.T) {
 	waitFor(t, 30*time.Second, "unstaged", func() (bool, string) {
 		return drv.Count("NodeUnstageVolume", "vol-a") == 1 && len(testenv.MountsUnder(h.cfg.Node.StateDir)) == 0, ""
 	})
+	waitFor(t, 30*time.Second, "no volume in use", func() (bool, string) {
+		rec, _, err := bus.Get[schemas.VolumesInUse](h.ctx, h.status, bus.BucketRuntime, bus.KeyVolumesInUse)
+		return err == nil && rec != nil && len(rec.Names) == 0, fmt.Sprintf("%+v %v", rec, err)
+	})
+}
+
+// reportVolumesInUse does nodelet-status's part for the runtime tests: the
+// runtime's volumesinuse record becomes the Node's status.volumesInUse.
+func reportVolumesInUse(t *testing.T, h *harness, admin kubernetes.Interface) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(h.ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = bus.Watch(ctx, h.status, bus.BucketRuntime, bus.KeyVolumesInUse, func(u bus.Update[schemas.VolumesInUse]) {
+			if u.Kind != bus.Put {
+				return
+			}
+			_ = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				n, err := admin.CoreV1().Nodes().Get(ctx, "node-1", metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				n.Status.VolumesInUse = nil
+				for _, name := range u.Value.Names {
+					n.Status.VolumesInUse = append(n.Status.VolumesInUse, corev1.UniqueVolumeName(name))
+				}
+				_, err = admin.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+				return err
+			})
+		})
+	}()
+	t.Cleanup(func() { cancel(); <-done })
 }
 
 // An inline CSI volume (a driver with the Ephemeral lifecycle mode) is

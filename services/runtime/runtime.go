@@ -91,6 +91,7 @@ import (
 	"os"
 	"path/filepath"
 	goruntime "runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -349,6 +350,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	run(m.watchContainerEvents)
 	run(m.resyncLoop)
 	run(m.volumeStatsLoop)
+	run(m.volumesInUseLoop)
 
 	<-ctx.Done()
 	wg.Wait()
@@ -402,6 +404,41 @@ func (m *Manager) volumeStatsLoop(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
+		case <-t.C():
+		}
+	}
+}
+
+// volumesInUseLoop publishes the node's attachable volumes in use (runtime
+// bucket, key volumesinuse) whenever they change, for nodelet-status to
+// report as the Node's status.volumesInUse; checked again every 10s.
+func (m *Manager) volumesInUseLoop(ctx context.Context) {
+	v, ok := m.volumes.(interface {
+		VolumesInUse() []string
+		InUseChanged() <-chan struct{}
+	})
+	if !ok {
+		return
+	}
+	t := m.clock.NewTicker(10 * time.Second)
+	defer t.Stop()
+	var last []string
+	first := true
+	for {
+		names := v.VolumesInUse()
+		if first || !slices.Equal(names, last) {
+			if _, err := m.bus.Put(ctx, bus.BucketRuntime, bus.KeyVolumesInUse, &schemas.VolumesInUse{Names: names}); err != nil {
+				if ctx.Err() == nil {
+					m.log.Warn("Cannot publish the volumes in use", "err", err)
+				}
+			} else {
+				last, first = names, false
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-v.InUseChanged():
 		case <-t.C():
 		}
 	}

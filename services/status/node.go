@@ -42,10 +42,12 @@ type NodeInputs struct {
 	Runtime        *schemas.RuntimeState
 	RuntimeVersion string // e.g. containerd://1.6.20; "" = unknown
 	Pressure       *schemas.NodePressure
-	Images         []corev1.ContainerImage
-	KernelVersion  string
-	OSImage        string
-	Now            time.Time
+	// VolumesInUse is the runtime's record of mounted attachable volumes.
+	VolumesInUse  *schemas.VolumesInUse
+	Images        []corev1.ContainerImage
+	KernelVersion string
+	OSImage       string
+	Now           time.Time
 }
 
 // annotationControllerManagedAttach is the kubelet's
@@ -119,6 +121,14 @@ type nodeEvent struct{ Type, Reason, Message string }
 func SetNodeStatus(node *corev1.Node, in NodeInputs) []nodeEvent {
 	var events []nodeEvent
 	now := metav1.NewTime(in.Now)
+	// The kubelet's setVolumesInUse (nodestatus.VolumesInUse): what the
+	// runtime mounts, or is about to, stays attached.
+	node.Status.VolumesInUse = nil
+	if in.VolumesInUse != nil {
+		for _, n := range in.VolumesInUse.Names {
+			node.Status.VolumesInUse = append(node.Status.VolumesInUse, corev1.UniqueVolumeName(n))
+		}
+	}
 	record := func(typ, reason string) {
 		events = append(events, nodeEvent{typ, reason, fmt.Sprintf("Node %s status is now: %s", in.Name, reason)})
 	}

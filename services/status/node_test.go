@@ -244,3 +244,21 @@ func TestCapacityQuantities(t *testing.T) {
 		t.Errorf("cpu = %v", c.Cpu())
 	}
 }
+
+// The runtime's volumes in use become the Node's status.volumesInUse (the
+// kubelet's setVolumesInUse); none when the record is gone.
+func TestNodeVolumesInUse(t *testing.T) {
+	in := nodeInputs(func(in *NodeInputs) {
+		in.VolumesInUse = &schemas.VolumesInUse{Names: []string{"kubernetes.io/csi/d^a", "kubernetes.io/csi/d^b"}}
+	})
+	n, _ := InitialNode(in)
+	SetNodeStatus(n, in)
+	if len(n.Status.VolumesInUse) != 2 || n.Status.VolumesInUse[1] != "kubernetes.io/csi/d^b" {
+		t.Fatalf("volumesInUse %v", n.Status.VolumesInUse)
+	}
+	in.VolumesInUse = nil
+	SetNodeStatus(n, in)
+	if n.Status.VolumesInUse != nil {
+		t.Fatalf("volumesInUse %v after the record went", n.Status.VolumesInUse)
+	}
+}

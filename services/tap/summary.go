@@ -108,6 +108,11 @@ func Summarize(env *schemas.Envelope) string {
 			}
 			return fmt.Sprintf("%d volumes of %d pods measured", n, len(v.Pods))
 		}
+	case schemas.VolumesInUse{}.SchemaName():
+		var v schemas.VolumesInUse
+		if schemas.DecodeInto(mustEnv(env), &v) == nil {
+			return fmt.Sprintf("in use: %s", strings.Join(v.Names, ","))
+		}
 	case schemas.RuntimeState{}.SchemaName():
 		var v schemas.RuntimeState
 		if schemas.DecodeInto(mustEnv(env), &v) == nil {

@@ -151,9 +151,15 @@ func (m *Manager) setupCSI(ctx context.Context, pod *corev1.Pod, cv csiVolume) (
 	}
 	var publishContext map[string]string
 	attachID := ""
+	if !cv.inline {
+		m.markInUse(pod.UID, csiUniqueName(cv.driver, cv.handle))
+	}
 	if !cv.inline && (obj == nil || obj.Spec.AttachRequired == nil || *obj.Spec.AttachRequired) {
 		attachID = attachmentName(cv.handle, cv.driver, m.nodeName)
 		if publishContext, err = m.attached(ctx, attachID); err != nil {
+			return "", err
+		}
+		if err := m.reportedInUse(ctx, csiUniqueName(cv.driver, cv.handle)); err != nil {
 			return "", err
 		}
 	}
@@ -428,6 +434,7 @@ func (m *Manager) unstageIfUnused(ctx context.Context, driver, handle string) er
 	if err := os.RemoveAll(filepath.Dir(staging)); err != nil {
 		return err
 	}
+	m.signalInUse()
 	m.log.Info("Unstaged CSI volume", "driver", driver, "volumeHandle", handle, "stagingTargetPath", staging)
 	return nil
 }

@@ -53,9 +53,11 @@
 // <pod>/volumes/kubernetes.io~local-volume/<pv>) and csi.
 //
 // CSI volumes (from PVs, or inline with the driver's Ephemeral lifecycle
-// mode) follow the kubelet's CSI attacher and mounter: wait for the
-// VolumeAttachment when the CSIDriver requires attach (its metadata is the
-// publish context), NodeStageVolume once per volume on the node into
+// mode) follow the kubelet's CSI attacher and mounter: the volume is
+// counted in use (VolumesInUse, which the runtime publishes for the Node's
+// status.volumesInUse), then, when the CSIDriver requires attach, wait for
+// the VolumeAttachment (its metadata is the publish context) and for the
+// Node to report the volume in use, NodeStageVolume once per volume on the node into
 // <stateDir>/plugins/kubernetes.io/csi/<driver>/<sha256(handle)>/globalmount
 // when the driver has STAGE_UNSTAGE_VOLUME, NodePublishVolume into
 // <pod>/volumes/kubernetes.io~csi/<name>/mount, then fsGroup by the

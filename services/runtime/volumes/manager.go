@@ -75,6 +75,11 @@ type Manager struct {
 	// csiMu serialises staging, publishing and their reverse, so that a
 	// volume is never unstaged while another pod publishes it.
 	csiMu sync.Mutex
+	// pending: CSI volumes pods are about to use (unique names by pod),
+	// reported in use before they are attached or staged.
+	inUseMu   sync.Mutex
+	pending   map[types.UID]map[string]bool
+	inUseKick chan struct{}
 
 	mu    sync.Mutex
 	pods  map[types.UID]*podVolumes
@@ -119,6 +124,7 @@ func New(opts Options) *Manager {
 		refuseHP: opts.RefuseHostPathForStaticPods, allocatable: opts.NodeAllocatable,
 		clock: opts.Clock, log: opts.Log, ctx: ctx, cancel: cancel,
 		client: opts.Client, nodeName: opts.NodeName, csi: opts.CSI, mounter: mount.NewWithoutSystemd(""),
+		pending: map[types.UID]map[string]bool{}, inUseKick: make(chan struct{}, 1),
 		pods: map[types.UID]*podVolumes{}, dirty: map[types.UID]bool{}, kick: make(chan struct{}, 1),
 	}
 	getter := opts.Objects
@@ -242,6 +248,7 @@ func (m *Manager) Teardown(ctx context.Context, uid string) error {
 	if err := m.teardownCSI(ctx, uid); err != nil {
 		return fmt.Errorf("tear down volumes of pod %s: %w", uid, err)
 	}
+	m.forgetInUse(types.UID(uid))
 	dir := PodDir(m.stateDir, uid)
 	ms, err := mountsUnder(dir)
 	if err != nil {
