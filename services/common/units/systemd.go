@@ -51,9 +51,10 @@ var sandboxes = map[string]sandbox{
 	"admission": {
 		why: []string{
 			"Admission reads the node's capacity from /proc and /sys and decides on",
-			"the buckets; it writes nothing but the state dir.",
+			"the buckets, reading claims, volumes and CSINode from kube-apiserver",
+			"for CSI attach limits; it writes nothing but the state dir.",
 		},
-		caps: []string{}, loopbackOnly: true, private: true,
+		caps: []string{}, private: true,
 	},
 	"prober": {
 		why: []string{
