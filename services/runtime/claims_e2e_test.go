@@ -122,7 +122,6 @@ func TestCSIAttach(t *testing.T) {
 	drv := startDriver(t, name, h.cfg.Node.StateDir, true)
 	waitCSINode(t, admin, name)
 	pv := csiClaim(t, admin, ns, name, "vol-a", "data")
-	reportVolumesInUse(t, h, admin)
 	pod := newPod("attached", withMount(busybox("app", "exec sleep 3600"), "data", "/data"))
 	pod.Spec.Volumes = []corev1.Volume{claimVolume("data", "data", false)}
 	created := createPod(t, h, cp, ns, pod)
@@ -152,6 +151,15 @@ func TestCSIAttach(t *testing.T) {
 	if _, err := admin.StorageV1().VolumeAttachments().UpdateStatus(t.Context(), va, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// Attached, but the Node does not list the volume in use yet: not
+	// staged (the kubelet's ReportedInUse gate).
+	h.waitObserved(created, time.Minute, "waiting for volumesInUse", func(o *schemas.PodObserved) bool {
+		return strings.Contains(o.Message, "has not been added to the list of VolumesInUse in the node's volume status")
+	})
+	if drv.Count("NodeStageVolume", "") != 0 {
+		t.Fatal("staged before the Node reported the volume in use")
+	}
+	reportVolumesInUse(t, h, admin)
 	h.waitObserved(created, 2*time.Minute, "running once attached", func(o *schemas.PodObserved) bool { return running(o, "app") })
 	unique := corev1.UniqueVolumeName("kubernetes.io/csi/" + name + "^vol-a")
 	if n, err := admin.CoreV1().Nodes().Get(t.Context(), "node-1", metav1.GetOptions{}); err != nil || !slices.Contains(n.Status.VolumesInUse, unique) {
