@@ -45,7 +45,9 @@ func TestCSIOnAWholeNode(t *testing.T) {
 		Spec: storagev1.CSIDriverSpec{AttachRequired: ptr.To(false)}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = admin.StorageV1().CSIDrivers().Delete(context.Background(), driver, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = admin.StorageV1().CSIDrivers().Delete(context.Background(), driver, metav1.DeleteOptions{})
+	})
 	data, err := os.MkdirTemp("", "csi")
 	if err != nil {
 		t.Fatal(err)
@@ -79,7 +81,9 @@ func TestCSIOnAWholeNode(t *testing.T) {
 		if _, err := admin.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = admin.CoreV1().PersistentVolumes().Delete(context.Background(), pv.Name, metav1.DeleteOptions{}) })
+		t.Cleanup(func() {
+			_ = admin.CoreV1().PersistentVolumes().Delete(context.Background(), pv.Name, metav1.DeleteOptions{})
+		})
 		claim, err := admin.CoreV1().PersistentVolumeClaims(ns).Create(ctx, &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: v},
 			Spec: corev1.PersistentVolumeClaimSpec{AccessModes: pv.Spec.AccessModes, StorageClassName: &class, VolumeName: pv.Name,
 				Resources: corev1.VolumeResourceRequirements{Requests: pv.Spec.Capacity}}}, metav1.CreateOptions{})

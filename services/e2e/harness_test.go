@@ -23,8 +23,8 @@ import (
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/services/common/graph"
 	"github.com/nodelet/nodelet/services/common/testenv"
-	"github.com/nodelet/nodelet/services/runtime/csi/csitest"
 	"github.com/nodelet/nodelet/services/explain"
+	"github.com/nodelet/nodelet/services/runtime/csi/csitest"
 	"github.com/nodelet/nodelet/services/supervisor"
 )
 
