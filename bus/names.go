@@ -39,7 +39,7 @@ const (
 	BucketSources   = "nodelet_v1_sources"        // key "ready" → schemas.SourcesReady
 	BucketAdmission = "nodelet_v1_pods_admission" // key pod UID → schemas.AdmissionVerdict
 	BucketObserved  = "nodelet_v1_pods_observed"  // key pod UID → schemas.PodObserved
-	BucketRuntime   = "nodelet_v1_runtime"        // key "state" → schemas.RuntimeState
+	BucketRuntime   = "nodelet_v1_runtime"        // key "state" → schemas.RuntimeState, "volumestats" → schemas.PodVolumeStats, "volumesinuse" → schemas.VolumesInUse
 	BucketProbes    = "nodelet_v1_probes"         // key <uid>.<container>.<kind> → schemas.ProbeResult
 	BucketStatus    = "nodelet_v1_pods_status"    // key pod UID → schemas.PodStatusRecord
 	BucketNode      = "nodelet_v1_node"           // key "node" → schemas.NodeRecord
@@ -52,6 +52,8 @@ const (
 const (
 	KeySourcesReady = "ready"
 	KeyRuntimeState = "state"
+	KeyVolumeStats  = "volumestats"  // runtime bucket: schemas.PodVolumeStats
+	KeyVolumesInUse = "volumesinuse" // runtime bucket: schemas.VolumesInUse
 	KeyNode         = "node"
 	KeyPressure     = "node"
 )

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 )
 
 // Probe kinds and results.
@@ -69,6 +70,31 @@ type RuntimeState struct {
 }
 
 func (RuntimeState) SchemaName() string { return "nodelet.v1.RuntimeState" }
+
+// PodVolumeStats are the stats of the pods' persistent volumes, by pod UID,
+// in the kubelet's summary API form (CSI volumes through the driver's
+// NodeGetVolumeStats, local volumes by statfs, as the kubelet's volume
+// stats calculator): the runtime bucket, key "volumestats", written by
+// nodelet-runtime every minute; nodelet-status serves them in
+// /stats/summary.
+type PodVolumeStats struct {
+	Time time.Time                         `json:"time"`
+	Pods map[string][]statsapi.VolumeStats `json:"pods,omitempty"`
+}
+
+func (PodVolumeStats) SchemaName() string { return "nodelet.v1.PodVolumeStats" }
+
+// VolumesInUse are the node's attachable volumes that are mounted or about
+// to be (the kubelet's GetVolumesInUse, unique names such as
+// kubernetes.io/csi/<driver>^<handle>): the runtime bucket, key
+// "volumesinuse", written by nodelet-runtime; nodelet-status reports them
+// as the Node's status.volumesInUse, which keeps the attach-detach
+// controller from detaching them.
+type VolumesInUse struct {
+	Names []string `json:"names,omitempty"`
+}
+
+func (VolumesInUse) SchemaName() string { return "nodelet.v1.VolumesInUse" }
 
 // NodePressure carries the node conditions the eviction manager owns
 // (MemoryPressure, DiskPressure, PIDPressure): the pressure bucket, key
@@ -156,5 +182,6 @@ func All() []Message {
 		PodDesired{}, SourcesReady{}, AdmissionVerdict{}, PodObserved{},
 		ProbeResult{}, PodStatusRecord{}, RuntimeState{}, NodePressure{},
 		PodEviction{}, ImageRecord{}, NodeRecord{}, Event{}, Heartbeat{},
+		PodVolumeStats{}, VolumesInUse{},
 	}
 }

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 )
 
 func TestJSONSchemaFilesUpToDate(t *testing.T) {
@@ -55,6 +56,7 @@ func samplePod() *corev1.Pod {
 func samples() []Message {
 	now := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
 	grace := int64(5)
+	used := uint64(4096)
 	return []Message{
 		&PodDesired{Pod: samplePod(), Source: SourceFile, FirstSeen: now},
 		&SourcesReady{Configured: []string{"file", "api"}, Ready: []string{"file"}},
@@ -66,7 +68,10 @@ func samples() []Message {
 				LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error"}}}}},
 		&ProbeResult{UID: "u1", Container: "c", Probe: ProbeLiveness, Result: ProbeFailure, Message: "Liveness probe failed: x", Since: now, TerminationGracePeriodSeconds: &grace},
 		&PodStatusRecord{UID: "u1", Name: "web", Namespace: "default", Static: true, Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.88.0.2"}},
+		&VolumesInUse{Names: []string{"kubernetes.io/csi/d^h"}},
 		&RuntimeState{RuntimeReady: true, NetworkReady: false, Reason: "NetworkPluginNotReady", Message: "plugin foo missing"},
+		&PodVolumeStats{Time: now, Pods: map[string][]statsapi.VolumeStats{"u1": {{Name: "data",
+			PVCRef: &statsapi.PVCReference{Name: "data", Namespace: "default"}, FsStats: statsapi.FsStats{UsedBytes: &used}}}}},
 		&NodePressure{Conditions: []corev1.NodeCondition{{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse}}},
 		&PodEviction{UID: "u1", Reason: "Evicted", Message: "The node was low on resource: memory.", Time: now},
 		&ImageRecord{ID: "sha256:abc", RepoTags: []string{"a:b"}, FirstSeen: now, LastUsed: now},

@@ -36,6 +36,13 @@
 //     had taints that the pod didn't tolerate"). Only the first failure is
 //     reported, resources first, as the kubelet does.
 //   - declared node features (PodFeatureUnsupported).
+//   - CSI attach limits (with sources.kubeconfig): a pod whose CSI volumes
+//     (inline, or the CSI PVs behind its bound claims) would take a driver
+//     past the allocatable count in the node's CSINode (max_volumes_per_node
+//     from the driver's NodeGetInfo), counting the unique volumes of the
+//     pods holding resources, is refused with reason
+//     VolumeAttachmentLimitExceeded (the kubelet's; the scheduler's
+//     NodeVolumeLimits filter does the same count).
 //
 // Like the kubelet, admission checks only NoExecute taints, not NoSchedule:
 // NoSchedule keeps the scheduler away, and a pod bound to this node (or a
@@ -100,6 +107,10 @@ type Options struct {
 	Capacity Capacity
 	// Clock stamps verdicts and events; nil is the real clock.
 	Clock clock.PassiveClock
+	// Volumes reads CSI attach limits and pods' CSI volumes; nil reads
+	// them from the API server when sources.kubeconfig is set (else no
+	// attach limit is checked).
+	Volumes VolumeSource
 }
 
 // Run serves until ctx is done.
@@ -137,6 +148,13 @@ func (o Options) Run(ctx context.Context, env *daemon.Env) error {
 		return fmt.Errorf("admission.allowedUnsafeSysctls: %w", err)
 	}
 	c := newController(env.Log, env.Bus, env.SetHealth, clk, node, sysctls, cfg.Admission.Disabled)
+	vols := o.Volumes
+	if vols == nil && cfg.NodeKubeconfig() != "" {
+		vols = NewAPIVolumes(ctx, cfg, env.Log)
+	}
+	if vols != nil {
+		c.admitter.handlers = append(c.admitter.handlers, &VolumeLimitsHandler{Source: vols, Log: env.Log})
+	}
 	return c.run(ctx)
 }
 

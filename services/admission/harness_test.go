@@ -38,6 +38,8 @@ type harness struct {
 
 	cancel context.CancelFunc
 	done   chan error
+	// volumes, when set, is the daemon's VolumeSource.
+	volumes VolumeSource
 }
 
 func newHarness(t *testing.T, mutate ...func(*config.Config)) *harness {
@@ -80,7 +82,7 @@ func (h *harness) start() {
 	env := &daemon.Env{Config: h.cfg, Log: bustest.Logger(), Bus: conn, Component: bus.Admission, Started: time.Now()}
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel, h.done = cancel, make(chan error, 1)
-	go func() { h.done <- Options{Capacity: twoCPU}.Run(ctx, env) }()
+	go func() { h.done <- Options{Capacity: twoCPU, Volumes: h.volumes}.Run(ctx, env) }()
 }
 
 // stop cancels the daemon and waits for Run to return.

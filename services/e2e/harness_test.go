@@ -24,6 +24,7 @@ import (
 	"github.com/nodelet/nodelet/services/common/graph"
 	"github.com/nodelet/nodelet/services/common/testenv"
 	"github.com/nodelet/nodelet/services/explain"
+	"github.com/nodelet/nodelet/services/runtime/csi/csitest"
 	"github.com/nodelet/nodelet/services/supervisor"
 )
 
@@ -35,7 +36,11 @@ var (
 	cp     *testenv.ControlPlane
 )
 
-func TestMain(m *testing.M) { os.Exit(run(m)) }
+func TestMain(m *testing.M) {
+	// A CSI test driver started by csitest.Start is this binary too.
+	csitest.MainIfDriver()
+	os.Exit(run(m))
+}
 
 func run(m *testing.M) int {
 	dir, err := os.MkdirTemp("", "nodelet-e2e-bin-")

@@ -26,6 +26,7 @@ import (
 	"github.com/nodelet/nodelet/services/common/cri"
 	"github.com/nodelet/nodelet/services/common/images"
 	"github.com/nodelet/nodelet/services/common/testenv"
+	"github.com/nodelet/nodelet/services/runtime/csi/csitest"
 )
 
 // One private containerd serves every real-runtime test of the package;
@@ -46,9 +47,14 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	// A CSI test driver started by csitest.Start is this binary too.
+	csitest.MainIfDriver()
 	code := m.Run()
 	if ctrd != nil {
 		ctrd.Stop()
+	}
+	if ctl != nil {
+		ctl.Stop()
 	}
 	if cpStop != nil {
 		cpStop()

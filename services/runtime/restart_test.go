@@ -30,6 +30,13 @@ type daemonProcess struct {
 
 func (h *harness) startProcess(t *testing.T, n int) *daemonProcess {
 	t.Helper()
+	return h.startProcessWith(t, n)
+}
+
+// startProcessWith starts nodelet-runtime with extra environment
+// variables (NAME=value).
+func (h *harness) startProcessWith(t *testing.T, n int, env ...string) *daemonProcess {
+	t.Helper()
 	logPath := filepath.Join(t.TempDir(), fmt.Sprintf("runtime-%d.log", n))
 	f, err := os.Create(logPath)
 	if err != nil {
@@ -52,6 +59,7 @@ func (h *harness) startProcess(t *testing.T, n int) *daemonProcess {
 		"NODELET_RUNTIME_CGROUPROOT="+cfg.Runtime.CgroupRoot,
 		"NODELET_RUNTIME_RELISTPERIOD=500ms",
 	)
+	cmd.Env = append(cmd.Env, env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

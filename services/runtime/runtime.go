@@ -72,9 +72,14 @@
 //
 // Each sync of a running pod first asks the VolumeManager (package
 // volumes: emptyDir, hostPath, configMap, secret, downwardAPI, projected
-// with service account tokens) for its volumes' host paths; a volume that
-// cannot be set up leaves the pod waiting with reason FailedMount and the
-// kubelet's "MountVolume.SetUp failed for volume ..." message. The mounts
+// with service account tokens, persistentVolumeClaim and generic ephemeral
+// volumes over local, hostPath and CSI PVs, inline CSI volumes; CSI node
+// plugins register through package csi in <stateDir>/plugins_registry)
+// for its volumes' host paths; a volume that cannot be set up leaves the
+// pod waiting with reason FailedMount and the kubelet's "MountVolume.SetUp
+// failed for volume ..." or "Unable to attach or mount volumes: ..."
+// message. Pod directories no input knows any more (the kubelet's
+// cleanupOrphanedPodDirs) get a worker, which tears their volumes down. The mounts
 // of each container (subPath, read-only, propagation) are made as the
 // kubelet's makeMounts; configMap and secret env references read through
 // the ObjectGetter, and a missing key fails the container with
@@ -99,13 +104,16 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	goruntime "runtime"
+	"slices"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	internalapi "k8s.io/cri-api/pkg/apis"
+	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/bus"
@@ -113,6 +121,7 @@ import (
 	"github.com/nodelet/nodelet/services/common/config"
 	"github.com/nodelet/nodelet/services/common/cri"
 	"github.com/nodelet/nodelet/services/common/daemon"
+	"github.com/nodelet/nodelet/services/runtime/csi"
 	"github.com/nodelet/nodelet/services/runtime/volumes"
 )
 
@@ -171,6 +180,11 @@ func newVolumeManager(opts Options, capacity nodeCapacity) *volumes.Manager {
 	if c, ok := opts.Objects.(interface{ Client() kubernetes.Interface }); ok {
 		vo.Client = c.Client()
 	}
+	vo.NodeName = cfg.Node.Name
+	vo.CSI = csi.NewRegistry(csi.Options{
+		Dir: csi.RegistryDir(cfg.Node.StateDir), NodeName: cfg.Node.Name, Client: vo.Client,
+		Log: opts.Log.With("subsystem", "csi"),
+	})
 	return volumes.New(vo)
 }
 
@@ -211,6 +225,10 @@ type Options struct {
 	// HostIPs are status.hostIP(s) for the downward API; default
 	// node.address, else the node's first non-loopback addresses.
 	HostIPs []string
+	// VolumeStatsPeriod is how often the pods' persistent volume stats are
+	// measured and published (the kubelet's volumeStatsAggPeriod); default
+	// 1m.
+	VolumeStatsPeriod time.Duration
 }
 
 // Manager runs the node's pods.
@@ -246,7 +264,8 @@ type Manager struct {
 	runtimeVersion string
 	relistWake     chan struct{}
 	// exits carries container IDs whose exit an event announced.
-	exits chan string
+	exits       chan string
+	statsPeriod time.Duration
 
 	mu   sync.Mutex
 	pods map[string]*podState
@@ -294,6 +313,10 @@ func New(opts Options) (*Manager, error) {
 		pods:        map[string]*podState{},
 		relistWake:  make(chan struct{}, 1),
 		exits:       make(chan string, 64),
+		statsPeriod: opts.VolumeStatsPeriod,
+	}
+	if m.statsPeriod <= 0 {
+		m.statsPeriod = time.Minute
 	}
 	if c, ok := opts.Objects.(interface{ Client() kubernetes.Interface }); ok {
 		m.cluster = newClusterObjects(c.Client())
@@ -355,9 +378,12 @@ func (m *Manager) Run(ctx context.Context) error {
 		return nil
 	}
 	m.log.Info("Inputs loaded, starting pod workers")
+	m.syncOrphanedPodDirs()
 	run(m.relistLoop)
 	run(m.watchContainerEvents)
 	run(m.resyncLoop)
+	run(m.volumeStatsLoop)
+	run(m.volumesInUseLoop)
 
 	<-ctx.Done()
 	wg.Wait()
@@ -378,6 +404,93 @@ func (m *Manager) resyncLoop(ctx context.Context) {
 			for _, uid := range m.store.uids() {
 				m.workers.Update(uid)
 			}
+			m.syncOrphanedPodDirs()
+		}
+	}
+}
+
+// volumeStatsLoop publishes the pods' persistent volume stats every
+// statsPeriod (runtime bucket, key volumestats), for nodelet-status's
+// /stats/summary. A node without such volumes writes one empty record.
+func (m *Manager) volumeStatsLoop(ctx context.Context) {
+	v, ok := m.volumes.(interface {
+		VolumeStats(context.Context) map[string][]statsapi.VolumeStats
+	})
+	if !ok {
+		return
+	}
+	t := m.clock.NewTicker(m.statsPeriod)
+	defer t.Stop()
+	wroteEmpty := false
+	for {
+		pods := v.VolumeStats(ctx)
+		if len(pods) > 0 || !wroteEmpty {
+			rec := &schemas.PodVolumeStats{Time: m.clock.Now().UTC(), Pods: pods}
+			if _, err := m.bus.Put(ctx, bus.BucketRuntime, bus.KeyVolumeStats, rec); err != nil {
+				if ctx.Err() == nil {
+					m.log.Warn("Cannot publish volume stats", "err", err)
+				}
+			} else {
+				wroteEmpty = len(pods) == 0
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		}
+	}
+}
+
+// volumesInUseLoop publishes the node's attachable volumes in use (runtime
+// bucket, key volumesinuse) whenever they change, for nodelet-status to
+// report as the Node's status.volumesInUse; checked again every 10s.
+func (m *Manager) volumesInUseLoop(ctx context.Context) {
+	v, ok := m.volumes.(interface {
+		VolumesInUse() []string
+		InUseChanged() <-chan struct{}
+	})
+	if !ok {
+		return
+	}
+	t := m.clock.NewTicker(10 * time.Second)
+	defer t.Stop()
+	var last []string
+	first := true
+	for {
+		names := v.VolumesInUse()
+		if first || !slices.Equal(names, last) {
+			if _, err := m.bus.Put(ctx, bus.BucketRuntime, bus.KeyVolumesInUse, &schemas.VolumesInUse{Names: names}); err != nil {
+				if ctx.Err() == nil {
+					m.log.Warn("Cannot publish the volumes in use", "err", err)
+				}
+			} else {
+				last, first = names, false
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-v.InUseChanged():
+		case <-t.C():
+		}
+	}
+}
+
+// syncOrphanedPodDirs is the kubelet's cleanupOrphanedPodDirs: a pod
+// directory (volumes mounted, CSI volumes published) of a pod that no
+// input knows any more — removed from CRI while nodelet-runtime was down
+// between the sandbox's removal and the volumes' teardown, or lost with a
+// wiped bus store — gets a worker, which tears its volumes down once the
+// sources are ready (syncOrphan).
+func (m *Manager) syncOrphanedPodDirs() {
+	entries, err := os.ReadDir(filepath.Join(m.cfg.Node.StateDir, "pods"))
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if e.IsDir() && m.store.get(e.Name()) == nil {
+			m.workers.Update(e.Name())
 		}
 	}
 }

@@ -207,9 +207,11 @@ func (m *Manager) syncRunning(ctx context.Context, pod *corev1.Pod, pr *podRunti
 	volumes, err := m.volumes.Setup(ctx, pod)
 	if err != nil {
 		// The error names each volume as the kubelet's FailedMount does:
-		// MountVolume.SetUp failed for volume "x" : <why>.
+		// MountVolume.SetUp failed for volume "x" : <why>, or, for a claim
+		// that is not bound or a volume not attached yet, "Unable to
+		// attach or mount volumes: unmounted volumes=[...], ...".
 		msg := err.Error()
-		if !strings.HasPrefix(msg, "MountVolume.") {
+		if !strings.HasPrefix(msg, "MountVolume.") && !strings.HasPrefix(msg, "Unable to attach or mount volumes") {
 			msg = "MountVolume.SetUp failed: " + msg
 		}
 		st.mu.Lock()

@@ -30,7 +30,17 @@ type nodeView struct {
 	mu      sync.Mutex
 	status  map[string]*corev1.PodStatus // pod UID → status
 	runtime *schemas.RuntimeState
+	// volumes are the persistent volumes' stats nodelet-runtime measured
+	// (CSI NodeGetVolumeStats, statfs of local volumes).
+	volumes *schemas.PodVolumeStats
 	beats   map[string]heartbeat
+}
+
+// volumeStats is the runtime's last volume stats record, nil without one.
+func (v *nodeView) volumeStats() *schemas.PodVolumeStats {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.volumes
 }
 
 type heartbeat struct {
@@ -46,7 +56,23 @@ func newNodeView() *nodeView {
 // ends; the bus's watches and subscriptions survive its restarts.
 func (s *Service) watchNode(ctx context.Context, wg *sync.WaitGroup) {
 	v := s.view
-	wg.Add(2)
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		err := bus.Watch[schemas.PodVolumeStats](ctx, s.bus, bus.BucketRuntime, bus.KeyVolumeStats, func(u bus.Update[schemas.PodVolumeStats]) {
+			v.mu.Lock()
+			defer v.mu.Unlock()
+			switch u.Kind {
+			case bus.Put:
+				v.volumes = u.Value
+			case bus.Deleted, bus.Reset:
+				v.volumes = nil
+			}
+		})
+		if err != nil && ctx.Err() == nil {
+			s.log.Error("Cannot watch the volume stats", "err", err)
+		}
+	}()
 	go func() {
 		defer wg.Done()
 		err := bus.Watch[schemas.PodStatusRecord](ctx, s.bus, bus.BucketStatus, ">", func(u bus.Update[schemas.PodStatusRecord]) {

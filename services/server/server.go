@@ -179,7 +179,7 @@ func New(o Options) (*Service, error) {
 	}
 	s.inflight, s.streams = make(chan struct{}, s.limits.MaxInflight), make(chan struct{}, s.limits.MaxStreams)
 	s.stats = &statsProvider{nodeName: s.nodeName, stateDir: o.Config.Node.StateDir, podLogsDir: o.Config.Node.PodLogsDir,
-		hostIPs: ips, cri: o.CRI, machine: s.machine, clock: o.Clock}
+		hostIPs: ips, cri: o.CRI, machine: s.machine, clock: o.Clock, volumes: s.view.volumeStats}
 	localCA, err := ensureLocalClient(o.Config.Node.StateDir)
 	if err != nil {
 		return nil, fmt.Errorf("node-local client certificate: %w", err)

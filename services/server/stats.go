@@ -19,6 +19,7 @@ import (
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	"k8s.io/utils/clock"
 
+	"github.com/nodelet/nodelet/schemas"
 	"github.com/nodelet/nodelet/services/common/cri"
 	"github.com/nodelet/nodelet/services/common/hostinfo"
 )
@@ -41,6 +42,8 @@ type statsProvider struct {
 	cri        *cri.Clients
 	machine    *hostinfo.Machine
 	clock      clock.PassiveClock
+	// volumes returns the persistent volumes' stats (nil: none).
+	volumes func() *schemas.PodVolumeStats
 
 	mu sync.Mutex
 	// cpu remembers the last cumulative CPU reading per container (and ""
@@ -263,6 +266,10 @@ func (p *statsProvider) podStats(ctx context.Context, node statsapi.NodeStats) (
 		}
 	}
 	now := metav1.NewTime(p.clock.Now())
+	var volumeStats *schemas.PodVolumeStats
+	if p.volumes != nil {
+		volumeStats = p.volumes()
+	}
 	for _, sb := range latest {
 		md := sb.GetMetadata()
 		ps := statsapi.PodStats{
@@ -331,6 +338,11 @@ func (p *statsProvider) podStats(ctx context.Context, node statsapi.NodeStats) (
 			eph.CapacityBytes, eph.AvailableBytes = node.Fs.CapacityBytes, node.Fs.AvailableBytes
 		}
 		ps.EphemeralStorage = eph
+		if volumeStats != nil {
+			// Persistent volumes, measured by nodelet-runtime (CSI
+			// NodeGetVolumeStats, statfs of local volumes).
+			ps.VolumeStats = volumeStats.Pods[md.GetUid()]
+		}
 		out = append(out, ps)
 	}
 	sort.Slice(out, func(i, j int) bool {

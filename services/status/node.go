@@ -43,19 +43,30 @@ type NodeInputs struct {
 	Runtime        *schemas.RuntimeState
 	RuntimeVersion string // e.g. containerd://1.6.20; "" = unknown
 	Pressure       *schemas.NodePressure
-	Images         []corev1.ContainerImage
-	KernelVersion  string
-	OSImage        string
-	Now            time.Time
+	// VolumesInUse is the runtime's record of mounted attachable volumes.
+	VolumesInUse  *schemas.VolumesInUse
+	Images        []corev1.ContainerImage
+	KernelVersion string
+	OSImage       string
+	Now           time.Time
 }
 
+// annotationControllerManagedAttach is the kubelet's
+// ControllerManagedAttachAnnotation: the attach-detach controller of
+// kube-controller-manager attaches and detaches this node's volumes
+// (creates their VolumeAttachments); the node only waits for them.
+const annotationControllerManagedAttach = "volumes.kubernetes.io/controller-managed-attach-detach"
+
 // InitialNode is the node as first registered: name, the kubelet's default
-// labels plus node.labels, and node.taints.
+// labels plus node.labels, node.taints, and the controller-managed
+// attach-detach annotation (the kubelet's enableControllerAttachDetach,
+// always on: nodelet never attaches volumes itself).
 func InitialNode(in NodeInputs) (*corev1.Node, error) {
 	node := &corev1.Node{
 		TypeMeta: metav1.TypeMeta{Kind: "Node", APIVersion: "v1"},
 		ObjectMeta: metav1.ObjectMeta{
-			Name: in.Name,
+			Name:        in.Name,
+			Annotations: map[string]string{annotationControllerManagedAttach: "true"},
 			Labels: map[string]string{
 				corev1.LabelHostname:      in.Hostname,
 				corev1.LabelOSStable:      goruntime.GOOS,
@@ -78,9 +89,17 @@ func InitialNode(in NodeInputs) (*corev1.Node, error) {
 var defaultLabels = []string{corev1.LabelHostname, corev1.LabelOSStable, corev1.LabelArchStable, "beta.kubernetes.io/os", "beta.kubernetes.io/arch"}
 
 // reconcileExistingNode is the kubelet's updateDefaultLabels: an existing
-// Node gets the default labels back. It reports whether node changed.
+// Node gets the default labels (and the attach-detach annotation) back. It reports whether node changed.
 func reconcileExistingNode(initial, existing *corev1.Node) bool {
 	changed := false
+	// The kubelet's reconcileCMADAnnotationWithExistingNode.
+	if existing.Annotations[annotationControllerManagedAttach] != "true" {
+		if existing.Annotations == nil {
+			existing.Annotations = map[string]string{}
+		}
+		existing.Annotations[annotationControllerManagedAttach] = "true"
+		changed = true
+	}
 	if existing.Labels == nil {
 		existing.Labels = map[string]string{}
 	}
@@ -103,6 +122,14 @@ type nodeEvent struct{ Type, Reason, Message string }
 func SetNodeStatus(node *corev1.Node, in NodeInputs) []nodeEvent {
 	var events []nodeEvent
 	now := metav1.NewTime(in.Now)
+	// The kubelet's setVolumesInUse (nodestatus.VolumesInUse): what the
+	// runtime mounts, or is about to, stays attached.
+	node.Status.VolumesInUse = nil
+	if in.VolumesInUse != nil {
+		for _, n := range in.VolumesInUse.Names {
+			node.Status.VolumesInUse = append(node.Status.VolumesInUse, corev1.UniqueVolumeName(n))
+		}
+	}
 	record := func(typ, reason string) {
 		events = append(events, nodeEvent{typ, reason, fmt.Sprintf("Node %s status is now: %s", in.Name, reason)})
 	}

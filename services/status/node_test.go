@@ -62,6 +62,11 @@ func TestInitialNode(t *testing.T) {
 	expect(t, n.Labels[corev1.LabelArchStable], goruntime.GOARCH, "arch label")
 	expect(t, n.Labels["zone"], "a", "node.labels")
 	expect(t, n.Labels[corev1.LabelHostname], "override", "node.labels win over defaults, as in the kubelet")
+	expect(t, n.Annotations["volumes.kubernetes.io/controller-managed-attach-detach"], "true", "attach-detach annotation")
+	existing := &corev1.Node{}
+	if !reconcileExistingNode(n, existing) || existing.Annotations["volumes.kubernetes.io/controller-managed-attach-detach"] != "true" {
+		t.Errorf("an existing node does not get the attach-detach annotation: %+v", existing.Annotations)
+	}
 	if len(n.Spec.Taints) != 1 || n.Spec.Taints[0].Effect != corev1.TaintEffectNoSchedule || n.Spec.Taints[0].Value != "db" {
 		t.Errorf("taints = %+v", n.Spec.Taints)
 	}
@@ -249,5 +254,23 @@ func TestCapacityQuantities(t *testing.T) {
 	want := resource.MustParse("2")
 	if c.Cpu().Cmp(want) != 0 {
 		t.Errorf("cpu = %v", c.Cpu())
+	}
+}
+
+// The runtime's volumes in use become the Node's status.volumesInUse (the
+// kubelet's setVolumesInUse); none when the record is gone.
+func TestNodeVolumesInUse(t *testing.T) {
+	in := nodeInputs(func(in *NodeInputs) {
+		in.VolumesInUse = &schemas.VolumesInUse{Names: []string{"kubernetes.io/csi/d^a", "kubernetes.io/csi/d^b"}}
+	})
+	n, _ := InitialNode(in)
+	SetNodeStatus(n, in)
+	if len(n.Status.VolumesInUse) != 2 || n.Status.VolumesInUse[1] != "kubernetes.io/csi/d^b" {
+		t.Fatalf("volumesInUse %v", n.Status.VolumesInUse)
+	}
+	in.VolumesInUse = nil
+	SetNodeStatus(n, in)
+	if n.Status.VolumesInUse != nil {
+		t.Fatalf("volumesInUse %v after the record went", n.Status.VolumesInUse)
 	}
 }

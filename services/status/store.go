@@ -22,6 +22,12 @@ type store struct {
 	evictions map[string]*schemas.PodEviction
 	runtime   *schemas.RuntimeState
 	pressure  *schemas.NodePressure
+	// volumeStats are the runtime's persistent volume stats (for
+	// /stats/summary).
+	volumeStats *schemas.PodVolumeStats
+	// volumesInUse are the runtime's mounted attachable volumes (the
+	// Node's status.volumesInUse).
+	volumesInUse *schemas.VolumesInUse
 	// records are the statuses last written to the status bucket.
 	records map[string]*schemas.PodStatusRecord
 	// names remembers namespace/name of every pod seen in the desired
@@ -197,6 +203,31 @@ func (s *store) watchAll(ctx context.Context, c *bus.Conn, onErr func(bucket str
 				s.runtime = u.Value
 			case bus.Deleted, bus.Reset:
 				s.runtime = nil
+			}
+			s.wakeNode()
+		})
+	})
+	run(bus.BucketRuntime, func(ctx context.Context) error {
+		return bus.Watch(ctx, c, bus.BucketRuntime, bus.KeyVolumeStats, func(u bus.Update[schemas.PodVolumeStats]) {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			switch u.Kind {
+			case bus.Put:
+				s.volumeStats = u.Value
+			case bus.Deleted, bus.Reset:
+				s.volumeStats = nil
+			}
+		})
+	})
+	run(bus.BucketRuntime, func(ctx context.Context) error {
+		return bus.Watch(ctx, c, bus.BucketRuntime, bus.KeyVolumesInUse, func(u bus.Update[schemas.VolumesInUse]) {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			switch u.Kind {
+			case bus.Put:
+				s.volumesInUse = u.Value
+			case bus.Deleted, bus.Reset:
+				s.volumesInUse = nil
 			}
 			s.wakeNode()
 		})

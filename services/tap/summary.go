@@ -99,6 +99,20 @@ func Summarize(env *schemas.Envelope) string {
 		if schemas.DecodeInto(mustEnv(env), &v) == nil {
 			return fmt.Sprintf("ready=%s of %s all=%v", strings.Join(v.Ready, ","), strings.Join(v.Configured, ","), v.AllReady)
 		}
+	case schemas.PodVolumeStats{}.SchemaName():
+		var v schemas.PodVolumeStats
+		if schemas.DecodeInto(mustEnv(env), &v) == nil {
+			n := 0
+			for _, vols := range v.Pods {
+				n += len(vols)
+			}
+			return fmt.Sprintf("%d volumes of %d pods measured", n, len(v.Pods))
+		}
+	case schemas.VolumesInUse{}.SchemaName():
+		var v schemas.VolumesInUse
+		if schemas.DecodeInto(mustEnv(env), &v) == nil {
+			return fmt.Sprintf("in use: %s", strings.Join(v.Names, ","))
+		}
 	case schemas.RuntimeState{}.SchemaName():
 		var v schemas.RuntimeState
 		if schemas.DecodeInto(mustEnv(env), &v) == nil {

@@ -61,9 +61,12 @@ var sandboxes = map[string]sandbox{
 	"admission": {
 		why: []string{
 			"Admission reads the node's capacity from /proc and /sys and decides on",
-			"the buckets; it writes nothing but its own run directory.",
+			"the buckets, reading claims, volumes and CSINode from kube-apiserver",
+			"for CSI attach limits with the node's kubeconfig and client",
+			"certificate (root's and 0600, as for sources: CAP_DAC_READ_SEARCH);",
+			"it writes nothing but its own run directory.",
 		},
-		caps: []string{}, loopbackOnly: true, private: true,
+		caps: []string{"CAP_DAC_READ_SEARCH"}, private: true,
 	},
 	"prober": {
 		why: []string{

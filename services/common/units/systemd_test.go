@@ -272,7 +272,7 @@ func TestSandboxes(t *testing.T) {
 	}{
 		{name: "bus", caps: []string{}, loopback: true},
 		{name: "sources", caps: []string{"CAP_DAC_READ_SEARCH"}},
-		{name: "admission", caps: []string{}, loopback: true},
+		{name: "admission", caps: []string{"CAP_DAC_READ_SEARCH"}}, // reads kube-apiserver for CSI attach limits
 		{name: "runtime", hostMounts: true, netlink: true},
 		{name: "prober", caps: []string{}, netlink: true},
 		{name: "status", caps: []string{}, devices: true, netlink: true},

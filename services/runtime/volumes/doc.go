@@ -38,7 +38,37 @@
 // ".." nor a symlink (even one swapped in later) can reach outside the
 // volume.
 //
-// Teardown, called once the pod's containers and sandbox are gone,
-// unmounts every tmpfs and bind mount under the pod's directory, checks
-// /proc/self/mountinfo that none is left, and removes the directory.
+// # Claims and CSI (pv.go, csi.go)
+//
+// persistentVolumeClaim and generic ephemeral volumes are resolved as the
+// kubelet's desired-state-of-world populator does (createVolumeSpec): the
+// claim bound and not being deleted (a generic ephemeral volume's claim
+// owned by the pod), the PV bound back to it, volumeMode Filesystem for
+// volumeMounts (Block is refused). A volume that cannot be resolved, or
+// waits for its VolumeAttachment, makes Setup return a MountWaitError,
+// worded as the kubelet's WaitForAttachAndMount error. Volumes no container
+// uses are skipped, and a claim once set up is not resolved again for the
+// pod. PV types: hostPath, local (node affinity checked against the Node's
+// labels, then bind-mounted into
+// <pod>/volumes/kubernetes.io~local-volume/<pv>) and csi.
+//
+// CSI volumes (from PVs, or inline with the driver's Ephemeral lifecycle
+// mode) follow the kubelet's CSI attacher and mounter: the volume is
+// counted in use (VolumesInUse, which the runtime publishes for the Node's
+// status.volumesInUse), then, when the CSIDriver requires attach, wait for
+// the VolumeAttachment (its metadata is the publish context) and for the
+// Node to report the volume in use, NodeStageVolume once per volume on the node into
+// <stateDir>/plugins/kubernetes.io/csi/<driver>/<sha256(handle)>/globalmount
+// when the driver has STAGE_UNSTAGE_VOLUME, NodePublishVolume into
+// <pod>/volumes/kubernetes.io~csi/<name>/mount, then fsGroup by the
+// driver's fsGroupPolicy. vol_data.json (the kubelet's keys) beside the
+// target and the staging path is what teardown reads, so it needs no
+// memory of the setup: a volume already published is left alone after a
+// restart. The drivers are those registered in package csi.
+//
+// Teardown, called once the pod's containers and sandbox are gone, first
+// unpublishes the pod's CSI volumes through their drivers (and unstages
+// those no other pod directory holds), then unmounts every tmpfs and bind
+// mount under the pod's directory, checks /proc/self/mountinfo that none
+// is left, and removes the directory.
 package volumes

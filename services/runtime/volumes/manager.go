@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -15,7 +16,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/mount-utils"
 	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/services/runtime/csi"
 )
 
 // Options build a Manager.
@@ -39,6 +43,12 @@ type Options struct {
 	// NodeAllocatable is what resource limits default to in the downward
 	// API and sizes memory-backed volumes (cpu, memory, ephemeral-storage).
 	NodeAllocatable corev1.ResourceList
+	// NodeName is the node's name: local volumes' node affinity and the
+	// VolumeAttachments of CSI volumes name it.
+	NodeName string
+	// CSI holds the registered CSI drivers; nil: CSI volumes fail. Run
+	// runs it.
+	CSI *csi.Registry
 	// Clock defaults to the real clock.
 	Clock clock.WithTicker
 	Log   *slog.Logger
@@ -58,6 +68,18 @@ type Manager struct {
 	tokens      *tokenManager
 	ctx         context.Context
 	cancel      context.CancelFunc
+	client      kubernetes.Interface
+	nodeName    string
+	csi         *csi.Registry
+	mounter     mount.Interface
+	// csiMu serialises staging, publishing and their reverse, so that a
+	// volume is never unstaged while another pod publishes it.
+	csiMu sync.Mutex
+	// pending: CSI volumes pods are about to use (unique names by pod),
+	// reported in use before they are attached or staged.
+	inUseMu   sync.Mutex
+	pending   map[types.UID]map[string]bool
+	inUseKick chan struct{}
 
 	mu    sync.Mutex
 	pods  map[types.UID]*podVolumes
@@ -74,6 +96,9 @@ type podVolumes struct {
 	refs []objectKey
 	// ready: volumes set up at least once, which a refresh rewrites.
 	ready map[string]bool
+	// persistent: host paths of the PVC and CSI volumes set up, which
+	// later syncs reuse (the kubelet processes a pod's volumes once).
+	persistent map[string]string
 	// lastErr per volume, so a failing refresh is logged once.
 	lastErr map[string]string
 	gone    bool
@@ -98,6 +123,8 @@ func New(opts Options) *Manager {
 		stateDir: opts.StateDir, strategy: opts.Strategy, syncFreq: opts.SyncFrequency,
 		refuseHP: opts.RefuseHostPathForStaticPods, allocatable: opts.NodeAllocatable,
 		clock: opts.Clock, log: opts.Log, ctx: ctx, cancel: cancel,
+		client: opts.Client, nodeName: opts.NodeName, csi: opts.CSI, mounter: mount.NewWithoutSystemd(""),
+		pending: map[types.UID]map[string]bool{}, inUseKick: make(chan struct{}, 1),
 		pods: map[types.UID]*podVolumes{}, dirty: map[types.UID]bool{}, kick: make(chan struct{}, 1),
 	}
 	getter := opts.Objects
@@ -136,32 +163,92 @@ func (m *Manager) Setup(ctx context.Context, pod *corev1.Pod) (map[string]string
 	defer p.mu.Unlock()
 	p.pod = pod
 	paths := map[string]string{}
-	var errs []error
+	var errs, processErrs []error
+	var notProcessed, unattached []string
+	mounts, devices := podVolumeUse(pod)
 	for i := range pod.Spec.Volumes {
 		v := &pod.Spec.Volumes[i]
+		persistent := isPersistent(v)
+		if persistent {
+			if !mounts[v.Name] && !devices[v.Name] {
+				// The kubelet's populator: "Skipping unused volume".
+				continue
+			}
+			if path, ok := p.persistent[v.Name]; ok {
+				paths[v.Name] = path
+				continue
+			}
+		}
 		path, err := m.setupVolume(ctx, pod, v)
-		if err != nil {
+		var pe *processError
+		var ae *attachError
+		switch {
+		case errors.As(err, &pe):
+			notProcessed = append(notProcessed, v.Name)
+			processErrs = append(processErrs, err)
+			continue
+		case errors.As(err, &ae):
+			unattached = append(unattached, v.Name)
+			processErrs = append(processErrs, err)
+			continue
+		case err != nil:
 			errs = append(errs, fmt.Errorf("MountVolume.SetUp failed for volume %q : %w", v.Name, err))
 			continue
 		}
 		paths[v.Name] = path
+		if persistent {
+			p.persistent[v.Name] = path
+		}
 		if refreshable(v) {
 			p.ready[v.Name] = true
 		}
 		delete(p.lastErr, v.Name)
 	}
+	if len(processErrs) > 0 {
+		// The kubelet's WaitForAttachAndMount: volumes it could not
+		// process or that wait for attachment hold the pod.
+		var unmounted []string
+		for name := range mounts {
+			if _, ok := paths[name]; !ok {
+				unmounted = append(unmounted, name)
+			}
+		}
+		slices.Sort(unmounted)
+		slices.Sort(notProcessed)
+		slices.Sort(unattached)
+		return paths, &MountWaitError{Unmounted: unmounted, Unattached: orEmpty(unattached),
+			NotProcessed: orEmpty(notProcessed), Err: joinErrs(processErrs)}
+	}
 	return paths, errors.Join(errs...)
+}
+
+func orEmpty(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// isPersistent: a volume backed by a PV or a CSI driver.
+func isPersistent(v *corev1.Volume) bool {
+	return v.PersistentVolumeClaim != nil || v.Ephemeral != nil || v.CSI != nil
 }
 
 // Teardown unmounts everything under the pod's directory (tmpfs volumes,
 // subPath bind mounts), checks that nothing is mounted there any more and
 // removes the directory. The pod's containers must be gone.
-func (m *Manager) Teardown(_ context.Context, uid string) error {
+func (m *Manager) Teardown(ctx context.Context, uid string) error {
 	if p := m.untrack(types.UID(uid)); p != nil {
 		// Wait for a refresh under way.
 		p.mu.Lock()
 		defer p.mu.Unlock()
 	}
+	// CSI volumes go through their drivers first; the sweep below only
+	// unmounts what nodelet mounted itself.
+	if err := m.teardownCSI(ctx, uid); err != nil {
+		return fmt.Errorf("tear down volumes of pod %s: %w", uid, err)
+	}
+	m.forgetInUse(types.UID(uid))
 	dir := PodDir(m.stateDir, uid)
 	ms, err := mountsUnder(dir)
 	if err != nil {
@@ -190,6 +277,11 @@ func (m *Manager) Teardown(_ context.Context, uid string) error {
 // It stops the watches when ctx ends.
 func (m *Manager) Run(ctx context.Context) {
 	defer m.cancel()
+	if m.csi != nil {
+		done := make(chan struct{})
+		go func() { defer close(done); m.csi.Run(ctx) }()
+		defer func() { <-done }()
+	}
 	for {
 		wait := m.syncFreq
 		if m.tokens != nil {
@@ -220,7 +312,7 @@ func (m *Manager) track(pod *corev1.Pod) *podVolumes {
 	defer m.mu.Unlock()
 	p := m.pods[pod.UID]
 	if p == nil {
-		p = &podVolumes{refs: referencedObjects(pod), ready: map[string]bool{}, lastErr: map[string]string{}}
+		p = &podVolumes{refs: referencedObjects(pod), ready: map[string]bool{}, lastErr: map[string]string{}, persistent: map[string]string{}}
 		m.pods[pod.UID] = p
 		if m.objects != nil {
 			for _, k := range p.refs {
@@ -373,4 +465,14 @@ func refreshable(v *corev1.Volume) bool {
 
 // ReadOnly: the volume is always mounted read-only into containers, as
 // the kubelet mounts configMap, secret, downwardAPI and projected volumes.
-func ReadOnly(v *corev1.Volume) bool { return refreshable(v) }
+// A claim or inline CSI volume the pod marks readOnly is mounted read-only
+// too.
+func ReadOnly(v *corev1.Volume) bool {
+	switch {
+	case v.PersistentVolumeClaim != nil:
+		return v.PersistentVolumeClaim.ReadOnly
+	case v.CSI != nil:
+		return v.CSI.ReadOnly != nil && *v.CSI.ReadOnly
+	}
+	return refreshable(v)
+}

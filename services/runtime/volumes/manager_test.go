@@ -210,14 +210,14 @@ func TestStandaloneVolumes(t *testing.T) {
 		vol("token", corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
 			{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token", ExpirationSeconds: &exp}},
 		}}}),
-		vol("pvc", corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "c"}}),
+		vol("nfs", corev1.VolumeSource{NFS: &corev1.NFSVolumeSource{Server: "nfs.example", Path: "/"}}),
 	)
 	_, err = m.Setup(ctx, bad)
 	for _, want := range []string{
 		`MountVolume.SetUp failed for volume "cfg" : configmap "app-config": no API server to read it from`,
 		`MountVolume.SetUp failed for volume "creds" : secret "db": no API server`,
 		`MountVolume.SetUp failed for volume "token" : token of service account ns/default: no API server`,
-		`MountVolume.SetUp failed for volume "pvc" : the persistentVolumeClaim volume type is not supported`,
+		`MountVolume.SetUp failed for volume "nfs" : the nfs volume type is not supported`,
 	} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("err = %v\nwant %q", err, want)

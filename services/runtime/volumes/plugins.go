@@ -55,8 +55,12 @@ func (m *Manager) setupVolume(ctx context.Context, pod *corev1.Pod, v *corev1.Vo
 		return m.project(pod, v, pluginProjected, true, func() (map[string]FileProjection, error) {
 			return m.projectedPayload(ctx, pod, v.Projected)
 		})
+	case v.PersistentVolumeClaim != nil, v.Ephemeral != nil:
+		return m.setupClaim(ctx, pod, v)
+	case v.CSI != nil:
+		return m.setupCSI(ctx, pod, csiVolumeInline(pod, v))
 	}
-	return "", fmt.Errorf("the %s volume type is not supported by nodelet (emptyDir, hostPath, configMap, secret, downwardAPI and projected are)", volumeType(v))
+	return "", fmt.Errorf("the %s volume type is not supported by nodelet (emptyDir, hostPath, configMap, secret, downwardAPI, projected, persistentVolumeClaim, ephemeral and csi are)", volumeType(v))
 }
 
 // setupEmptyDir: a world-writable directory on the node's disk, or a

@@ -1,0 +1,459 @@
+package volumes
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodelet/nodelet/services/runtime/csi"
+)
+
+const (
+	pluginCSI = "kubernetes.io~csi"
+	// volDataFile is the kubelet's vol_data.json: what a CSI volume's
+	// teardown needs, kept beside its target (and staging) path so that it
+	// survives a restart.
+	volDataFile = "vol_data.json"
+)
+
+// csiVolume is a CSI volume to set up: from a PV or inline in the pod.
+type csiVolume struct {
+	// specName names the volume's directory: the PV's name, or the pod
+	// volume's for an inline volume.
+	specName     string
+	driver       string
+	handle       string
+	readOnly     bool
+	fsType       string
+	attributes   map[string]string
+	mountOptions []string
+	// accessModes are the PV's (nil inline: ReadWriteOnce).
+	accessModes   []corev1.PersistentVolumeAccessMode
+	stageSecret   *corev1.SecretReference
+	publishSecret *corev1.SecretReference
+	inline        bool
+}
+
+func csiVolumeFromPV(pv *corev1.PersistentVolume, claimReadOnly bool) csiVolume {
+	s := pv.Spec.CSI
+	return csiVolume{
+		specName: pv.Name, driver: s.Driver, handle: s.VolumeHandle,
+		readOnly: claimReadOnly || s.ReadOnly, fsType: s.FSType, attributes: s.VolumeAttributes,
+		mountOptions: pv.Spec.MountOptions, accessModes: pv.Spec.AccessModes,
+		stageSecret: s.NodeStageSecretRef, publishSecret: s.NodePublishSecretRef,
+	}
+}
+
+func csiVolumeInline(pod *corev1.Pod, v *corev1.Volume) csiVolume {
+	s := v.CSI
+	cv := csiVolume{
+		specName: v.Name, driver: s.Driver, handle: makeVolumeHandle(string(pod.UID), v.Name),
+		readOnly: s.ReadOnly != nil && *s.ReadOnly, attributes: s.VolumeAttributes, inline: true,
+	}
+	if s.FSType != nil {
+		cv.fsType = *s.FSType
+	}
+	if s.NodePublishSecretRef != nil {
+		cv.publishSecret = &corev1.SecretReference{Name: s.NodePublishSecretRef.Name, Namespace: pod.Namespace}
+	}
+	return cv
+}
+
+// volData is vol_data.json, with the kubelet's keys.
+type volData struct {
+	SpecVolID           string `json:"specVolID,omitempty"`
+	VolumeHandle        string `json:"volumeHandle"`
+	DriverName          string `json:"driverName"`
+	NodeName            string `json:"nodeName,omitempty"`
+	AttachmentID        string `json:"attachmentID,omitempty"`
+	VolumeLifecycleMode string `json:"volumeLifecycleMode,omitempty"`
+}
+
+func saveVolData(dir string, d volData) error {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return err
+	}
+	b, err := json.Marshal(d)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, volDataFile), b, 0o640)
+}
+
+func loadVolData(dir string) (volData, error) {
+	var d volData
+	b, err := os.ReadFile(filepath.Join(dir, volDataFile))
+	if err != nil {
+		return d, err
+	}
+	return d, json.Unmarshal(b, &d)
+}
+
+// makeVolumeHandle is the kubelet's handle of an inline CSI volume.
+func makeVolumeHandle(podUID, specName string) string {
+	return fmt.Sprintf("csi-%x", sha256.Sum256([]byte(podUID+specName)))
+}
+
+// attachmentName is the kubelet's getAttachmentName: the VolumeAttachment
+// of a volume on a node.
+func attachmentName(handle, driver, node string) string {
+	return fmt.Sprintf("csi-%x", sha256.Sum256([]byte(handle+driver+node)))
+}
+
+// stagingPath is the kubelet's makeDeviceMountPath: the volume's global
+// mount, <stateDir>/plugins/kubernetes.io/csi/<driver>/<sha256(handle)>/globalmount.
+func stagingPath(stateDir, driver, handle string) string {
+	return filepath.Join(stateDir, "plugins", "kubernetes.io", "csi", driver,
+		fmt.Sprintf("%x", sha256.Sum256([]byte(handle))), "globalmount")
+}
+
+// setupCSI is the kubelet's CSI attacher (WaitForAttach, MountDevice →
+// NodeStageVolume once per volume on the node) and mounter (SetUpAt →
+// NodePublishVolume into the pod's volume directory, then fsGroup). A
+// volume already published (after a restart too) is left alone.
+func (m *Manager) setupCSI(ctx context.Context, pod *corev1.Pod, cv csiVolume) (string, error) {
+	dir := VolumeDir(m.stateDir, string(pod.UID), pluginCSI, cv.specName)
+	target := filepath.Join(dir, "mount")
+	if mounted, err := m.isMounted(target); err != nil {
+		return "", err
+	} else if mounted {
+		// The kubelet's SetUpAt: "volume already mounted, skipping".
+		return target, nil
+	}
+	if m.csi == nil {
+		return "", errors.New("kubernetes.io/csi: CSI volumes need nodelet-runtime's plugin registry")
+	}
+	drv, err := m.csi.Driver(cv.driver)
+	if err != nil {
+		return "", fmt.Errorf("kubernetes.io/csi: mounter.SetUpAt failed to get CSI client: %w", err)
+	}
+	obj, err := m.csiDriverObject(ctx, cv.driver)
+	if err != nil {
+		return "", err
+	}
+	mode := storagev1.VolumeLifecyclePersistent
+	if cv.inline {
+		mode = storagev1.VolumeLifecycleEphemeral
+	}
+	if modes := lifecycleModes(obj); !slices.Contains(modes, mode) {
+		return "", fmt.Errorf("kubernetes.io/csi: mounter.SetupAt failed to check volume lifecycle mode: volume mode %q not supported by driver %s (only supports %q)", mode, cv.driver, modes)
+	}
+	var publishContext map[string]string
+	attachID := ""
+	if !cv.inline {
+		m.markInUse(pod.UID, csiUniqueName(cv.driver, cv.handle))
+	}
+	if !cv.inline && (obj == nil || obj.Spec.AttachRequired == nil || *obj.Spec.AttachRequired) {
+		attachID = attachmentName(cv.handle, cv.driver, m.nodeName)
+		if publishContext, err = m.attached(ctx, attachID); err != nil {
+			return "", err
+		}
+		if err := m.reportedInUse(ctx, csiUniqueName(cv.driver, cv.handle)); err != nil {
+			return "", err
+		}
+	}
+	m.csiMu.Lock()
+	defer m.csiMu.Unlock()
+	capability := cv.capability()
+	staging := ""
+	if drv.StageUnstage && !cv.inline {
+		staging = stagingPath(m.stateDir, cv.driver, cv.handle)
+		if err := m.stage(ctx, pod, drv.Node, cv, staging, capability, publishContext); err != nil {
+			return "", err
+		}
+	}
+	// The kubelet saves vol_data.json before NodePublishVolume so that a
+	// volume of uncertain state can be torn down.
+	if err := saveVolData(dir, volData{SpecVolID: cv.specName, VolumeHandle: cv.handle, DriverName: cv.driver,
+		NodeName: m.nodeName, AttachmentID: attachID, VolumeLifecycleMode: string(mode)}); err != nil {
+		return "", err
+	}
+	secrets, err := m.csiSecrets(ctx, cv.publishSecret)
+	if err != nil {
+		return "", err
+	}
+	attrs := map[string]string{}
+	for k, v := range cv.attributes {
+		attrs[k] = v
+	}
+	if obj != nil && obj.Spec.PodInfoOnMount != nil && *obj.Spec.PodInfoOnMount {
+		// The kubelet's getPodInfoAttrs.
+		attrs["csi.storage.k8s.io/pod.name"] = pod.Name
+		attrs["csi.storage.k8s.io/pod.namespace"] = pod.Namespace
+		attrs["csi.storage.k8s.io/pod.uid"] = string(pod.UID)
+		attrs["csi.storage.k8s.io/serviceAccount.name"] = pod.Spec.ServiceAccountName
+		attrs["csi.storage.k8s.io/ephemeral"] = strconv.FormatBool(cv.inline)
+	}
+	_, err = drv.Node.NodePublishVolume(ctx, &csipb.NodePublishVolumeRequest{
+		VolumeId: cv.handle, PublishContext: publishContext, StagingTargetPath: staging, TargetPath: target,
+		VolumeCapability: capability, Readonly: cv.readOnly, Secrets: secrets, VolumeContext: attrs,
+	})
+	if err != nil {
+		// The kubelet's csiMountMgr.SetUpAt.
+		return "", fmt.Errorf("kubernetes.io/csi: mounter.SetupAt failed: %w", err)
+	}
+	m.log.Info("Published CSI volume", "pod", pod.Namespace+"/"+pod.Name, "podUID", pod.UID, "driver", cv.driver,
+		"volumeHandle", cv.handle, "targetPath", target)
+	if m.csiFSGroup(obj, cv) {
+		if err := applyFSGroup(target, pod, cv.readOnly); err != nil {
+			return "", fmt.Errorf("applyFSGroup failed for vol %s: %w", cv.handle, err)
+		}
+	}
+	return target, nil
+}
+
+// stage is the kubelet's MountDevice: vol_data.json beside the global
+// mount, then NodeStageVolume unless the volume is staged already.
+func (m *Manager) stage(ctx context.Context, pod *corev1.Pod, node csipb.NodeClient, cv csiVolume, staging string,
+	capability *csipb.VolumeCapability, publishContext map[string]string) error {
+	if mounted, err := m.isMounted(staging); err != nil {
+		return err
+	} else if mounted {
+		return nil
+	}
+	if err := saveVolData(filepath.Dir(staging), volData{VolumeHandle: cv.handle, DriverName: cv.driver}); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(staging, 0o750); err != nil {
+		return err
+	}
+	secrets, err := m.csiSecrets(ctx, cv.stageSecret)
+	if err != nil {
+		return err
+	}
+	_, err = node.NodeStageVolume(ctx, &csipb.NodeStageVolumeRequest{
+		VolumeId: cv.handle, PublishContext: publishContext, StagingTargetPath: staging,
+		VolumeCapability: capability, Secrets: secrets, VolumeContext: cv.attributes,
+	})
+	if err != nil {
+		// The kubelet's csiAttacher.MountDevice.
+		return fmt.Errorf("kubernetes.io/csi: attacher.MountDevice failed: %w", err)
+	}
+	m.log.Info("Staged CSI volume", "pod", pod.Namespace+"/"+pod.Name, "podUID", pod.UID, "driver", cv.driver,
+		"volumeHandle", cv.handle, "stagingTargetPath", staging)
+	return nil
+}
+
+// capability is the volume's CSI capability (the kubelet's: a mount with
+// the fs type and mount options, the PV's first access mode).
+func (cv csiVolume) capability() *csipb.VolumeCapability {
+	mode := csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER
+	if len(cv.accessModes) > 0 {
+		switch cv.accessModes[0] {
+		case corev1.ReadOnlyMany:
+			mode = csipb.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY
+		case corev1.ReadWriteMany:
+			mode = csipb.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER
+		case corev1.ReadWriteOncePod:
+			mode = csipb.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER
+		}
+	}
+	return &csipb.VolumeCapability{
+		AccessType: &csipb.VolumeCapability_Mount{Mount: &csipb.VolumeCapability_MountVolume{FsType: cv.fsType, MountFlags: cv.mountOptions}},
+		AccessMode: &csipb.VolumeCapability_AccessMode{Mode: mode},
+	}
+}
+
+// csiFSGroup is the kubelet's supportsFSGroup.
+func (m *Manager) csiFSGroup(obj *storagev1.CSIDriver, cv csiVolume) bool {
+	policy := storagev1.ReadWriteOnceWithFSTypeFSGroupPolicy
+	if obj != nil && obj.Spec.FSGroupPolicy != nil {
+		policy = *obj.Spec.FSGroupPolicy
+	}
+	switch {
+	case cv.readOnly || policy == storagev1.NoneFSGroupPolicy:
+		return false
+	case policy == storagev1.FileFSGroupPolicy:
+		return true
+	case cv.fsType == "":
+		return false
+	case cv.inline:
+		return true
+	}
+	return slices.Contains(cv.accessModes, corev1.ReadWriteOnce)
+}
+
+// csiDriverObject reads the CSIDriver object (nil when there is none: its
+// defaults apply).
+func (m *Manager) csiDriverObject(ctx context.Context, name string) (*storagev1.CSIDriver, error) {
+	if m.client == nil {
+		return nil, nil
+	}
+	obj, err := notFoundIsNil(m.client.StorageV1().CSIDrivers().Get(ctx, name, metav1.GetOptions{}))
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes.io/csi: failed to get CSIDriver %s: %w", name, err)
+	}
+	return obj, nil
+}
+
+func lifecycleModes(obj *storagev1.CSIDriver) []storagev1.VolumeLifecycleMode {
+	if obj == nil || len(obj.Spec.VolumeLifecycleModes) == 0 {
+		return []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent}
+	}
+	return obj.Spec.VolumeLifecycleModes
+}
+
+// attached is the kubelet's WaitForAttach: the VolumeAttachment the
+// attach-detach controller made for this node is attached; its metadata is
+// the publish context.
+func (m *Manager) attached(ctx context.Context, name string) (map[string]string, error) {
+	if m.client == nil {
+		return nil, &attachError{errNoAPI("VolumeAttachment " + name)}
+	}
+	va, err := notFoundIsNil(m.client.StorageV1().VolumeAttachments().Get(ctx, name, metav1.GetOptions{}))
+	switch {
+	case err != nil:
+		return nil, &attachError{fmt.Errorf("volume attachment %s: %w", name, err)}
+	case va == nil:
+		return nil, &attachError{fmt.Errorf("volume attachment %s does not exist yet", name)}
+	case va.Status.AttachError != nil:
+		return nil, &attachError{fmt.Errorf("volume attachment %s: attachment failed: %s", name, va.Status.AttachError.Message)}
+	case !va.Status.Attached:
+		return nil, &attachError{fmt.Errorf("volume attachment %s is not attached yet", name)}
+	}
+	return va.Status.AttachmentMetadata, nil
+}
+
+// csiSecrets reads a secret the driver wants with a call.
+func (m *Manager) csiSecrets(ctx context.Context, ref *corev1.SecretReference) (map[string]string, error) {
+	if ref == nil || ref.Name == "" {
+		return nil, nil
+	}
+	if m.client == nil {
+		return nil, errNoAPI(fmt.Sprintf("secret %s/%s", ref.Namespace, ref.Name))
+	}
+	s, err := m.client.CoreV1().Secrets(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("fetching NodePublishSecretRef %s/%s failed: %w", ref.Namespace, ref.Name, err)
+	}
+	out := map[string]string{}
+	for k, v := range s.Data {
+		out[k] = string(v)
+	}
+	return out, nil
+}
+
+// teardownCSI unpublishes the pod's CSI volumes, each through its driver,
+// and unstages a volume no other pod on the node still publishes (the
+// kubelet's TearDownAt and UnmountDevice). It reads only the disk, so it
+// works after a restart.
+func (m *Manager) teardownCSI(ctx context.Context, uid string) error {
+	base := filepath.Join(PodDir(m.stateDir, uid), "volumes", pluginCSI)
+	entries, err := os.ReadDir(base)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	m.csiMu.Lock()
+	defer m.csiMu.Unlock()
+	for _, e := range entries {
+		dir := filepath.Join(base, e.Name())
+		target := filepath.Join(dir, "mount")
+		mounted, err := m.isMounted(target)
+		if err != nil {
+			return err
+		}
+		data, lerr := loadVolData(dir)
+		if lerr != nil {
+			if mounted {
+				return fmt.Errorf("kubernetes.io/csi: unmounter failed to load volume data file [%s]: %w", dir, lerr)
+			}
+			if err := os.RemoveAll(dir); err != nil {
+				return err
+			}
+			continue
+		}
+		d, derr := m.driver(data.DriverName)
+		if derr != nil && mounted {
+			return fmt.Errorf("UnmountVolume.TearDown failed for volume %q: %w", data.SpecVolID, derr)
+		}
+		if derr == nil {
+			if _, err := d.Node.NodeUnpublishVolume(ctx, &csipb.NodeUnpublishVolumeRequest{VolumeId: data.VolumeHandle, TargetPath: target}); err != nil {
+				return fmt.Errorf("UnmountVolume.TearDown failed for volume %q: kubernetes.io/csi: Unmounter.TearDownAt failed: %w", data.SpecVolID, err)
+			}
+		}
+		if still, err := m.isMounted(target); err != nil || still {
+			if err == nil {
+				err = fmt.Errorf("%s is still mounted after NodeUnpublishVolume", target)
+			}
+			return err
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			return err
+		}
+		m.log.Info("Unpublished CSI volume", "podUID", uid, "driver", data.DriverName, "volumeHandle", data.VolumeHandle, "targetPath", target)
+		if err := m.unstageIfUnused(ctx, data.DriverName, data.VolumeHandle); err != nil {
+			return err
+		}
+	}
+	return os.RemoveAll(base)
+}
+
+// unstageIfUnused is the kubelet's UnmountDevice once no pod on the node
+// publishes the volume any more.
+func (m *Manager) unstageIfUnused(ctx context.Context, driver, handle string) error {
+	staging := stagingPath(m.stateDir, driver, handle)
+	if _, err := os.Stat(filepath.Dir(staging)); os.IsNotExist(err) {
+		return nil
+	}
+	if m.publishedElsewhere(driver, handle) {
+		return nil
+	}
+	mounted, err := m.isMounted(staging)
+	if err != nil {
+		return err
+	}
+	d, derr := m.driver(driver)
+	if derr != nil && mounted {
+		return fmt.Errorf("UnmountDevice failed for volume %s: %w", handle, derr)
+	}
+	if derr == nil {
+		if _, err := d.Node.NodeUnstageVolume(ctx, &csipb.NodeUnstageVolumeRequest{VolumeId: handle, StagingTargetPath: staging}); err != nil {
+			return fmt.Errorf("UnmountDevice failed for volume %s: kubernetes.io/csi: attacher.UnmountDevice failed: %w", handle, err)
+		}
+	}
+	if still, err := m.isMounted(staging); err != nil || still {
+		if err == nil {
+			err = fmt.Errorf("%s is still mounted after NodeUnstageVolume", staging)
+		}
+		return err
+	}
+	if err := os.RemoveAll(filepath.Dir(staging)); err != nil {
+		return err
+	}
+	m.signalInUse()
+	m.log.Info("Unstaged CSI volume", "driver", driver, "volumeHandle", handle, "stagingTargetPath", staging)
+	return nil
+}
+
+// publishedElsewhere: some pod directory still holds the volume.
+func (m *Manager) publishedElsewhere(driver, handle string) bool {
+	matches, _ := filepath.Glob(filepath.Join(m.stateDir, "pods", "*", "volumes", pluginCSI, "*", volDataFile))
+	for _, f := range matches {
+		if d, err := loadVolData(filepath.Dir(f)); err == nil && d.DriverName == driver && d.VolumeHandle == handle {
+			return true
+		}
+	}
+	return false
+}
+
+// driver is the registered CSI driver called name.
+func (m *Manager) driver(name string) (*csi.Driver, error) {
+	if m.csi == nil {
+		return nil, fmt.Errorf("driver name %s not found in the list of registered CSI drivers", name)
+	}
+	return m.csi.Driver(name)
+}
