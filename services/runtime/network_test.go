@@ -13,7 +13,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/schemas"
@@ -124,9 +126,7 @@ func TestPodCIDRFromAPIServer(t *testing.T) {
 	cp := sharedControlPlane(t)
 	node := &corev1.Node{Spec: corev1.NodeSpec{PodCIDR: "10.66.0.0/24"}}
 	node.Name = "node-1"
-	if _, err := cp.AdminClient(t).CoreV1().Nodes().Create(context.Background(), node, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	createFreshNode(t, cp.AdminClient(t), node)
 	t.Cleanup(func() {
 		_ = cp.AdminClient(t).CoreV1().Nodes().Delete(context.Background(), "node-1", metav1.DeleteOptions{})
 	})
@@ -160,9 +160,7 @@ func TestDualStackPodCIDRsFromAPIServer(t *testing.T) {
 	node := &corev1.Node{Spec: corev1.NodeSpec{PodCIDR: c.Subnet, PodCIDRs: []string{c.Subnet, v6}}}
 	node.Name = "node-1"
 	admin := cp.AdminClient(t)
-	if _, err := admin.CoreV1().Nodes().Create(context.Background(), node, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	createFreshNode(t, admin, node)
 	t.Cleanup(func() { _ = admin.CoreV1().Nodes().Delete(context.Background(), "node-1", metav1.DeleteOptions{}) })
 	// The shared containerd's own conflist comes back after the test.
 	conf := filepath.Join(c.CNIConfDir, cni.DefaultFileName)
@@ -201,5 +199,19 @@ func TestDualStackPodCIDRsFromAPIServer(t *testing.T) {
 		if a, err := netip.ParseAddr(o.Sandbox.IPs[i]); err != nil || !p.Contains(a) {
 			t.Errorf("pod IP %d %q not in %s", i, o.Sandbox.IPs[i], cidr)
 		}
+	}
+}
+
+// createFreshNode creates node, replacing a Node of its name that other
+// tests of the package left (ensureNode's): a pod CIDR, once set, cannot
+// change.
+func createFreshNode(t *testing.T, admin kubernetes.Interface, node *corev1.Node) {
+	t.Helper()
+	err := admin.CoreV1().Nodes().Delete(context.Background(), node.Name, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	if _, err := admin.CoreV1().Nodes().Create(context.Background(), node, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
 	}
 }
