@@ -18,12 +18,17 @@
 //
 // Handlers run in the kubelet's order and the first refusal decides:
 //
-//   - node pressure (the eviction manager's admit handler): under
+//   - node pressure and shutdown (the eviction manager's and the node
+//     shutdown manager's admit handlers): while nodelet-gc handles a node
+//     shutdown every pod is refused (NodeShutdown, "Pod was rejected as the
+//     node is shutting down."); under
 //     MemoryPressure alone only BestEffort pods are refused, unless they
 //     tolerate the memory-pressure taint; under any other pressure
 //     (DiskPressure, PIDPressure) every pod is. Reason Evicted, message
 //     "The node had condition: [MemoryPressure]. " (the kubelet's wording,
 //     trailing space included).
+//   - the sysctl allowlist: the kubelet's safe sysctls, and the unsafe ones
+//     listed in admission.allowedUnsafeSysctls (SysctlForbidden).
 //   - the predicate handler: the pod's kubernetes.io/os label and OS field
 //     (PodOSSelectorNodeLabelDoesNotMatch, PodOSNotSupported),
 //     SupplementalGroupsPolicy=Strict, then pod count, cpu, memory,
@@ -36,7 +41,7 @@
 //     had taints that the pod didn't tolerate"). Only the first failure is
 //     reported, resources first, as the kubelet does.
 //   - declared node features (PodFeatureUnsupported).
-//   - CSI attach limits (with sources.kubeconfig): a pod whose CSI volumes
+//   - CSI attach limits (with node.kubeconfig): a pod whose CSI volumes
 //     (inline, or the CSI PVs behind its bound claims) would take a driver
 //     past the allocatable count in the node's CSINode (max_volumes_per_node
 //     from the driver's NodeGetInfo), counting the unique volumes of the
@@ -50,12 +55,12 @@
 //
 // Critical pods, which for the kubelet are static pods, mirror pods and
 // pods of priority 2000000000 (system-cluster-critical) and above, are
-// never refused for node pressure, and are admitted even when resources
-// are short: the kubelet would evict other pods to make room; admission
-// cannot evict (nodelet-gc owns evictions), so it admits and leaves the
-// overcommit to the eviction manager. On a standalone node every pod comes
-// from a file or URL and is therefore static: resources never refuse one,
-// exactly as on a kubelet.
+// never refused for node pressure. When resources are short they preempt
+// other pods as the kubelet's CriticalPodAdmissionHandler does
+// (preemption.go): the victims' verdicts turn to Preempting (the runtime
+// kills them as an eviction, status fails them with DisruptionTarget), or,
+// when no set of pods would free enough, the critical pod is refused with
+// UnexpectedAdmissionError.
 //
 // # Order, updates, removals, restarts
 //

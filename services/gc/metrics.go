@@ -5,7 +5,7 @@ import (
 )
 
 // Metrics of nodelet-gc, in their own registry so that the process serving
-// the node's /metrics (nodelet-status) or a test can gather them. The names
+// the node's /metrics (nodelet-server) or a test can gather them. The names
 // follow the kubelet's meanings under nodelet_ names:
 //
 //	nodelet_gc_removed_total{object}            objects removed: container, sandbox, image, pod_log_dir, log_file

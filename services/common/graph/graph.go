@@ -62,7 +62,7 @@ var Components = []Component{
 	{Name: "bus", Description: "nodelet bus (embedded NATS with JetStream)",
 		OwnDirs: []string{"bus", "credentials"}},
 	{Name: "sources", Requires: []string{"bus"}, NeedsAPI: true, Description: "nodelet pod sources (static files, URL, API server)"},
-	{Name: "admission", Requires: []string{"bus", "sources"}, Description: "nodelet pod admission"},
+	{Name: "admission", Requires: []string{"bus", "sources"}, NeedsAPI: true, Description: "nodelet pod admission"},
 	{Name: "runtime", Requires: []string{"bus", "admission"}, NeedsCRI: true, NeedsAPI: true, Description: "nodelet pod runtime over CRI",
 		Root: []string{
 			"It creates sandboxes and containers over CRI, mounts volumes and",
