@@ -10,6 +10,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodelet/nodelet/services/common/podutil"
 )
 
 // exitSamples is how many containers of a burst are killed, one after
@@ -92,22 +94,12 @@ func showsRunning(l *corev1.PodList, pod, id string) bool {
 			continue
 		}
 		for _, c := range p.Status.ContainerStatuses {
-			if c.State.Running != nil && trimRuntime(c.ContainerID) == id {
+			if c.State.Running != nil && podutil.RawContainerID(c.ContainerID) == id {
 				return true
 			}
 		}
 	}
 	return false
-}
-
-// trimRuntime drops the "containerd://" of a status's container ID.
-func trimRuntime(id string) string {
-	for i := 0; i+2 < len(id); i++ {
-		if id[i:i+3] == "://" {
-			return id[i+3:]
-		}
-	}
-	return id
 }
 
 // containerPID is the host PID of a running container's main process, from

@@ -149,32 +149,33 @@ func (b *bencher) runKubelet(ctx context.Context, n, round int, idle time.Durati
 		exited <- err
 		return fmt.Sprintf("kubelet exited (%v):\n%s", err, tailFile(logPath, 15))
 	}
+	// wait is d unless the kubelet exits or the bench is stopped first:
+	// then the run's error says which.
+	wait := func(d time.Duration) bool {
+		select {
+		case <-time.After(d):
+			return true
+		case err := <-exited:
+			run.Error = kubeletGone(err)
+		case <-ctx.Done():
+			run.Error = ctx.Err().Error()
+		}
+		return false
+	}
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		if _, err := kubeletPods(ctx, addr); err == nil {
 			break
 		}
-		select {
-		case err := <-exited:
-			run.Error = kubeletGone(err)
+		if !wait(200 * time.Millisecond) {
 			return run
-		case <-ctx.Done():
-			run.Error = ctx.Err().Error()
-			return run
-		case <-time.After(200 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
 			run.Error = "kubelet's read-only API did not answer within 2m"
 			return run
 		}
 	}
-	select {
-	case <-time.After(b.o.Settle):
-	case err := <-exited:
-		run.Error = kubeletGone(err)
-		return run
-	case <-ctx.Done():
-		run.Error = ctx.Err().Error()
+	if !wait(b.o.Settle) {
 		return run
 	}
 

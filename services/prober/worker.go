@@ -3,13 +3,13 @@ package prober
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nodelet/nodelet/schemas"
+	"github.com/nodelet/nodelet/services/common/podutil"
 )
 
 // Probe defaults, as the API server fills them in (a pod from a file or a
@@ -335,12 +335,7 @@ func (w *worker) probe(v view) (result, message string, ok bool) {
 }
 
 // rawContainerID strips the runtime scheme: containerd://<id> → <id>.
-func rawContainerID(s string) string {
-	if _, id, ok := strings.Cut(s, "://"); ok {
-		return id
-	}
-	return s
-}
+func rawContainerID(s string) string { return podutil.RawContainerID(s) }
 
 func (w *worker) podRef() string { return w.pod.Namespace + "/" + w.pod.Name }
 

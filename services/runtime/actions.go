@@ -357,9 +357,4 @@ func deadOf(c *containerInfo) *containerInfo {
 }
 
 // trimContainerID drops the runtime prefix of a status container ID.
-func trimContainerID(id string) string {
-	if i := strings.Index(id, "://"); i >= 0 {
-		return id[i+3:]
-	}
-	return id
-}
+func trimContainerID(id string) string { return podutil.RawContainerID(id) }

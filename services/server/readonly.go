@@ -59,19 +59,11 @@ func (s *Service) watchNode(ctx context.Context, wg *sync.WaitGroup) {
 	wg.Add(3)
 	go func() {
 		defer wg.Done()
-		err := bus.Watch[schemas.PodVolumeStats](ctx, s.bus, bus.BucketRuntime, bus.KeyVolumeStats, func(u bus.Update[schemas.PodVolumeStats]) {
-			v.mu.Lock()
-			defer v.mu.Unlock()
-			switch u.Kind {
-			case bus.Put:
-				v.volumes = u.Value
-			case bus.Deleted, bus.Reset:
-				v.volumes = nil
-			}
-		})
-		if err != nil && ctx.Err() == nil {
-			s.log.Error("Cannot watch the volume stats", "err", err)
-		}
+		watchKey(ctx, s, bus.KeyVolumeStats, "the volume stats", func(x *schemas.PodVolumeStats) { v.volumes = x })
+	}()
+	go func() {
+		defer wg.Done()
+		watchKey(ctx, s, bus.KeyRuntimeState, "the runtime state", func(x *schemas.RuntimeState) { v.runtime = x })
 	}()
 	go func() {
 		defer wg.Done()
@@ -89,22 +81,6 @@ func (s *Service) watchNode(ctx context.Context, wg *sync.WaitGroup) {
 		})
 		if err != nil && ctx.Err() == nil {
 			s.log.Error("Cannot watch the pod statuses", "err", err)
-		}
-	}()
-	go func() {
-		defer wg.Done()
-		err := bus.Watch[schemas.RuntimeState](ctx, s.bus, bus.BucketRuntime, bus.KeyRuntimeState, func(u bus.Update[schemas.RuntimeState]) {
-			v.mu.Lock()
-			defer v.mu.Unlock()
-			switch u.Kind {
-			case bus.Put:
-				v.runtime = u.Value
-			case bus.Deleted, bus.Reset:
-				v.runtime = nil
-			}
-		})
-		if err != nil && ctx.Err() == nil {
-			s.log.Error("Cannot watch the runtime state", "err", err)
 		}
 	}()
 	sub, err := s.bus.NC.Subscribe(bus.SubjectHealthAll, func(m *nats.Msg) {
@@ -374,4 +350,27 @@ func (s *Service) serveSystemLogs() http.Handler {
 		})
 	}
 	return http.StripPrefix(logsPath, http.FileServer(http.Dir(s.logDir)))
+}
+
+// watchKey keeps one key of the runtime bucket in the node view: set gets
+// its value (nil once it is deleted or the store wiped), under the view's
+// lock, until ctx ends.
+func watchKey[T any, PT interface {
+	*T
+	schemas.Message
+}](ctx context.Context, s *Service, key, what string, set func(*T)) {
+	v := s.view
+	err := bus.Watch[T, PT](ctx, s.bus, bus.BucketRuntime, key, func(u bus.Update[T]) {
+		v.mu.Lock()
+		defer v.mu.Unlock()
+		switch u.Kind {
+		case bus.Put:
+			set(u.Value)
+		case bus.Deleted, bus.Reset:
+			set(nil)
+		}
+	})
+	if err != nil && ctx.Err() == nil {
+		s.log.Error("Cannot watch "+what, "err", err)
+	}
 }

@@ -1,8 +1,6 @@
 package status
 
 import (
-	"strings"
-
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nodelet/nodelet/schemas"
@@ -232,13 +230,7 @@ func setProbeResults(pod *corev1.Pod, s *corev1.PodStatus, probes map[ProbeID]sc
 // sameContainerID compares container IDs with or without their
 // "<runtime>://" prefix.
 func sameContainerID(a, b string) bool {
-	strip := func(s string) string {
-		if i := strings.Index(s, "://"); i >= 0 {
-			return s[i+3:]
-		}
-		return s
-	}
-	return a != "" && strip(a) == strip(b)
+	return a != "" && podutil.RawContainerID(a) == podutil.RawContainerID(b)
 }
 
 // podPhase is the kubelet's getPhase (with ContainerRestartRules, beta and
