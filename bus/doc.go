@@ -78,9 +78,9 @@
 // unit's user only) or from `nodelet up` (a copy in a private directory,
 // the child's own with supervisor.componentUsers). bus, sources and
 // admission run as users of their own; the daemons that talk to CRI run as
-// root (services/common/graph says why for each), every one of them but the
+// root (internal/graph says why for each), every one of them but the
 // runtime in a mount namespace that hides the directory of seeds and the
-// other units' credentials. TestUnitsUnderSystemd (services/e2e) checks
+// other units' credentials. TestUnitsUnderSystemd (internal/e2e) checks
 // under a real systemd which seeds each daemon can read.
 //
 // # Known limits

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench.sh — measure nodelet's pod start-up and teardown against the raw CRI
-# floor on a private containerd, and what the agent costs (services/bench).
+# floor on a private containerd, and what the agent costs (internal/tools/bench).
 # Needs root. Runs scripts/setup.sh first (idempotent: packages, binaries,
 # images), then bin/nodelet-bench with the arguments given, e.g.
 #

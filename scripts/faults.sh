@@ -10,5 +10,5 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export PATH=$PATH:/usr/local/go/bin
 scripts/setup.sh >/dev/null
 scripts/controlplane.sh build >/dev/null
-NODELET_FAULTS_LONG=1 go test -count=1 -timeout 30m -v -run '^TestFaults$' ./services/e2e/ 2>&1 |
+NODELET_FAULTS_LONG=1 go test -count=1 -timeout 30m -v -run '^TestFaults$' ./internal/e2e/ 2>&1 |
 	grep -E 'fault convergence|converged in|^(--- |ok|FAIL|panic)|_test.go:[0-9]+:' 

@@ -1,6 +1,6 @@
 // Command nodelet-bench measures nodelet's pod start-up and teardown
 // against the raw CRI floor on a private containerd, and the agent's own
-// cost. scripts/bench.sh builds and runs it; see services/bench.
+// cost. scripts/bench.sh builds and runs it; see internal/tools/bench.
 package main
 
 import (
@@ -14,7 +14,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/nodelet/nodelet/services/bench"
+	"github.com/nodelet/nodelet/internal/tools/bench"
 )
 
 func main() {

@@ -3,7 +3,7 @@
 // It is PID 1 of the pod: it holds the sandbox's namespaces open by simply
 // existing, reaps any zombie that is reparented to it, and exits 0 when asked
 // to stop (SIGTERM or SIGINT). It is built static (CGO_ENABLED=0) and packed
-// into the image nodelet.local/pause:3.10 by services/common/images (bump
+// into the image nodelet.local/pause:3.10 by internal/images (bump
 // its recipe constant when this file changes, or cached images stay old).
 package main
 

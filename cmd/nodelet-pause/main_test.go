@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodelet/nodelet/services/common/images"
-	"github.com/nodelet/nodelet/services/common/testenv"
+	"github.com/nodelet/nodelet/internal/images"
+	"github.com/nodelet/nodelet/internal/testenv"
 )
 
 // startPause builds nodelet-pause and runs it as PID 1 of a new PID

@@ -13,7 +13,7 @@ import (
 	"golang.org/x/term"
 	utilexec "k8s.io/client-go/util/exec"
 
-	"github.com/nodelet/nodelet/services/common/config"
+	"github.com/nodelet/nodelet/internal/config"
 	"github.com/nodelet/nodelet/services/server"
 )
 

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/nodelet/nodelet/bus"
-	"github.com/nodelet/nodelet/services/common/config"
-	"github.com/nodelet/nodelet/services/explain"
+	"github.com/nodelet/nodelet/internal/config"
+	"github.com/nodelet/nodelet/internal/tools/explain"
 )
 
 func init() {

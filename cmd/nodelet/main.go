@@ -12,7 +12,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/nodelet/nodelet/bus"
-	"github.com/nodelet/nodelet/services/common/config"
+	"github.com/nodelet/nodelet/internal/config"
 )
 
 type command struct {

@@ -8,9 +8,9 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/nodelet/nodelet/services/common/config"
-	"github.com/nodelet/nodelet/services/common/graph"
-	"github.com/nodelet/nodelet/services/common/units"
+	"github.com/nodelet/nodelet/internal/config"
+	"github.com/nodelet/nodelet/internal/graph"
+	"github.com/nodelet/nodelet/internal/tools/units"
 )
 
 func init() {

@@ -10,8 +10,8 @@ import (
 
 	"golang.org/x/term"
 
-	"github.com/nodelet/nodelet/services/common/config"
-	"github.com/nodelet/nodelet/services/tap"
+	"github.com/nodelet/nodelet/internal/config"
+	"github.com/nodelet/nodelet/internal/tools/tap"
 )
 
 func init() {

@@ -20,16 +20,16 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/nodelet/nodelet/internal/busd"
+	"github.com/nodelet/nodelet/internal/daemon"
+	"github.com/nodelet/nodelet/internal/supervisor"
 	"github.com/nodelet/nodelet/services/admission"
-	"github.com/nodelet/nodelet/services/busd"
-	"github.com/nodelet/nodelet/services/common/daemon"
 	"github.com/nodelet/nodelet/services/gc"
 	"github.com/nodelet/nodelet/services/prober"
 	"github.com/nodelet/nodelet/services/runtime"
 	"github.com/nodelet/nodelet/services/server"
 	"github.com/nodelet/nodelet/services/sources"
 	"github.com/nodelet/nodelet/services/status"
-	"github.com/nodelet/nodelet/services/supervisor"
 )
 
 // daemons maps each component's name to its main.

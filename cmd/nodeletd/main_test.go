@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nodelet/nodelet/services/common/graph"
+	"github.com/nodelet/nodelet/internal/graph"
 )
 
 // nodeletd holds exactly the components of the dependency graph: a new

@@ -18,8 +18,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/nodelet/nodelet/services/common/images"
-	"github.com/nodelet/nodelet/services/common/testenv"
+	"github.com/nodelet/nodelet/internal/images"
+	"github.com/nodelet/nodelet/internal/testenv"
 )
 
 // cluster is what the suite runs against.

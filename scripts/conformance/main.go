@@ -4,7 +4,7 @@
 // the tools and calls it; see README "Conformance".
 //
 // The cluster: etcd, kube-apiserver, kube-controller-manager and
-// kube-scheduler on loopback (services/common/testenv, the same flags as
+// kube-scheduler on loopback (internal/testenv, the same flags as
 // scripts/controlplane.sh); one node, nodelet in API mode with its own node
 // identity, on a private containerd whose registry.k8s.io is a registry this
 // command serves on 127.0.0.1 with stand-ins of the e2e images (also imported
@@ -26,7 +26,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nodelet/nodelet/services/common/daemon"
+	"github.com/nodelet/nodelet/internal/daemon"
 )
 
 const (

@@ -18,7 +18,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
-	"github.com/nodelet/nodelet/services/common/images"
+	"github.com/nodelet/nodelet/internal/images"
 )
 
 // localRegistry stands in for registry.k8s.io on 127.0.0.1, so the specs that

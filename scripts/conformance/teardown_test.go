@@ -12,8 +12,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nodelet/nodelet/services/common/daemon"
-	"github.com/nodelet/nodelet/services/common/testenv"
+	"github.com/nodelet/nodelet/internal/daemon"
+	"github.com/nodelet/nodelet/internal/testenv"
 )
 
 // fakeSuite stands in for e2e.test: it does what a spec does to the node —

@@ -1,5 +1,5 @@
 // Tools module: builds kube-apiserver and kubectl for the local test control
-// plane (scripts/controlplane.sh, services/common/testenv). It is a separate
+// plane (scripts/controlplane.sh, internal/testenv). It is a separate
 // module so the main module's `go test ./...` never builds Kubernetes.
 module github.com/nodelet/nodelet/scripts/k8s
 

@@ -1,6 +1,6 @@
 // Command setuptool is scripts/setup.sh's helper: it builds and imports the
 // node's local images and writes the containerd and CNI configuration, by
-// calling services/common/{images,containerd,cni}.
+// calling internal/{images,containerd,cni}.
 //
 //	setuptool images [--cache DIR] [--import SOCKET]   (prints "REF ID TARBALL" per image, or with --import what it imported)
 //	setuptool containerd-config --out FILE [--root DIR] [--state DIR] [--socket PATH] [--cni-conf-dir DIR] [--cni-bin-dir DIR] [--sandbox-image REF]
@@ -19,9 +19,9 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/nodelet/nodelet/services/common/cni"
-	"github.com/nodelet/nodelet/services/common/containerd"
-	"github.com/nodelet/nodelet/services/common/images"
+	"github.com/nodelet/nodelet/internal/cni"
+	"github.com/nodelet/nodelet/internal/containerd"
+	"github.com/nodelet/nodelet/internal/images"
 )
 
 func main() {

@@ -97,7 +97,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/bus"
-	"github.com/nodelet/nodelet/services/common/daemon"
+	"github.com/nodelet/nodelet/internal/daemon"
 )
 
 // Spec describes nodelet-admission to the daemon frame.

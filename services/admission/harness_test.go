@@ -13,9 +13,9 @@ import (
 
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/bus/bustest"
+	"github.com/nodelet/nodelet/internal/config"
+	"github.com/nodelet/nodelet/internal/daemon"
 	"github.com/nodelet/nodelet/schemas"
-	"github.com/nodelet/nodelet/services/common/config"
-	"github.com/nodelet/nodelet/services/common/daemon"
 )
 
 // waitFor is how long a test waits for the daemon to act: generous, the

@@ -18,7 +18,7 @@ import (
 	_ "github.com/google/cadvisor/lib/fs/tmpfs/install"
 	_ "github.com/google/cadvisor/lib/fs/vfs/install"
 
-	"github.com/nodelet/nodelet/services/common/config"
+	"github.com/nodelet/nodelet/internal/config"
 )
 
 // Capacity reports what the machine has before anything is reserved: cpu,

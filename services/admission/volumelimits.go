@@ -16,8 +16,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/component-helpers/storage/ephemeral"
 
-	"github.com/nodelet/nodelet/services/common/config"
-	"github.com/nodelet/nodelet/services/common/kubeclient"
+	"github.com/nodelet/nodelet/internal/config"
+	"github.com/nodelet/nodelet/internal/kubeclient"
 )
 
 // ReasonVolumeAttachmentLimitExceeded is the kubelet's

@@ -14,7 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/nodelet/nodelet/services/common/testenv"
+	"github.com/nodelet/nodelet/internal/testenv"
 )
 
 // buildDaemon is nodelet-gc, built once per test binary.

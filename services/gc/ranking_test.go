@@ -9,7 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	k8stypes "k8s.io/apimachinery/pkg/types"
 
-	"github.com/nodelet/nodelet/services/common/config"
+	"github.com/nodelet/nodelet/internal/config"
 )
 
 func rankTestPod(name string, prio int32, memRequest, diskRequest string) *corev1.Pod {

@@ -17,10 +17,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/nodelet/nodelet/internal/cri"
+	"github.com/nodelet/nodelet/internal/images"
+	"github.com/nodelet/nodelet/internal/testenv"
 	"github.com/nodelet/nodelet/schemas"
-	"github.com/nodelet/nodelet/services/common/cri"
-	"github.com/nodelet/nodelet/services/common/images"
-	"github.com/nodelet/nodelet/services/common/testenv"
 )
 
 // One private containerd serves every test of the binary that needs one;

@@ -11,7 +11,7 @@ import (
 	remote "k8s.io/cri-client/pkg"
 	utilexec "k8s.io/utils/exec"
 
-	"github.com/nodelet/nodelet/services/common/podutil"
+	"github.com/nodelet/nodelet/internal/podutil"
 )
 
 // maxExecOutput bounds the output of an exec probe that is kept.

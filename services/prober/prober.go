@@ -27,8 +27,8 @@ import (
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 
 	"github.com/nodelet/nodelet/bus"
-	"github.com/nodelet/nodelet/services/common/cri"
-	"github.com/nodelet/nodelet/services/common/daemon"
+	"github.com/nodelet/nodelet/internal/cri"
+	"github.com/nodelet/nodelet/internal/daemon"
 )
 
 // Spec describes nodelet-prober to the daemon frame.

@@ -11,8 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/nodelet/nodelet/services/common/config"
-	"github.com/nodelet/nodelet/services/common/kubeclient"
+	"github.com/nodelet/nodelet/internal/config"
+	"github.com/nodelet/nodelet/internal/kubeclient"
 )
 
 // APIObjects reads secrets, config maps and the node's pod CIDR from the

@@ -18,8 +18,8 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/nodelet/nodelet/bus"
+	"github.com/nodelet/nodelet/internal/testenv"
 	"github.com/nodelet/nodelet/schemas"
-	"github.com/nodelet/nodelet/services/common/testenv"
 )
 
 // A pod whose claim is not bound waits with the kubelet's FailedMount

@@ -15,7 +15,7 @@ import (
 	nodelisters "k8s.io/client-go/listers/node/v1"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/nodelet/nodelet/services/common/podutil"
+	"github.com/nodelet/nodelet/internal/podutil"
 )
 
 // clusterObjects are the node's watches of the cluster objects the runtime

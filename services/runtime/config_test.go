@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/nodelet/nodelet/services/common/config"
+	"github.com/nodelet/nodelet/internal/config"
 )
 
 func testManager(t *testing.T) *Manager {

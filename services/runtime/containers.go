@@ -1,7 +1,7 @@
 package runtime
 
 import (
-	"github.com/nodelet/nodelet/services/common/podutil"
+	"github.com/nodelet/nodelet/internal/podutil"
 
 	"context"
 	"crypto/rand"

@@ -19,9 +19,9 @@ import (
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
 	"github.com/nodelet/nodelet/bus"
+	"github.com/nodelet/nodelet/internal/config"
+	"github.com/nodelet/nodelet/internal/testenv"
 	"github.com/nodelet/nodelet/schemas"
-	"github.com/nodelet/nodelet/services/common/config"
-	"github.com/nodelet/nodelet/services/common/testenv"
 	"github.com/nodelet/nodelet/services/runtime/csi"
 	"github.com/nodelet/nodelet/services/runtime/csi/csitest"
 )

@@ -10,8 +10,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nodelet/nodelet/bus"
+	"github.com/nodelet/nodelet/internal/podutil"
 	"github.com/nodelet/nodelet/schemas"
-	"github.com/nodelet/nodelet/services/common/podutil"
 	"github.com/nodelet/nodelet/services/status"
 )
 

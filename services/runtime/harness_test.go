@@ -21,11 +21,11 @@ import (
 
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/bus/bustest"
+	"github.com/nodelet/nodelet/internal/config"
+	"github.com/nodelet/nodelet/internal/cri"
+	"github.com/nodelet/nodelet/internal/images"
+	"github.com/nodelet/nodelet/internal/testenv"
 	"github.com/nodelet/nodelet/schemas"
-	"github.com/nodelet/nodelet/services/common/config"
-	"github.com/nodelet/nodelet/services/common/cri"
-	"github.com/nodelet/nodelet/services/common/images"
-	"github.com/nodelet/nodelet/services/common/testenv"
 	"github.com/nodelet/nodelet/services/runtime/csi/csitest"
 )
 

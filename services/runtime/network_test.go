@@ -18,9 +18,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodelet/nodelet/bus"
+	"github.com/nodelet/nodelet/internal/cni"
+	"github.com/nodelet/nodelet/internal/config"
 	"github.com/nodelet/nodelet/schemas"
-	"github.com/nodelet/nodelet/services/common/cni"
-	"github.com/nodelet/nodelet/services/common/config"
 )
 
 func (h *harness) runtimeState() *schemas.RuntimeState {

@@ -16,8 +16,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/nodelet/nodelet/internal/testenv"
 	"github.com/nodelet/nodelet/schemas"
-	"github.com/nodelet/nodelet/services/common/testenv"
 )
 
 // ensureNode creates the Node node-1 (as nodelet-status registers it) when

@@ -13,9 +13,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/nodelet/nodelet/internal/config"
+	"github.com/nodelet/nodelet/internal/testenv"
 	"github.com/nodelet/nodelet/schemas"
-	"github.com/nodelet/nodelet/services/common/config"
-	"github.com/nodelet/nodelet/services/common/testenv"
 )
 
 // runtimeBinary is nodelet-runtime, built once per test binary.

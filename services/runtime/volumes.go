@@ -12,7 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/nodelet/nodelet/services/common/podutil"
+	"github.com/nodelet/nodelet/internal/podutil"
 	"github.com/nodelet/nodelet/services/runtime/volumes"
 )
 

@@ -18,7 +18,7 @@ import (
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/nodelet/nodelet/services/common/config"
+	"github.com/nodelet/nodelet/internal/config"
 )
 
 // webhookRetryBackoff is k8s.io/apiserver's DefaultAuthWebhookRetryBackoff

@@ -9,7 +9,7 @@ import (
 
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
-	"github.com/nodelet/nodelet/services/common/config"
+	"github.com/nodelet/nodelet/internal/config"
 )
 
 // Handler is the kubelet API behind authentication and authorization, with

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodelet/nodelet/services/common/cri"
+	"github.com/nodelet/nodelet/internal/cri"
 )
 
 // TestSlowClientsAreCutOff: clients that open connections and send nothing,

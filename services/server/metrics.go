@@ -18,9 +18,9 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/bus"
-	"github.com/nodelet/nodelet/services/common/daemon"
-	"github.com/nodelet/nodelet/services/common/hostinfo"
-	"github.com/nodelet/nodelet/services/common/version"
+	"github.com/nodelet/nodelet/internal/daemon"
+	"github.com/nodelet/nodelet/internal/hostinfo"
+	"github.com/nodelet/nodelet/internal/version"
 )
 
 // metricsHandler is the node's /metrics: nodelet-server's own process

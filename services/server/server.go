@@ -34,11 +34,11 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/bus"
-	"github.com/nodelet/nodelet/services/common/config"
-	"github.com/nodelet/nodelet/services/common/cri"
-	"github.com/nodelet/nodelet/services/common/daemon"
-	"github.com/nodelet/nodelet/services/common/hostinfo"
-	"github.com/nodelet/nodelet/services/common/kubeclient"
+	"github.com/nodelet/nodelet/internal/config"
+	"github.com/nodelet/nodelet/internal/cri"
+	"github.com/nodelet/nodelet/internal/daemon"
+	"github.com/nodelet/nodelet/internal/hostinfo"
+	"github.com/nodelet/nodelet/internal/kubeclient"
 )
 
 // Spec describes nodelet-server to the daemon frame.

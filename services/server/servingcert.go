@@ -10,7 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/nodelet/nodelet/services/common/kubeclient"
+	"github.com/nodelet/nodelet/internal/kubeclient"
 )
 
 // setServingCertificate gives the kubelet API its certificate, as the

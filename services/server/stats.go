@@ -19,9 +19,9 @@ import (
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	"k8s.io/utils/clock"
 
+	"github.com/nodelet/nodelet/internal/cri"
+	"github.com/nodelet/nodelet/internal/hostinfo"
 	"github.com/nodelet/nodelet/schemas"
-	"github.com/nodelet/nodelet/services/common/cri"
-	"github.com/nodelet/nodelet/services/common/hostinfo"
 )
 
 // criCall is one CRI call with a timeout of its own.

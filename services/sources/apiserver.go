@@ -12,9 +12,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/nodelet/nodelet/internal/config"
+	"github.com/nodelet/nodelet/internal/kubeclient"
 	"github.com/nodelet/nodelet/schemas"
-	"github.com/nodelet/nodelet/services/common/config"
-	"github.com/nodelet/nodelet/services/common/kubeclient"
 )
 
 // apiSource is the API server source: the pods bound to this node, through

@@ -10,8 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/nodelet/nodelet/internal/config"
 	"github.com/nodelet/nodelet/schemas"
-	"github.com/nodelet/nodelet/services/common/config"
 )
 
 // TestFileSource drops, edits (by rename and in place) and removes manifest

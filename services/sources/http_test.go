@@ -8,8 +8,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/nodelet/nodelet/internal/config"
 	"github.com/nodelet/nodelet/schemas"
-	"github.com/nodelet/nodelet/services/common/config"
 )
 
 // manifestServer serves whatever the test sets, and counts requests.

@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/nodelet/nodelet/bus"
-	"github.com/nodelet/nodelet/services/common/config"
-	"github.com/nodelet/nodelet/services/common/testenv"
+	"github.com/nodelet/nodelet/internal/config"
+	"github.com/nodelet/nodelet/internal/testenv"
 )
 
 // TestRestartWritesNothing stops the daemon (in-process: its context is

@@ -34,9 +34,9 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/bus"
+	"github.com/nodelet/nodelet/internal/daemon"
+	"github.com/nodelet/nodelet/internal/kubeclient"
 	"github.com/nodelet/nodelet/schemas"
-	"github.com/nodelet/nodelet/services/common/daemon"
-	"github.com/nodelet/nodelet/services/common/kubeclient"
 )
 
 // Spec describes nodelet-sources to the daemon frame.

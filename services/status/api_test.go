@@ -16,9 +16,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodelet/nodelet/bus"
+	"github.com/nodelet/nodelet/internal/config"
+	"github.com/nodelet/nodelet/internal/podutil"
 	"github.com/nodelet/nodelet/schemas"
-	"github.com/nodelet/nodelet/services/common/config"
-	"github.com/nodelet/nodelet/services/common/podutil"
 )
 
 // startAPI runs nodelet-status with the node's identity against the test

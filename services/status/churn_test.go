@@ -21,9 +21,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/nodelet/nodelet/bus"
+	"github.com/nodelet/nodelet/internal/config"
+	"github.com/nodelet/nodelet/internal/testenv"
 	"github.com/nodelet/nodelet/schemas"
-	"github.com/nodelet/nodelet/services/common/config"
-	"github.com/nodelet/nodelet/services/common/testenv"
 )
 
 // helperEnv, when set, makes the test binary run nodelet-status (see

@@ -11,10 +11,10 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodelet/nodelet/bus"
+	"github.com/nodelet/nodelet/internal/cri"
+	"github.com/nodelet/nodelet/internal/images"
+	"github.com/nodelet/nodelet/internal/testenv"
 	"github.com/nodelet/nodelet/schemas"
-	"github.com/nodelet/nodelet/services/common/cri"
-	"github.com/nodelet/nodelet/services/common/images"
-	"github.com/nodelet/nodelet/services/common/testenv"
 )
 
 // TestContainerdNodeInfo runs a real pod in a real containerd and reads the

@@ -3,8 +3,8 @@ package status
 import (
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/nodelet/nodelet/internal/podutil"
 	"github.com/nodelet/nodelet/schemas"
-	"github.com/nodelet/nodelet/services/common/podutil"
 )
 
 // containerInputs carries what every container of a pod needs to know

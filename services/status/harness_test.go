@@ -16,8 +16,8 @@ import (
 
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/bus/bustest"
+	"github.com/nodelet/nodelet/internal/config"
 	"github.com/nodelet/nodelet/schemas"
-	"github.com/nodelet/nodelet/services/common/config"
 )
 
 // harness is a real bus with a connection per component, so tests publish

@@ -5,7 +5,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/nodelet/nodelet/services/common/testenv"
+	"github.com/nodelet/nodelet/internal/testenv"
 )
 
 // cp is the real kube-apiserver + etcd every API test runs against,

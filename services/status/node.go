@@ -13,10 +13,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/nodelet/nodelet/internal/config"
+	"github.com/nodelet/nodelet/internal/hostinfo"
+	"github.com/nodelet/nodelet/internal/version"
 	"github.com/nodelet/nodelet/schemas"
-	"github.com/nodelet/nodelet/services/common/config"
-	"github.com/nodelet/nodelet/services/common/hostinfo"
-	"github.com/nodelet/nodelet/services/common/version"
 )
 
 // The kubelet's node event reasons.

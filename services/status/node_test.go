@@ -10,10 +10,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/nodelet/nodelet/internal/config"
+	"github.com/nodelet/nodelet/internal/hostinfo"
+	"github.com/nodelet/nodelet/internal/version"
 	"github.com/nodelet/nodelet/schemas"
-	"github.com/nodelet/nodelet/services/common/config"
-	"github.com/nodelet/nodelet/services/common/hostinfo"
-	"github.com/nodelet/nodelet/services/common/version"
 )
 
 func testMachine() *cadvisorapi.MachineInfo {

@@ -11,8 +11,8 @@ import (
 	"k8s.io/kubectl/pkg/util/qos"
 	utilnet "k8s.io/utils/net"
 
+	"github.com/nodelet/nodelet/internal/podutil"
 	"github.com/nodelet/nodelet/schemas"
-	"github.com/nodelet/nodelet/services/common/podutil"
 )
 
 // The kubelet's waiting and termination reasons that status itself fills in

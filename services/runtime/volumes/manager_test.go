@@ -18,9 +18,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/nodelet/nodelet/services/common/testenv"
+	"github.com/nodelet/nodelet/internal/testenv"
 
-	"github.com/nodelet/nodelet/services/common/podutil"
+	"github.com/nodelet/nodelet/internal/podutil"
 )
 
 func testPod(name string, vols ...corev1.Volume) *corev1.Pod {

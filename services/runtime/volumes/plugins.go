@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	resourcehelper "k8s.io/component-helpers/resource"
 
-	"github.com/nodelet/nodelet/services/common/podutil"
+	"github.com/nodelet/nodelet/internal/podutil"
 )
 
 // The kubelet's plugin directory names.

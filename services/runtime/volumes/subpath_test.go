@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nodelet/nodelet/services/common/testenv"
+	"github.com/nodelet/nodelet/internal/testenv"
 )
 
 func TestValidatePathNoBacksteps(t *testing.T) {

@@ -1,0 +1,114 @@
+// Package busd is nodelet-bus: it runs the embedded bus until SIGTERM.
+package busd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	sddaemon "github.com/coreos/go-systemd/v22/daemon"
+	"github.com/spf13/pflag"
+
+	"github.com/nodelet/nodelet/bus"
+	"github.com/nodelet/nodelet/internal/config"
+	"github.com/nodelet/nodelet/internal/daemon"
+	"github.com/nodelet/nodelet/internal/version"
+)
+
+// Main runs nodelet-bus and exits.
+func Main() { os.Exit(Run(os.Args[1:], os.Stderr)) }
+
+// Run starts the bus, signals readiness (sd_notify READY=1 once every
+// bucket and stream exists) and serves until SIGTERM or SIGINT.
+func Run(args []string, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	flags := pflag.NewFlagSet("nodelet-bus", pflag.ContinueOnError)
+	flags.SetOutput(stderr)
+	loader := config.NewLoader(flags)
+	if err := flags.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return 0
+		}
+		return config.ExitCode
+	}
+	cfg, err := loader.Load()
+	if err != nil {
+		fmt.Fprintf(stderr, "nodelet-bus: %v\n", err)
+		return config.ExitCode
+	}
+	log := slog.New(slog.NewTextHandler(stderr, nil)).With("component", bus.BusAdmin)
+	slog.SetDefault(log)
+	if err := os.MkdirAll(cfg.Node.StateDir, 0o755); err != nil {
+		fmt.Fprintf(stderr, "nodelet-bus: cannot start: state dir %s (node.stateDir): %v\n", cfg.Node.StateDir, err)
+		return 1
+	}
+	lock, err := daemon.Lock(cfg.Node.StateDir, bus.BusAdmin)
+	if err != nil {
+		fmt.Fprintf(stderr, "nodelet-bus: cannot start: %v\n", err)
+		if errors.Is(err, daemon.ErrAlreadyRunning) {
+			return config.ExitCode
+		}
+		return 1
+	}
+	defer lock.Close()
+	sz := cfg.Bus.Sizes()
+	srv, err := bus.StartServer(ctx, bus.ServerOptions{
+		StateDir: cfg.Node.StateDir, Listen: cfg.Bus.Listen, MonitorListen: cfg.Bus.MonitorListen, Log: log,
+		Limits: bus.Limits{MaxStore: sz.MaxStore, BucketMaxBytes: sz.BucketMaxBytes, MaxValueSize: int32(sz.MaxValueSize),
+			EventsMaxBytes: sz.EventsMaxBytes, EventsMaxAge: cfg.Bus.EventsMaxAge},
+	})
+	if err != nil {
+		log.Error("Cannot start the bus", "err", err)
+		fmt.Fprintf(stderr, "nodelet-bus: cannot start: %v\n", err)
+		return 1
+	}
+	_, _ = sddaemon.SdNotify(false, sddaemon.SdNotifyReady)
+	log.Info("Bus ready", "version", version.Version, "listen", srv.Addr(), "store", cfg.Node.StateDir+"/bus")
+
+	unhealthy := make(chan error, 1)
+	go watchdog(ctx, cfg.Bus.HeartbeatInterval, srv.Healthy, unhealthy)
+	code := 0
+	select {
+	case <-ctx.Done():
+	case err := <-unhealthy:
+		// A bus whose JetStream is off keeps accepting connections while
+		// every bucket is dead: exit, so systemd or `nodelet up` restarts it
+		// (nats-server only turns JetStream on again at start).
+		log.Error("Bus unhealthy, exiting to be restarted", "err", err)
+		fmt.Fprintf(stderr, "nodelet-bus: unhealthy: %v\n", err)
+		code = 1
+	}
+	_, _ = sddaemon.SdNotify(false, sddaemon.SdNotifyStopping)
+	srv.Shutdown()
+	log.Info("Bus stopped")
+	return code
+}
+
+// watchdog pets systemd's watchdog while healthy() passes; on the first
+// failure it stops petting and reports it.
+func watchdog(ctx context.Context, interval time.Duration, healthy func() error, unhealthy chan<- error) {
+	if wd, err := sddaemon.SdWatchdogEnabled(false); err == nil && wd > 0 {
+		interval = wd / 2
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		if err := healthy(); err != nil {
+			unhealthy <- err
+			return
+		}
+		_, _ = sddaemon.SdNotify(false, sddaemon.SdNotifyWatchdog)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

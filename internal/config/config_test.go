@@ -1,0 +1,225 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+	"sigs.k8s.io/yaml"
+)
+
+func writeFile(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "nodelet.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestDefaults(t *testing.T) {
+	cfg, err := LoadFile("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Sources.FileCheckFrequency != 20*time.Second || cfg.Status.NodeStatusUpdateFrequency != 10*time.Second ||
+		cfg.GC.ImageGCHighThresholdPercent != 85 || cfg.Node.MaxPods != 110 || cfg.Bus.Listen != "127.0.0.1:4250" ||
+		cfg.Runtime.Endpoint != "unix:///run/containerd/containerd.sock" || cfg.Status.ReadOnlyAddress != "" ||
+		cfg.Server.ReadOnlyPort != 0 || !cfg.Server.EnableSystemLogHandler || cfg.Server.Port != 10250 ||
+		cfg.Node.StateDir != "/var/lib/nodelet" || cfg.GC.EvictionHard["memory.available"] != "100Mi" {
+		t.Fatalf("defaults: %+v", cfg)
+	}
+	host, _ := os.Hostname()
+	if cfg.Node.Name != strings.ToLower(host) {
+		t.Fatalf("node.name = %q, want hostname", cfg.Node.Name)
+	}
+}
+
+func TestExampleConfigLoads(t *testing.T) {
+	cfg, err := LoadFile("../../deploy/nodelet.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cfg.Runtime.ManageContainerd || cfg.Sources.StaticPodPath != "/etc/nodelet/manifests" {
+		t.Fatalf("example not applied: %+v", cfg.Runtime)
+	}
+}
+
+// TestReadOnlyAddress: the kubelet's readOnlyPort on server.address, else
+// the deprecated status.readOnlyAddress, else off.
+func TestReadOnlyAddress(t *testing.T) {
+	for _, tc := range []struct {
+		input, addr, key string
+	}{
+		{"", "", ""},
+		{"server:\n  address: 127.0.0.1\n  readOnlyPort: 10255\n", "127.0.0.1:10255", "server.readOnlyPort"},
+		{"status:\n  readOnlyAddress: 127.0.0.1:10256\n", "127.0.0.1:10256", "status.readOnlyAddress"},
+	} {
+		cfg, err := LoadFile(writeFile(t, tc.input))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if addr, key := cfg.ReadOnlyAddress(); addr != tc.addr || key != tc.key {
+			t.Errorf("%q: ReadOnlyAddress() = %q %q, want %q %q", tc.input, addr, key, tc.addr, tc.key)
+		}
+	}
+	cfg, err := LoadFile("../../deploy/nodelet.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if addr, _ := cfg.ReadOnlyAddress(); addr != "127.0.0.1:10255" {
+		t.Errorf("deploy/nodelet.yaml serves the read-only API at %q, want 127.0.0.1:10255 (README, scripts/run.sh)", addr)
+	}
+}
+
+func TestFileErrorsNameTheKey(t *testing.T) {
+	for _, tc := range []struct {
+		name, input, errContains string
+	}{
+		{"unknown key", "node:\n  nmae: x\n", "node.nmae: unknown key"},
+		{"unknown section", "nodes:\n  name: x\n", "nodes: unknown key"},
+		{"bad duration", "sources:\n  fileCheckFrequency: 20 parsecs\n", "sources.fileCheckFrequency: invalid duration"},
+		{"duration without unit", "sources:\n  fileCheckFrequency: 20\n", "sources.fileCheckFrequency: invalid duration 20"},
+		{"not a number", "node:\n  maxPods: many\n", "node.maxPods"},
+		{"read-only port twice", "status:\n  readOnlyAddress: 127.0.0.1:10255\nserver:\n  readOnlyPort: 10255\n",
+			"status.readOnlyAddress: deprecated and set together with server.readOnlyPort"},
+		{"negative", "node:\n  maxPods: -3\n", "node.maxPods: -3 must be positive"},
+		{"bus not loopback", "bus:\n  listen: 0.0.0.0:4250\n", "bus.listen"},
+		{"low above high", "gc:\n  imageGCLowThresholdPercent: 90\n", "gc.imageGCLowThresholdPercent"},
+		{"bad taint effect", "node:\n  taints: [{key: a, effect: Never}]\n", "node.taints[0].effect"},
+		{"bad eviction signal", "gc:\n  evictionHard: {memory.free: 1Gi}\n", "gc.evictionHard: unknown signal"},
+		{"bad eviction value", "gc:\n  evictionHard: {memory.available: lots}\n", "gc.evictionHard"},
+		{"bad url", "sources:\n  manifestURL: ftp://x\n", "sources.manifestURL"},
+		{"bad endpoint", "runtime:\n  endpoint: tcp://1.2.3.4:1\n", "runtime.endpoint"},
+		{"relative state dir", "node:\n  stateDir: var/lib\n", "node.stateDir"},
+		{"bad cidr", "node:\n  podCIDR: 10.88/16\n", "node.podCIDR"},
+		{"bad quantity", "node:\n  kubeReserved: {cpu: lots}\n", "node.kubeReserved"},
+		{"bad bus size", "bus:\n  bucketMaxBytes: big\n", "bus.bucketMaxBytes"},
+		{"bus store too small", "bus:\n  maxStore: 1Gi\n", "bus.maxStore"},
+		{"value over the bus limit", "bus:\n  maxValueSize: 9Mi\n", "bus.maxValueSize"},
+		{"zero events age", "bus:\n  eventsMaxAge: 0s\n", "bus.eventsMaxAge"},
+		{"critical share over the shutdown period", "gc:\n  shutdownGracePeriod: 10s\n  shutdownGracePeriodCriticalPods: 20s\n", "gc.shutdownGracePeriodCriticalPods: 20s must not exceed gc.shutdownGracePeriod (10s)"},
+		{"negative shutdown period", "gc:\n  shutdownGracePeriod: -1s\n", "gc.shutdownGracePeriod"},
+		{"not yaml", "node: [\n", "not valid YAML"},
+		{"section not a map", "node: 3\n", "node: must be a mapping"},
+		{"relative kubeconfig", "node:\n  kubeconfig: kubelet.conf\n", "node.kubeconfig: \"kubelet.conf\" must be an absolute path"},
+		{"bootstrap without kubeconfig", "node:\n  bootstrapKubeconfig: /b\n", "node.bootstrapKubeconfig: needs node.kubeconfig"},
+		{"bootstrap is the kubeconfig", "node:\n  kubeconfig: /k\n  bootstrapKubeconfig: /k\n", "node.bootstrapKubeconfig: must differ"},
+		{"rotation standalone", "node:\n  rotateCertificates: true\n", "node.rotateCertificates: needs node.kubeconfig"},
+		{"serving bootstrap standalone", "server:\n  serverTLSBootstrap: true\n", "server.serverTLSBootstrap: needs node.kubeconfig"},
+		{"serving bootstrap and files", "node:\n  kubeconfig: /k\nserver:\n  serverTLSBootstrap: true\n  tlsCertFile: /c\n  tlsPrivateKeyFile: /k2\n", "server.serverTLSBootstrap: excludes server.tlsCertFile"},
+		{"two identities", "node:\n  kubeconfig: /k\nsources:\n  kubeconfig: /other\n", "sources.kubeconfig: \"/other\" differs from node.kubeconfig"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := LoadFile(writeFile(t, tc.input))
+			var cerr *Error
+			if !errors.As(err, &cerr) {
+				t.Fatalf("err = %v, want *Error", err)
+			}
+			if !strings.Contains(err.Error(), tc.errContains) {
+				t.Fatalf("err = %q, want it to contain %q", err, tc.errContains)
+			}
+		})
+	}
+}
+
+func TestEnvAndFlagsOverrideFile(t *testing.T) {
+	p := writeFile(t, "sources:\n  staticPodPath: /from/file\n  fileCheckFrequency: 5s\nnode:\n  name: filenode\n")
+	t.Setenv("NODELET_SOURCES_STATICPODPATH", "/from/env")
+	t.Setenv("NODELET_RUNTIME_CNIBINDIRS", "/a, /b")
+	fs := pflag.NewFlagSet("x", pflag.ContinueOnError)
+	l := NewLoader(fs)
+	if err := fs.Parse([]string{"--config", p, "--node.name", "flagnode", "--gc.maxContainers", "7"}); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := l.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Sources.StaticPodPath != "/from/env" {
+		t.Errorf("env did not override: %q", cfg.Sources.StaticPodPath)
+	}
+	if cfg.Node.Name != "flagnode" || cfg.GC.MaxContainers != 7 {
+		t.Errorf("flags did not override: %q %d", cfg.Node.Name, cfg.GC.MaxContainers)
+	}
+	if cfg.Sources.FileCheckFrequency != 5*time.Second {
+		t.Errorf("file value lost: %v", cfg.Sources.FileCheckFrequency)
+	}
+	if strings.Join(cfg.Runtime.CNIBinDirs, ":") != "/a:/b" {
+		t.Errorf("list from env: %v", cfg.Runtime.CNIBinDirs)
+	}
+}
+
+func TestBadEnvValueNamesKey(t *testing.T) {
+	t.Setenv("NODELET_STATUS_NODESTATUSUPDATEFREQUENCY", "often")
+	_, err := LoadFile("")
+	if err == nil || !strings.Contains(err.Error(), "status.nodeStatusUpdateFrequency") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestEveryKeyHasADefaultComment(t *testing.T) {
+	src, err := os.ReadFile("config.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(src), "\n")
+	for i, l := range lines {
+		if strings.Contains(l, "`mapstructure:\"") && !strings.Contains(l, "Config ") && i > 0 {
+			if !strings.Contains(lines[i-1], "Default:") {
+				t.Errorf("config.go:%d: field has no comment ending with its default", i+1)
+			}
+		}
+	}
+}
+
+func TestToMapRoundTrips(t *testing.T) {
+	cfg, err := LoadFile("../../deploy/nodelet.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := yaml.Marshal(ToMap(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := LoadFile(writeFile(t, string(b)))
+	if err != nil {
+		t.Fatalf("shown config does not load: %v\n%s", err, b)
+	}
+	if !reflect.DeepEqual(cfg, again) {
+		t.Fatalf("round trip changed the config:\n%+v\n%+v", cfg, again)
+	}
+}
+
+// TestDeprecatedSourcesKubeconfig: the old key still names the node's
+// identity, with a deprecation message naming the new key; the new key
+// alone says nothing.
+func TestDeprecatedSourcesKubeconfig(t *testing.T) {
+	cfg, err := LoadFile(writeFile(t, "sources:\n  kubeconfig: /etc/nodelet/node.kubeconfig\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.NodeKubeconfig() != "/etc/nodelet/node.kubeconfig" {
+		t.Fatalf("NodeKubeconfig() = %q", cfg.NodeKubeconfig())
+	}
+	if d := cfg.Deprecations(); len(d) != 1 || !strings.Contains(d[0], "sources.kubeconfig is deprecated: use node.kubeconfig") {
+		t.Fatalf("deprecations %q", d)
+	}
+	cfg, err = LoadFile(writeFile(t, "node:\n  kubeconfig: /etc/nodelet/node.kubeconfig\n  bootstrapKubeconfig: /etc/nodelet/bootstrap.kubeconfig\n  rotateCertificates: true\nserver:\n  serverTLSBootstrap: true\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.NodeKubeconfig() != "/etc/nodelet/node.kubeconfig" || len(cfg.Deprecations()) != 0 ||
+		!cfg.Node.RotateCertificates || !cfg.Server.ServerTLSBootstrap || cfg.Node.BootstrapKubeconfig != "/etc/nodelet/bootstrap.kubeconfig" {
+		t.Fatalf("identity keys not applied: %+v %+v %v", cfg.Node, cfg.Server, cfg.Deprecations())
+	}
+	// Both keys naming the same file are fine (a config being migrated).
+	if _, err := LoadFile(writeFile(t, "node:\n  kubeconfig: /k\nsources:\n  kubeconfig: /k\n")); err != nil {
+		t.Fatal(err)
+	}
+}

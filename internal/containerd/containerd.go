@@ -1,0 +1,465 @@
+// Package containerd configures and runs a containerd for nodelet.
+//
+// Config renders the containerd 1.6 config.toml (version 2) that nodelet
+// needs: the CRI plugin with restrict_oom_score_adj (root lacks
+// CAP_SYS_RESOURCE on the machines nodelet is tested on, and without it every
+// sandbox fails with "can't get final child's PID from pipe"), cgroupfs (no
+// systemd), overlayfs, the node's CNI dirs and sandbox image, and no debug or
+// metrics listener. Start runs /usr/bin/containerd with it and returns once
+// the CRI socket answers; Stop ends it. The supervisor (`nodelet up` with
+// runtime.manageContainerd) and the test environment both use them.
+package containerd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// Config is what nodelet sets in containerd's config.toml. Zero fields take
+// the defaults named in their comments (see WithDefaults).
+type Config struct {
+	// Root is containerd's persistent directory (content, snapshots, metadata).
+	// Default: /var/lib/nodelet/containerd.
+	Root string
+	// State is containerd's ephemeral directory (task state, fifos, netns).
+	// Default: /run/nodelet/containerd.
+	State string
+	// Socket is the gRPC (and CRI) socket path. Default: <State>/containerd.sock.
+	Socket string
+	// TTRPCSocket is the ttrpc socket shims call back on. Default: <Socket>.ttrpc.
+	TTRPCSocket string
+	// CNIBinDir holds the CNI plugins. Default: /usr/lib/cni (Debian's
+	// containernetworking-plugins).
+	CNIBinDir string
+	// CNIConfDir is where the CRI plugin reads the node's conflist.
+	// Default: /etc/nodelet/cni/net.d.
+	CNIConfDir string
+	// SandboxImage is the pause image. Default: nodelet.local/pause:3.10.
+	SandboxImage string
+	// Snapshotter for images and containers. Default: overlayfs.
+	Snapshotter string
+	// LogLevel of containerd. Default: info.
+	LogLevel string
+	// ConfigFile is where Start writes Render(). Default: <State>/config.toml.
+	ConfigFile string
+	// Binary is the containerd executable. Default: /usr/bin/containerd.
+	Binary string
+	// RegistryConfigPath is a hosts directory (<host>/hosts.toml) that maps
+	// registries to mirrors, e.g. to a registry on loopback. Default: "" (none).
+	RegistryConfigPath string
+	// KillWithParent makes the kernel SIGKILL containerd when the process
+	// that started it dies (Pdeathsig): right for tests, wrong for a node.
+	// Default: false.
+	KillWithParent bool
+}
+
+// Defaults of Config.
+const (
+	DefaultRoot         = "/var/lib/nodelet/containerd"
+	DefaultState        = "/run/nodelet/containerd"
+	DefaultCNIBinDir    = "/usr/lib/cni"
+	DefaultCNIConfDir   = "/etc/nodelet/cni/net.d"
+	DefaultSandboxImage = "nodelet.local/pause:3.10"
+	DefaultSnapshotter  = "overlayfs"
+	DefaultBinary       = "/usr/bin/containerd"
+)
+
+// WithDefaults returns c with every empty field set to its default.
+func (c Config) WithDefaults() Config {
+	def := func(s *string, v string) {
+		if *s == "" {
+			*s = v
+		}
+	}
+	def(&c.Root, DefaultRoot)
+	def(&c.State, DefaultState)
+	def(&c.Socket, filepath.Join(c.State, "containerd.sock"))
+	def(&c.TTRPCSocket, c.Socket+".ttrpc")
+	def(&c.CNIBinDir, DefaultCNIBinDir)
+	def(&c.CNIConfDir, DefaultCNIConfDir)
+	def(&c.SandboxImage, DefaultSandboxImage)
+	def(&c.Snapshotter, DefaultSnapshotter)
+	def(&c.LogLevel, "info")
+	def(&c.ConfigFile, filepath.Join(c.State, "config.toml"))
+	def(&c.Binary, DefaultBinary)
+	return c
+}
+
+// disabledPlugins are plugins nodelet never uses; some of them (aufs, btrfs,
+// zfs, devmapper) probe the host at start, which costs time. The legacy
+// io.containerd.runtime.v1.linux stays: 1.6's tasks service requires it.
+var disabledPlugins = []string{
+	"io.containerd.internal.v1.opt",
+	"io.containerd.internal.v1.tracing",
+	"io.containerd.snapshotter.v1.aufs",
+	"io.containerd.snapshotter.v1.btrfs",
+	"io.containerd.snapshotter.v1.devmapper",
+	"io.containerd.snapshotter.v1.zfs",
+	"io.containerd.tracing.processor.v1.otlp",
+}
+
+// Render returns the config.toml (version 2, containerd 1.6) for c with
+// defaults applied.
+func (c Config) Render() string {
+	c = c.WithDefaults()
+	q := strconv.Quote
+	var disabled []string
+	for _, p := range disabledPlugins {
+		disabled = append(disabled, q(p))
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, `# Written by nodelet (internal/containerd); changes are overwritten.
+version = 2
+root = %s
+state = %s
+oom_score = 0
+disabled_plugins = [%s]
+
+[grpc]
+  address = %s
+
+[ttrpc]
+  address = %s
+
+[debug]
+  address = ""
+  level = %s
+
+[metrics]
+  address = ""
+
+[plugins]
+  [plugins."io.containerd.grpc.v1.cri"]
+    sandbox_image = %s
+    restrict_oom_score_adj = true
+    netns_mounts_under_state_dir = true
+    disable_tcp_service = true
+    stream_server_address = "127.0.0.1"
+    stream_server_port = "0"
+    enable_selinux = false
+    systemd_cgroup = false
+    max_container_log_line_size = 16384
+
+    [plugins."io.containerd.grpc.v1.cri".containerd]
+      snapshotter = %s
+      default_runtime_name = "runc"
+      disable_snapshot_annotations = true
+
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+        runtime_type = "io.containerd.runc.v2"
+
+        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+          SystemdCgroup = false
+
+    [plugins."io.containerd.grpc.v1.cri".cni]
+      bin_dir = %s
+      conf_dir = %s
+      max_conf_num = 1
+%s`, q(c.Root), q(c.State), strings.Join(disabled, ", "), q(c.Socket), q(c.TTRPCSocket),
+		q(c.LogLevel), q(c.SandboxImage), q(c.Snapshotter), q(c.CNIBinDir), q(c.CNIConfDir), registry(c.RegistryConfigPath))
+	return b.String()
+}
+
+func registry(configPath string) string {
+	if configPath == "" {
+		return ""
+	}
+	return fmt.Sprintf(`
+    [plugins."io.containerd.grpc.v1.cri".registry]
+      config_path = %s
+`, strconv.Quote(configPath))
+}
+
+// Process is a running containerd started by Start.
+type Process struct {
+	cfg  Config
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error // exit status, valid once done is closed
+}
+
+// Start writes cfg's config file, starts containerd with its output appended
+// to logFile (<State>/containerd.log when empty) and returns once the CRI
+// plugin answers Version and reports RuntimeReady. It refuses to start when
+// something already answers on cfg.Socket. Cancelling ctx aborts the wait
+// (and kills the process); it does not stop a containerd that started.
+func Start(ctx context.Context, cfg Config, logFile string) (*Process, error) {
+	cfg = cfg.WithDefaults()
+	if logFile == "" {
+		logFile = filepath.Join(cfg.State, "containerd.log")
+	}
+	if c, err := net.DialTimeout("unix", cfg.Socket, time.Second); err == nil {
+		c.Close()
+		return nil, fmt.Errorf("a containerd already answers on %s", cfg.Socket)
+	}
+	for _, d := range []string{cfg.Root, cfg.State, filepath.Dir(cfg.Socket),
+		filepath.Dir(cfg.ConfigFile), filepath.Dir(logFile)} {
+		if err := os.MkdirAll(d, 0o711); err != nil {
+			return nil, err
+		}
+	}
+	if err := writeFile(cfg.ConfigFile, []byte(cfg.Render())); err != nil {
+		return nil, err
+	}
+	log, err := os.OpenFile(logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	defer log.Close()
+
+	cmd := exec.Command(cfg.Binary, "--config", cfg.ConfigFile)
+	cmd.Stdout, cmd.Stderr = log, log
+	// Its own process group: a ^C at the operator's terminal is for the
+	// supervisor, which then stops containerd (or not) itself.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if cfg.KillWithParent {
+		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	}
+	// Shims find runc and containerd-shim-runc-v2 through PATH.
+	cmd.Env = withPath(os.Environ())
+	start := cmd.Start
+	if cfg.KillWithParent {
+		start = func() error { return startOnLockedThread(cmd) }
+	}
+	if err := start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", cfg.Binary, err)
+	}
+	p := &Process{cfg: cfg, cmd: cmd, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	if err := p.waitReady(ctx); err != nil {
+		_ = cmd.Process.Kill()
+		<-p.done
+		return nil, fmt.Errorf("containerd did not become ready: %w%s", err, logTail(logFile))
+	}
+	return p, nil
+}
+
+// Config is the configuration p runs with (defaults applied).
+func (p *Process) Config() Config { return p.cfg }
+
+// Pid of the containerd process.
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
+// Done is closed when containerd has exited.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// Stop sends SIGTERM and waits for containerd to exit; after 10 seconds it
+// sends SIGKILL. Running containers and their shims survive, as they must.
+func (p *Process) Stop() error {
+	select {
+	case <-p.done:
+		return nil
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+		return nil
+	case <-time.After(10 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		return errors.New("containerd ignored SIGTERM for 10s and was killed")
+	}
+}
+
+func (p *Process) waitReady(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	wait := func() error {
+		select {
+		case <-p.done:
+			return fmt.Errorf("containerd exited: %v", p.err)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+			return nil
+		}
+	}
+	// The socket first: a gRPC client that dials too early backs off for a second.
+	for {
+		if c, err := net.Dial("unix", p.cfg.Socket); err == nil {
+			c.Close()
+			break
+		}
+		if err := wait(); err != nil {
+			return err
+		}
+	}
+	conn, err := Dial(p.cfg.Socket)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	var last error
+	for {
+		if last = RuntimeReady(ctx, conn); last == nil {
+			return nil
+		}
+		// gRPC services are all registered before containerd serves: no CRI
+		// service now means the CRI plugin failed to load (see the log).
+		if status.Code(last) == codes.Unimplemented {
+			return fmt.Errorf("the CRI plugin is not loaded: %w", last)
+		}
+		if err := wait(); err != nil {
+			return fmt.Errorf("%w (last: %v)", err, last)
+		}
+	}
+}
+
+// Dial opens a gRPC client connection to the CRI socket at path (a path or
+// a unix:// endpoint). The connection is lazy; calls carry their deadline.
+func Dial(path string) (*grpc.ClientConn, error) {
+	path = strings.TrimPrefix(path, "unix://")
+	return grpc.NewClient("unix://"+path,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16<<20)))
+}
+
+// RuntimeReady asks CRI for Version and Status and returns nil when the
+// runtime reports RuntimeReady (network readiness is not required: the CNI
+// config may come later).
+func RuntimeReady(ctx context.Context, conn *grpc.ClientConn) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	rt := runtimeapi.NewRuntimeServiceClient(conn)
+	if _, err := rt.Version(ctx, &runtimeapi.VersionRequest{}); err != nil {
+		return err
+	}
+	st, err := rt.Status(ctx, &runtimeapi.StatusRequest{})
+	if err != nil {
+		return err
+	}
+	for _, c := range st.GetStatus().GetConditions() {
+		if c.Type == runtimeapi.RuntimeReady {
+			if c.Status {
+				return nil
+			}
+			return fmt.Errorf("runtime not ready: %s: %s", c.Reason, c.Message)
+		}
+	}
+	return errors.New("runtime reports no RuntimeReady condition")
+}
+
+// NetworkReady returns nil when CRI reports NetworkReady (a valid CNI config
+// is loaded), else the reason.
+func NetworkReady(ctx context.Context, conn *grpc.ClientConn) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	st, err := runtimeapi.NewRuntimeServiceClient(conn).Status(ctx, &runtimeapi.StatusRequest{})
+	if err != nil {
+		return err
+	}
+	for _, c := range st.GetStatus().GetConditions() {
+		if c.Type == runtimeapi.NetworkReady {
+			if c.Status {
+				return nil
+			}
+			return fmt.Errorf("network not ready: %s: %s", c.Reason, c.Message)
+		}
+	}
+	return errors.New("runtime reports no NetworkReady condition")
+}
+
+// WriteConfig writes cfg.Render() to path atomically.
+func WriteConfig(cfg Config, path string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return writeFile(path, []byte(cfg.Render()))
+}
+
+func writeFile(path string, data []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// withPath makes sure /usr/sbin (runc) and /usr/bin (shims) are on PATH.
+func withPath(env []string) []string {
+	const need = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	for i, e := range env {
+		if v, ok := strings.CutPrefix(e, "PATH="); ok {
+			env[i] = "PATH=" + v + ":" + need
+			return env
+		}
+	}
+	return append(env, "PATH="+need)
+}
+
+// logTail returns, for error messages, the errors in containerd's log (and
+// the CRI plugin's failure to load, only a warning there), else its last lines.
+func logTail(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil || len(b) == 0 {
+		return ""
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	var important []string
+	for _, l := range lines {
+		if strings.Contains(l, "level=error") || strings.Contains(l, "level=fatal") ||
+			strings.Contains(l, `failed to load plugin io.containerd.grpc.v1.cri"`) {
+			important = append(important, l)
+		}
+	}
+	what := " ends with"
+	if len(important) > 0 {
+		lines, what = important, " says"
+	}
+	if len(lines) > 8 {
+		lines = lines[len(lines)-8:]
+	}
+	return "\n" + path + what + ":\n" + strings.Join(lines, "\n")
+}
+
+// Pdeathsig fires when the thread that forked the child exits, not when the
+// process does, and Go may retire threads. Children that must die with us are
+// therefore forked from one goroutine locked to its thread for the life of
+// the process.
+var spawner struct {
+	once sync.Once
+	reqs chan spawnRequest
+}
+
+type spawnRequest struct {
+	cmd  *exec.Cmd
+	done chan error
+}
+
+func startOnLockedThread(cmd *exec.Cmd) error {
+	spawner.once.Do(func() {
+		spawner.reqs = make(chan spawnRequest)
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread lives as long as the process
+			for r := range spawner.reqs {
+				r.done <- r.cmd.Start()
+			}
+		}()
+	})
+	done := make(chan error, 1)
+	spawner.reqs <- spawnRequest{cmd: cmd, done: done}
+	return <-done
+}

@@ -1,0 +1,181 @@
+package containerd_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pelletier/go-toml/v2"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodelet/nodelet/internal/containerd"
+	"github.com/nodelet/nodelet/internal/testenv"
+)
+
+func TestRender(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  containerd.Config
+		want map[string]any // dotted path -> value
+	}{
+		{
+			name: "defaults",
+			cfg:  containerd.Config{},
+			want: map[string]any{
+				"version":                    int64(2),
+				"root":                       "/var/lib/nodelet/containerd",
+				"state":                      "/run/nodelet/containerd",
+				"grpc.address":               "/run/nodelet/containerd/containerd.sock",
+				"ttrpc.address":              "/run/nodelet/containerd/containerd.sock.ttrpc",
+				"debug.address":              "",
+				"metrics.address":            "",
+				"cri.sandbox_image":          "nodelet.local/pause:3.10",
+				"cri.restrict_oom_score_adj": true,
+				"cri.cni.bin_dir":            "/usr/lib/cni",
+				"cri.cni.conf_dir":           "/etc/nodelet/cni/net.d",
+				"cri.containerd.snapshotter": "overlayfs",
+				"cri.containerd.runtimes.runc.runtime_type":          "io.containerd.runc.v2",
+				"cri.containerd.runtimes.runc.options.SystemdCgroup": false,
+			},
+		},
+		{
+			name: "set",
+			cfg: containerd.Config{Root: "/r", State: "/s", Socket: "/x/c.sock", CNIConfDir: "/n",
+				CNIBinDir: "/b", SandboxImage: "example.com/pause:1", TTRPCSocket: "/x/t.sock"},
+			want: map[string]any{
+				"root": "/r", "state": "/s", "grpc.address": "/x/c.sock", "ttrpc.address": "/x/t.sock",
+				"cri.cni.conf_dir": "/n", "cri.cni.bin_dir": "/b", "cri.sandbox_image": "example.com/pause:1",
+			},
+		},
+		{
+			name: "quoting",
+			cfg:  containerd.Config{Root: `/with "quotes"/and\backslash`},
+			want: map[string]any{"root": `/with "quotes"/and\backslash`},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			text := tt.cfg.Render()
+			var doc map[string]any
+			if err := toml.Unmarshal([]byte(text), &doc); err != nil {
+				t.Fatalf("Render is not TOML: %v\n%s", err, text)
+			}
+			for path, want := range tt.want {
+				path = strings.Replace(path, "cri.", `plugins.io\.containerd\.grpc\.v1\.cri.`, 1)
+				if got := lookup(doc, path); got != want {
+					t.Errorf("%s = %#v, want %#v", path, got, want)
+				}
+			}
+		})
+	}
+}
+
+// lookup follows a dotted path; `\.` is a dot inside a key.
+func lookup(doc map[string]any, path string) any {
+	keys := strings.Split(strings.ReplaceAll(path, `\.`, "\x00"), ".")
+	var cur any = doc
+	for _, k := range keys {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return nil
+		}
+		cur = m[strings.ReplaceAll(k, "\x00", ".")]
+	}
+	return cur
+}
+
+func TestStartStop(t *testing.T) {
+	testenv.RequiresRoot(t)
+	dir := t.TempDir()
+	cfg := containerd.Config{
+		Root:           filepath.Join(dir, "root"),
+		State:          filepath.Join(dir, "state"),
+		CNIConfDir:     filepath.Join(dir, "net.d"),
+		KillWithParent: true,
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	began := time.Now()
+	p, err := containerd.Start(ctx, cfg, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("containerd answered CRI after %v", time.Since(began))
+	defer p.Stop()
+	sock := p.Config().Socket
+	if sock != filepath.Join(dir, "state", "containerd.sock") {
+		t.Errorf("socket = %s", sock)
+	}
+	if b, err := os.ReadFile(p.Config().ConfigFile); err != nil || string(b) != cfg.Render() {
+		t.Errorf("config file: %v", err)
+	}
+
+	conn, err := containerd.Dial(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	v, err := runtimeapi.NewRuntimeServiceClient(conn).Version(ctx, &runtimeapi.VersionRequest{})
+	if err != nil || v.RuntimeName != "containerd" {
+		t.Fatalf("Version = %v, %v", v, err)
+	}
+	// No conflist yet: the runtime is ready, the network is not.
+	if err := containerd.NetworkReady(ctx, conn); err == nil {
+		t.Errorf("NetworkReady without a CNI config")
+	}
+
+	// A second containerd on the same socket is refused.
+	if _, err := containerd.Start(ctx, cfg, ""); err == nil || !strings.Contains(err.Error(), "already answers") {
+		t.Errorf("second Start on %s: %v", sock, err)
+	}
+
+	if err := p.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.Done():
+	default:
+		t.Fatal("Stop returned before containerd exited")
+	}
+	if _, err := os.Stat("/proc/" + strconv.Itoa(p.Pid())); err == nil {
+		t.Errorf("containerd (pid %d) still running after Stop", p.Pid())
+	}
+}
+
+func TestStartFailsFastWithoutCRI(t *testing.T) {
+	testenv.RequiresRoot(t)
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	began := time.Now()
+	// The CRI plugin does not load with a snapshotter that does not exist.
+	p, err := containerd.Start(ctx, containerd.Config{
+		Root: filepath.Join(dir, "root"), State: filepath.Join(dir, "state"),
+		Snapshotter: "nosuch", KillWithParent: true,
+	}, "")
+	if err == nil {
+		p.Stop()
+		t.Fatal("Start succeeded without a CRI plugin")
+	}
+	if !strings.Contains(err.Error(), "CRI plugin is not loaded") || !strings.Contains(err.Error(), "nosuch") {
+		t.Errorf("error does not say why: %v", err)
+	}
+	t.Logf("Start gave up after %v: %v", time.Since(began), err)
+	if d := time.Since(began); d > 10*time.Second {
+		t.Errorf("Start took %v to give up", d)
+	}
+}
+
+func TestStartMissingBinary(t *testing.T) {
+	dir := t.TempDir()
+	_, err := containerd.Start(context.Background(), containerd.Config{
+		Root: filepath.Join(dir, "root"), State: filepath.Join(dir, "state"), Binary: filepath.Join(dir, "nope"),
+	}, "")
+	if err == nil || !strings.Contains(err.Error(), "nope") {
+		t.Errorf("Start with a missing binary: %v", err)
+	}
+}

@@ -1,0 +1,441 @@
+package e2e_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	corev1 "k8s.io/api/core/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodelet/nodelet/bus"
+	"github.com/nodelet/nodelet/internal/graph"
+	"github.com/nodelet/nodelet/internal/supervisor"
+	"github.com/nodelet/nodelet/internal/testenv"
+	"github.com/nodelet/nodelet/internal/tools/explain"
+	"github.com/nodelet/nodelet/services/runtime/csi/csitest"
+)
+
+const nodeName = "e2e-node"
+
+var (
+	binDir string
+	ctrd   *testenv.Containerd
+	cp     *testenv.ControlPlane
+)
+
+func TestMain(m *testing.M) {
+	// A CSI test driver started by csitest.Start is this binary too.
+	csitest.MainIfDriver()
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "nodelet-e2e-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	if err := testenv.BuildBinaries(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	binDir = dir
+	ctrd, err = testenv.StartContainerd(testenv.ContainerdOptions{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "containerd:", err)
+		return 1
+	}
+	defer ctrd.Stop()
+	var stop func()
+	cp, stop, err = testenv.StartControlPlane(nodeName)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "control plane:", err)
+		return 1
+	}
+	defer stop()
+	return m.Run()
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// nodeOptions shape one node.
+type nodeOptions struct {
+	// API makes it a cluster node (node.kubeconfig = the node identity).
+	API bool
+	// Name is node.name; empty is nodeName, the control plane's node.
+	Name string
+	// Extra is appended to the generated config (YAML, top-level sections
+	// not used by the harness: admission, prober, gc).
+	Extra string
+	// Runtime, Status, GC, Server: extra lines for those sections.
+	Runtime, Status, GC, Node, Server string
+	// ServerAddress is server.address; empty is 127.0.0.1. kube-apiserver
+	// proxies to a node (nodes/proxy) only at a non-loopback address.
+	ServerAddress string
+	// NoReadOnlyPort leaves server.readOnlyPort at its default, 0 (off);
+	// otherwise the harness turns it on (node.ReadOnly) for node.Pods.
+	NoReadOnlyPort bool
+}
+
+// node is one `nodelet up` under test.
+type node struct {
+	t         testing.TB
+	dir       string
+	StateDir  string
+	StaticDir string
+	Config    string
+	// ReadOnly is the read-only port's address (server.readOnlyPort on
+	// server.address), "" when off.
+	ReadOnly  string
+	BusListen string
+	// ServerPort is nodelet-server's port (server.port) on 127.0.0.1.
+	ServerPort int
+	cmd        *exec.Cmd
+	out        *testenv.Buffer
+	exited     chan error
+	stopped    bool
+	opts       nodeOptions
+}
+
+func newNode(t testing.TB, o nodeOptions) *node {
+	t.Helper()
+	testenv.RequiresRoot(t)
+	dir := t.TempDir()
+	n := &node{t: t, dir: dir, StateDir: filepath.Join(dir, "state"), StaticDir: filepath.Join(dir, "manifests"),
+		Config: filepath.Join(dir, "nodelet.yaml"), opts: o,
+		BusListen: fmt.Sprintf("127.0.0.1:%d", freePort(t)), ServerPort: freePort(t)}
+	if err := os.MkdirAll(n.StaticDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	serverAddress := o.ServerAddress
+	if serverAddress == "" {
+		serverAddress = "127.0.0.1"
+	}
+	readOnlyPort := 0
+	if !o.NoReadOnlyPort {
+		readOnlyPort = freePort(t)
+		n.ReadOnly = fmt.Sprintf("127.0.0.1:%d", readOnlyPort)
+	}
+	nodeLines := o.Node
+	if o.API {
+		nodeLines = "  kubeconfig: " + cp.NodeKubeconfig + "\n" + nodeLines
+	}
+	name := o.Name
+	if name == "" {
+		name = nodeName
+	}
+	cfg := fmt.Sprintf(`node:
+  name: %s
+  stateDir: %s
+  podLogsDir: %s
+  podCIDR: %s
+%sbus:
+  listen: %s
+  heartbeatInterval: 1s
+runtime:
+  endpoint: %s
+  cniConfDir: %s
+  cgroupRoot: /nodelet-e2e
+  cniBridgeName: %s
+  cniNetworkName: %s
+  # The test containerd's own conflist keeps host-local leases in the
+  # instance's dir, cleaned at every start; a rendered one would keep them
+  # in /var/lib/cni/networks, where killed test runs leak them.
+  manageCNIConfig: false
+%ssources:
+  staticPodPath: %s
+  fileCheckFrequency: 5s
+%sstatus:
+  nodeStatusUpdateFrequency: 2s
+%sserver:
+  address: %s
+  port: %d
+  readOnlyPort: %d
+%sgc:
+  containerGCPeriod: 5s
+%s%s`, name, n.StateDir, filepath.Join(dir, "logs"), ctrd.Subnet, nodeLines, n.BusListen, ctrd.Endpoint, ctrd.CNIConfDir,
+		ctrd.BridgeName, ctrd.NetworkName, o.Runtime,
+		n.StaticDir, "", o.Status, serverAddress, n.ServerPort, readOnlyPort, o.Server, o.GC, o.Extra)
+	if err := os.WriteFile(n.Config, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n.start()
+	t.Cleanup(func() {
+		n.Stop()
+		n.cleanupPods()
+		if t.Failed() {
+			t.Logf("nodelet up output (tail):\n%s", tail(n.out.String(), 200))
+		}
+	})
+	n.WaitReady()
+	return n
+}
+
+func tail(s string, lines int) string {
+	l := strings.Split(s, "\n")
+	if len(l) > lines {
+		l = l[len(l)-lines:]
+	}
+	return strings.Join(l, "\n")
+}
+
+func (n *node) start() {
+	n.t.Helper()
+	if n.out == nil {
+		n.out = &testenv.Buffer{}
+	}
+	n.cmd = exec.Command(filepath.Join(binDir, "nodelet"), "up", "--config", n.Config)
+	w := io.Writer(n.out)
+	if os.Getenv("NODELET_TEST_LOG") != "" {
+		w = io.MultiWriter(n.out, os.Stderr)
+	}
+	n.cmd.Stdout, n.cmd.Stderr = w, w
+	n.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := n.cmd.Start(); err != nil {
+		n.t.Fatal(err)
+	}
+	n.stopped = false
+	n.exited = make(chan error, 1)
+	go func(c *exec.Cmd, ch chan error) { ch <- c.Wait() }(n.cmd, n.exited)
+}
+
+// Stop stops the agent (SIGTERM to nodelet up). Pods keep running.
+func (n *node) Stop() {
+	if n.stopped {
+		return
+	}
+	n.stopped = true
+	_ = n.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-n.exited:
+	case <-time.After(90 * time.Second):
+		_ = n.cmd.Process.Kill()
+		<-n.exited
+	}
+}
+
+// cleanupPods removes the sandboxes the node left in the shared containerd.
+func (n *node) cleanupPods() {
+	c := ctrd.RuntimeClient(n.t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	resp, err := c.Runtime.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
+	if err != nil {
+		return
+	}
+	for _, sb := range resp.Items {
+		_, _ = c.Runtime.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: sb.Id})
+		_, _ = c.Runtime.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: sb.Id})
+	}
+}
+
+// WaitReady waits until `nodelet up` reports every process ready.
+func (n *node) WaitReady() map[string]supervisor.ProcState {
+	n.t.Helper()
+	var last []supervisor.ProcState
+	deadline := time.Now().Add(120 * time.Second)
+	for time.Now().Before(deadline) {
+		st, err := supervisor.ReadState(n.StateDir)
+		if err == nil {
+			last = st
+			m := map[string]supervisor.ProcState{}
+			ok := len(st) == len(graph.Components)
+			for _, s := range st {
+				m[s.Name] = s
+				ok = ok && s.State == "ready"
+			}
+			if ok {
+				return m
+			}
+		}
+		select {
+		case err := <-n.exited:
+			n.t.Fatalf("nodelet up exited: %v\n%s", err, tail(n.out.String(), 100))
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	n.t.Fatalf("node not ready: %+v", last)
+	return nil
+}
+
+// WriteManifest writes a static pod manifest atomically (rename).
+func (n *node) WriteManifest(name, body string) {
+	n.t.Helper()
+	tmp := filepath.Join(n.StaticDir, "."+name+".tmp")
+	if err := os.WriteFile(tmp, []byte(body), 0o644); err != nil {
+		n.t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(n.StaticDir, name)); err != nil {
+		n.t.Fatal(err)
+	}
+}
+
+// RemoveManifest deletes a static pod manifest.
+func (n *node) RemoveManifest(name string) {
+	n.t.Helper()
+	if err := os.Remove(filepath.Join(n.StaticDir, name)); err != nil {
+		n.t.Fatal(err)
+	}
+}
+
+// Pods reads /pods from the read-only API.
+func (n *node) Pods() (*corev1.PodList, error) {
+	resp, err := http.Get("http://" + n.ReadOnly + "/pods")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		return nil, fmt.Errorf("/pods: %s: %s", resp.Status, b)
+	}
+	var l corev1.PodList
+	return &l, json.NewDecoder(resp.Body).Decode(&l)
+}
+
+// WaitPod polls /pods until a pod named name (static pods get -<node>)
+// satisfies ok, and returns it.
+func (n *node) WaitPod(name string, timeout time.Duration, what string, ok func(*corev1.Pod) bool) *corev1.Pod {
+	n.t.Helper()
+	var last *corev1.Pod
+	var lastErr error
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		l, err := n.Pods()
+		lastErr = err
+		if err == nil {
+			last = nil
+			for i := range l.Items {
+				if l.Items[i].Name == name {
+					last = &l.Items[i]
+				}
+			}
+			if ok(last) {
+				return last
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	b, _ := json.MarshalIndent(last, "", "  ")
+	n.t.Fatalf("pod %s: timed out waiting for %s (err %v); last seen:\n%s", name, what, lastErr, b)
+	return nil
+}
+
+// running says whether every container of the pod is running and Ready.
+func runningReady(p *corev1.Pod) bool {
+	if p == nil || p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" {
+		return false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// Containers lists CRI containers of the pod with uid (any state).
+func criContainers(t testing.TB, uid string) []*runtimeapi.Container {
+	t.Helper()
+	c := ctrd.RuntimeClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := c.Runtime.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{
+		LabelSelector: map[string]string{"io.kubernetes.pod.uid": uid}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Containers
+}
+
+func criSandboxes(t testing.TB, uid string) []*runtimeapi.PodSandbox {
+	t.Helper()
+	c := ctrd.RuntimeClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := c.Runtime.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{
+		LabelSelector: map[string]string{"io.kubernetes.pod.uid": uid}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Items
+}
+
+func eventually(t testing.TB, timeout time.Duration, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if ok() {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
+
+// connect connects to the node's bus as component.
+func (n *node) connect(component string) *bus.Conn {
+	n.t.Helper()
+	c, err := bus.Connect(bus.ConnectOptions{URL: bus.URLFor(n.BusListen), Component: component, StateDir: n.StateDir})
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	n.t.Cleanup(c.NC.Close)
+	return c
+}
+
+type natsMsg = nats.Msg
+
+func execReq(id string, cmd []string) *runtimeapi.ExecSyncRequest {
+	return &runtimeapi.ExecSyncRequest{ContainerId: id, Cmd: cmd, Timeout: 10}
+}
+
+// explainStuck logs `nodelet explain` of every pod named in why (the pods a
+// wait gave up on) and saves the node's whole output to a file, so that a
+// failure says which stage holds each pod.
+func (n *node) explainStuck(why string) {
+	c := n.connect(bus.Tap)
+	for _, f := range strings.Fields(why) {
+		name, _, ok := strings.Cut(f, "=")
+		if !ok {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		story, err := explain.Explain(ctx, c, name)
+		cancel()
+		if err != nil {
+			n.t.Logf("explain %s: %v", name, err)
+			continue
+		}
+		var b bytes.Buffer
+		_ = story.Write(&b)
+		n.t.Logf("explain %s:\n%s", name, b.String())
+	}
+	if f, err := os.CreateTemp("", "nodelet-e2e-output-*.log"); err == nil {
+		_, _ = f.WriteString(n.out.String())
+		_ = f.Close()
+		n.t.Logf("node output saved to %s", f.Name())
+	}
+}

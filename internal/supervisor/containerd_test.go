@@ -1,0 +1,56 @@
+package supervisor
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/nodelet/nodelet/internal/config"
+	"github.com/nodelet/nodelet/internal/containerd"
+)
+
+// TestManagedContainerdConfigPerSocket: setup.sh's socket writes setup.sh's
+// config file; any other socket renders its own, in its state dir.
+func TestManagedContainerdConfigPerSocket(t *testing.T) {
+	cfg := config.Defaults()
+	cfg.Runtime.Endpoint = "unix://" + containerd.DefaultState + "/containerd.sock"
+	c := managedContainerd(cfg)
+	if c.Root != containerd.DefaultRoot || c.ConfigFile != cfg.Runtime.ContainerdConfig {
+		t.Fatalf("setup.sh's socket: root %s, config %s", c.Root, c.ConfigFile)
+	}
+	cfg.Runtime.Endpoint = "unix:///run/containerd/containerd.sock"
+	c = managedContainerd(cfg).WithDefaults()
+	if c.ConfigFile != "/run/containerd/config.toml" || c.State != "/run/containerd" {
+		t.Fatalf("another socket: %+v", c)
+	}
+}
+
+// TestRootHeldNamesTheHolder: a root whose metadata another process holds
+// is reported with that process's pid.
+func TestRootHeldNamesTheHolder(t *testing.T) {
+	root := t.TempDir()
+	meta := filepath.Join(root, "io.containerd.metadata.v1.bolt", "meta.db")
+	if err := os.MkdirAll(filepath.Dir(meta), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, held := rootHeld(root); held {
+		t.Fatal("a root without a database is held")
+	}
+	f, err := os.Create(meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, held := rootHeld(root); held {
+		t.Fatal("an unlocked root is held")
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	holder, held := rootHeld(root)
+	if !held || !strings.Contains(holder, "pid ") || strings.Contains(holder, "unknown") {
+		t.Fatalf("held %v by %q", held, holder)
+	}
+}

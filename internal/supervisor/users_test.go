@@ -1,0 +1,131 @@
+package supervisor_test
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/nodelet/nodelet/bus"
+	"github.com/nodelet/nodelet/internal/graph"
+)
+
+// ensureUsers makes the daemons' users as scripts/setup.sh does, from the
+// generated sysusers.d file.
+func ensureUsers(t *testing.T) {
+	t.Helper()
+	conf, err := filepath.Abs("../../deploy/systemd/sysusers.d/nodelet.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("systemd-sysusers", conf).CombinedOutput(); err != nil {
+		t.Fatalf("systemd-sysusers %s (Debian's systemd package; scripts/setup.sh installs it): %v\n%s", conf, err, out)
+	}
+}
+
+// procIDs reads a process's effective uid, gid and supplementary groups.
+func procIDs(t *testing.T, pid int) (uid, gid string, groups []string) {
+	t.Helper()
+	for _, l := range strings.Split(readFile(t, fmt.Sprintf("/proc/%d/status", pid)), "\n") {
+		k, v, _ := strings.Cut(l, ":")
+		f := strings.Fields(v)
+		switch k {
+		case "Uid":
+			uid = f[1]
+		case "Gid":
+			gid = f[1]
+		case "Groups":
+			groups = f
+		}
+	}
+	return uid, gid, groups
+}
+
+// readableAs lists the paths uid:gid (no other group, no capability) can
+// read, trying each with setpriv (util-linux).
+func readableAs(t *testing.T, uid, gid string, paths []string) []string {
+	t.Helper()
+	var ok []string
+	for _, p := range paths {
+		out, err := exec.Command("setpriv", "--reuid", uid, "--regid", gid, "--clear-groups",
+			"--inh-caps", "-all", "--bounding-set", "-all", "--", "head", "-c", "2", p).CombinedOutput()
+		switch {
+		case err == nil && strings.HasPrefix(string(out), "SU"):
+			ok = append(ok, p)
+		case err != nil && !strings.Contains(string(out), "Permission denied"):
+			t.Fatalf("setpriv head %s as %s: %v: %s", p, uid, err, out)
+		}
+	}
+	return ok
+}
+
+// TestComponentUsers: with supervisor.componentUsers, `nodelet up` as root
+// runs bus, sources and admission as their own users (group nodelet, no
+// other group) and the rest as root, the node comes up, and each daemon of
+// its own user can read its own seed and no other.
+func TestComponentUsers(t *testing.T) {
+	ensureUsers(t)
+	// Their users must reach the binaries and the test's config.
+	if err := os.Chmod(binDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	n := startNodeWith(t, "  componentUsers: true\n")
+	st := n.waitAll("all ready as their own users", nil)
+	grp, err := user.LookupGroup(graph.Group)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Every seed on the node: the bus's directory and every child's copy.
+	var seeds []string
+	ents, err := os.ReadDir(bus.CredentialsDir(n.stateDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		seeds = append(seeds, filepath.Join(bus.CredentialsDir(n.stateDir), e.Name()))
+	}
+	copies := map[string]string{}
+	for _, c := range graph.StartOrder() {
+		env := readFile(t, fmt.Sprintf("/proc/%d/environ", st[c.Name].PID))
+		for _, kv := range strings.Split(env, "\x00") {
+			if v, ok := strings.CutPrefix(kv, "CREDENTIALS_DIRECTORY="); ok {
+				copies[c.Name] = filepath.Join(v, bus.SystemdCredential)
+				seeds = append(seeds, copies[c.Name])
+			}
+		}
+	}
+	if len(copies) != len(graph.Components)-1 {
+		t.Fatalf("seed copies %v", copies)
+	}
+
+	for _, c := range graph.StartOrder() {
+		uid, gid, groups := procIDs(t, st[c.Name].PID)
+		if c.User() == "" {
+			if uid != "0" {
+				t.Errorf("%s runs as uid %s, want root", c.Name, uid)
+			}
+			continue
+		}
+		u, err := user.Lookup(c.User())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if uid != u.Uid || gid != grp.Gid || len(groups) != 0 {
+			t.Errorf("%s runs as uid %s gid %s groups %v, want %s (%s) gid %s (nodelet), no other group", c.Name, uid, gid, groups, u.Uid, c.User(), grp.Gid)
+		}
+		var want []string
+		if c.Name == bus.BusAdmin {
+			want = seeds[:len(ents)]
+		} else {
+			want = []string{copies[c.Name]}
+		}
+		if got := readableAs(t, uid, gid, seeds); !slices.Equal(got, want) {
+			t.Errorf("%s (uid %s) can read %v, want %v", c.Name, uid, got, want)
+		}
+	}
+}

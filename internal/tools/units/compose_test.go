@@ -1,0 +1,222 @@
+package units
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/spf13/pflag"
+	"sigs.k8s.io/yaml"
+
+	"github.com/nodelet/nodelet/internal/config"
+	"github.com/nodelet/nodelet/internal/graph"
+)
+
+// composeFile is the part of the Compose specification docker-compose.yml
+// uses. It is decoded strictly: a key outside it fails the test, so the
+// struct is the file's schema.
+type composeFile struct {
+	Name     string                    `json:"name"`
+	Services map[string]composeService `json:"services"`
+}
+
+type composeService struct {
+	Image string `json:"image"`
+	Build struct {
+		Context    string `json:"context"`
+		Dockerfile string `json:"dockerfile"`
+	} `json:"build"`
+	Command         []string `json:"command"`
+	NetworkMode     string   `json:"network_mode"`
+	Privileged      bool     `json:"privileged"`
+	Cgroup          string   `json:"cgroup"`
+	Restart         string   `json:"restart"`
+	StopGracePeriod string   `json:"stop_grace_period"`
+	Volumes         []string `json:"volumes"`
+	Healthcheck     struct {
+		Test        []string `json:"test"`
+		Interval    string   `json:"interval"`
+		Timeout     string   `json:"timeout"`
+		Retries     int      `json:"retries"`
+		StartPeriod string   `json:"start_period"`
+	} `json:"healthcheck"`
+	DependsOn map[string]struct {
+		Condition string `json:"condition"`
+	} `json:"depends_on"`
+}
+
+func loadCompose(t *testing.T) composeFile {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repoRoot, ComposeFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f composeFile
+	if err := yaml.UnmarshalStrict(b, &f); err != nil {
+		t.Fatalf("%s does not parse: %v", ComposeFile, err)
+	}
+	return f
+}
+
+// TestComposeMatchesGraph parses docker-compose.yml and checks that its
+// services are the graph's components, each running its own binary, and
+// that depends_on (all on health) gives the supervisor's start order.
+func TestComposeMatchesGraph(t *testing.T) {
+	f := loadCompose(t)
+	var names []string
+	for n := range f.Services {
+		names = append(names, n)
+	}
+	var want []string
+	for _, c := range graph.Components {
+		want = append(want, c.Name)
+	}
+	sort.Strings(names)
+	sort.Strings(want)
+	if !slices.Equal(names, want) {
+		t.Fatalf("services %v, graph components %v", names, want)
+	}
+	image := f.Services["bus"].Image
+	var fromCompose []graph.Component
+	for _, c := range graph.Components {
+		s := f.Services[c.Name]
+		if len(s.Command) == 0 || s.Command[0] != c.Binary() || !slices.Equal(s.Command[1:], []string{"--config", DefaultConfigPath}) {
+			t.Errorf("%s: command %q, want %s --config %s", c.Name, s.Command, c.Binary(), DefaultConfigPath)
+		}
+		if s.Image == "" || s.Image != image || s.Build.Dockerfile != "deploy/Dockerfile" || s.Build.Context != "." {
+			t.Errorf("%s: image %q build %+v: every service runs the one image of deploy/Dockerfile", c.Name, s.Image, s.Build)
+		}
+		if s.NetworkMode != "host" {
+			t.Errorf("%s: network_mode %q: the bus is on loopback, every service must share the host's network", c.Name, s.NetworkMode)
+		}
+		wantTest := []string{"CMD", "nodelet", "health", c.Name, "--config", DefaultConfigPath}
+		if !slices.Equal(s.Healthcheck.Test, wantTest) {
+			t.Errorf("%s: healthcheck %q, want %q", c.Name, s.Healthcheck.Test, wantTest)
+		}
+		var deps []string
+		for d, cond := range s.DependsOn {
+			deps = append(deps, d)
+			if cond.Condition != "service_healthy" {
+				t.Errorf("%s: depends_on %s with condition %q, want service_healthy", c.Name, d, cond.Condition)
+			}
+		}
+		sort.Strings(deps)
+		req := slices.Clone(c.Requires)
+		sort.Strings(req)
+		if !slices.Equal(deps, req) {
+			t.Errorf("%s: depends_on %v, graph requires %v", c.Name, deps, req)
+		}
+		if s.Privileged != (c.Name == "runtime") {
+			t.Errorf("%s: privileged = %v; only the runtime (mounts) needs it", c.Name, s.Privileged)
+		}
+		fromCompose = append(fromCompose, graph.Component{Name: c.Name, Requires: deps})
+	}
+	order, err := graph.Order(fromCompose)
+	if err != nil {
+		t.Fatalf("depends_on does not order: %v", err)
+	}
+	var got, wantOrder []string
+	for _, c := range order {
+		got = append(got, c.Name)
+	}
+	for _, c := range graph.StartOrder() {
+		wantOrder = append(wantOrder, c.Name)
+	}
+	if !slices.Equal(got, wantOrder) {
+		t.Errorf("start order from depends_on %v, supervisor's %v", got, wantOrder)
+	}
+}
+
+// TestComposeMountsMatchNodeConfig loads deploy/nodelet.yaml, the config the
+// services run with, and checks each service mounts the host paths that
+// config points it at.
+func TestComposeMountsMatchNodeConfig(t *testing.T) {
+	flags := pflag.NewFlagSet("test", pflag.ContinueOnError)
+	loader := config.NewLoader(flags)
+	if err := flags.Parse([]string{"--config", filepath.Join(repoRoot, "deploy", "nodelet.yaml")}); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := loader.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := loadCompose(t)
+	mounts := func(name string) map[string]string {
+		m := map[string]string{}
+		for _, v := range f.Services[name].Volumes {
+			parts := strings.Split(v, ":")
+			if len(parts) < 2 || parts[0] != parts[1] && !strings.HasPrefix(parts[0], "./") {
+				t.Errorf("%s: volume %q: host paths are mounted at the same path", name, v)
+			}
+			opts := ""
+			if len(parts) > 2 {
+				opts = parts[2]
+			}
+			m[parts[1]] = opts
+		}
+		return m
+	}
+	for _, c := range graph.Components {
+		m := mounts(c.Name)
+		if _, ok := m[DefaultConfigPath]; !ok {
+			t.Errorf("%s: no config mounted at %s", c.Name, DefaultConfigPath)
+		}
+		if _, ok := m[cfg.Node.StateDir]; !ok {
+			t.Errorf("%s: state dir %s (node.stateDir) not mounted", c.Name, cfg.Node.StateDir)
+		}
+		if _, ok := m[filepath.Dir(cfg.Runtime.SocketPath())]; ok != c.NeedsCRI {
+			t.Errorf("%s: CRI socket dir %s mounted = %v, NeedsCRI = %v", c.Name, filepath.Dir(cfg.Runtime.SocketPath()), ok, c.NeedsCRI)
+		}
+	}
+	rt := mounts("runtime")
+	if rt[cfg.Node.StateDir] != "rshared" {
+		t.Errorf("runtime: state dir mounted %q, want rshared (its tmpfs volumes must reach containerd)", rt[cfg.Node.StateDir])
+	}
+	for _, p := range []string{cfg.Node.PodLogsDir, cfg.Runtime.CNIConfDir} {
+		if opts, ok := rt[p]; !ok || opts == "ro" {
+			t.Errorf("runtime: %s must be mounted writable, got %q (mounted %v)", p, opts, ok)
+		}
+	}
+	for _, p := range cfg.Runtime.CNIBinDirs {
+		if _, ok := rt[p]; !ok {
+			t.Errorf("runtime: CNI plugin dir %s (runtime.cniBinDirs) not mounted", p)
+		}
+	}
+	if opts, ok := mounts("gc")[cfg.Node.PodLogsDir]; !ok || opts == "ro" {
+		t.Errorf("gc: %s must be mounted writable", cfg.Node.PodLogsDir)
+	}
+	if _, ok := mounts("sources")[cfg.Sources.StaticPodPath]; !ok {
+		t.Errorf("sources: static pod path %s not mounted", cfg.Sources.StaticPodPath)
+	}
+}
+
+// TestDockerfileBuildsEveryBinary checks the image has what the compose
+// services run: every nodelet-<name> and nodelet (the health checks), in
+// /usr/local/bin.
+func TestDockerfileBuildsEveryBinary(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(repoRoot, "deploy", "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	df := string(b)
+	if !regexp.MustCompile(`(?m)^RUN .*go build .*-o /out/ \./cmd/\.\.\. && /out/nodeletd link /out$`).MatchString(df) {
+		t.Error("deploy/Dockerfile does not build ./cmd/... into /out/ and link the daemons to nodeletd")
+	}
+	if !strings.Contains(df, "COPY --from=build /out/ /usr/local/bin/") {
+		t.Error("deploy/Dockerfile does not copy the binaries into /usr/local/bin")
+	}
+	if n := len(regexp.MustCompile(`(?m)^FROM `).FindAllString(df, -1)); n != 2 {
+		t.Errorf("deploy/Dockerfile has %d stages, want 2 (build, run)", n)
+	}
+	// nodelet, and nodeletd with every component (cmd/nodeletd's own test
+	// holds it to the graph).
+	for _, bin := range []string{"nodelet", "nodeletd"} {
+		if _, err := os.Stat(filepath.Join(repoRoot, "cmd", bin, "main.go")); err != nil {
+			t.Errorf("./cmd/... does not build %s: %v", bin, err)
+		}
+	}
+}
