@@ -33,6 +33,7 @@ import (
 	"github.com/nodelet/nodelet/internal/images"
 	"github.com/nodelet/nodelet/internal/testenv"
 	"github.com/nodelet/nodelet/schemas"
+	"github.com/nodelet/nodelet/services/server/client"
 )
 
 // testServer is a running Service on a real bus, with a client that holds
@@ -85,7 +86,7 @@ func startServer(t *testing.T, cfg *config.Config, clients *cri.Clients, mut fun
 		}
 	})
 	waitFor(t, 10*time.Second, "the kubelet API to listen", func() bool { return s.Addr() != "" })
-	f := LocalClient(cfg.Node.StateDir)
+	f := client.LocalFiles(cfg.Node.StateDir)
 	crt, err := tls.LoadX509KeyPair(f.Cert, f.Key)
 	if err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nodelet/nodelet/bus"
+	"github.com/nodelet/nodelet/internal/tools/podtable"
 	"github.com/nodelet/nodelet/schemas"
 )
 
@@ -215,12 +216,12 @@ func TestLoadPodsTable(t *testing.T) {
 	h.waitRecord(web.UID, "web Running", func(r *schemas.PodStatusRecord) bool { return r.Status.Phase == corev1.PodRunning })
 	h.waitRecord(big.UID, "big Failed", func(r *schemas.PodStatusRecord) bool { return r.Status.Phase == corev1.PodFailed })
 
-	pods, err := LoadPods(t.Context(), h.tap)
+	pods, err := podtable.LoadPods(t.Context(), h.tap)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows := PodRows(pods, time.Now())
-	got := map[string]PodRow{}
+	rows := podtable.PodRows(pods, time.Now())
+	got := map[string]podtable.PodRow{}
 	for _, r := range rows {
 		got[r.Namespace+"/"+r.Name] = r
 	}
