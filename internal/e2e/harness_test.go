@@ -1,6 +1,8 @@
 package e2e_test
 
 import (
+	"github.com/nodelet/nodelet/internal/testenv/eventually"
+
 	"bytes"
 	"context"
 	"encoding/json"
@@ -383,16 +385,9 @@ func criSandboxes(t testing.TB, uid string) []*runtimeapi.PodSandbox {
 	return resp.Items
 }
 
-func eventually(t testing.TB, timeout time.Duration, what string, ok func() bool) {
+func waitTrue(t testing.TB, timeout time.Duration, what string, ok func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		if ok() {
-			return
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s", what)
+	eventually.True(t, timeout, what, ok)
 }
 
 // connect connects to the node's bus as component.

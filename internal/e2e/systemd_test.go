@@ -284,7 +284,7 @@ server:
 	// left on the node's name (in namespaces kube-apiserver cannot finish
 	// deleting without kube-controller-manager) run here too.
 	var pods map[string]*criPod
-	eventually(t, 90*time.Second, "the static and the API pod's containers running", func() bool {
+	waitTrue(t, 90*time.Second, "the static and the API pod's containers running", func() bool {
 		pods = map[string]*criPod{}
 		all := criView(t)
 		for _, uid := range []string{string(created.UID), staticPodUID(t, "sleeper-"+nodeName)} {
@@ -378,7 +378,7 @@ server:
 	before := showUnits(t, m)
 	m.MustRun(t, "systemctl", "kill", "-s", "KILL", "nodelet-prober")
 	var after map[string]unitState
-	eventually(t, 60*time.Second, "the prober restarted and ready", func() bool {
+	waitTrue(t, 60*time.Second, "the prober restarted and ready", func() bool {
 		after = showUnits(t, m)
 		p := after[bus.Prober]
 		return p.active == "active" && p.mainPID != 0 && p.mainPID != before[bus.Prober].mainPID

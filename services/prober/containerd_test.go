@@ -11,6 +11,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodelet/nodelet/bus"
+	"github.com/nodelet/nodelet/internal/testenv"
 	"github.com/nodelet/nodelet/schemas"
 )
 
@@ -211,8 +212,11 @@ func TestContainerdStartupProbe(t *testing.T) {
 // while /tmp/serving exists), and httpd for TCP.
 func TestContainerdTCPAndGRPC(t *testing.T) {
 	c := containerd(t)
-	bin := filepath.Join(t.TempDir(), "grpchealth")
-	goBinary(t, "./testdata/grpchealth", bin)
+	binDir := t.TempDir()
+	if err := testenv.BuildStatic(binDir, "./services/prober/testdata/grpchealth"); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(binDir, "grpchealth")
 	e := newBusEnv(t)
 	svc := "shop"
 	pod := criPodSpec(t,

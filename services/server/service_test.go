@@ -1,6 +1,8 @@
 package server
 
 import (
+	"github.com/nodelet/nodelet/internal/testenv/eventually"
+
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -176,13 +178,7 @@ func series(fams map[string]*dto.MetricFamily, name string, want map[string]stri
 
 func waitFor(t *testing.T, timeout time.Duration, what string, ok func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	eventually.True(t, timeout, what, ok)
 }
 
 func freePort(t *testing.T) int {

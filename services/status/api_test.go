@@ -14,10 +14,12 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/internal/config"
 	"github.com/nodelet/nodelet/internal/podutil"
+	"github.com/nodelet/nodelet/internal/testenv/eventually"
 	"github.com/nodelet/nodelet/schemas"
 )
 
@@ -342,7 +344,7 @@ func TestAPIEvents(t *testing.T) {
 	h.prober.Emit(schemas.Event{Object: ref, Type: corev1.EventTypeWarning, Reason: "Unhealthy", Message: "Readiness probe failed: connection refused", Time: now.Add(3 * time.Second)})
 
 	byReason := map[string]corev1.Event{}
-	err := eventually(60*time.Second, func() error {
+	err := eventually.Poll(t.Context(), clock.RealClock{}, 60*time.Second, eventually.Interval, func() error {
 		evs, err := admin.CoreV1().Events(ns).List(ctxT(t), metav1.ListOptions{})
 		if err != nil {
 			return err

@@ -3,8 +3,6 @@ package status
 import (
 	"bytes"
 	"context"
-	"errors"
-	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -17,6 +15,7 @@ import (
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/bus/bustest"
 	"github.com/nodelet/nodelet/internal/config"
+	"github.com/nodelet/nodelet/internal/testenv/eventually"
 	"github.com/nodelet/nodelet/schemas"
 )
 
@@ -152,13 +151,7 @@ func (h *harness) waitRecord(uid types.UID, what string, ok func(*schemas.PodSta
 
 func waitFor(t *testing.T, timeout time.Duration, what string, ok func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	eventually.True(t, timeout, what, ok)
 }
 
 // metricsText is nodelet-status's metrics as nodelet-server scrapes them
@@ -226,21 +219,5 @@ func heartbeatOf(t *testing.T, c *bus.Conn, ready bool, msg string) {
 	}
 	if err := c.NC.Flush(); err != nil {
 		t.Fatal(err)
-	}
-}
-
-var errTimeout = errors.New("timeout")
-
-func eventually(timeout time.Duration, f func() error) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%w: %v", errTimeout, err)
-		}
-		time.Sleep(100 * time.Millisecond)
 	}
 }
