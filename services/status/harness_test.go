@@ -3,6 +3,7 @@ package status
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -27,6 +28,7 @@ type harness struct {
 	b                                            *bustest.Bus
 	cfg                                          *config.Config
 	sources, admission, runtime, prober, gc, tap *bus.Conn
+	barriers                                     int
 }
 
 func newHarness(t *testing.T) *harness {
@@ -147,6 +149,21 @@ func (h *harness) waitRecord(uid types.UID, what string, ok func(*schemas.PodSta
 		return last != nil && ok(last)
 	})
 	return last
+}
+
+// barrier runs a marker pod through the desired, admission and observed
+// buckets and waits for its status record. Each bucket is watched in order
+// and a record needs all three, so every update put before the barrier has
+// been handled — and anything status would write because of it written —
+// by the time it returns: what a test asserts did not happen, did not.
+func (h *harness) barrier() {
+	h.t.Helper()
+	h.barriers++
+	p := apiPod("barrier", fmt.Sprintf("barrier-%d", h.barriers), types.UID(fmt.Sprintf("uid-barrier-%d", h.barriers)), "app")
+	h.desire(p, schemas.SourceAPI)
+	h.admit(p)
+	h.observe(p, creatingObserved(p))
+	h.waitRecord(p.UID, "the barrier pod's status", func(*schemas.PodStatusRecord) bool { return true })
 }
 
 func waitFor(t *testing.T, timeout time.Duration, what string, ok func() bool) {
