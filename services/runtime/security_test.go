@@ -82,7 +82,7 @@ func TestAppArmorContainerProfile(t *testing.T) {
 	pod.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{AppArmorProfile: &corev1.AppArmorProfile{Type: corev1.AppArmorProfileTypeLocalhost, LocalhostProfile: &name}}
 	pod.Annotations = map[string]string{corev1.DeprecatedAppArmorBetaContainerAnnotationKeyPrefix + "b": "unconfined"}
 	want := []struct {
-		typ        runtimeapi.SecurityProfile_ProfileType
+		typ         runtimeapi.SecurityProfile_ProfileType
 		ref, legacy string
 	}{
 		{runtimeapi.SecurityProfile_Localhost, "my-profile", "localhost/my-profile"},
