@@ -6,6 +6,7 @@
 package config
 
 import (
+	"path/filepath"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -159,8 +160,24 @@ type RuntimeConfig struct {
 	ConfigMapAndSecretChangeDetectionStrategy string `mapstructure:"configMapAndSecretChangeDetectionStrategy"`
 	// AllowHostPathForStaticPods: when false, static pods may not use hostPath volumes. Default: true.
 	AllowHostPathForStaticPods bool `mapstructure:"allowHostPathForStaticPods"`
+	// SeccompProfileRoot is where Localhost seccomp profiles are looked up: a pod's
+	// localhostProfile is a path relative to it (KubeletConfiguration seccompProfileRoot,
+	// kubelet flag --seccomp-profile-root). Default: "" (<node.stateDir>/seccomp).
+	SeccompProfileRoot string `mapstructure:"seccompProfileRoot"`
+	// SeccompDefault runs every container without a seccompProfile under the runtime's
+	// default profile (RuntimeDefault) instead of Unconfined (KubeletConfiguration
+	// seccompDefault). Default: false.
+	SeccompDefault bool `mapstructure:"seccompDefault"`
 	// SyncFrequency is the longest a configMap, secret, downwardAPI or projected volume goes without being rewritten from its sources (Watch rewrites on every change at once), and the TTL of the Cache strategy. Default: 1m.
 	SyncFrequency time.Duration `mapstructure:"syncFrequency"`
+}
+
+// SeccompRoot is runtime.seccompProfileRoot, or <stateDir>/seccomp when unset.
+func (c *Config) SeccompRoot() string {
+	if c.Runtime.SeccompProfileRoot != "" {
+		return c.Runtime.SeccompProfileRoot
+	}
+	return filepath.Join(c.Node.StateDir, "seccomp")
 }
 
 // SourcesConfig configures nodelet-sources.

@@ -63,6 +63,9 @@ func (m *Manager) containerConfig(ctx context.Context, pod *corev1.Pod, c *corev
 		envs = append(envs, &runtimeapi.KeyValue{Key: k, Value: []byte(env[k])})
 	}
 	sc := securityFor(pod, c, in.Image, in.TargetID)
+	if err := m.containerProfiles(pod, c, sc); err != nil {
+		return nil, err
+	}
 	return &runtimeapi.ContainerConfig{
 		Metadata:    &runtimeapi.ContainerMetadata{Name: c.Name, Attempt: uint32(in.RestartCount)},
 		Image:       &runtimeapi.ImageSpec{Image: in.ImageRef, UserSpecifiedImage: c.Image},
