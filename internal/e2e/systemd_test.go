@@ -17,7 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nodelet/nodelet/bus"
-	"github.com/nodelet/nodelet/internal/graph"
+	"github.com/nodelet/nodelet/internal/component"
 	"github.com/nodelet/nodelet/internal/testenv"
 	"github.com/nodelet/nodelet/internal/tools/units"
 )
@@ -35,7 +35,7 @@ type unitState struct {
 func showUnits(t *testing.T, m *testenv.Machine) map[string]unitState {
 	t.Helper()
 	out := map[string]unitState{}
-	for _, c := range graph.StartOrder() {
+	for _, c := range component.StartOrder() {
 		text := m.MustRun(t, "systemctl", "show", "-p", "ActiveState,MainPID,NRestarts,ExecMainStartTimestampMonotonic,ActiveEnterTimestampMonotonic", units.UnitName(c))
 		var s unitState
 		for _, l := range strings.Split(text, "\n") {
@@ -135,7 +135,7 @@ func canRead(t *testing.T, m *testenv.Machine, pid int, id identity, path string
 // nodelet.target against the test containerd on the host (its socket and
 // the node's state and log dirs are bound in at the same paths, so the
 // paths the runtime gives containerd mean the same on both sides). Then:
-// the units started in the graph's order, each once what it requires was
+// the units started in the declaration's order, each once what it requires was
 // ready; a static pod and a pod from kube-apiserver run (sources, of its
 // own user, reads the node's root-only kubeconfig); each daemon runs as
 // its own user (bus, sources, admission) or as root as its unit says, and
@@ -232,7 +232,7 @@ server:
 
 	o := units.Defaults()
 	o.StateDir, o.PodLogsDir = stateDir, logsDir
-	files, err := units.SystemdUnits(graph.Components, o)
+	files, err := units.SystemdUnits(component.Declared, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +253,7 @@ server:
 	// In order: each unit's process started only once everything it
 	// requires had said READY=1.
 	st := showUnits(t, m)
-	for _, c := range graph.StartOrder() {
+	for _, c := range component.StartOrder() {
 		s := st[c.Name]
 		if s.active != "active" || s.mainPID == 0 {
 			t.Fatalf("%s: %+v", units.UnitName(c), s)
@@ -314,7 +314,7 @@ server:
 		onDisk = append(onDisk, e.Name())
 		seeds = append(seeds, filepath.Join(credDir, e.Name()))
 	}
-	for _, c := range graph.StartOrder() {
+	for _, c := range component.StartOrder() {
 		if c.Name != bus.BusAdmin {
 			wantOnDisk = append(wantOnDisk, c.Name+".nk")
 			seeds = append(seeds, "/run/credentials/"+units.UnitName(c)+"/bus-seed")
@@ -326,7 +326,7 @@ server:
 		t.Errorf("%s holds %v, want exactly %v (no key of the bus's own)", credDir, onDisk, wantOnDisk)
 	}
 	uids := map[string]string{}
-	for _, c := range graph.StartOrder() {
+	for _, c := range component.StartOrder() {
 		id := procIdentity(t, m, st[c.Name].mainPID)
 		if c.User() == "" {
 			if id.uid != "0" {
@@ -408,7 +408,7 @@ server:
 	}
 	defer sub.Unsubscribe()
 	deadline := time.After(60 * time.Second)
-	for len(beats) < len(graph.Components)-1 {
+	for len(beats) < len(component.Declared.Processes())-1 {
 		select {
 		case c := <-seen:
 			beats[c] = true

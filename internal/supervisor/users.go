@@ -9,8 +9,8 @@ import (
 	"strconv"
 	"syscall"
 
+	"github.com/nodelet/nodelet/internal/component"
 	"github.com/nodelet/nodelet/internal/daemon"
-	"github.com/nodelet/nodelet/internal/graph"
 )
 
 // identity is the OS user a child runs as; nil: the supervisor's own.
@@ -20,11 +20,11 @@ type identity struct {
 }
 
 // identities resolves, with supervisor.componentUsers, the user of every
-// component that runs as its own under the systemd units (graph's User):
+// component that runs as its own under the systemd units (component.Component.User):
 // the same users, from deploy/systemd/sysusers.d/nodelet.conf, with group
 // nodelet as the primary group and no other. A missing user or group, or
 // a supervisor that is not root, is an error naming what to do.
-func identities(order []graph.Component, on bool) (map[string]*identity, error) {
+func identities(order []component.Component, on bool) (map[string]*identity, error) {
 	ids := map[string]*identity{}
 	if !on {
 		return ids, nil
@@ -32,9 +32,9 @@ func identities(order []graph.Component, on bool) (map[string]*identity, error) 
 	if os.Geteuid() != 0 {
 		return nil, fmt.Errorf("supervisor.componentUsers: `nodelet up` must run as root to start daemons as their own users (uid %d)", os.Geteuid())
 	}
-	g, err := user.LookupGroup(graph.Group)
+	g, err := user.LookupGroup(component.Group)
 	if err != nil {
-		return nil, fmt.Errorf("supervisor.componentUsers: group %s: %w (scripts/setup.sh makes it: systemd-sysusers deploy/systemd/sysusers.d/nodelet.conf)", graph.Group, err)
+		return nil, fmt.Errorf("supervisor.componentUsers: group %s: %w (scripts/setup.sh makes it: systemd-sysusers deploy/systemd/sysusers.d/nodelet.conf)", component.Group, err)
 	}
 	gid, err := strconv.ParseUint(g.Gid, 10, 32)
 	if err != nil {
@@ -75,7 +75,7 @@ func (id *identity) credential() *syscall.Credential {
 // mode, and owned by the user — the whole tree when the top is not, as a
 // state dir first run by root. The state dir and its run directory stay
 // root's (0755).
-func prepareDirs(stateDir string, c graph.Component, id *identity) error {
+func prepareDirs(stateDir string, c component.Component, id *identity) error {
 	if id == nil {
 		return nil
 	}

@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/nodelet/nodelet/bus"
-	"github.com/nodelet/nodelet/internal/graph"
+	"github.com/nodelet/nodelet/internal/component"
 )
 
 // ensureUsers makes the daemons' users as scripts/setup.sh does, from the
@@ -75,7 +75,7 @@ func TestComponentUsers(t *testing.T) {
 	}
 	n := startNodeWith(t, "  componentUsers: true\n")
 	st := n.waitAll("all ready as their own users", nil)
-	grp, err := user.LookupGroup(graph.Group)
+	grp, err := user.LookupGroup(component.Group)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func TestComponentUsers(t *testing.T) {
 		seeds = append(seeds, filepath.Join(bus.CredentialsDir(n.stateDir), e.Name()))
 	}
 	copies := map[string]string{}
-	for _, c := range graph.StartOrder() {
+	for _, c := range component.StartOrder() {
 		env := readFile(t, fmt.Sprintf("/proc/%d/environ", st[c.Name].PID))
 		for _, kv := range strings.Split(env, "\x00") {
 			if v, ok := strings.CutPrefix(kv, "CREDENTIALS_DIRECTORY="); ok {
@@ -99,11 +99,11 @@ func TestComponentUsers(t *testing.T) {
 			}
 		}
 	}
-	if len(copies) != len(graph.Components)-1 {
+	if len(copies) != len(component.Declared.Processes())-1 {
 		t.Fatalf("seed copies %v", copies)
 	}
 
-	for _, c := range graph.StartOrder() {
+	for _, c := range component.StartOrder() {
 		uid, gid, groups := procIDs(t, st[c.Name].PID)
 		if c.User() == "" {
 			if uid != "0" {

@@ -13,7 +13,7 @@ import (
 
 	sdunit "github.com/coreos/go-systemd/v22/unit"
 
-	"github.com/nodelet/nodelet/internal/graph"
+	"github.com/nodelet/nodelet/internal/component"
 )
 
 // repoRoot is the top of the repository, from this package's directory.
@@ -58,7 +58,7 @@ func (p parsed) one(section, key string) string {
 
 func rendered(t *testing.T) map[string][]byte {
 	t.Helper()
-	files, err := SystemdUnits(graph.Components, Defaults())
+	files, err := SystemdUnits(component.Declared, Defaults())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,10 +70,10 @@ func rendered(t *testing.T) map[string][]byte {
 }
 
 // TestCheckedInFilesAreCurrent fails when deploy/systemd or
-// docker-compose.yml were not regenerated after a change to the graph or
+// docker-compose.yml were not regenerated after a change to the declaration or
 // the renderer, or when deploy/systemd holds a unit nobody renders.
 func TestCheckedInFilesAreCurrent(t *testing.T) {
-	files, err := SystemdUnits(graph.Components, Defaults())
+	files, err := SystemdUnits(component.Declared, Defaults())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +82,7 @@ func TestCheckedInFilesAreCurrent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	compose, err := Compose(graph.Components, Defaults())
+	compose, err := Compose(component.Declared, Defaults())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func TestCheckedInFilesAreCurrent(t *testing.T) {
 		if err == nil && !d.IsDir() {
 			rel, _ := filepath.Rel(dir, p)
 			if !want[rel] {
-				stale = append(stale, rel+" (not rendered from the graph)")
+				stale = append(stale, rel+" (not rendered from the declaration)")
 			}
 		}
 		return nil
@@ -135,8 +135,8 @@ func TestStaleNamesDifferences(t *testing.T) {
 // the supervisor's start order and requirements exactly.
 func TestUnitGraphEqualsSupervisorGraph(t *testing.T) {
 	files := rendered(t)
-	var fromUnits []graph.Component
-	for _, c := range graph.Components {
+	var fromUnits []component.Component
+	for _, c := range component.Declared.Processes() {
 		name := UnitName(c)
 		data, ok := files[name]
 		if !ok {
@@ -159,7 +159,7 @@ func TestUnitGraphEqualsSupervisorGraph(t *testing.T) {
 		sort.Strings(after)
 		sort.Strings(wants)
 		if !slices.Equal(after, req) || !slices.Equal(wants, req) {
-			t.Errorf("%s: After=%v Wants=%v, graph requires %v", name, after, wants, req)
+			t.Errorf("%s: After=%v Wants=%v, the declaration requires %v", name, after, wants, req)
 		}
 		if got := u.words("Unit", "Requires"); len(got) > 0 {
 			t.Errorf("%s: Requires=%v: a restart of a dependency would restart this unit", name, got)
@@ -191,9 +191,9 @@ func TestUnitGraphEqualsSupervisorGraph(t *testing.T) {
 				t.Errorf("%s: [%s] %s=%s, want %s", name, kv[0], kv[1], got, kv[2])
 			}
 		}
-		fromUnits = append(fromUnits, graph.Component{Name: c.Name, Requires: after})
+		fromUnits = append(fromUnits, component.Component{Name: c.Name, Process: true, Requires: after})
 	}
-	order, err := graph.Order(fromUnits)
+	order, err := component.Set(fromUnits).Order()
 	if err != nil {
 		t.Fatalf("the units' After= graph does not order: %v", err)
 	}
@@ -201,7 +201,7 @@ func TestUnitGraphEqualsSupervisorGraph(t *testing.T) {
 	for _, c := range order {
 		got = append(got, c.Name)
 	}
-	for _, c := range graph.StartOrder() {
+	for _, c := range component.StartOrder() {
 		want = append(want, c.Name)
 	}
 	if !slices.Equal(got, want) {
@@ -210,7 +210,7 @@ func TestUnitGraphEqualsSupervisorGraph(t *testing.T) {
 
 	tgt := parse(t, Target, files[Target])
 	var all []string
-	for _, c := range graph.StartOrder() {
+	for _, c := range component.StartOrder() {
 		all = append(all, UnitName(c))
 	}
 	if got := tgt.words("Unit", "Wants"); !slices.Equal(got, all) {
@@ -230,7 +230,7 @@ func TestUnitGraphEqualsSupervisorGraph(t *testing.T) {
 // namespace of its own.
 func TestOwnSeedOnly(t *testing.T) {
 	files := rendered(t)
-	for _, c := range graph.StartOrder() {
+	for _, c := range component.StartOrder() {
 		unit := string(files[UnitName(c)])
 		creds := 0
 		for _, l := range strings.Split(unit, "\n") {
@@ -318,12 +318,16 @@ func TestSandboxes(t *testing.T) {
 }
 
 func TestRenderRejectsUnknownComponent(t *testing.T) {
-	cs := append(slices.Clone(graph.Components), graph.Component{Name: "extra", Requires: []string{"bus"}})
-	if _, err := SystemdUnits(cs, Defaults()); err == nil || !strings.Contains(err.Error(), "extra has no sandbox profile") {
-		t.Errorf("SystemdUnits with an unknown component: err = %v", err)
+	// A process declared without a sandbox cannot slip into the units
+	// unconfined.
+	cs := append(component.Declared.Clone(), component.Component{Name: "extra", Process: true, Requires: []string{"bus"}})
+	if _, err := SystemdUnits(cs, Defaults()); err == nil || !strings.Contains(err.Error(), "extra declares no systemd sandbox") {
+		t.Errorf("SystemdUnits with a component without sandbox: err = %v", err)
 	}
-	if _, err := Compose(cs, Defaults()); err == nil || !strings.Contains(err.Error(), "extra has no container profile") {
-		t.Errorf("Compose with an unknown component: err = %v", err)
+	// One requiring what is not declared orders nowhere.
+	cs = append(component.Declared.Clone(), component.Component{Name: "extra", Process: true, Requires: []string{"nothing"}})
+	if _, err := Compose(cs, Defaults()); err == nil || !strings.Contains(err.Error(), "unknown component nothing") {
+		t.Errorf("Compose with an unknown requirement: err = %v", err)
 	}
 }
 
@@ -427,7 +431,7 @@ func TestSystemdAnalyzeVerify(t *testing.T) {
 	files := rendered(t)
 	root := unitRoot(t, files)
 	names := []string{Target, "containerd.service"}
-	for _, c := range graph.StartOrder() {
+	for _, c := range component.StartOrder() {
 		names = append(names, UnitName(c))
 	}
 	out, err := verify(t, analyze, root, names...)
@@ -461,7 +465,7 @@ func TestSystemdAnalyzeVerify(t *testing.T) {
 func TestHardeningExposure(t *testing.T) {
 	analyze := systemdAnalyze(t)
 	root := unitRoot(t, rendered(t))
-	for _, c := range graph.StartOrder() {
+	for _, c := range component.StartOrder() {
 		threshold := 40
 		if c.Name == "runtime" {
 			threshold = 85
@@ -481,7 +485,7 @@ func TestHardeningExposure(t *testing.T) {
 func TestOwnUsers(t *testing.T) {
 	files := rendered(t)
 	var users []string
-	for _, c := range graph.StartOrder() {
+	for _, c := range component.StartOrder() {
 		u := parse(t, c.Name, files[UnitName(c)])
 		user, _ := u["Service"]["User"]
 		if c.User() == "" {
@@ -537,7 +541,7 @@ func TestOwnUsers(t *testing.T) {
 func TestStateDirElsewhere(t *testing.T) {
 	o := Defaults()
 	o.StateDir, o.PodLogsDir = "/var/lib/node-a", "/var/log/node-a-pods"
-	files, err := SystemdUnits(graph.Components, o)
+	files, err := SystemdUnits(component.Declared, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -554,7 +558,7 @@ func TestStateDirElsewhere(t *testing.T) {
 	}
 	for _, bad := range []struct{ state, logs string }{{"/srv/nodelet", "/var/log/pods"}, {"/var/lib", "/var/log/pods"}, {"/var/lib/nodelet", "/tmp/pods"}, {"/var/lib/x/../nodelet", "/var/log/pods"}} {
 		o.StateDir, o.PodLogsDir = bad.state, bad.logs
-		if _, err := SystemdUnits(graph.Components, o); err == nil || !strings.Contains(err.Error(), "must be a clean path below") {
+		if _, err := SystemdUnits(component.Declared, o); err == nil || !strings.Contains(err.Error(), "must be a clean path below") {
 			t.Errorf("state dir %s, logs %s: err = %v", bad.state, bad.logs, err)
 		}
 	}
