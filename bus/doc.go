@@ -25,8 +25,10 @@
 // any read-only credential could therefore have a stored message delivered
 // onto $KV.<bucket>.<key> (a pull with that reply: the bucket stores it), or
 // have a push consumer deliver onto $JS.API.STREAM.DELETE.<stream>. So the
-// bus is split into nats-server accounts, built from Buckets and the reads
-// table (accounts.go):
+// bus is split into nats-server accounts, built (accounts.go) from the
+// Matrix that matrix.go derives from the component declaration
+// (internal/component: each component's Writes, Reads, events and
+// heartbeats):
 //
 //   - One store account per stream (STORE_KV_<bucket>; STORE_EVENTS holds
 //     the events stream and status's copy of it). No client connects there;

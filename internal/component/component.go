@@ -66,7 +66,17 @@ const (
 	// daemons of their own users that talk to CRI hold it as a
 	// supplementary group.
 	CRIGroup = "nodelet-cri"
+	// APIGroup may read the node's certificates in the state dir's pki
+	// (SharedDir, setgid: what status and the server write there is
+	// group-readable): every daemon that talks to kube-apiserver holds it,
+	// the root runtime too, which has no capability to pass file modes.
+	APIGroup = "nodelet-api"
 )
+
+// SharedDir is the part of the state dir more than one daemon of its own
+// user writes: the node's certificates (the kubelet's --cert-dir), made
+// root's, group APIGroup, setgid, 2770 by the units that write it.
+const SharedDir = "pki"
 
 // Bucket is a bucket a component writes, and how much history it keeps.
 type Bucket struct {
@@ -141,6 +151,10 @@ type Systemd struct {
 	Caps []string
 	// DropCaps are taken out of root's bounding set (with Caps nil).
 	DropCaps []string
+	// DenySyscalls are system call groups denied (SystemCallFilter=~).
+	DenySyscalls []string
+	// WritesShared: it writes SharedDir (the node's certificates).
+	WritesShared bool
 	// Netlink allows AF_NETLINK (listing the node's interfaces).
 	Netlink bool
 	// LoopbackOnly: the daemon talks to the bus (and unix sockets) only.
@@ -176,13 +190,18 @@ func (c Component) User() string {
 	return "nodelet-" + c.Name
 }
 
-// Groups are the supplementary groups of a component of its own user:
-// CRIGroup when it talks to CRI.
+// Groups are the supplementary groups of a process: CRIGroup when it
+// talks to CRI as a user of its own (root owns the socket), APIGroup when
+// it talks to kube-apiserver.
 func (c Component) Groups() []string {
+	var g []string
 	if c.User() != "" && c.NeedsCRI {
-		return []string{CRIGroup}
+		g = append(g, CRIGroup)
 	}
-	return nil
+	if c.NeedsAPI {
+		g = append(g, APIGroup)
+	}
+	return g
 }
 
 // RunDir is the component's own directory under the state dir, relative

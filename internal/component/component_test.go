@@ -1,6 +1,7 @@
 package component
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -71,12 +72,15 @@ func TestCheckErrors(t *testing.T) {
 }
 
 // Every process that talks to CRI and runs as its own user holds the CRI
-// group; nobody else does.
+// group, every one that talks to the API the API group; nobody else.
 func TestGroups(t *testing.T) {
 	for _, c := range Declared.Processes() {
 		g := c.Groups()
-		if want := c.NeedsCRI && c.User() != ""; (len(g) == 1 && g[0] == CRIGroup) != want {
+		if want := c.NeedsCRI && c.User() != ""; slices.Contains(g, CRIGroup) != want {
 			t.Errorf("%s: groups %v (NeedsCRI %v, user %q)", c.Name, g, c.NeedsCRI, c.User())
+		}
+		if slices.Contains(g, APIGroup) != c.NeedsAPI {
+			t.Errorf("%s: groups %v (NeedsAPI %v)", c.Name, g, c.NeedsAPI)
 		}
 	}
 }

@@ -15,14 +15,6 @@ const (
 	ComposeManifests = "/etc/nodelet/manifests"
 )
 
-// criRoot is why a daemon that talks to CRI runs as root.
-var criRoot = []string{
-	"containerd's CRI socket is root's (0660 root:root); whoever may use it may",
-	"run any container, so a user of its own would hide nothing from it.",
-}
-
-func because(lines ...string) []string { return append(lines, criRoot...) }
-
 // Declared is nodelet: every component, once. Order here does not matter
 // for starting (Set.Order computes it from Requires); it is the order of
 // listings.
@@ -87,7 +79,12 @@ var Declared = Set{
 		Events: true, Heartbeats: true,
 		Root: []string{
 			"It creates sandboxes and containers over CRI, mounts volumes and",
-			"prepares them for any user, and removes pod cgroups, as the kubelet does.",
+			"prepares them for any user (chown, chmod), and removes pod cgroups, as",
+			"the kubelet does. It holds neither CAP_DAC_OVERRIDE nor",
+			"CAP_DAC_READ_SEARCH: the other daemons' seeds, their users' own",
+			"(0500 directories under /run/credentials, the bus's 0700 directory on",
+			"disk), stay closed to it; it reads the node's certificates through",
+			"group " + APIGroup + ".",
 		},
 		Systemd: Systemd{
 			Why: []string{
@@ -99,11 +96,14 @@ var Declared = Set{
 				"and termination message files), /var/log/pods and the CNI conf dir",
 				"(runtime.cniConfDir), removes pod cgroups under /sys/fs/cgroup, mounts",
 				"(CAP_SYS_ADMIN) and prepares volumes for any user: it keeps root's",
-				"capabilities, as the kubelet does. What still applies: no new",
+				"capabilities, as the kubelet does, but for passing file modes",
+				"(CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH: every file it must reach is",
+				"root's or group " + APIGroup + "'s). What still applies: no new",
 				"privileges, no exotic sockets, no namespaces, no W+X memory.",
 			},
 			HostMounts: true,
 			Netlink:    true,
+			DropCaps:   []string{"CAP_DAC_OVERRIDE", "CAP_DAC_READ_SEARCH"},
 		},
 		Compose: Compose{
 			Why: []string{
@@ -130,11 +130,11 @@ var Declared = Set{
 		Writes: []Bucket{{BucketProbes, 5}},
 		Reads:  []string{BucketDesired, BucketObserved, BucketProbes},
 		Events: true, Heartbeats: true,
-		Root: because("Exec probes run through CRI:"),
 		Systemd: Systemd{
 			Why: []string{
 				"The prober probes pods over TCP, HTTP and gRPC (exec probes go through",
-				"CRI) and looks up the node's address over netlink.",
+				"CRI, whose socket group " + CRIGroup + " it holds) and looks up the",
+				"node's address over netlink.",
 			},
 			Caps:    []string{},
 			Netlink: true,
@@ -149,18 +149,21 @@ var Declared = Set{
 			BucketProbes, BucketStatus, BucketNode, BucketPressure, BucketEvictions},
 		EventsDurable: StatusEventsDurable,
 		Events:        true, Heartbeats: true,
-		Root: because("The runtime's version and the node's images come over CRI:"),
 		Systemd: Systemd{
 			Why: []string{
 				"Status reads the node's hardware and filesystem capacity through",
 				"cAdvisor (/proc and /sys read-only; /dev stays, cAdvisor maps",
-				"filesystems to block devices) and looks up the node's addresses over",
-				"netlink.",
+				"filesystems to block devices), the runtime's version and the node's",
+				"images over CRI (group " + CRIGroup + "), and looks up the node's",
+				"addresses over netlink. It reads the node's kubeconfig (root's and",
+				"0600, as kubeadm writes it: CAP_DAC_READ_SEARCH) and renews the",
+				"client certificate in the state dir's pki.",
 			},
-			Devices: true,
-			Caps:    []string{},
-			Netlink: true,
-			Private: true,
+			Devices:      true,
+			Caps:         []string{"CAP_DAC_READ_SEARCH"},
+			WritesShared: true,
+			Netlink:      true,
+			Private:      true,
 		},
 	},
 	{
@@ -171,9 +174,6 @@ var Declared = Set{
 		// statuses and the runtime's state.
 		Reads:  []string{BucketDesired, BucketRuntime, BucketStatus},
 		Events: true, Heartbeats: true, ReadsHealth: true,
-		Root: because(
-			"It reads container logs, which containerd writes 0640 root, and exec,",
-			"attach, port-forward and container stats go through CRI:"),
 		Systemd: Systemd{
 			Why: []string{
 				"The server serves the kubelet API on server.port (TCP, any address)",
@@ -182,12 +182,16 @@ var Declared = Set{
 				"streams to containerd's loopback streaming server, reads the node's",
 				"usage through procfs and cAdvisor (/dev stays, cAdvisor maps",
 				"filesystems to block devices), keeps its serving certificate in the",
-				"state dir and looks up the node's addresses over netlink.",
+				"state dir's pki and looks up the node's addresses over netlink. Exec,",
+				"attach, port-forward and container stats go through CRI (group",
+				CRIGroup + "); container logs, which containerd writes 0640 root, and",
+				"the node's kubeconfig (root's, 0600) it reads with CAP_DAC_READ_SEARCH.",
 			},
-			Devices: true,
-			Caps:    []string{},
-			Netlink: true,
-			Private: true,
+			Devices:      true,
+			Caps:         []string{"CAP_DAC_READ_SEARCH"},
+			WritesShared: true,
+			Netlink:      true,
+			Private:      true,
 		},
 		Compose: Compose{
 			Why:     []string{"Reads the pods' logs for the kubelet API and measures their usage."},
@@ -201,19 +205,22 @@ var Declared = Set{
 		Reads: []string{BucketDesired, BucketSources, BucketAdmission, BucketObserved, BucketRuntime,
 			BucketStatus, BucketPressure, BucketEvictions, BucketImages},
 		Events: true, Heartbeats: true,
-		Root: because(
-			"It removes pod logs and measures volumes of any user, and removes",
-			"containers and images over CRI:"),
 		Systemd: Systemd{
 			Why: []string{
 				"GC rotates and removes container logs under /var/log/pods",
-				"(LogsDirectory=pods makes it writable), measures emptyDir volumes",
-				"whose files belong to any user and removes pod log directories",
-				"(CAP_DAC_READ_SEARCH, CAP_DAC_OVERRIDE), and reads /proc and the root",
-				"memory cgroup for the eviction signals.",
+				"(node.podLogsDir, the runtime's, writable here), measures emptyDir",
+				"volumes whose files belong to any user and removes pod log",
+				"directories (CAP_DAC_READ_SEARCH, CAP_DAC_OVERRIDE: the directory of",
+				"seeds is hidden from it), removes containers and images over CRI",
+				"(group " + CRIGroup + "), and reads /proc and the root memory cgroup",
+				"for the eviction signals. Graceful node shutdown",
+				"(gc.shutdownGracePeriod) takes a logind delay inhibitor, which logind",
+				"grants a user of its own through polkit or CAP_SYS_BOOT: it holds",
+				"CAP_SYS_BOOT for that check alone, the reboot system calls are denied.",
 			},
+			DenySyscalls: []string{"@reboot"},
 			PodLogs:      true,
-			Caps:         []string{"CAP_DAC_OVERRIDE", "CAP_DAC_READ_SEARCH"},
+			Caps:         []string{"CAP_DAC_OVERRIDE", "CAP_DAC_READ_SEARCH", "CAP_SYS_BOOT"},
 			LoopbackOnly: true,
 		},
 		Compose: Compose{

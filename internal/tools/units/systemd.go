@@ -92,11 +92,18 @@ func sysusers(order []component.Component) string {
 	)
 	u.comment(strings.Split(generatedBy, "\n")...)
 	u.b.WriteString("\ng " + component.Group + " -\n")
+	u.comment("", "Who may use containerd's CRI socket (its [grpc] gid), and who may read the",
+		"node's certificates in the state dir's pki.")
+	u.b.WriteString("g " + component.CRIGroup + " -\n")
+	u.b.WriteString("g " + component.APIGroup + " -\n")
 	for _, c := range order {
 		if c.User() == "" {
 			continue
 		}
 		u.b.WriteString(fmt.Sprintf("u %s - %q / -\n", c.User(), c.Description))
+		for _, g := range c.Groups() {
+			u.b.WriteString(fmt.Sprintf("m %s %s\n", c.User(), g))
+		}
 	}
 	u.comment("", "Root, each for the reason its unit gives:")
 	for _, c := range order {
@@ -227,10 +234,45 @@ func service(c component.Component, o Options) string {
 		u.comment("Runs as root.")
 		u.comment(c.Root...)
 	}
+	if g := c.Groups(); len(g) > 0 {
+		var why []string
+		for _, n := range g {
+			switch n {
+			case component.CRIGroup:
+				why = append(why, n+": containerd's CRI socket (its [grpc] gid)")
+			case component.APIGroup:
+				why = append(why, n+": the node's certificates in the state dir's "+component.SharedDir)
+			}
+		}
+		u.comment("Groups: " + strings.Join(why, "; ") + ".")
+		u.set("SupplementaryGroups", strings.Join(g, " "))
+	}
+	if sb.WritesShared {
+		shared := path.Join(o.StateDir, component.SharedDir)
+		u.comment(
+			"It writes the node's certificates in "+shared+", shared with the other",
+			"writer and readable by group "+component.APIGroup+": made (as root, before",
+			"the sandbox applies) root's, that group's, setgid so what is written there",
+			"keeps the group, 2770.",
+		)
+		u.set("ExecStartPre", "+/usr/bin/install -d -o root -g "+component.APIGroup+" -m 2770 "+shared)
+		u.set("ReadWritePaths", shared)
+	}
 	u.comment("")
 	u.comment("Hardening.")
 	u.comment(sb.Why...)
 	u.set("NoNewPrivileges", "yes")
+	if sb.PodLogs {
+		if c.User() == "" {
+			u.comment(o.PodLogsDir + " (node.podLogsDir), created if missing (root's), writable.")
+			u.set("LogsDirectory", strings.TrimPrefix(o.PodLogsDir, "/var/log/"))
+		} else {
+			u.comment(o.PodLogsDir+" (node.podLogsDir), writable; root's (the runtime, root, writes it",
+				"too): made if missing as root, before the sandbox applies.")
+			u.set("ExecStartPre", "+/usr/bin/install -d -m 0755 "+o.PodLogsDir)
+			u.set("ReadWritePaths", o.PodLogsDir)
+		}
+	}
 	if !sb.HostMounts {
 		u.comment("Read-only /usr, /etc and the rest, but for what it owns in the state")
 		u.comment("dir (node.stateDir).")
@@ -242,10 +284,6 @@ func service(c component.Component, o Options) string {
 		if c.Name != "bus" {
 			u.comment("Every component's seed lives here: it sees none of them.")
 			u.set("InaccessiblePaths", "-"+credDir)
-		}
-		if sb.PodLogs {
-			u.comment(o.PodLogsDir + " (node.podLogsDir), created if missing, writable.")
-			u.set("LogsDirectory", strings.TrimPrefix(o.PodLogsDir, "/var/log/"))
 		}
 		u.set("ProtectHome", "yes")
 		u.set("PrivateTmp", "yes")
@@ -265,6 +303,10 @@ func service(c component.Component, o Options) string {
 			u.comment("No capability at all.")
 		}
 		u.set("CapabilityBoundingSet", strings.Join(sb.Caps, " "))
+	}
+	if len(sb.DropCaps) > 0 {
+		u.comment("Root's capabilities but these.")
+		u.set("CapabilityBoundingSet", "~"+strings.Join(sb.DropCaps, " "))
 	}
 	families := "AF_UNIX AF_INET AF_INET6"
 	if sb.Netlink {
@@ -286,6 +328,9 @@ func service(c component.Component, o Options) string {
 	u.set("LockPersonality", "yes")
 	u.set("MemoryDenyWriteExecute", "yes")
 	u.set("SystemCallArchitectures", "native")
+	if len(sb.DenySyscalls) > 0 {
+		u.set("SystemCallFilter", "~"+strings.Join(sb.DenySyscalls, " "))
+	}
 	return u.b.String()
 }
 

@@ -265,7 +265,9 @@ func TestSandboxes(t *testing.T) {
 		name       string
 		hostMounts bool
 		caps       []string // nil: unrestricted
-		logs       bool
+		drop       []string // taken from root's
+		logs       bool     // LogsDirectory= (root's)
+		logsRW     bool     // writes the pod logs dir of another
 		devices    bool
 		netlink    bool
 		loopback   bool
@@ -273,11 +275,11 @@ func TestSandboxes(t *testing.T) {
 		{name: "bus", caps: []string{}, loopback: true},
 		{name: "sources", caps: []string{"CAP_DAC_READ_SEARCH"}},
 		{name: "admission", caps: []string{"CAP_DAC_READ_SEARCH"}}, // reads kube-apiserver for CSI attach limits
-		{name: "runtime", hostMounts: true, netlink: true},
+		{name: "runtime", hostMounts: true, netlink: true, drop: []string{"CAP_DAC_OVERRIDE", "CAP_DAC_READ_SEARCH"}},
 		{name: "prober", caps: []string{}, netlink: true},
-		{name: "status", caps: []string{}, devices: true, netlink: true},
-		{name: "server", caps: []string{}, devices: true, netlink: true},
-		{name: "gc", caps: []string{"CAP_DAC_OVERRIDE", "CAP_DAC_READ_SEARCH"}, logs: true, loopback: true},
+		{name: "status", caps: []string{"CAP_DAC_READ_SEARCH"}, devices: true, netlink: true},
+		{name: "server", caps: []string{"CAP_DAC_READ_SEARCH"}, devices: true, netlink: true},
+		{name: "gc", caps: []string{"CAP_DAC_OVERRIDE", "CAP_DAC_READ_SEARCH", "CAP_SYS_BOOT"}, logsRW: true, loopback: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			u := parse(t, tc.name, files["nodelet-"+tc.name+".service"])
@@ -299,6 +301,11 @@ func TestSandboxes(t *testing.T) {
 			_, set := s["CapabilityBoundingSet"]
 			caps := u.words("Service", "CapabilityBoundingSet")
 			switch {
+			case tc.drop != nil:
+				want := append([]string{"~" + tc.drop[0]}, tc.drop[1:]...)
+				if !slices.Equal(caps, want) {
+					t.Errorf("CapabilityBoundingSet=%q, want root's but %q", caps, tc.drop)
+				}
 			case tc.caps == nil && set:
 				t.Errorf("CapabilityBoundingSet=%q, want root's capabilities", caps)
 			case tc.caps != nil && (!set || !slices.Equal(caps, tc.caps)):
@@ -306,6 +313,9 @@ func TestSandboxes(t *testing.T) {
 			}
 			if got := u.one("Service", "LogsDirectory") == "pods"; got != tc.logs {
 				t.Errorf("LogsDirectory=pods = %v, want %v", got, tc.logs)
+			}
+			if got := slices.Contains(u.words("Service", "ReadWritePaths"), "/var/log/pods"); got != tc.logsRW {
+				t.Errorf("ReadWritePaths=/var/log/pods = %v, want %v", got, tc.logsRW)
 			}
 			if got := slices.Contains(u.words("Service", "RestrictAddressFamilies"), "AF_NETLINK"); got != tc.netlink {
 				t.Errorf("AF_NETLINK allowed = %v, want %v", got, tc.netlink)
@@ -395,8 +405,9 @@ func unitRoot(t *testing.T, files map[string][]byte) string {
 	var fs []File
 	for name, data := range files {
 		fs = append(fs, File{Name: name, Data: data})
-		for _, o := range parse(t, name, data)["Service"]["ExecStart"] {
-			bin, _, _ := strings.Cut(o, " ")
+		svc := parse(t, name, data)["Service"]
+		for _, o := range append(slices.Clone(svc["ExecStart"]), svc["ExecStartPre"]...) {
+			bin, _, _ := strings.Cut(strings.TrimLeft(o, "+-@!:"), " ")
 			if bin == "" {
 				continue
 			}
@@ -518,7 +529,7 @@ func TestOwnUsers(t *testing.T) {
 			t.Errorf("%s: AmbientCapabilities=%v, bounding set %v", c.Name, got, u.words("Service", "CapabilityBoundingSet"))
 		}
 	}
-	if want := []string{"nodelet-bus", "nodelet-sources", "nodelet-admission"}; !slices.Equal(users, want) {
+	if want := []string{"nodelet-bus", "nodelet-sources", "nodelet-admission", "nodelet-prober", "nodelet-status", "nodelet-server", "nodelet-gc"}; !slices.Equal(users, want) {
 		t.Errorf("own users %v, want %v", users, want)
 	}
 	var declared []string
@@ -527,7 +538,7 @@ func TestOwnUsers(t *testing.T) {
 		if len(f) >= 2 && f[0] == "u" {
 			declared = append(declared, f[1])
 		}
-		if len(f) >= 2 && f[0] == "g" && f[1] != "nodelet" {
+		if len(f) >= 2 && f[0] == "g" && !slices.Contains([]string{"nodelet", "nodelet-cri", "nodelet-api"}, f[1]) {
 			t.Errorf("sysusers declares group %s", f[1])
 		}
 	}
@@ -552,8 +563,8 @@ func TestStateDirElsewhere(t *testing.T) {
 		if f.Name == "nodelet-bus.service" && !strings.Contains(string(f.Data), "\nStateDirectory=node-a/bus node-a/credentials node-a/run/bus\n") {
 			t.Errorf("bus unit:\n%s", f.Data)
 		}
-		if f.Name == "nodelet-gc.service" && !strings.Contains(string(f.Data), "\nLogsDirectory=node-a-pods\n") {
-			t.Errorf("gc unit has no LogsDirectory=node-a-pods")
+		if f.Name == "nodelet-gc.service" && !strings.Contains(string(f.Data), "\nReadWritePaths=/var/log/node-a-pods\n") {
+			t.Errorf("gc unit has no ReadWritePaths=/var/log/node-a-pods")
 		}
 	}
 	for _, bad := range []struct{ state, logs string }{{"/srv/nodelet", "/var/log/pods"}, {"/var/lib", "/var/log/pods"}, {"/var/lib/nodelet", "/tmp/pods"}, {"/var/lib/x/../nodelet", "/var/log/pods"}} {
