@@ -256,7 +256,8 @@ func service(c component.Component, o Options) string {
 			"keeps the group, 2770.",
 		)
 		u.set("ExecStartPre", "+/usr/bin/install -d -o root -g "+component.APIGroup+" -m 2770 "+shared)
-		u.set("ReadWritePaths", shared)
+		u.comment("\"-\": the command above runs in the unit's namespace too, before it made it.")
+		u.set("ReadWritePaths", "-"+shared)
 	}
 	u.comment("")
 	u.comment("Hardening.")
@@ -270,7 +271,7 @@ func service(c component.Component, o Options) string {
 			u.comment(o.PodLogsDir+" (node.podLogsDir), writable; root's (the runtime, root, writes it",
 				"too): made if missing as root, before the sandbox applies.")
 			u.set("ExecStartPre", "+/usr/bin/install -d -m 0755 "+o.PodLogsDir)
-			u.set("ReadWritePaths", o.PodLogsDir)
+			u.set("ReadWritePaths", "-"+o.PodLogsDir)
 		}
 	}
 	if !sb.HostMounts {

@@ -314,8 +314,8 @@ func TestSandboxes(t *testing.T) {
 			if got := u.one("Service", "LogsDirectory") == "pods"; got != tc.logs {
 				t.Errorf("LogsDirectory=pods = %v, want %v", got, tc.logs)
 			}
-			if got := slices.Contains(u.words("Service", "ReadWritePaths"), "/var/log/pods"); got != tc.logsRW {
-				t.Errorf("ReadWritePaths=/var/log/pods = %v, want %v", got, tc.logsRW)
+			if got := slices.Contains(u.words("Service", "ReadWritePaths"), "-/var/log/pods"); got != tc.logsRW {
+				t.Errorf("ReadWritePaths=-/var/log/pods = %v, want %v", got, tc.logsRW)
 			}
 			if got := slices.Contains(u.words("Service", "RestrictAddressFamilies"), "AF_NETLINK"); got != tc.netlink {
 				t.Errorf("AF_NETLINK allowed = %v, want %v", got, tc.netlink)
@@ -563,8 +563,8 @@ func TestStateDirElsewhere(t *testing.T) {
 		if f.Name == "nodelet-bus.service" && !strings.Contains(string(f.Data), "\nStateDirectory=node-a/bus node-a/credentials node-a/run/bus\n") {
 			t.Errorf("bus unit:\n%s", f.Data)
 		}
-		if f.Name == "nodelet-gc.service" && !strings.Contains(string(f.Data), "\nReadWritePaths=/var/log/node-a-pods\n") {
-			t.Errorf("gc unit has no ReadWritePaths=/var/log/node-a-pods")
+		if f.Name == "nodelet-gc.service" && !strings.Contains(string(f.Data), "\nReadWritePaths=-/var/log/node-a-pods\n") {
+			t.Errorf("gc unit has no ReadWritePaths=-/var/log/node-a-pods")
 		}
 	}
 	for _, bad := range []struct{ state, logs string }{{"/srv/nodelet", "/var/log/pods"}, {"/var/lib", "/var/log/pods"}, {"/var/lib/nodelet", "/tmp/pods"}, {"/var/lib/x/../nodelet", "/var/log/pods"}} {
