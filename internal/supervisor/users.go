@@ -17,13 +17,39 @@ import (
 type identity struct {
 	user     string
 	uid, gid uint32
+	// groups are its supplementary groups (component.Groups): the CRI
+	// socket's and the certificates'.
+	groups []uint32
+	// caps are its ambient capabilities, as its unit's
+	// AmbientCapabilities=.
+	caps []uintptr
+}
+
+// capNumbers are the capabilities a component of its own user may hold,
+// by the names the declaration uses (linux/capability.h).
+var capNumbers = map[string]uintptr{
+	"CAP_DAC_OVERRIDE":    1,
+	"CAP_DAC_READ_SEARCH": 2,
+	"CAP_SYS_BOOT":        22,
+}
+
+// lookupGID resolves a group the sysusers.d file declares.
+func lookupGID(name string) (uint32, error) {
+	g, err := user.LookupGroup(name)
+	if err != nil {
+		return 0, fmt.Errorf("supervisor.componentUsers: group %s: %w (scripts/setup.sh makes it: systemd-sysusers deploy/systemd/sysusers.d/nodelet.conf)", name, err)
+	}
+	gid, err := strconv.ParseUint(g.Gid, 10, 32)
+	return uint32(gid), err
 }
 
 // identities resolves, with supervisor.componentUsers, the user of every
 // component that runs as its own under the systemd units (component.Component.User):
 // the same users, from deploy/systemd/sysusers.d/nodelet.conf, with group
-// nodelet as the primary group and no other. A missing user or group, or
-// a supervisor that is not root, is an error naming what to do.
+// nodelet as the primary group, the supplementary groups and the ambient
+// capabilities their units give them. A missing user or group, a
+// capability the supervisor does not know, or a supervisor that is not
+// root, is an error naming what to do.
 func identities(order []component.Component, on bool) (map[string]*identity, error) {
 	ids := map[string]*identity{}
 	if !on {
@@ -32,11 +58,7 @@ func identities(order []component.Component, on bool) (map[string]*identity, err
 	if os.Geteuid() != 0 {
 		return nil, fmt.Errorf("supervisor.componentUsers: `nodelet up` must run as root to start daemons as their own users (uid %d)", os.Geteuid())
 	}
-	g, err := user.LookupGroup(component.Group)
-	if err != nil {
-		return nil, fmt.Errorf("supervisor.componentUsers: group %s: %w (scripts/setup.sh makes it: systemd-sysusers deploy/systemd/sysusers.d/nodelet.conf)", component.Group, err)
-	}
-	gid, err := strconv.ParseUint(g.Gid, 10, 32)
+	gid, err := lookupGID(component.Group)
 	if err != nil {
 		return nil, err
 	}
@@ -56,18 +78,41 @@ func identities(order []component.Component, on bool) (map[string]*identity, err
 		if uid == 0 {
 			return nil, fmt.Errorf("supervisor.componentUsers: user %s is root", name)
 		}
-		ids[c.Name] = &identity{user: name, uid: uint32(uid), gid: uint32(gid)}
+		id := &identity{user: name, uid: uint32(uid), gid: gid, groups: []uint32{}}
+		for _, g := range c.Groups() {
+			n, err := lookupGID(g)
+			if err != nil {
+				return nil, err
+			}
+			id.groups = append(id.groups, n)
+		}
+		for _, cp := range c.Systemd.Caps {
+			n, ok := capNumbers[cp]
+			if !ok {
+				return nil, fmt.Errorf("supervisor.componentUsers: %s's capability %s is unknown to the supervisor (internal/supervisor capNumbers)", c.Name, cp)
+			}
+			id.caps = append(id.caps, n)
+		}
+		ids[c.Name] = id
 	}
 	return ids, nil
 }
 
 // credential is what the child is started with: the user, group nodelet,
-// no supplementary groups (root's are dropped).
+// its supplementary groups only (root's are dropped).
 func (id *identity) credential() *syscall.Credential {
 	if id == nil {
 		return nil
 	}
-	return &syscall.Credential{Uid: id.uid, Gid: id.gid, Groups: []uint32{}}
+	return &syscall.Credential{Uid: id.uid, Gid: id.gid, Groups: id.groups}
+}
+
+// ambient are the child's ambient capabilities (nil for root's children).
+func (id *identity) ambient() []uintptr {
+	if id == nil {
+		return nil
+	}
+	return id.caps
 }
 
 // prepareDirs gives a component of its own user its parts of the state
@@ -92,6 +137,13 @@ func prepareDirs(stateDir string, c component.Component, id *identity) error {
 			if err := os.Chmod(d, m|0o011); err != nil {
 				return err
 			}
+		}
+	}
+	if c.Systemd.WritesShared {
+		// The node's certificates, as the units' ExecStartPre= makes them:
+		// root's, group nodelet-api, setgid, 2770.
+		if err := sharedDir(filepath.Join(stateDir, component.SharedDir)); err != nil {
+			return err
 		}
 	}
 	mode := fs.FileMode(daemon.ComponentDirMode)
@@ -134,4 +186,45 @@ func handOver(path string, id *identity) error {
 		return nil
 	}
 	return os.Lchown(path, int(id.uid), int(id.gid))
+}
+
+// sharedDir makes dir root's, group component.APIGroup, setgid, 2770, and
+// gives that group read access to what is already there (a pki root alone
+// wrote before).
+func sharedDir(dir string) error {
+	gid, err := lookupGID(component.APIGroup)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	if err := os.Lchown(dir, 0, int(gid)); err != nil {
+		return err
+	}
+	if err := os.Chmod(dir, 0o770|fs.ModeSetgid); err != nil {
+		return err
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		p := filepath.Join(dir, e.Name())
+		st, err := os.Lstat(p)
+		if err != nil || !st.Mode().IsRegular() {
+			continue
+		}
+		if sys, ok := st.Sys().(*syscall.Stat_t); ok && sys.Gid != gid {
+			if err := os.Lchown(p, -1, int(gid)); err != nil {
+				return err
+			}
+		}
+		if st.Mode().Perm()&0o040 == 0 {
+			if err := os.Chmod(p, st.Mode().Perm()|0o040); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
