@@ -285,8 +285,7 @@ func (s *Supervisor) supervise(ctx context.Context, p *proc) {
 		// supervisor, which stops the children in order. Pdeathsig: a
 		// supervisor killed outright does not leave daemons behind.
 		// Credential: its own user, as under the units (nil: ours).
-		// AmbientCaps: what its unit's AmbientCapabilities= gives it.
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM, Credential: id.credential(), AmbientCaps: id.ambient()}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM, Credential: id.credential()}
 		started := time.Now()
 		if err := cmd.Start(); err != nil {
 			s.logf("%s failed to start: %v", p.comp.Name, err)

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"syscall"
 
@@ -20,17 +21,6 @@ type identity struct {
 	// groups are its supplementary groups (component.Groups): the CRI
 	// socket's and the certificates'.
 	groups []uint32
-	// caps are its ambient capabilities, as its unit's
-	// AmbientCapabilities=.
-	caps []uintptr
-}
-
-// capNumbers are the capabilities a component of its own user may hold,
-// by the names the declaration uses (linux/capability.h).
-var capNumbers = map[string]uintptr{
-	"CAP_DAC_OVERRIDE":    1,
-	"CAP_DAC_READ_SEARCH": 2,
-	"CAP_SYS_BOOT":        22,
 }
 
 // lookupGID resolves a group the sysusers.d file declares.
@@ -46,10 +36,13 @@ func lookupGID(name string) (uint32, error) {
 // identities resolves, with supervisor.componentUsers, the user of every
 // component that runs as its own under the systemd units (component.Component.User):
 // the same users, from deploy/systemd/sysusers.d/nodelet.conf, with group
-// nodelet as the primary group, the supplementary groups and the ambient
-// capabilities their units give them. A missing user or group, a
-// capability the supervisor does not know, or a supervisor that is not
-// root, is an error naming what to do.
+// nodelet as the primary group and the supplementary groups their units
+// give them. Unlike the units, `nodelet up` gives them no capability: it
+// has no mount namespace to hide the other seeds from a daemon that could
+// pass file modes. So a daemon whose unit needs CAP_DAC_OVERRIDE (gc:
+// it rotates and removes root's container logs) stays root here. A missing
+// user or group, or a supervisor that is not root, is an error naming what
+// to do.
 func identities(order []component.Component, on bool) (map[string]*identity, error) {
 	ids := map[string]*identity{}
 	if !on {
@@ -64,7 +57,7 @@ func identities(order []component.Component, on bool) (map[string]*identity, err
 	}
 	for _, c := range order {
 		name := c.User()
-		if name == "" {
+		if name == "" || slices.Contains(c.Systemd.Caps, "CAP_DAC_OVERRIDE") {
 			continue
 		}
 		u, err := user.Lookup(name)
@@ -86,13 +79,6 @@ func identities(order []component.Component, on bool) (map[string]*identity, err
 			}
 			id.groups = append(id.groups, n)
 		}
-		for _, cp := range c.Systemd.Caps {
-			n, ok := capNumbers[cp]
-			if !ok {
-				return nil, fmt.Errorf("supervisor.componentUsers: %s's capability %s is unknown to the supervisor (internal/supervisor capNumbers)", c.Name, cp)
-			}
-			id.caps = append(id.caps, n)
-		}
 		ids[c.Name] = id
 	}
 	return ids, nil
@@ -105,14 +91,6 @@ func (id *identity) credential() *syscall.Credential {
 		return nil
 	}
 	return &syscall.Credential{Uid: id.uid, Gid: id.gid, Groups: id.groups}
-}
-
-// ambient are the child's ambient capabilities (nil for root's children).
-func (id *identity) ambient() []uintptr {
-	if id == nil {
-		return nil
-	}
-	return id.caps
 }
 
 // prepareDirs gives a component of its own user its parts of the state

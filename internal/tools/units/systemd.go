@@ -100,7 +100,8 @@ func sysusers(order []component.Component) string {
 		if c.User() == "" {
 			continue
 		}
-		u.b.WriteString(fmt.Sprintf("u %s - %q / -\n", c.User(), c.Description))
+		// A GECOS field holds no ':'.
+		u.b.WriteString(fmt.Sprintf("u %s - %q / -\n", c.User(), strings.ReplaceAll(c.Description, ":", "")))
 		for _, g := range c.Groups() {
 			u.b.WriteString(fmt.Sprintf("m %s %s\n", c.User(), g))
 		}
