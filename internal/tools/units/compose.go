@@ -13,6 +13,9 @@ const ComposeFile = "docker-compose.yml"
 // Compose renders docker-compose.yml: the bus and every daemon as services
 // of one image, each starting once what it requires is healthy.
 func Compose(s component.Set, o Options) ([]byte, error) {
+	if err := s.Check(); err != nil {
+		return nil, err
+	}
 	order, err := s.Order()
 	if err != nil {
 		return nil, err

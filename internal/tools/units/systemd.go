@@ -42,6 +42,9 @@ func UnitName(c component.Component) string { return c.Binary() + ".service" }
 // start order. It fails for a component without a sandbox profile or a
 // declaration that does not order.
 func SystemdUnits(s component.Set, o Options) ([]File, error) {
+	if err := s.Check(); err != nil {
+		return nil, err
+	}
 	order, err := s.Order()
 	if err != nil {
 		return nil, err
