@@ -212,11 +212,6 @@ func (c Component) RunDir() string { return "run/" + c.Name }
 // everyone but the bus, whose admin key lives in its memory.
 func (c Component) Credential() bool { return c.Name != Bus }
 
-// Writes reports whether it writes bucket.
-func (c Component) WritesBucket(bucket string) bool {
-	return slices.ContainsFunc(c.Writes, func(b Bucket) bool { return b.Name == bucket })
-}
-
 // Set is a declaration: every component. Declared is nodelet's; tests
 // derive from modified copies.
 type Set []Component
