@@ -25,8 +25,10 @@
 // any read-only credential could therefore have a stored message delivered
 // onto $KV.<bucket>.<key> (a pull with that reply: the bucket stores it), or
 // have a push consumer deliver onto $JS.API.STREAM.DELETE.<stream>. So the
-// bus is split into nats-server accounts, built from Buckets and the reads
-// table (accounts.go):
+// bus is split into nats-server accounts, built (accounts.go) from the
+// Matrix that matrix.go derives from the component declaration
+// (internal/component: each component's Writes, Reads, events and
+// heartbeats):
 //
 //   - One store account per stream (STORE_KV_<bucket>; STORE_EVENTS holds
 //     the events stream and status's copy of it). No client connects there;
@@ -76,12 +78,16 @@
 // only; no file ever holds it. Each daemon gets its own seed alone: from
 // systemd (LoadCredential=, in $CREDENTIALS_DIRECTORY, readable by the
 // unit's user only) or from `nodelet up` (a copy in a private directory,
-// the child's own with supervisor.componentUsers). bus, sources and
-// admission run as users of their own; the daemons that talk to CRI run as
-// root (internal/graph says why for each), every one of them but the
-// runtime in a mount namespace that hides the directory of seeds and the
-// other units' credentials. TestUnitsUnderSystemd (internal/e2e) checks
-// under a real systemd which seeds each daemon can read.
+// the child's own with supervisor.componentUsers). Under the units every
+// daemon but the runtime runs as a user of its own (internal/component
+// declares each, with its groups and capabilities), in a mount namespace
+// that hides the directory of seeds and the other units' credentials; a
+// unit's /run/credentials directory is its user's (0500). The runtime
+// stays root in the host's mount namespace, without CAP_DAC_OVERRIDE and
+// CAP_DAC_READ_SEARCH, so those directories — the others' users', the
+// bus's 0700 one — stay closed to it. TestUnitsUnderSystemd
+// (internal/e2e) checks under a real systemd each daemon's uid and that it
+// can read its own seed and no other.
 //
 // # Known limits
 //
@@ -95,15 +101,21 @@
 //     proxy to answer those requests too, checking the consumer's creator.
 //   - The runtime runs as root in the host's mount namespace (its tmpfs
 //     volumes must reach containerd, and systemd cannot re-establish
-//     propagation from a private namespace to the host), with root's
-//     capabilities (mounts, chown for fsGroup, cgroups). It can read every
-//     seed, and so could become any component on the bus. No cheap wall
-//     exists: with CAP_DAC_READ_SEARCH, CAP_CHOWN or CAP_FOWNER it passes any
-//     file mode, and with the CRI socket alone — as every daemon that talks
-//     to CRI — it could run a privileged container that mounts the state
-//     dir. The seeds keep the other daemons, and anything that is not
-//     root, apart; they do not keep a compromised runtime (nor any root
-//     process on the node) out.
+//     propagation from a private namespace to the host) and keeps
+//     CAP_CHOWN and CAP_FOWNER (fsGroup, volumes of any user): it cannot
+//     read another's seed as it stands, but it could take a file's
+//     ownership or mode to. Like every user of the CRI socket (group
+//     nodelet-cri under the units), it could also run a privileged
+//     container that mounts the state dir. The seeds keep the daemons
+//     apart from each other and from anything unprivileged; they do not
+//     keep a compromised runtime, nor any root process on the node, out.
+//   - Without CAP_DAC_OVERRIDE the runtime cannot remove what a container
+//     left in a volume under a directory that shuts others out (0700 of
+//     another uid): tearing down such a pod's volume fails. The kubelet,
+//     with every capability, has no such limit.
+//   - Under `nodelet up` no mount namespace hides the seeds: the children
+//     of their own users (supervisor.componentUsers) get no capability,
+//     and gc and the runtime, root there, can read every seed.
 //
 // # Access matrix
 //

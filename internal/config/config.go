@@ -369,10 +369,13 @@ type SupervisorConfig struct {
 	RestartBackoffReset time.Duration `mapstructure:"restartBackoffReset"`
 	// ReadyTimeout to wait for a daemon's READY=1 before starting its dependents. Default: 30s.
 	ReadyTimeout time.Duration `mapstructure:"readyTimeout"`
-	// ComponentUsers: as root, run each daemon that needs no root (bus, sources, admission) as
-	// its own user nodelet-<name> in group nodelet, as the systemd units do (the users of
-	// deploy/systemd/sysusers.d/nodelet.conf, which scripts/setup.sh makes; a missing one stops
-	// `nodelet up`). The config file, the binaries and the state dir's parents must be readable
-	// by them. Off, every daemon runs as the supervisor's user. Default: false.
+	// ComponentUsers: as root, run each daemon that needs no capability here (bus, sources,
+	// admission, prober, status, server) as its own user nodelet-<name> in group nodelet with
+	// its unit's groups (nodelet-cri for CRI, nodelet-api for the certificates), as the systemd
+	// units do (the users of deploy/systemd/sysusers.d/nodelet.conf, which scripts/setup.sh
+	// makes; a missing one stops `nodelet up`); gc and the runtime stay root. The config file,
+	// the binaries and the state dir's parents must be readable by them, and the CRI socket
+	// usable by group nodelet-cri (the managed containerd does that). Off, every daemon runs as
+	// the supervisor's user. Default: false.
 	ComponentUsers bool `mapstructure:"componentUsers"`
 }

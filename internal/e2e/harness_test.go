@@ -23,7 +23,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodelet/nodelet/bus"
-	"github.com/nodelet/nodelet/internal/graph"
+	"github.com/nodelet/nodelet/internal/component"
 	"github.com/nodelet/nodelet/internal/supervisor"
 	"github.com/nodelet/nodelet/internal/testenv"
 	"github.com/nodelet/nodelet/internal/tools/explain"
@@ -263,7 +263,7 @@ func (n *node) WaitReady() map[string]supervisor.ProcState {
 		if err == nil {
 			last = st
 			m := map[string]supervisor.ProcState{}
-			ok := len(st) == len(graph.Components)
+			ok := len(st) == len(component.Declared.Processes())
 			for _, s := range st {
 				m[s.Name] = s
 				ok = ok && s.State == "ready"

@@ -105,7 +105,7 @@ import (
 
 // Spec describes nodelet-admission to the daemon frame.
 func Spec() daemon.Spec {
-	return daemon.Spec{Component: bus.Admission, NeedsCRI: false, Run: Run}
+	return daemon.Spec{Component: bus.Admission, Run: Run}
 }
 
 // Options adjust the daemon for tests; the zero value is production.

@@ -81,7 +81,7 @@ const (
 
 // Spec describes nodelet-gc to the daemon frame.
 func Spec() daemon.Spec {
-	return daemon.Spec{Component: bus.GC, NeedsCRI: true, Run: Run, Metrics: Gatherer()}
+	return daemon.Spec{Component: bus.GC, Run: Run, Metrics: Gatherer()}
 }
 
 // Run serves until ctx is done.

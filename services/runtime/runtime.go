@@ -127,7 +127,7 @@ import (
 
 // Spec describes nodelet-runtime to the daemon frame.
 func Spec() daemon.Spec {
-	return daemon.Spec{Component: bus.Runtime, NeedsCRI: true, Run: Run}
+	return daemon.Spec{Component: bus.Runtime, Run: Run}
 }
 
 // Run serves until ctx is done.

@@ -43,7 +43,7 @@ import (
 
 // Spec describes nodelet-server to the daemon frame.
 func Spec() daemon.Spec {
-	return daemon.Spec{Component: bus.KubeletServer, NeedsCRI: true, Run: Run}
+	return daemon.Spec{Component: bus.KubeletServer, Run: Run}
 }
 
 // Options are what a Service runs with. Run builds them from the daemon's

@@ -41,7 +41,7 @@ import (
 
 // Spec describes nodelet-sources to the daemon frame.
 func Spec() daemon.Spec {
-	return daemon.Spec{Component: bus.Sources, NeedsCRI: false, Run: Run}
+	return daemon.Spec{Component: bus.Sources, Run: Run}
 }
 
 // Run serves until ctx is done.

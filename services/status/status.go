@@ -32,7 +32,7 @@ import (
 
 // Spec describes nodelet-status to the daemon frame.
 func Spec() daemon.Spec {
-	return daemon.Spec{Component: bus.Status, NeedsCRI: true, Run: Run}
+	return daemon.Spec{Component: bus.Status, Run: Run}
 }
 
 // Options are what a Service runs with. Run builds them from the daemon's
