@@ -315,7 +315,7 @@ server:
 
 	// status, of its own user, reports the API pod running and ready (CRI
 	// through group nodelet-cri, the API with the root-only kubeconfig).
-	eventually(t, 60*time.Second, "status reporting the API pod running and ready", func() bool {
+	waitTrue(t, 60*time.Second, "status reporting the API pod running and ready", func() bool {
 		p, err := admin.CoreV1().Pods(ns).Get(ctx, created.Name, metav1.GetOptions{})
 		return err == nil && p.Status.Phase == corev1.PodRunning && podReady(p)
 	})
@@ -327,7 +327,7 @@ server:
 	if got := strings.TrimSpace(m.MustRun(t, "stat", "-c", "%a %u %g", filepath.Join(stateDir, component.SharedDir))); got != "2770 0 "+apiGID {
 		t.Errorf("%s: mode, owner, group %q, want 2770 0 %s", component.SharedDir, got, apiGID)
 	}
-	eventually(t, 30*time.Second, "the server's TLS handshake on its port", func() bool {
+	waitTrue(t, 30*time.Second, "the server's TLS handshake on its port", func() bool {
 		c, err := tls.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", serverPort), &tls.Config{InsecureSkipVerify: true})
 		if err == nil {
 			c.Close()
