@@ -109,10 +109,11 @@
 //     container that mounts the state dir. The seeds keep the daemons
 //     apart from each other and from anything unprivileged; they do not
 //     keep a compromised runtime, nor any root process on the node, out.
-//   - Without CAP_DAC_OVERRIDE the runtime cannot remove what a container
-//     left in a volume under a directory that shuts others out (0700 of
-//     another uid): tearing down such a pod's volume fails. The kubelet,
-//     with every capability, has no such limit.
+//   - Without CAP_DAC_OVERRIDE the runtime cannot list a directory a
+//     container left in a volume that shuts others out (0700 of another
+//     uid); to tear such a pod down it takes each such directory over
+//     first (chown and chmod, volumes.RemoveAll), as its CAP_CHOWN and
+//     CAP_FOWNER allow.
 //   - Under `nodelet up` no mount namespace hides the seeds: the children
 //     of their own users (supervisor.componentUsers) get no capability,
 //     and gc and the runtime, root there, can read every seed.

@@ -84,9 +84,9 @@ var Declared = Set{
 			"CAP_DAC_READ_SEARCH: the other daemons' seeds, their users' own",
 			"(0500 directories under /run/credentials, the bus's 0700 directory on",
 			"disk), stay closed to it; it reads the node's certificates through",
-			"group " + APIGroup + ". The price: a directory a container left in a",
-			"volume with a mode that shuts others out (0700 of another uid) cannot",
-			"be removed when the pod goes (bus/doc.go, known limits).",
+			"group " + APIGroup + ". A directory a container left in a volume with a",
+			"mode that shuts others out (0700 of another uid) is taken over (chown,",
+			"chmod) before it is removed with the pod (bus/doc.go, known limits).",
 		},
 		Systemd: Systemd{
 			Why: []string{
