@@ -73,8 +73,9 @@ type Mirror[T any, PT interface {
 	downErr   error
 	reported  bool
 
-	// attempted, when set (tests), hears each failed attempt's error.
-	attempted func(error)
+	// attempted, when set (tests), hears each failed attempt's error and
+	// the back-off before the next.
+	attempted func(err error, backoff time.Duration)
 }
 
 // NewMirror returns a mirror of the keys of bucket matching filter (">" or
@@ -131,7 +132,7 @@ func (m *Mirror[T, PT]) Run(ctx context.Context) error {
 		if began.IsZero() {
 			m.c.Log.Warn("Bus watch not established, retrying", "bucket", m.bucket, "filter", m.filter, "in", delay, "err", err)
 			if m.attempted != nil {
-				m.attempted(err)
+				m.attempted(err, delay)
 			}
 		} else {
 			m.c.Log.Info("Bus watch lost, re-establishing", "bucket", m.bucket, "filter", m.filter, "err", err)
