@@ -13,6 +13,7 @@ import (
 
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/bus/bustest"
+	"github.com/nodelet/nodelet/internal/testenv/eventually"
 	"github.com/nodelet/nodelet/schemas"
 )
 
@@ -123,18 +124,6 @@ func put(t *testing.T, c *bus.Conn, key string) {
 	}
 }
 
-// waitFor polls cond (no clock involved) until it holds.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func TestMirrorLoadsThenFollowsPutsAndDeletes(t *testing.T) {
 	b := bustest.Start(t)
 	src := b.Connect(bus.Sources)
@@ -215,7 +204,7 @@ func TestMirrorReportsAnOutageAndResumesAfterTheBusRestarts(t *testing.T) {
 
 	b.Server.Shutdown()
 	// The mirror heard the disconnect: its grace timer is on the clock.
-	waitFor(t, "the grace timer", clk.HasWaiters)
+	eventually.True(t, 20*time.Second, "the grace timer", clk.HasWaiters)
 	if out := conn.Outages(); len(out) != 0 {
 		t.Fatalf("outage reported before the grace passed: %v", out)
 	}
@@ -229,19 +218,13 @@ func TestMirrorReportsAnOutageAndResumesAfterTheBusRestarts(t *testing.T) {
 	b.Restart(false)
 	// Right after the restart JetStream may not answer yet: the mirror
 	// then backs off on its clock, which the test moves on.
-	deadline := time.Now().Add(20 * time.Second)
-	for len(conn.Outages()) != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("outage not cleared after the bus came back: %v", conn.Outages())
-		}
+	eventually.State(t, 20*time.Second, "the outage cleared after the bus came back", func() (bool, string) {
 		if clk.HasWaiters() {
 			clk.Step(5 * time.Second)
 		}
-		select {
-		case <-conn.OutagesChanged():
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+		out := conn.Outages()
+		return len(out) == 0, strings.Join(out, "; ")
+	})
 	put(t, src, "b")
 	cp.next(t, bus.Put, "b") // resumed: no Reset, a not delivered again
 }
@@ -290,13 +273,13 @@ func TestMirrorBacksOffAndReportsWhileTheWatchCannotBeEstablished(t *testing.T) 
 			t.Logf("reported: %s", a.outages[0])
 			break
 		}
-		waitFor(t, "the back-off timer", clk.HasWaiters)
+		eventually.True(t, 20*time.Second, "the back-off timer", clk.HasWaiters)
 		clk.Step(a.backoff)
 	}
 	if err := bus.EnsureBuckets(ctxT(t), b.Server); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the back-off timer", clk.HasWaiters)
+	eventually.True(t, 20*time.Second, "the back-off timer", clk.HasWaiters)
 	clk.Step(5 * time.Second)
 	cp.next(t, bus.Synced, "")
 	if out := conn.Outages(); len(out) != 0 {
