@@ -151,14 +151,17 @@ func (m *Mirror[T, PT]) wait(ctx context.Context, d time.Duration) bool {
 	}
 	t := m.Clock.NewTimer(d)
 	defer t.Stop()
+	g := m.graceTimer()
+	defer func() { stopTimer(g) }()
 	for {
 		select {
 		case <-ctx.Done():
 			return false
 		case <-t.C():
 			return true
-		case <-m.graceC():
+		case <-timerC(g):
 			m.report()
+			g = nil
 		}
 	}
 }
@@ -196,12 +199,26 @@ func (m *Mirror[T, PT]) report() {
 		m.name, m.downSince.UTC().Format(time.RFC3339), m.downErr))
 }
 
-// graceC fires when an unreported outage has lasted Grace; nil otherwise.
-func (m *Mirror[T, PT]) graceC() <-chan time.Time {
+// graceTimer fires when an unreported outage has lasted Grace; nil when
+// there is none.
+func (m *Mirror[T, PT]) graceTimer() clock.Timer {
 	if m.downSince.IsZero() || m.reported {
 		return nil
 	}
-	return m.Clock.After(m.Grace - m.Clock.Since(m.downSince))
+	return m.Clock.NewTimer(m.Grace - m.Clock.Since(m.downSince))
+}
+
+func timerC(t clock.Timer) <-chan time.Time {
+	if t == nil {
+		return nil
+	}
+	return t.C()
+}
+
+func stopTimer(t clock.Timer) {
+	if t != nil {
+		t.Stop()
+	}
 }
 
 // session establishes one watch and follows it until it is lost. began is
@@ -241,6 +258,8 @@ func (m *Mirror[T, PT]) session(ctx context.Context, reconnected, disconnected <
 	m.live()
 	// A resumed watch delivers no initial-load marker of interest.
 	defer func() { m.resuming = m.synced.Load() }()
+	var g clock.Timer // the grace of a disconnect
+	defer func() { stopTimer(g) }()
 	for {
 		select {
 		case <-ctx.Done():
@@ -252,9 +271,13 @@ func (m *Mirror[T, PT]) session(ctx context.Context, reconnected, disconnected <
 			// down. A reconnect that already happened is on its way.
 			if !m.c.NC.IsConnected() {
 				m.lost(errors.New("disconnected from the bus"))
+				if g == nil {
+					g = m.graceTimer()
+				}
 			}
-		case <-m.graceC():
+		case <-timerC(g):
 			m.report()
+			g = nil
 		case e, ok := <-w.Updates():
 			if !ok {
 				return began, errors.New("the bus closed the watch")
