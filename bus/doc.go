@@ -8,6 +8,36 @@
 // Readers watch it. Lifecycle events go on the NODELET_V1_EVENTS stream;
 // heartbeats are plain publishes on nodelet.v1.health.<component>.
 //
+// # Mirrors
+//
+// A daemon's copy of another daemon's bucket is kept by a Mirror (Watch
+// runs one): one callback hears, in order, the current value of every key,
+// Synced, then each Put and Deleted; Reset when the bucket's stream was
+// recreated (the bus's store was wiped — Update.Created and StreamCreated
+// tell which store a value came from), followed by a fresh load and Synced.
+// Apply keeps a map of the bucket from those updates. The daemon keeps only
+// its callbacks; the one policy for a watch that ends is the Mirror's:
+//
+//   - A watch ends when the connection drops (the bus stopped or
+//     restarted), when the bus closes it (its stream or consumer vanished
+//     and nats.go could not recreate the ordered consumer), or when it
+//     cannot be established (bucket or stream missing, JetStream not yet
+//     up, permission refused). Run never returns for these; it returns
+//     only when its context ends.
+//   - It is re-established: at once after a watch that ran for a second or
+//     more, otherwise after a back-off of 100ms doubling to 5s between
+//     failed attempts (each bounded to 5s). A re-established watch resumes
+//     after the last revision seen, or sends Reset and loads again when
+//     the stream is a new one.
+//   - An outage that lasts past the mirror's Grace (DefaultMirrorGrace,
+//     2s; a plain reconnect is shorter) is reported on the connection
+//     (Conn.Outages: "bus watch of <bucket> lost since <time>,
+//     re-establishing: <cause>"). The daemon frame (internal/daemon) sends a
+//     heartbeat at once that says not ready with that line, so
+//     nodelet-server's /healthz fails for the daemon until the watch is
+//     back, and the heartbeat after that says ready again. Every loss and
+//     re-establishment is logged.
+//
 // # The promise
 //
 // No credential other than a bucket's owner can cause a message to be

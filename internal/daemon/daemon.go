@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -73,10 +74,27 @@ func (e *Env) SetHealth(ready bool, message string) {
 	}
 }
 
-func (e *Env) health() (bool, string) {
+// Health is what the next heartbeat says: what SetHealth said, and not
+// ready while a bus mirror's watch is lost past its grace (bus.Mirror), each
+// outage named in the message.
+func (e *Env) Health() (bool, string) {
 	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.ready, e.message
+	ready, msg := e.ready, e.message
+	e.mu.Unlock()
+	if e.Bus == nil {
+		return ready, msg
+	}
+	return withOutages(ready, msg, e.Bus.Outages())
+}
+
+func withOutages(ready bool, msg string, outages []string) (bool, string) {
+	if len(outages) == 0 {
+		return ready, msg
+	}
+	if msg != "" {
+		outages = append([]string{msg}, outages...)
+	}
+	return false, strings.Join(outages, "; ")
 }
 
 // Main runs spec as the process and exits with its status.
@@ -184,7 +202,8 @@ func Run(spec Spec, args []string, stderr io.Writer) int {
 }
 
 // heartbeats publishes the daemon's heartbeat every bus.heartbeatInterval
-// (and at once when health changes) and pets the systemd watchdog.
+// (and at once when health or a mirror's outage changes) and pets the
+// systemd watchdog.
 func heartbeats(ctx context.Context, env *Env) {
 	interval := env.Config.Bus.HeartbeatInterval
 	if wd, err := sddaemon.SdWatchdogEnabled(false); err == nil && wd > 0 && wd/2 < interval {
@@ -193,7 +212,7 @@ func heartbeats(ctx context.Context, env *Env) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
-		ready, msg := env.health()
+		ready, msg := env.Health()
 		hb := schemas.Heartbeat{Component: env.Component, Version: version.Version, PID: os.Getpid(),
 			StartTime: env.Started, Ready: ready, Message: msg}
 		if err := env.Bus.PublishHeartbeat(hb); err != nil {
@@ -205,6 +224,7 @@ func heartbeats(ctx context.Context, env *Env) {
 			return
 		case <-t.C:
 		case <-env.beat:
+		case <-env.Bus.OutagesChanged():
 		}
 	}
 }

@@ -268,11 +268,7 @@ func (s *Service) Run(ctx context.Context) error {
 		"authorizationMode", s.cfg.Server.Authorization.Mode)
 
 	s.watchNode(ctx, &wg)
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		s.pods.watch(ctx, s.bus, s.log)
-	}()
+	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		s.runAuthn(ctx)

@@ -160,11 +160,7 @@ func (s *Service) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); f() }()
 	}
-	goRun(func() {
-		s.st.watchAll(ctx, s.bus, func(bucket string, err error) {
-			s.log.Error("Watch failed, retrying", "bucket", bucket, "err", err)
-		})
-	})
+	goRun(func() { s.st.watchAll(ctx, s.bus) })
 	goRun(func() { s.statusLoop(ctx) })
 	goRun(func() { s.node.run(ctx) })
 	if s.api != nil {
