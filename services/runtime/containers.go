@@ -154,12 +154,7 @@ func (m *Manager) startContainer(ctx context.Context, pod *corev1.Pod, ts contai
 	var id string
 	restartCount := -1
 	if ts.Replace != nil {
-		st := m.state(string(pod.UID))
-		st.mu.Lock()
-		st.replaced[c.Name]++
-		tooMany := st.replaced[c.Name] > maxReplacements
-		st.mu.Unlock()
-		if tooMany {
+		if m.pods.get(string(pod.UID)).replacedAgain(c.Name, maxReplacements) {
 			// Something keeps cancelling its start: a crash after all.
 			ts.Dead, ts.Replace = ts.Replace, nil
 		} else {
