@@ -106,14 +106,12 @@ import (
 	"os"
 	"path/filepath"
 	goruntime "runtime"
-	"slices"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	internalapi "k8s.io/cri-api/pkg/apis"
-	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/bus"
@@ -266,8 +264,8 @@ type Manager struct {
 
 	// pleg wakes the relist (pleg.go).
 	pleg plegSignals
-	// volumeStatsPeriod is how often volumestats is published.
-	volumeStatsPeriod time.Duration
+	// volumeReports publishes the volumes' stats and those in use.
+	volumeReports *volumeReporter
 }
 
 // runtimeInfo names the container runtime.
@@ -339,11 +337,13 @@ func New(opts Options) (*Manager, error) {
 			hostIPs: opts.HostIPs, capacity: capacity, objects: opts.Objects,
 			dns: dnsSettings{ClusterDNS: cfg.Node.ClusterDNS, ClusterDomain: cfg.Node.ClusterDomain, ResolvConf: cfg.Node.ResolvConf},
 		},
-		pleg:              plegSignals{wake: make(chan struct{}, 1), exits: make(chan string, 64)},
-		volumeStatsPeriod: opts.VolumeStatsPeriod,
+		pleg: plegSignals{wake: make(chan struct{}, 1), exits: make(chan string, 64)},
+		volumeReports: &volumeReporter{
+			volumes: opts.Volumes, bus: opts.Bus, clock: opts.Clock, log: opts.Log, statsPeriod: opts.VolumeStatsPeriod,
+		},
 	}
-	if m.volumeStatsPeriod <= 0 {
-		m.volumeStatsPeriod = time.Minute
+	if m.volumeReports.statsPeriod <= 0 {
+		m.volumeReports.statsPeriod = time.Minute
 	}
 	if c, ok := opts.Objects.(interface{ Client() kubernetes.Interface }); ok {
 		m.cluster = newClusterObjects(c.Client())
@@ -409,8 +409,8 @@ func (m *Manager) Run(ctx context.Context) error {
 	run(m.relistLoop)
 	run(m.watchContainerEvents)
 	run(m.resyncLoop)
-	run(m.volumeStatsLoop)
-	run(m.volumesInUseLoop)
+	run(m.volumeReports.statsLoop)
+	run(m.volumeReports.inUseLoop)
 
 	<-ctx.Done()
 	wg.Wait()
@@ -432,74 +432,6 @@ func (m *Manager) resyncLoop(ctx context.Context) {
 				m.workers.Update(uid)
 			}
 			m.syncOrphanedPodDirs()
-		}
-	}
-}
-
-// volumeStatsLoop publishes the pods' persistent volume stats every
-// statsPeriod (runtime bucket, key volumestats), for nodelet-status's
-// /stats/summary. A node without such volumes writes one empty record.
-func (m *Manager) volumeStatsLoop(ctx context.Context) {
-	v, ok := m.volumes.(interface {
-		VolumeStats(context.Context) map[string][]statsapi.VolumeStats
-	})
-	if !ok {
-		return
-	}
-	t := m.clock.NewTicker(m.volumeStatsPeriod)
-	defer t.Stop()
-	wroteEmpty := false
-	for {
-		pods := v.VolumeStats(ctx)
-		if len(pods) > 0 || !wroteEmpty {
-			rec := &schemas.PodVolumeStats{Time: m.clock.Now().UTC(), Pods: pods}
-			if _, err := m.bus.Put(ctx, bus.BucketRuntime, bus.KeyVolumeStats, rec); err != nil {
-				if ctx.Err() == nil {
-					m.log.Warn("Cannot publish volume stats", "err", err)
-				}
-			} else {
-				wroteEmpty = len(pods) == 0
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
-		}
-	}
-}
-
-// volumesInUseLoop publishes the node's attachable volumes in use (runtime
-// bucket, key volumesinuse) whenever they change, for nodelet-status to
-// report as the Node's status.volumesInUse; checked again every 10s.
-func (m *Manager) volumesInUseLoop(ctx context.Context) {
-	v, ok := m.volumes.(interface {
-		VolumesInUse() []string
-		InUseChanged() <-chan struct{}
-	})
-	if !ok {
-		return
-	}
-	t := m.clock.NewTicker(10 * time.Second)
-	defer t.Stop()
-	var last []string
-	first := true
-	for {
-		names := v.VolumesInUse()
-		if first || !slices.Equal(names, last) {
-			if _, err := m.bus.Put(ctx, bus.BucketRuntime, bus.KeyVolumesInUse, &schemas.VolumesInUse{Names: names}); err != nil {
-				if ctx.Err() == nil {
-					m.log.Warn("Cannot publish the volumes in use", "err", err)
-				}
-			} else {
-				last, first = names, false
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-v.InUseChanged():
-		case <-t.C():
 		}
 	}
 }
