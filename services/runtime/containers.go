@@ -244,7 +244,7 @@ func (m *Manager) startContainer(ctx context.Context, pod *corev1.Pod, ts contai
 			m.log.Info("PostStart hook failed", "pod", podRef(pod), "podUID", pod.UID, "containerName", c.Name, "err", err)
 			event(corev1.EventTypeWarning, "FailedPostStartHook", msg)
 			info := &containerInfo{ID: id, Name: c.Name, State: runtimeapi.ContainerState_CONTAINER_RUNNING}
-			if kerr := m.killContainer(ctx, pod, info, m.containerGrace(pod, info, nil), false,
+			if kerr := m.killContainer(ctx, pod, info, containerGrace(pod, info, nil), false,
 				fmt.Sprintf("FailedPostStartHook"), ""); kerr != nil {
 				m.log.Error("Cannot kill container after its PostStart hook failed", "pod", podRef(pod), "containerName", c.Name, "err", kerr)
 			}

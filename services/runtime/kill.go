@@ -26,7 +26,7 @@ const defaultGracePeriod = 30
 // given, else the pod's deletion grace period, else its
 // terminationGracePeriodSeconds, from the spec or (when the spec is gone)
 // from the container's annotations.
-func (m *Manager) containerGrace(pod *corev1.Pod, c *containerInfo, probeGrace *int64) int64 {
+func containerGrace(pod *corev1.Pod, c *containerInfo, probeGrace *int64) int64 {
 	switch {
 	case pod != nil && pod.DeletionGracePeriodSeconds != nil:
 		return *pod.DeletionGracePeriodSeconds
@@ -186,7 +186,7 @@ func (m *Manager) killPod(ctx context.Context, pod *corev1.Pod, pr *podRuntime, 
 		if grace != nil {
 			return *grace, true
 		}
-		return m.containerGrace(pod, c, nil), false
+		return containerGrace(pod, c, nil), false
 	}
 	var mu sync.Mutex
 	var errs []error

@@ -143,7 +143,7 @@ func (s *podSync) killUnwanted(ctx context.Context) (killResult, *syncResult) {
 	m, a := s.m, &s.actions
 	var done killResult
 	for _, k := range a.Kill {
-		grace := m.containerGrace(s.pod, k.C, k.Grace)
+		grace := containerGrace(s.pod, k.C, k.Grace)
 		if err := m.killContainer(ctx, s.pod, k.C, grace, false, k.Message, k.Reason); err != nil {
 			m.log.Error("Cannot kill container", "pod", podRef(s.pod), "podUID", s.uid, "containerName", k.C.Name, "err", err)
 			return done, requeueIn(retryCRI)
