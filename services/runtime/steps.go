@@ -52,15 +52,16 @@ func (m *Manager) syncRunning(ctx context.Context, pod *corev1.Pod, pr *podRunti
 	// (UpdateContainerResources, doPodResizeAction) belongs here, once the
 	// sandbox is known and before anything starts.
 
-	// Steps 7, 8 and 9: ephemeral, init (and sidecar), then app
-	// containers. An init container or sidecar that waits holds back what
-	// comes after it.
 	start := func(ts containerToStart) *waitError {
 		return m.startContainer(ctx, pod, ts, sandbox.Sandbox, sandbox.Config, volumes, s.pr)
 	}
+	// Step 7: ephemeral containers, even while init containers run.
 	started := startEach(s.actions.toStart(schemas.ContainerKindEphemeral), st, start, false)
-	started.add(startEach(s.actions.toStart(schemas.ContainerKindInit, schemas.ContainerKindSidecar), st, start, true))
-	if !started.Blocked {
+	// Step 8: init containers and sidecars, in order.
+	inits := startEach(s.actions.toStart(schemas.ContainerKindInit, schemas.ContainerKindSidecar), st, start, true)
+	started.add(inits)
+	// Step 9: app containers, unless an init container or sidecar waits.
+	if !inits.Blocked {
 		started.add(startEach(s.actions.toStart(schemas.ContainerKindApp), st, start, false))
 	}
 	s.report(ctx)
