@@ -307,3 +307,41 @@ func TestPodStateOwnsItsLock(t *testing.T) {
 		t.Fatal("no limit on replacements")
 	}
 }
+
+// syncRunning's start steps take podActions.Start by kind: that is
+// SyncPod's order only while computePodActions lists ephemeral
+// containers, then init containers and sidecars, then app containers.
+func TestStartOrderByKind(t *testing.T) {
+	always := corev1.ContainerRestartPolicyAlways
+	pod := newPod("order", busybox("a", ""), busybox("b", ""))
+	side := busybox("side", "")
+	side.RestartPolicy = &always
+	pod.Spec.InitContainers = []corev1.Container{side, busybox("i1", "")}
+	pod.Spec.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon(busybox("debug", ""))}}
+	// The app ran (so init is over); the sidecar and b exited, a runs.
+	pr := runtimeOf([]*sandboxInfo{readySB("sb", 0)},
+		ctr(pod, "side", "sb", "exited", 1, 1), ctr(pod, "i1", "sb", "exited", 0, 2),
+		ctr(pod, "a", "sb", "running", 0, 3), ctr(pod, "b", "sb", "exited", 1, 4))
+	noProbes := func(string, string, string) *schemas.ProbeResult { return nil }
+	a := computePodActions(pod, pr, noProbes)
+	var kinds []string
+	for _, ts := range a.Start {
+		kinds = append(kinds, ts.Spec.Name+":"+ts.Kind)
+	}
+	want := []string{"debug:" + schemas.ContainerKindEphemeral, "side:" + schemas.ContainerKindSidecar, "b:" + schemas.ContainerKindApp}
+	if !slices.Equal(kinds, want) {
+		t.Fatalf("start %v, want %v", kinds, want)
+	}
+	names := func(list []containerToStart) (out []string) {
+		for _, ts := range list {
+			out = append(out, ts.Spec.Name)
+		}
+		return out
+	}
+	if got := names(a.toStart(schemas.ContainerKindInit, schemas.ContainerKindSidecar)); !slices.Equal(got, []string{"side"}) {
+		t.Fatalf("init step %v", got)
+	}
+	if got := names(a.toStart(schemas.ContainerKindApp)); !slices.Equal(got, []string{"b"}) {
+		t.Fatalf("app step %v", got)
+	}
+}
