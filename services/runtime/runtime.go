@@ -277,7 +277,8 @@ type runtimeInfo struct {
 
 // configSources is what a pod's sandbox and container configs are built
 // from besides the pod: the node, its DNS settings and the cluster's
-// objects.
+// objects. Manager embeds it: the config builders (sandbox.go,
+// containers.go, cluster.go) read these fields through it.
 type configSources struct {
 	hostIPs  []string
 	capacity nodeCapacity
