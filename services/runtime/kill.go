@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodelet/nodelet/schemas"
+	"github.com/nodelet/nodelet/services/runtime/volumes"
 )
 
 // minGracePeriod is the least time a container gets between SIGTERM and
@@ -261,13 +261,13 @@ func (m *Manager) removeSandboxes(ctx context.Context, pr *podRuntime) error {
 // removePodDirs removes the pod's directory under the state dir and its
 // log directory.
 func (m *Manager) removePodDirs(uid string, pod *corev1.Pod, pr *podRuntime) {
-	_ = os.RemoveAll(podDir(m.cfg.Node.StateDir, uid))
+	_ = volumes.RemoveAll(podDir(m.cfg.Node.StateDir, uid))
 	ns, name := pr.Namespace, pr.Name
 	if pod != nil {
 		ns, name = pod.Namespace, pod.Name
 	}
 	if name != "" {
-		_ = os.RemoveAll(podLogDirOf(m.cfg.Node.PodLogsDir, ns, name, uid))
+		_ = volumes.RemoveAll(podLogDirOf(m.cfg.Node.PodLogsDir, ns, name, uid))
 	}
 }
 
