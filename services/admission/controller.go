@@ -86,7 +86,7 @@ func (c *controller) run(ctx context.Context) error {
 	}
 	// The bucket recreated under us (the bus's store was wiped): every
 	// verdict is a fact we hold, so write them all again.
-	c.writer = bus.NewWriter(c.conn, bus.BucketAdmission, func() { send(c.rewriteAll) })
+	c.writer = bus.NewWriter(c.conn, bus.BucketAdmission, func() error { send(c.rewriteAll); return nil })
 
 	c.health(false, "Loading admission verdicts")
 	if err := c.loadVerdicts(ctx); err != nil {

@@ -141,7 +141,7 @@ func (m *Manager) Run(parent context.Context) error {
 	m.ctx = ctx
 	m.mu.Unlock()
 
-	w := bus.NewWriter(m.conn, bus.BucketProbes, m.results.republish)
+	w := bus.NewWriter(m.conn, bus.BucketProbes, func() error { m.results.republish(); return nil })
 	if err := m.loadResults(ctx, w); err != nil {
 		if parent.Err() != nil {
 			return nil

@@ -59,11 +59,12 @@ type networkState struct {
 
 func newNetworkState(m *Manager, podCIDR func(context.Context) string) *networkState {
 	n := &networkState{m: m, podCIDR: podCIDR, firstCheck: make(chan struct{})}
-	n.w = bus.NewWriter(m.bus, bus.BucketRuntime, func() {
+	n.w = bus.NewWriter(m.bus, bus.BucketRuntime, func() error {
 		n.mu.Lock()
 		st := n.state
 		n.mu.Unlock()
-		_, _, _ = n.w.Put(context.Background(), bus.KeyRuntimeState, &st)
+		_, _, err := n.w.Put(context.Background(), bus.KeyRuntimeState, &st)
+		return err
 	})
 	return n
 }

@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"reflect"
 	"sync"
@@ -38,15 +39,17 @@ type observedWriter struct {
 
 func newObservedWriter(c *bus.Conn, log *slog.Logger) *observedWriter {
 	o := &observedWriter{log: log, last: map[string]*schemas.PodObserved{}}
-	o.w = bus.NewWriter(c, bus.BucketObserved, func() {
-		// The store was wiped: write everything again.
+	o.w = bus.NewWriter(c, bus.BucketObserved, func() error {
+		// The store was wiped: write everything again (the writer calls
+		// again while a put fails).
 		o.mu.Lock()
 		defer o.mu.Unlock()
 		for uid, p := range o.last {
 			if _, _, err := o.w.Put(context.Background(), uid, p); err != nil {
-				o.log.Error("Cannot write observed state again", "podUID", uid, "err", err)
+				return fmt.Errorf("observed state of pod %s: %w", uid, err)
 			}
 		}
+		return nil
 	})
 	return o
 }

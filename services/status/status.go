@@ -110,12 +110,13 @@ func New(o Options) (*Service, error) {
 		s.hostname = s.nodeName
 	}
 	s.metrics = newMetrics(s.registry, s.st)
-	s.statusW = bus.NewWriter(o.Bus, bus.BucketStatus, func() {
+	s.statusW = bus.NewWriter(o.Bus, bus.BucketStatus, func() error {
 		s.st.mu.Lock()
 		s.st.markAllDirty()
 		s.st.mu.Unlock()
+		return nil
 	})
-	s.nodeW = bus.NewWriter(o.Bus, bus.BucketNode, s.st.wakeNode)
+	s.nodeW = bus.NewWriter(o.Bus, bus.BucketNode, func() error { s.st.wakeNode(); return nil })
 	s.node = newNodeSync(s, o.Kube)
 	if o.Kube != nil {
 		s.api = newAPISync(s, o.Kube)
