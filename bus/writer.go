@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -30,44 +31,52 @@ type Writer struct {
 // NewWriter returns the writer of bucket. onReset (may be nil) is called
 // when the bucket was recreated under the writer (the bus's store was
 // wiped): the owner should put its whole state again, or mark it to be put.
-// An error from onReset (a put the just-restarted bus refused) has it
-// called again, after 100ms doubling to 5s (at once after a reconnect),
-// until it succeeds.
+// After each reconnect the writer asks which stream the bucket has until
+// the bus answers, and an error from onReset (a put the just-restarted bus
+// refused) has it called again, until it succeeds: both after 100ms
+// doubling to 5s, and at once after another reconnect.
 func NewWriter(c *Conn, bucket string, onReset func() error) *Writer {
 	w := &Writer{c: c, bucket: bucket, onReset: onReset}
 	ch, _ := c.reconnects()
 	go func() {
 		for range ch {
-			if !w.checkRecreated() || w.onReset == nil {
-				continue
-			}
-			for delay := 100 * time.Millisecond; ; delay = min(2*delay, 5*time.Second) {
-				err := w.onReset()
-				if err == nil {
-					break
-				}
-				w.c.Log.Warn("Cannot write state again, retrying", "bucket", w.bucket, "err", err)
-				select {
-				case <-time.After(delay):
-				case _, ok := <-ch: // reconnected meanwhile: try at once
-					if !ok {
-						return
-					}
-				}
+			var changed bool
+			w.retry(ch, slog.LevelDebug, "Cannot check the bucket after a reconnect", func() (err error) {
+				changed, err = w.checkRecreated()
+				return err
+			})
+			if changed && w.onReset != nil {
+				w.retry(ch, slog.LevelWarn, "Cannot write state again, retrying", w.onReset)
 			}
 		}
 	}()
 	return w
 }
 
+// retry calls f until it succeeds or the connection is closed for good,
+// logging each failure at level.
+func (w *Writer) retry(reconnected <-chan struct{}, level slog.Level, msg string, f func() error) {
+	for delay := 100 * time.Millisecond; ; delay = min(2*delay, 5*time.Second) {
+		err := f()
+		if err == nil || w.c.NC.IsClosed() {
+			return
+		}
+		w.c.Log.Log(context.Background(), level, msg, "bucket", w.bucket, "err", err)
+		select {
+		case <-time.After(delay):
+		case <-reconnected:
+		}
+	}
+}
+
 // checkRecreated reports whether the bucket's stream is not the one the
 // writer loaded (the store was wiped), and forgets what it loaded if so.
-func (w *Writer) checkRecreated() bool {
+func (w *Writer) checkRecreated() (bool, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	created, err := streamCreated(ctx, w.c, w.bucket)
 	if err != nil {
-		return false
+		return false, err
 	}
 	w.mu.Lock()
 	changed := w.loaded && !created.Equal(w.created)
@@ -78,7 +87,7 @@ func (w *Writer) checkRecreated() bool {
 	if changed {
 		w.c.Log.Warn("Bucket was recreated, writing state again", "bucket", w.bucket)
 	}
-	return changed
+	return changed, nil
 }
 
 // load reads the bucket's current data. Callers hold w.mu.

@@ -87,8 +87,8 @@ func TestFileSourceRelist(t *testing.T) {
 		c.Sources.FileCheckFrequency = 20 * time.Second
 	})
 	clk := clocktesting.NewFakeClock(time.Now())
-	h.opts.clock = clk
-	h.opts.noWatch = true
+	h.opts.Clock = clk
+	h.opts.NoWatch = true
 	h.start()
 	h.waitNames("a-node-1")
 

@@ -74,7 +74,7 @@ type harness struct {
 	bus  *bustest.Bus
 	tap  *bus.Conn
 	cfg  *config.Config
-	opts options
+	opts Options
 
 	mu     sync.Mutex
 	events []schemas.Event
@@ -96,7 +96,7 @@ func newHarness(t *testing.T, configure func(*config.Config)) *harness {
 	if configure != nil {
 		configure(cfg)
 	}
-	h := &harness{t: t, bus: b, tap: b.Connect(bus.Tap), cfg: cfg, opts: options{clock: clock.RealClock{}}}
+	h := &harness{t: t, bus: b, tap: b.Connect(bus.Tap), cfg: cfg, opts: Options{Clock: clock.RealClock{}}}
 	h.subscribeEvents()
 	return h
 }
@@ -132,7 +132,8 @@ func (h *harness) start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel, h.done = cancel, make(chan error, 1)
 	opts := h.opts
-	opts.onFlush = func(all bool) {
+	opts.Config, opts.Log, opts.Bus, opts.Health = h.cfg, env.Log, conn, env.SetHealth
+	opts.OnFlush = func(all bool) {
 		h.mu.Lock()
 		h.flushd = append(h.flushd, all)
 		h.mu.Unlock()
@@ -140,7 +141,11 @@ func (h *harness) start() {
 	h.mu.Lock()
 	h.flushd = nil
 	h.mu.Unlock()
-	go func() { h.done <- run(ctx, env, opts) }()
+	d, err := New(opts)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	go func() { h.done <- d.Run(ctx) }()
 	h.t.Cleanup(h.stop)
 }
 

@@ -34,6 +34,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/bus"
+	"github.com/nodelet/nodelet/internal/config"
 	"github.com/nodelet/nodelet/internal/daemon"
 	"github.com/nodelet/nodelet/internal/kubeclient"
 	"github.com/nodelet/nodelet/schemas"
@@ -44,62 +45,91 @@ func Spec() daemon.Spec {
 	return daemon.Spec{Component: bus.Sources, Run: Run}
 }
 
-// Run serves until ctx is done.
+// Run is nodelet-sources under the daemon frame.
 func Run(ctx context.Context, env *daemon.Env) error {
-	return run(ctx, env, options{clock: clock.RealClock{}})
+	d, err := New(Options{Config: env.Config, Log: env.Log, Bus: env.Bus, Health: env.SetHealth})
+	if err != nil {
+		return err
+	}
+	return d.Run(ctx)
 }
 
-// options are what tests change.
-type options struct {
-	clock clock.WithTicker
-	// noWatch turns fsnotify off, leaving the periodic listing.
-	noWatch bool
-	// onFlush is called after each successful publish, with whether every
+// Options are what nodelet-sources runs with.
+type Options struct {
+	Config *config.Config
+	Log    *slog.Logger
+	Bus    *bus.Conn
+	// Health says whether the daemon is ready and why not (the daemon
+	// frame's heartbeat); nil ignores it.
+	Health func(ready bool, message string)
+	// Clock defaults to the real clock.
+	Clock clock.WithTicker
+	// NoWatch turns fsnotify off, leaving the periodic listing.
+	NoWatch bool
+	// OnFlush is called after each successful publish, with whether every
 	// configured source had delivered its first list.
-	onFlush func(allReady bool)
+	OnFlush func(allReady bool)
+}
+
+// Daemon is nodelet-sources: the configured sources and the merger that
+// publishes what they deliver.
+type Daemon struct {
+	o          Options
+	configured []string
+	runners    []func(context.Context, chan<- snapshot)
+	api        *apiSource
 }
 
 // retryPeriod is how soon a failed bucket write is tried again.
 const retryPeriod = time.Second
 
-func run(ctx context.Context, env *daemon.Env, o options) error {
-	cfg := env.Config
-	log := env.Log
-	parser := &staticParser{nodeName: cfg.Node.Name, log: log, emit: env.Bus.Emit}
-
-	var (
-		configured []string
-		runners    []func(context.Context, chan<- snapshot)
-	)
+// New sets up the sources the config names.
+func New(o Options) (*Daemon, error) {
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	if o.Health == nil {
+		o.Health = func(bool, string) {}
+	}
+	cfg, log := o.Config, o.Log
+	d := &Daemon{o: o}
+	parser := &staticParser{nodeName: cfg.Node.Name, log: log, emit: o.Bus.Emit}
 	if p := cfg.Sources.StaticPodPath; p != "" {
-		fs := newFileSource(p, cfg.Sources.FileCheckFrequency, o.clock, log, parser)
-		fs.noWatch = o.noWatch
-		configured = append(configured, schemas.SourceFile)
-		runners = append(runners, fs.run)
+		fs := newFileSource(p, cfg.Sources.FileCheckFrequency, o.Clock, log, parser)
+		fs.noWatch = o.NoWatch
+		d.configured = append(d.configured, schemas.SourceFile)
+		d.runners = append(d.runners, fs.run)
 	}
 	if u := cfg.Sources.ManifestURL; u != "" {
-		hs := newHTTPSource(u, cfg.Sources.ManifestURLHeader, cfg.Sources.HTTPCheckFrequency, o.clock, log, parser)
-		configured = append(configured, schemas.SourceHTTP)
-		runners = append(runners, hs.run)
+		hs := newHTTPSource(u, cfg.Sources.ManifestURLHeader, cfg.Sources.HTTPCheckFrequency, o.Clock, log, parser)
+		d.configured = append(d.configured, schemas.SourceHTTP)
+		d.runners = append(d.runners, hs.run)
 	}
 	if cfg.NodeKubeconfig() != "" {
 		as := &apiSource{nodeName: cfg.Node.Name, log: log.With("source", schemas.SourceAPI)}
 		as.newClient = func(ctx context.Context) (kubernetes.Interface, error) { return newAPIClient(ctx, cfg, as.log) }
-		if !kubeclient.Bootstraps(cfg) {
-			// A kubeconfig that is there or not: a bad one stops the daemon.
-			var err error
-			if as.client, err = as.newClient(ctx); err != nil {
-				return err
-			}
-		}
-		configured = append(configured, schemas.SourceAPI)
-		runners = append(runners, as.run)
+		d.api = as
+		d.configured = append(d.configured, schemas.SourceAPI)
+		d.runners = append(d.runners, as.run)
 	}
-	if len(configured) == 0 {
+	if len(d.configured) == 0 {
 		log.Warn("No pod source configured (sources.staticPodPath, sources.manifestURL, node.kubeconfig): the node runs no pods")
 	}
+	return d, nil
+}
 
-	m := newMerger(env, o.clock, configured)
+// Run collects and publishes until ctx is done.
+func (d *Daemon) Run(ctx context.Context) error {
+	o, log := d.o, d.o.Log
+	if d.api != nil && !kubeclient.Bootstraps(o.Config) {
+		// A kubeconfig that is there or not: a bad one stops the daemon.
+		var err error
+		if d.api.client, err = d.api.newClient(ctx); err != nil {
+			return err
+		}
+	}
+	configured, runners := d.configured, d.runners
+	m := newMerger(o, configured)
 	if err := m.restore(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -127,11 +157,11 @@ func run(ctx context.Context, env *daemon.Env, o options) error {
 					return nil
 				}
 				log.Warn("Cannot publish desired pods, retrying", "err", err)
-				retry = o.clock.After(retryPeriod)
+				retry = o.Clock.After(retryPeriod)
 			} else {
 				dirty, retry = false, nil
-				if o.onFlush != nil {
-					o.onFlush(m.allReady)
+				if o.OnFlush != nil {
+					o.OnFlush(m.allReady)
 				}
 			}
 		}
@@ -151,7 +181,8 @@ func run(ctx context.Context, env *daemon.Env, o options) error {
 
 // merger owns the store and the two buckets sources writes.
 type merger struct {
-	env        *daemon.Env
+	bus        *bus.Conn
+	health     func(ready bool, message string)
 	log        *slog.Logger
 	configured []string
 	store      *store
@@ -165,12 +196,13 @@ type merger struct {
 	allReady      bool
 }
 
-func newMerger(env *daemon.Env, clk clock.PassiveClock, configured []string) *merger {
+func newMerger(o Options, configured []string) *merger {
 	m := &merger{
-		env:        env,
-		log:        env.Log,
+		bus:        o.Bus,
+		health:     o.Health,
+		log:        o.Log,
 		configured: configured,
-		store:      newStore(clk, env.Log),
+		store:      newStore(o.Clock, o.Log),
 		reset:      make(chan struct{}, 1),
 		rejected:   map[string]bool{},
 	}
@@ -183,8 +215,8 @@ func newMerger(env *daemon.Env, clk clock.PassiveClock, configured []string) *me
 		}
 		return nil
 	}
-	m.desired = bus.NewWriter(env.Bus, bus.BucketDesired, onReset)
-	m.ready = bus.NewWriter(env.Bus, bus.BucketSources, onReset)
+	m.desired = bus.NewWriter(o.Bus, bus.BucketDesired, onReset)
+	m.ready = bus.NewWriter(o.Bus, bus.BucketSources, onReset)
 	return m
 }
 
@@ -331,7 +363,7 @@ func (m *merger) reportRefused(e *entry, err error) {
 		return
 	}
 	m.log.Warn("Rejected pod the bus cannot store", "pod", podKey(e.pod), "podUID", uid, "source", e.source, "err", err)
-	m.env.Bus.Emit(schemas.Event{
+	m.bus.Emit(schemas.Event{
 		Object:  corev1.ObjectReference{Kind: "Pod", Namespace: e.pod.Namespace, Name: e.pod.Name, UID: e.pod.UID},
 		Type:    corev1.EventTypeWarning,
 		Reason:  ReasonFailedValidation,
@@ -350,7 +382,7 @@ func (m *merger) reportDuplicates(dups []duplicate) {
 		p := d.entry.pod
 		m.log.Warn("Pod failed validation due to duplicate pod name, ignoring", "pod", podKey(p), "podUID", p.UID,
 			"source", d.entry.source, "keptUID", d.by.pod.UID, "keptSource", d.by.source)
-		m.env.Bus.Emit(schemas.Event{
+		m.bus.Emit(schemas.Event{
 			Object:  corev1.ObjectReference{Kind: "Pod", Namespace: p.Namespace, Name: p.Name, UID: p.UID},
 			Type:    corev1.EventTypeWarning,
 			Reason:  ReasonFailedValidation,
@@ -373,9 +405,9 @@ func (m *merger) publishReady(ctx context.Context) error {
 	}
 	m.allReady = all
 	if all {
-		m.env.SetHealth(true, "")
+		m.health(true, "")
 	} else {
-		m.env.SetHealth(true, "waiting for the first list of: "+strings.Join(missing(m.configured, ready), ", "))
+		m.health(true, "waiting for the first list of: "+strings.Join(missing(m.configured, ready), ", "))
 		if m.readyRestored {
 			return nil
 		}
