@@ -9,7 +9,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodelet/nodelet/schemas"
 )
@@ -255,26 +254,7 @@ func (m *Manager) removePod(ctx context.Context, uid string, pod *corev1.Pod, pr
 	if name != "" {
 		_ = os.RemoveAll(podLogDirOf(m.cfg.Node.PodLogsDir, ns, name, uid))
 	}
-	for _, parent := range m.cgroupParentsOf(uid, pod) {
-		removePodCgroups(parent)
-	}
-	return nil
-}
-
-// cgroupParentsOf lists where the pod's cgroup may be (its QoS class may
-// not be known once the spec is gone).
-func (m *Manager) cgroupParentsOf(uid string, pod *corev1.Pod) []string {
-	if pod != nil {
-		return []string{m.cgroupParent(pod)}
-	}
-	p := &corev1.Pod{}
-	p.UID = types.UID(uid)
-	var out []string
-	for _, q := range []corev1.PodQOSClass{corev1.PodQOSGuaranteed, corev1.PodQOSBurstable, corev1.PodQOSBestEffort} {
-		p.Status.QOSClass = q
-		out = append(out, m.cgroupParent(p))
-	}
-	return out
+	return m.removePodCgroup(uid)
 }
 
 // stopSandboxes stops ready sandboxes that are not the pod's current one.

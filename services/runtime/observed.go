@@ -177,6 +177,7 @@ func (m *Manager) buildObserved(pod *corev1.Pod, pr *podRuntime, st *podState, a
 		c := &pod.Spec.EphemeralContainers[i]
 		o.EphemeralContainers = append(o.EphemeralContainers, m.containerObserved(c.Name, schemas.ContainerKindEphemeral, c.Image, pr, st.waitingOf(c.Name), false))
 	}
+	m.resizeObserved(pod, o)
 	return o
 }
 

@@ -117,6 +117,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/bus"
+	"github.com/nodelet/nodelet/internal/cgroups"
 	"github.com/nodelet/nodelet/internal/config"
 	"github.com/nodelet/nodelet/internal/cri"
 	"github.com/nodelet/nodelet/internal/daemon"
@@ -257,6 +258,11 @@ type Manager struct {
 	network  *networkState
 	capacity nodeCapacity
 	dns      dnsSettings
+	// cgroups is the pod cgroup hierarchy (podcgroup.go); it only names
+	// cgroups until Run has checked the driver and made the node's.
+	cgroups *cgroups.Pods
+	// resize holds each pod's allocated resources and resize progress (resize.go).
+	resize resizeState
 	// sandboxSlots bounds concurrent RunPodSandbox calls (nil: unbounded).
 	sandboxSlots chan struct{}
 	// runtimeName prefixes container IDs in observed state (containerd://).
@@ -326,6 +332,10 @@ func New(opts Options) (*Manager, error) {
 	}
 	m.observed = newObservedWriter(opts.Bus, m.log)
 	m.network = newNetworkState(m)
+	var err error
+	if m.cgroups, err = newPodCgroupNames(cfg); err != nil {
+		return nil, fmt.Errorf("runtime.cgroupRoot: %w", err)
+	}
 	return m, nil
 }
 
@@ -344,6 +354,10 @@ func (m *Manager) Run(ctx context.Context) error {
 	m.runtimeVersion = v.RuntimeVersion
 	m.log.Info("Container runtime", "name", v.RuntimeName, "version", v.RuntimeVersion, "apiVersion", v.RuntimeApiVersion)
 	m.network.setVersion(v.RuntimeName, v.RuntimeVersion)
+	if err := m.setupCgroups(ctx); err != nil {
+		m.health(false, err.Error())
+		return err
+	}
 
 	if err := m.observed.load(ctx); err != nil {
 		return fmt.Errorf("load observed state: %w", err)
@@ -379,6 +393,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	}
 	m.log.Info("Inputs loaded, starting pod workers")
 	m.syncOrphanedPodDirs()
+	m.cleanupOrphanedPodCgroups(ctx)
 	run(m.relistLoop)
 	run(m.watchContainerEvents)
 	run(m.resyncLoop)
@@ -405,6 +420,7 @@ func (m *Manager) resyncLoop(ctx context.Context) {
 				m.workers.Update(uid)
 			}
 			m.syncOrphanedPodDirs()
+			m.cleanupOrphanedPodCgroups(ctx)
 		}
 	}
 }

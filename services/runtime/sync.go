@@ -174,6 +174,8 @@ func (m *Manager) syncTerminating(ctx context.Context, pod *corev1.Pod, pr *podR
 
 // syncRunning is the kubelet's SyncPod for an admitted pod that should run.
 func (m *Manager) syncRunning(ctx context.Context, pod *corev1.Pod, pr *podRuntime, st *podState) syncResult {
+	// The pod with its allocated resources (a resize that does not fit waits).
+	pod = m.admitResize(ctx, pod, pr)
 	uid := string(pod.UID)
 	a := computePodActions(pod, pr, func(container, kind, id string) *schemas.ProbeResult {
 		return m.store.probe(uid, container, kind, id)
@@ -240,6 +242,10 @@ func (m *Manager) syncRunning(ctx context.Context, pod *corev1.Pod, pr *podRunti
 	if len(a.Kill) > 0 && !a.CreateSandbox {
 		// What was killed restarts (under its back-off) on the next pass.
 		return syncResult{RequeueAfter: retryNext}
+	}
+
+	if res, ok := m.podCgroupStep(ctx, pod, pr, st, &a); !ok {
+		return res
 	}
 
 	var sbConfig *runtimeapi.PodSandboxConfig
