@@ -68,7 +68,12 @@ func NewPods(m *Manager, opts PodOptions) (*Pods, error) {
 }
 
 // Manager is the cgroup manager the hierarchy uses; nil when it only names.
-func (p *Pods) Manager() *Manager { return p.m }
+func (p *Pods) Manager() *Manager {
+	if p == nil {
+		return nil
+	}
+	return p.m
+}
 
 // Driver is the cgroup driver of the names.
 func (p *Pods) Driver() string { return p.opts.Driver }

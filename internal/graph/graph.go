@@ -66,7 +66,8 @@ var Components = []Component{
 	{Name: "runtime", Requires: []string{"bus", "admission"}, NeedsCRI: true, NeedsAPI: true, Description: "nodelet pod runtime over CRI",
 		Root: []string{
 			"It creates sandboxes and containers over CRI, mounts volumes and",
-			"prepares them for any user, and removes pod cgroups, as the kubelet does.",
+			"prepares them for any user, and creates, limits and removes pod cgroups,",
+			"as the kubelet does.",
 		}},
 	{Name: "prober", Requires: []string{"bus", "runtime"}, NeedsCRI: true, Description: "nodelet probes",
 		Root: because("Exec probes run through CRI:")},

@@ -205,7 +205,15 @@ func (m *Manager) checkCgroupDriver(ctx context.Context, driver string) error {
 // cgroupParent is the pod's cgroup as CRI's CgroupParent names it (the
 // kubelet's GetPodContainerNameForDriver).
 func (m *Manager) cgroupParent(pod *corev1.Pod) string {
-	return m.cgroups.ForCRI(string(pod.UID), podQOS(pod))
+	pc := m.cgroups
+	if pc == nil {
+		// A Manager not made by New (unit tests): names from the config.
+		var err error
+		if pc, err = newPodCgroupNames(m.cfg); err != nil {
+			return ""
+		}
+	}
+	return pc.ForCRI(string(pod.UID), podQOS(pod))
 }
 
 // ensurePodCgroup makes the pod's cgroup with its limits before its
