@@ -122,6 +122,13 @@ func TestPodCgroupsLimitsAndRemoval(t *testing.T) {
 	if v := cgroupFile(t, "cpu", memCgroup, "cpu.shares"); v != "102" {
 		t.Fatalf("pod cpu.shares %s, want 102 (100m)", v)
 	}
+	// The burstable parent's shares are its pods' CPU requests (one pod).
+	if v := cgroupFile(t, "cpu", filepath.Join(root, "burstable"), "cpu.shares"); v != "102" {
+		t.Fatalf("burstable cpu.shares %s, want 102", v)
+	}
+	if v := cgroupFile(t, "cpu", filepath.Join(root, "besteffort"), "cpu.shares"); v != "2" {
+		t.Fatalf("besteffort cpu.shares %s, want 2", v)
+	}
 	// Containers and sandbox are placed under the pod cgroup.
 	for _, name := range []string{"hog", "idle"} {
 		id := trimContainerID(container(o, name).ContainerID)

@@ -223,7 +223,19 @@ func (m *Manager) ensurePodCgroup(pod *corev1.Pod) error {
 	if m.cgroups.Manager() == nil {
 		return nil
 	}
-	return m.cgroups.Ensure(pod, podQOS(pod))
+	qos := podQOS(pod)
+	if m.cgroups.Exists(string(pod.UID), qos) {
+		return nil
+	}
+	if err := m.cgroups.Ensure(pod, qos); err != nil {
+		return err
+	}
+	// A new burstable pod adds its CPU requests to its QoS cgroup's shares
+	// (the kubelet's SyncPod: UpdateQOSCgroups after a new pod cgroup).
+	if qos == corev1.PodQOSBurstable {
+		m.updateQOSCgroups()
+	}
+	return nil
 }
 
 // removePodCgroup kills what is left in the pod's cgroup and removes it,
@@ -290,7 +302,10 @@ func (m *Manager) updateQOSCgroups() {
 	var milli int64
 	for _, uid := range m.store.uids() {
 		rec := m.store.get(uid)
-		if rec == nil || rec.Pod == nil || rec.Gone || podQOS(rec.Pod) != corev1.PodQOSBurstable {
+		if rec == nil || rec.Pod == nil || rec.Gone || rec.Verdict == nil || !rec.Verdict.Admitted || podQOS(rec.Pod) != corev1.PodQOSBurstable {
+			continue
+		}
+		if o := m.observed.get(uid); o != nil && o.Terminated {
 			continue
 		}
 		req := resourcehelper.PodRequests(m.allocatedPod(rec.Pod), resourcehelper.PodResourcesOptions{})
