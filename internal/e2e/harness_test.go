@@ -112,6 +112,8 @@ type node struct {
 	BusListen string
 	// ServerPort is nodelet-server's port (server.port) on 127.0.0.1.
 	ServerPort int
+	// CgroupRoot is the node's runtime.cgroupRoot.
+	CgroupRoot string
 	cmd        *exec.Cmd
 	out        *testenv.Buffer
 	exited     chan error
@@ -134,6 +136,7 @@ func newNode(t testing.TB, o nodeOptions) *node {
 	// not share one. Registered first, it runs after the node stopped.
 	cgroupRoot := fmt.Sprintf("/nodelet-e2e-%d-%d", os.Getpid(), n.ServerPort)
 	t.Cleanup(func() { removeCgroupDirs(cgroupRoot) })
+	n.CgroupRoot = cgroupRoot
 	serverAddress := o.ServerAddress
 	if serverAddress == "" {
 		serverAddress = "127.0.0.1"
