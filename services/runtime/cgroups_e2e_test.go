@@ -343,3 +343,43 @@ func TestInPlaceResize(t *testing.T) {
 	resize(5, "150m", "50m")
 	h.waitObserved(pod, time.Minute, "pending cleared", func(o *schemas.PodObserved) bool { return len(o.ResizeConditions) == 0 })
 }
+
+// enforceNodeAllocatable: the cgroup root is limited to capacity less
+// both reservations (pods), and kube-reserved is enforced on the existing
+// kubeReservedCgroup.
+func TestNodeAllocatableEnforced(t *testing.T) {
+	requiresCgroupV1(t)
+	kubeCgroup := testCgroupRoot + "-kube"
+	for _, ctrl := range []string{"memory", "cpu", "pids"} {
+		dir := filepath.Join("/sys/fs/cgroup", ctrl, kubeCgroup)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = os.Remove(dir) })
+	}
+	h := newHarness(t, harnessOptions{configure: func(c *config.Config) {
+		c.Node.KubeReserved = map[string]string{"memory": "1Gi", "cpu": "500m"}
+		c.Node.SystemReserved = map[string]string{"memory": "512Mi"}
+		c.Runtime.EnforceNodeAllocatable = []string{"pods", "kube-reserved"}
+		c.Runtime.KubeReservedCgroup = kubeCgroup
+	}})
+	root := h.cfg.Runtime.CgroupRoot
+	capacity := readNodeCapacity(1)
+	want := capacity.Memory.Value() - (1<<30 + 512<<20)
+	waitFor(t, time.Minute, "node allocatable on the cgroup root", func() (bool, string) {
+		b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/memory", root, "memory.limit_in_bytes"))
+		if err != nil {
+			return false, err.Error()
+		}
+		v, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		return v <= want && v > want-4096, fmt.Sprintf("%d, want %d", v, want)
+	})
+	if v := cgroupFile(t, "pids", root, "pids.max"); v != strconv.FormatInt(cgroups.PidMax(), 10) {
+		t.Fatalf("root pids.max %s", v)
+	}
+	waitFor(t, time.Minute, "kube-reserved enforced", func() (bool, string) {
+		mem := cgroupFile(t, "memory", kubeCgroup, "memory.limit_in_bytes")
+		shares := cgroupFile(t, "cpu", kubeCgroup, "cpu.shares")
+		return mem == strconv.Itoa(1<<30) && shares == "512", mem + " " + shares
+	})
+}

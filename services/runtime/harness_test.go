@@ -55,10 +55,10 @@ func TestMain(m *testing.M) {
 	// A CSI test driver started by csitest.Start is this binary too.
 	csitest.MainIfDriver()
 	code := m.Run()
-	removeTestCgroupRoot()
 	if ctrd != nil {
 		ctrd.Stop()
 	}
+	removeTestCgroupRoot()
 	if ctl != nil {
 		ctl.Stop()
 	}
