@@ -308,6 +308,9 @@ func (m *Manager) updateQOSCgroups() {
 		if o := m.observed.get(uid); o != nil && o.Terminated {
 			continue
 		}
+		if ph := rec.Pod.Status.Phase; ph == corev1.PodFailed || ph == corev1.PodSucceeded {
+			continue
+		}
 		req := resourcehelper.PodRequests(m.allocatedPod(rec.Pod), resourcehelper.PodResourcesOptions{})
 		milli += req.Cpu().MilliValue()
 	}

@@ -264,6 +264,9 @@ func (m *Manager) resizeFits(pod *corev1.Pod) (reason, message string) {
 		if o := m.observed.get(uid); o != nil && o.Terminated {
 			continue
 		}
+		if ph := rec.Pod.Status.Phase; ph == corev1.PodFailed || ph == corev1.PodSucceeded {
+			continue // the kubelet's active pods leave terminal ones out
+		}
 		for k, v := range resourcehelper.PodRequests(m.allocatedPod(rec.Pod), resourcehelper.PodResourcesOptions{}) {
 			q := used[k]
 			q.Add(v)
