@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -195,9 +196,11 @@ func TestPodCgroupsOnTheHost(t *testing.T) {
 		ctr("b", rl("cpu", "100m", "memory", "32Mi"), rl("cpu", "200m", "memory", "32Mi")),
 	}}}
 	pod.UID = types.UID("0f0e0d0c-0000-4000-8000-000000000001")
+	began := time.Now()
 	if err := p.Ensure(pod, corev1.PodQOSBurstable); err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("pod cgroup created with its limits in %v", time.Since(began))
 	n := p.PodName(string(pod.UID), corev1.PodQOSBurstable)
 	if v := read(n, "memory", "memory.limit_in_bytes", "memory.max"); v != 64<<20 {
 		t.Errorf("pod memory: %d", v)
@@ -220,9 +223,11 @@ func TestPodCgroupsOnTheHost(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(m.Dir(n, "memory"), "ctr"), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	began = time.Now()
 	if err := p.Destroy(n); err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("pod cgroup removed in %v", time.Since(began))
 	if _, err := os.Stat(m.Dir(n, "memory")); !os.IsNotExist(err) {
 		t.Errorf("pod cgroup still there: %v", err)
 	}
