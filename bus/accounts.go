@@ -30,8 +30,8 @@ const (
 func accountOf(component string) string { return strings.ToUpper(component) }
 
 // componentOfAccount maps an account back to its component ("" if none).
-func componentOfAccount(account string) string {
-	for _, c := range Components {
+func (m Matrix) componentOfAccount(account string) string {
+	for _, c := range m.names() {
 		if accountOf(c) == account {
 			return c
 		}
@@ -49,74 +49,12 @@ func storeAccountOf(stream string) string {
 }
 
 // storeAccounts lists every store account, sorted.
-func storeAccounts() []string {
+func (m Matrix) storeAccounts() []string {
 	out := []string{accountEvents}
-	for _, b := range Buckets {
+	for _, b := range m.buckets() {
 		out = append(out, storeAccountOf(streamOf(b.Name)))
 	}
 	sort.Strings(out)
-	return out
-}
-
-// ReadableStreams lists the streams component may read (JetStream API
-// calls scoped to the stream, consumers through the proxy), sorted.
-func ReadableStreams(component string) []string {
-	var out []string
-	switch component {
-	case Tap:
-		for _, b := range Buckets {
-			out = append(out, streamOf(b.Name))
-		}
-		out = append(out, StreamEvents)
-	default:
-		seen := map[string]bool{}
-		for _, b := range Buckets {
-			if b.Owner == component {
-				seen[b.Name] = true
-			}
-		}
-		for _, b := range reads[component] {
-			seen[b] = true
-		}
-		for b := range seen {
-			out = append(out, streamOf(b))
-		}
-		if readsEvents[component] {
-			out = append(out, StreamStatusEvents)
-		}
-	}
-	sort.Strings(out)
-	return out
-}
-
-// ownedBuckets lists the buckets component writes.
-func ownedBuckets(component string) []string {
-	var out []string
-	for _, b := range Buckets {
-		if b.Owner == component {
-			out = append(out, b.Name)
-		}
-	}
-	return out
-}
-
-// emitsEvents tells whether component publishes on the events stream.
-func emitsEvents(component string) bool { return component != Tap && component != BusAdmin }
-
-// beats tells whether component publishes heartbeats.
-func beats(component string) bool {
-	return component != Tap && component != Supervisor && component != BusAdmin
-}
-
-// clientComponents are the components whose clients connect with a seed
-// from disk: everyone but the bus itself.
-func clientComponents() []string {
-	var out []string
-	for _, c := range Components {
-		if c != BusAdmin {
-			out = append(out, c)
-		}
-	}
 	return out
 }
 
@@ -165,19 +103,19 @@ type busKeys struct {
 // accountsConfig renders the accounts block of nats-server's configuration:
 // every account with its users, exports and imports. pubs holds the
 // components' public keys.
-func accountsConfig(pubs map[string]string, keys busKeys) string {
+func (m Matrix) accountsConfig(pubs map[string]string, keys busKeys) string {
 	var b strings.Builder
 	w := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
 	q := func(s string) string { return fmt.Sprintf("%q", s) }
 	readersOf := map[string][]string{} // stream → reader accounts
-	for _, c := range clientComponents() {
-		for _, s := range ReadableStreams(c) {
+	for _, c := range m.clientComponents() {
+		for _, s := range m.ReadableStreams(c) {
 			readersOf[s] = append(readersOf[s], accountOf(c))
 		}
 	}
 	healthReaders := []string{accountOf(Tap)}
-	for _, c := range clientComponents() {
-		if readsHealth[c] {
+	for _, c := range m.clientComponents() {
+		if m.readsHealth(c) {
 			healthReaders = append(healthReaders, accountOf(c))
 		}
 	}
@@ -191,7 +129,7 @@ func accountsConfig(pubs map[string]string, keys busKeys) string {
 
 	w("accounts {\n")
 	// Store accounts: the streams, no clients but the bus's admin.
-	for _, acct := range storeAccounts() {
+	for _, acct := range m.storeAccounts() {
 		w("  %s {\n    jetstream: enabled\n    users: [{nkey: %s}]\n    exports: [\n", q(acct), q(keys.store[acct]))
 		var streams []string
 		for _, s := range []string{StreamEvents, StreamStatusEvents} {
@@ -199,7 +137,7 @@ func accountsConfig(pubs map[string]string, keys busKeys) string {
 				streams = append(streams, s)
 			}
 		}
-		for _, bk := range Buckets {
+		for _, bk := range m.buckets() {
 			if storeAccountOf(streamOf(bk.Name)) == acct {
 				streams = append(streams, streamOf(bk.Name))
 				// The owner writes.
@@ -207,13 +145,13 @@ func accountsConfig(pubs map[string]string, keys busKeys) string {
 			}
 		}
 		if acct == accountEvents {
-			for _, c := range clientComponents() {
-				if emitsEvents(c) {
+			for _, c := range m.clientComponents() {
+				if m.emitsEvents(c) {
 					w("      {service: %s, accounts: [%s]}\n", q(subjectEventsBase+c+".>"), q(accountOf(c)))
 				}
 			}
 			// See jsInfoImport.
-			w("      {service: %s, accounts: %s}\n", q(jsInfo), list(append(componentAccounts(), accountProxy)))
+			w("      {service: %s, accounts: %s}\n", q(jsInfo), list(append(m.componentAccounts(), accountProxy)))
 		}
 		inboxes := map[string]bool{}
 		for _, s := range streams {
@@ -237,7 +175,7 @@ func accountsConfig(pubs map[string]string, keys busKeys) string {
 		// Push consumers deliver into the reader's inbox space, which only
 		// that reader receives.
 		for _, r := range sortedKeys(inboxes) {
-			w("      {stream: %s, accounts: [%s]}\n", q(InboxPrefix(componentOfAccount(r))+".>"), q(r))
+			w("      {stream: %s, accounts: [%s]}\n", q(InboxPrefix(m.componentOfAccount(r))+".>"), q(r))
 		}
 		w("    ]\n  }\n")
 	}
@@ -245,8 +183,8 @@ func accountsConfig(pubs map[string]string, keys busKeys) string {
 	// The proxy: checks every consumer create/update, then forwards it.
 	w("  %s {\n    users: [{nkey: %s}]\n    exports: [\n", q(accountProxy), q(keys.proxy))
 	var all []string
-	for _, c := range clientComponents() {
-		if len(ReadableStreams(c)) > 0 {
+	for _, c := range m.clientComponents() {
+		if len(m.ReadableStreams(c)) > 0 {
 			all = append(all, accountOf(c))
 		}
 	}
@@ -254,7 +192,7 @@ func accountsConfig(pubs map[string]string, keys busKeys) string {
 	w("      {service: \"$JS.API.CONSUMER.DURABLE.CREATE.>\", accounts: %s}\n", list(all))
 	w("    ]\n    imports: [\n")
 	w("      %s\n", jsInfoImport())
-	for _, s := range allStreams() {
+	for _, s := range m.allStreams() {
 		for _, subj := range consumerCreateAPI(s) {
 			w("      {service: {account: %s, subject: %s}, to: %s}\n", q(storeAccountOf(s)), q(subj), q(proxyForward+subj))
 		}
@@ -262,7 +200,7 @@ func accountsConfig(pubs map[string]string, keys busKeys) string {
 	w("    ]\n  }\n")
 
 	// Component accounts: one client each; they hold no stream.
-	for _, c := range clientComponents() {
+	for _, c := range m.clientComponents() {
 		acct := accountOf(c)
 		w("  %s {\n    users: [{nkey: %s}]\n", q(acct), q(pubs[c]))
 		// What the component publishes, tap sees live. The exports are
@@ -270,26 +208,26 @@ func accountsConfig(pubs map[string]string, keys busKeys) string {
 		// passes a message that came in through a service import (as every
 		// write to a store account does) on to a stream export.
 		w("    exports: [\n")
-		if beats(c) {
+		if m.beats(c) {
 			w("      {stream: %s, accounts: %s}\n", q(HealthSubject(c)), list(without(healthReaders, acct)))
 		}
-		for _, bk := range ownedBuckets(c) {
+		for _, bk := range m.ownedBuckets(c) {
 			w("      {stream: %s, accounts: [%s]}\n", q(KVSubject(bk, ">")), q(accountOf(Tap)))
 		}
-		if emitsEvents(c) {
+		if m.emitsEvents(c) {
 			w("      {stream: %s, accounts: [%s]}\n", q(subjectEventsBase+c+".>"), q(accountOf(Tap)))
 		}
 		w("    ]\n")
 		w("    imports: [\n")
 		w("      %s\n", jsInfoImport())
-		for _, bk := range ownedBuckets(c) {
+		for _, bk := range m.ownedBuckets(c) {
 			w("      {service: {account: %s, subject: %s}}\n", q(storeAccountOf(streamOf(bk))), q(KVSubject(bk, ">")))
 		}
-		if emitsEvents(c) {
+		if m.emitsEvents(c) {
 			w("      {service: {account: %s, subject: %s}}\n", q(accountEvents), q(subjectEventsBase+c+".>"))
 		}
 		inboxFrom := map[string]bool{}
-		for _, s := range ReadableStreams(c) {
+		for _, s := range m.ReadableStreams(c) {
 			for _, api := range streamAPI(s) {
 				w("      {service: {account: %s, subject: %s}}\n", q(storeAccountOf(s)), q(api.subject))
 			}
@@ -302,18 +240,18 @@ func accountsConfig(pubs map[string]string, keys busKeys) string {
 			w("      {stream: {account: %s, subject: %s}}\n", q(a), q(InboxPrefix(c)+".>"))
 		}
 		if c == Tap {
-			for _, bk := range Buckets {
+			for _, bk := range m.buckets() {
 				w("      {stream: {account: %s, subject: %s}}\n", q(accountOf(bk.Owner)), q(KVSubject(bk.Name, ">")))
 			}
-			for _, d := range clientComponents() {
-				if emitsEvents(d) {
+			for _, d := range m.clientComponents() {
+				if m.emitsEvents(d) {
 					w("      {stream: {account: %s, subject: %s}}\n", q(accountOf(d)), q(subjectEventsBase+d+".>"))
 				}
 			}
 		}
-		if readsHealth[c] || c == Tap {
-			for _, d := range clientComponents() {
-				if beats(d) && d != c {
+		if m.readsHealth(c) || c == Tap {
+			for _, d := range m.clientComponents() {
+				if m.beats(d) && d != c {
 					w("      {stream: {account: %s, subject: %s}}\n", q(accountOf(d)), q(HealthSubject(d)))
 				}
 			}
@@ -334,18 +272,18 @@ func jsInfoImport() string {
 	return fmt.Sprintf("{service: {account: %q, subject: %q}}", accountEvents, jsInfo)
 }
 
-func componentAccounts() []string {
+func (m Matrix) componentAccounts() []string {
 	var out []string
-	for _, c := range clientComponents() {
+	for _, c := range m.clientComponents() {
 		out = append(out, accountOf(c))
 	}
 	return out
 }
 
 // allStreams lists every stream the bus holds.
-func allStreams() []string {
+func (m Matrix) allStreams() []string {
 	out := []string{StreamEvents, StreamStatusEvents}
-	for _, b := range Buckets {
+	for _, b := range m.buckets() {
 		out = append(out, streamOf(b.Name))
 	}
 	return out

@@ -15,69 +15,11 @@ import (
 	"github.com/nats-io/nkeys"
 )
 
-// reads lists the buckets each component reads (watches or gets). Writers
-// read their own buckets too, to reconcile after a restart.
-var reads = map[string][]string{
-	Sources:   {BucketDesired, BucketSources},
-	Admission: {BucketDesired, BucketAdmission, BucketObserved, BucketPressure},
-	Runtime:   {BucketDesired, BucketSources, BucketAdmission, BucketObserved, BucketRuntime, BucketProbes, BucketEvictions, BucketStatus},
-	Prober:    {BucketDesired, BucketObserved, BucketProbes},
-	Status:    {BucketDesired, BucketSources, BucketAdmission, BucketObserved, BucketRuntime, BucketProbes, BucketStatus, BucketNode, BucketPressure, BucketEvictions},
-	GC:        {BucketDesired, BucketSources, BucketAdmission, BucketObserved, BucketRuntime, BucketStatus, BucketPressure, BucketEvictions, BucketImages},
-	// The kubelet API owns no bucket: it finds pods by namespace and name
-	// in the desired pods, and serves /pods and /healthz from the statuses
-	// and the runtime's state.
-	KubeletServer: {BucketDesired, BucketRuntime, BucketStatus},
-	Supervisor:    {},
-}
-
-// readsEvents lists the components that consume the events stream.
-var readsEvents = map[string]bool{Status: true}
-
-// readsHealth lists the components that subscribe to heartbeats.
-var readsHealth = map[string]bool{KubeletServer: true, Supervisor: true}
-
 // InboxPrefix is the reply-subject prefix of component's connection; each
 // component may subscribe only under its own.
 func InboxPrefix(component string) string { return "_INBOX_" + component }
 
 func streamOf(bucket string) string { return kvStreamNamePrefix + bucket }
-
-// Permissions returns what component's clients may publish and subscribe
-// to inside their own account. The account is the wall (see "Why
-// accounts"); these lists say the same thing once more at the connection,
-// so a mistake in one is caught by the other, and the access table test
-// reads them.
-func Permissions(component string) (*server.Permissions, error) {
-	if componentOfAccount(accountOf(component)) == "" || component == BusAdmin {
-		return nil, fmt.Errorf("bus: unknown component %q", component)
-	}
-	var pub, sub []string
-	for _, b := range ownedBuckets(component) {
-		pub = append(pub, KVSubject(b, ">"))
-	}
-	for _, s := range ReadableStreams(component) {
-		for _, api := range streamAPI(s) {
-			pub = append(pub, api.subject)
-		}
-		pub = append(pub, consumerCreateAPI(s)...)
-	}
-	if emitsEvents(component) {
-		pub = append(pub, subjectEventsBase+component+".>")
-	}
-	if beats(component) {
-		pub = append(pub, HealthSubject(component))
-	}
-	sub = []string{InboxPrefix(component) + ".>"}
-	if readsHealth[component] {
-		sub = append(sub, SubjectHealthAll)
-	}
-	if component == Tap {
-		// Read-only: it sees every message its account imports.
-		sub = []string{">"}
-	}
-	return perms(dedupe(pub), sub), nil
-}
 
 func perms(pub, sub []string) *server.Permissions {
 	return &server.Permissions{
@@ -138,7 +80,7 @@ func EnsureCredentials(stateDir string) (map[string]string, error) {
 		return nil, err
 	}
 	pubs := map[string]string{}
-	for _, c := range clientComponents() {
+	for _, c := range declared.clientComponents() {
 		path := CredentialPath(stateDir, c)
 		seed, err := readSecret(path)
 		if errors.Is(err, fs.ErrNotExist) {

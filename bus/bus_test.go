@@ -3,6 +3,7 @@ package bus_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/bus/bustest"
+	"github.com/nodelet/nodelet/internal/testenv/eventually"
 	"github.com/nodelet/nodelet/schemas"
 )
 
@@ -352,7 +354,7 @@ func TestWriterResetsAfterWipe(t *testing.T) {
 	ctx := ctxT(t)
 	resets := make(chan struct{}, 1)
 	src := b.Connect(bus.Sources)
-	w := bus.NewWriter(src, bus.BucketDesired, func() { resets <- struct{}{} })
+	w := bus.NewWriter(src, bus.BucketDesired, func() error { resets <- struct{}{}; return nil })
 	if _, _, err := w.Put(ctx, "a", desired("a", "a")); err != nil {
 		t.Fatal(err)
 	}
@@ -368,6 +370,52 @@ func TestWriterResetsAfterWipe(t *testing.T) {
 	v, _, err := bus.Get[schemas.PodDesired](ctx, src, bus.BucketDesired, "a")
 	if err != nil || v == nil || v.Pod.Name != "a" {
 		t.Fatalf("get after wipe: %v %v", v, err)
+	}
+}
+
+// A reset whose puts the just-restarted bus refuses is called again until
+// it succeeds, so a wiped store always gets the owner's state back.
+func TestWriterRetriesAFailedReset(t *testing.T) {
+	b := bustest.Start(t)
+	ctx := ctxT(t)
+	src := b.Connect(bus.Sources)
+	calls := make(chan int, 10)
+	n := 0
+	var w *bus.Writer
+	w = bus.NewWriter(src, bus.BucketDesired, func() error {
+		n++
+		calls <- n
+		if n < 3 {
+			return errors.New("jetstream not enabled")
+		}
+		_, _, err := w.Put(context.Background(), "a", desired("a", "a"))
+		return err
+	})
+	if _, _, err := w.Put(ctx, "a", desired("a", "a")); err != nil {
+		t.Fatal(err)
+	}
+	b.Restart(true)
+	for want := 1; want <= 3; want++ {
+		select {
+		case got := <-calls:
+			if got != want {
+				t.Fatalf("reset call %d, want %d", got, want)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("reset not called a %d. time after the wiped store", want)
+		}
+	}
+	eventually.Nil(t, 20*time.Second, "the state written again", func() error {
+		v, _, err := bus.Get[schemas.PodDesired](ctx, src, bus.BucketDesired, "a")
+		if err != nil || v == nil {
+			return fmt.Errorf("get: %v %v", v, err)
+		}
+		return nil
+	})
+	select {
+	case got := <-calls:
+		t.Fatalf("reset called again (%d) after it succeeded", got)
+	default:
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -39,7 +40,13 @@ type Conn struct {
 	mu          sync.Mutex
 	kvs         map[string]jetstream.KeyValue
 	reconnected []chan struct{}
-	events      emitter
+	// disconnected hears every lost connection (Mirror).
+	disconnected []chan struct{}
+	// outages are the mirrors' watches lost longer than their grace, by
+	// mirror; health hears every change (the daemon frame's heartbeats).
+	outages map[any]string
+	health  chan struct{}
+	events  emitter
 }
 
 // URLFor turns bus.listen into a client URL.
@@ -56,7 +63,8 @@ func Connect(o ConnectOptions) (*Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bus credential %s: %w", cred, err)
 	}
-	c := &Conn{Component: o.Component, Log: o.Log, kvs: map[string]jetstream.KeyValue{}}
+	c := &Conn{Component: o.Component, Log: o.Log, kvs: map[string]jetstream.KeyValue{},
+		outages: map[any]string{}, health: make(chan struct{}, 1)}
 	opts := []nats.Option{
 		seed,
 		nats.Name("nodelet-" + o.Component),
@@ -67,10 +75,11 @@ func Connect(o ConnectOptions) (*Conn, error) {
 		nats.PingInterval(5 * time.Second),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			log.Warn("Disconnected from bus", "err", err)
+			c.notify(&c.disconnected)
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
 			log.Info("Reconnected to bus", "url", nc.ConnectedUrl())
-			c.notifyReconnect()
+			c.notify(&c.reconnected)
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
 			if sub != nil {
@@ -96,10 +105,10 @@ func Connect(o ConnectOptions) (*Conn, error) {
 	return c, nil
 }
 
-func (c *Conn) notifyReconnect() {
+func (c *Conn) notify(list *[]chan struct{}) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, ch := range c.reconnected {
+	for _, ch := range *list {
 		select {
 		case ch <- struct{}{}:
 		default:
@@ -108,22 +117,62 @@ func (c *Conn) notifyReconnect() {
 }
 
 // reconnects returns a channel that receives after every reconnect.
-func (c *Conn) reconnects() (<-chan struct{}, func()) {
+func (c *Conn) reconnects() (<-chan struct{}, func()) { return c.listen(&c.reconnected) }
+
+// disconnects returns a channel that receives after every disconnect.
+func (c *Conn) disconnects() (<-chan struct{}, func()) { return c.listen(&c.disconnected) }
+
+func (c *Conn) listen(list *[]chan struct{}) (<-chan struct{}, func()) {
 	ch := make(chan struct{}, 1)
 	c.mu.Lock()
-	c.reconnected = append(c.reconnected, ch)
+	*list = append(*list, ch)
 	c.mu.Unlock()
 	return ch, func() {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		for i, x := range c.reconnected {
+		for i, x := range *list {
 			if x == ch {
-				c.reconnected = append(c.reconnected[:i], c.reconnected[i+1:]...)
+				*list = append((*list)[:i], (*list)[i+1:]...)
 				return
 			}
 		}
 	}
 }
+
+// setOutage records (msg != "") or clears the outage of mirror m.
+func (c *Conn) setOutage(m any, msg string) {
+	c.mu.Lock()
+	old, had := c.outages[m]
+	if msg == "" {
+		delete(c.outages, m)
+	} else {
+		c.outages[m] = msg
+	}
+	c.mu.Unlock()
+	if (msg == "" && had) || (msg != "" && msg != old) {
+		select {
+		case c.health <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Outages says, one sorted line each, which mirrors on this connection have
+// lost their watch for longer than their grace; none when all are live.
+func (c *Conn) Outages() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]string, 0, len(c.outages))
+	for _, msg := range c.outages {
+		out = append(out, msg)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// OutagesChanged receives after Outages changed (one listener: the daemon
+// frame's heartbeats).
+func (c *Conn) OutagesChanged() <-chan struct{} { return c.health }
 
 // Close drains the connection: pending publishes are flushed first.
 func (c *Conn) Close() {
@@ -174,6 +223,25 @@ func (c *Conn) KV(ctx context.Context, bucket string) (jetstream.KeyValue, error
 			delay *= 2
 		}
 	}
+}
+
+// kvOnce binds bucket with one try (a Mirror retries itself, with
+// back-off and outage reporting).
+func (c *Conn) kvOnce(ctx context.Context, bucket string) (jetstream.KeyValue, error) {
+	c.mu.Lock()
+	kv, ok := c.kvs[bucket]
+	c.mu.Unlock()
+	if ok {
+		return kv, nil
+	}
+	kv, err := c.JS.KeyValue(ctx, bucket)
+	if err != nil {
+		return nil, fmt.Errorf("bind bucket %s: %w", bucket, err)
+	}
+	c.mu.Lock()
+	c.kvs[bucket] = kv
+	c.mu.Unlock()
+	return kv, nil
 }
 
 // Put encodes m in an envelope from this component and stores it.

@@ -8,6 +8,36 @@
 // Readers watch it. Lifecycle events go on the NODELET_V1_EVENTS stream;
 // heartbeats are plain publishes on nodelet.v1.health.<component>.
 //
+// # Mirrors
+//
+// A daemon's copy of another daemon's bucket is kept by a Mirror (Watch
+// runs one): one callback hears, in order, the current value of every key,
+// Synced, then each Put and Deleted; Reset when the bucket's stream was
+// recreated (the bus's store was wiped — Update.Created and StreamCreated
+// tell which store a value came from), followed by a fresh load and Synced.
+// Apply keeps a map of the bucket from those updates. The daemon keeps only
+// its callbacks; the one policy for a watch that ends is the Mirror's:
+//
+//   - A watch ends when the connection drops (the bus stopped or
+//     restarted), when the bus closes it (its stream or consumer vanished
+//     and nats.go could not recreate the ordered consumer), or when it
+//     cannot be established (bucket or stream missing, JetStream not yet
+//     up, permission refused). Run never returns for these; it returns
+//     only when its context ends.
+//   - It is re-established: at once after a watch that ran for a second or
+//     more, otherwise after a back-off of 100ms doubling to 5s between
+//     failed attempts (each bounded to 5s). A re-established watch resumes
+//     after the last revision seen, or sends Reset and loads again when
+//     the stream is a new one.
+//   - An outage that lasts past the mirror's Grace (DefaultMirrorGrace,
+//     2s; a plain reconnect is shorter) is reported on the connection
+//     (Conn.Outages: "bus watch of <bucket> lost since <time>,
+//     re-establishing: <cause>"). The daemon frame (internal/daemon) sends a
+//     heartbeat at once that says not ready with that line, so
+//     nodelet-server's /healthz fails for the daemon until the watch is
+//     back, and the heartbeat after that says ready again. Every loss and
+//     re-establishment is logged.
+//
 // # The promise
 //
 // No credential other than a bucket's owner can cause a message to be
@@ -25,8 +55,10 @@
 // any read-only credential could therefore have a stored message delivered
 // onto $KV.<bucket>.<key> (a pull with that reply: the bucket stores it), or
 // have a push consumer deliver onto $JS.API.STREAM.DELETE.<stream>. So the
-// bus is split into nats-server accounts, built from Buckets and the reads
-// table (accounts.go):
+// bus is split into nats-server accounts, built (accounts.go) from the
+// Matrix that matrix.go derives from the component declaration
+// (internal/component: each component's Writes, Reads, events and
+// heartbeats):
 //
 //   - One store account per stream (STORE_KV_<bucket>; STORE_EVENTS holds
 //     the events stream and status's copy of it). No client connects there;
@@ -76,12 +108,16 @@
 // only; no file ever holds it. Each daemon gets its own seed alone: from
 // systemd (LoadCredential=, in $CREDENTIALS_DIRECTORY, readable by the
 // unit's user only) or from `nodelet up` (a copy in a private directory,
-// the child's own with supervisor.componentUsers). bus, sources and
-// admission run as users of their own; the daemons that talk to CRI run as
-// root (internal/graph says why for each), every one of them but the
-// runtime in a mount namespace that hides the directory of seeds and the
-// other units' credentials. TestUnitsUnderSystemd (internal/e2e) checks
-// under a real systemd which seeds each daemon can read.
+// the child's own with supervisor.componentUsers). Under the units every
+// daemon but the runtime runs as a user of its own (internal/component
+// declares each, with its groups and capabilities), in a mount namespace
+// that hides the directory of seeds and the other units' credentials; a
+// unit's /run/credentials directory is its user's (0500). The runtime
+// stays root in the host's mount namespace, without CAP_DAC_OVERRIDE and
+// CAP_DAC_READ_SEARCH, so those directories — the others' users', the
+// bus's 0700 one — stay closed to it. TestUnitsUnderSystemd
+// (internal/e2e) checks under a real systemd each daemon's uid and that it
+// can read its own seed and no other.
 //
 // # Known limits
 //
@@ -95,15 +131,22 @@
 //     proxy to answer those requests too, checking the consumer's creator.
 //   - The runtime runs as root in the host's mount namespace (its tmpfs
 //     volumes must reach containerd, and systemd cannot re-establish
-//     propagation from a private namespace to the host), with root's
-//     capabilities (mounts, chown for fsGroup, cgroups). It can read every
-//     seed, and so could become any component on the bus. No cheap wall
-//     exists: with CAP_DAC_READ_SEARCH, CAP_CHOWN or CAP_FOWNER it passes any
-//     file mode, and with the CRI socket alone — as every daemon that talks
-//     to CRI — it could run a privileged container that mounts the state
-//     dir. The seeds keep the other daemons, and anything that is not
-//     root, apart; they do not keep a compromised runtime (nor any root
-//     process on the node) out.
+//     propagation from a private namespace to the host) and keeps
+//     CAP_CHOWN and CAP_FOWNER (fsGroup, volumes of any user): it cannot
+//     read another's seed as it stands, but it could take a file's
+//     ownership or mode to. Like every user of the CRI socket (group
+//     nodelet-cri under the units), it could also run a privileged
+//     container that mounts the state dir. The seeds keep the daemons
+//     apart from each other and from anything unprivileged; they do not
+//     keep a compromised runtime, nor any root process on the node, out.
+//   - Without CAP_DAC_OVERRIDE the runtime cannot list a directory a
+//     container left in a volume that shuts others out (0700 of another
+//     uid); to tear such a pod down it takes each such directory over
+//     first (chown and chmod, volumes.RemoveAll), as its CAP_CHOWN and
+//     CAP_FOWNER allow.
+//   - Under `nodelet up` no mount namespace hides the seeds: the children
+//     of their own users (supervisor.componentUsers) get no capability,
+//     and gc and the runtime, root there, can read every seed.
 //
 // # Access matrix
 //

@@ -7,45 +7,49 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/nodelet/nodelet/internal/component"
 )
 
-// Components that hold a bus credential. The seven daemons, the supervisor,
-// the read-only tap, and the bus itself (which creates the buckets).
+// Components that hold a bus credential, as internal/component declares
+// them: the seven daemons, the supervisor, the read-only tap, and the bus
+// itself (which creates the buckets).
 const (
-	Sources       = "sources"
-	Admission     = "admission"
-	Runtime       = "runtime"
-	Prober        = "prober"
-	Status        = "status"
-	GC            = "gc"
-	KubeletServer = "server"
-	Supervisor    = "supervisor"
-	Tap           = "tap"
-	BusAdmin      = "bus"
+	Sources       = component.Sources
+	Admission     = component.Admission
+	Runtime       = component.Runtime
+	Prober        = component.Prober
+	Status        = component.Status
+	GC            = component.GC
+	KubeletServer = component.Server
+	Supervisor    = component.Supervisor
+	Tap           = component.Tap
+	BusAdmin      = component.Bus
 )
 
-// Daemons lists the seven daemons in start order.
-var Daemons = []string{Sources, Admission, Runtime, Prober, Status, GC, KubeletServer}
+// Daemons lists the seven daemons in start order (derived from the
+// declaration).
+var Daemons = component.Declared.Daemons()
 
-// Components lists everyone that holds a credential.
-var Components = []string{Sources, Admission, Runtime, Prober, Status, GC, KubeletServer, Supervisor, Tap, BusAdmin}
+// Components lists everyone that holds a credential, and the bus.
+var Components = component.Declared.Names()
 
 // Subject prefix of every nodelet subject; the version is the schemas' major.
 const Prefix = "nodelet.v1."
 
-// Buckets. Every bucket has exactly one writer, named in Owner.
+// Buckets (declared with their writers in internal/component).
 const (
-	BucketDesired   = "nodelet_v1_pods_desired"   // key pod UID → schemas.PodDesired
-	BucketSources   = "nodelet_v1_sources"        // key "ready" → schemas.SourcesReady
-	BucketAdmission = "nodelet_v1_pods_admission" // key pod UID → schemas.AdmissionVerdict
-	BucketObserved  = "nodelet_v1_pods_observed"  // key pod UID → schemas.PodObserved
-	BucketRuntime   = "nodelet_v1_runtime"        // key "state" → schemas.RuntimeState, "volumestats" → schemas.PodVolumeStats, "volumesinuse" → schemas.VolumesInUse
-	BucketProbes    = "nodelet_v1_probes"         // key <uid>.<container>.<kind> → schemas.ProbeResult
-	BucketStatus    = "nodelet_v1_pods_status"    // key pod UID → schemas.PodStatusRecord
-	BucketNode      = "nodelet_v1_node"           // key "node" → schemas.NodeRecord
-	BucketPressure  = "nodelet_v1_pressure"       // key "node" → schemas.NodePressure
-	BucketEvictions = "nodelet_v1_evictions"      // key pod UID → schemas.PodEviction
-	BucketImages    = "nodelet_v1_images"         // key image ID (sanitised) → schemas.ImageRecord
+	BucketDesired   = component.BucketDesired
+	BucketSources   = component.BucketSources
+	BucketAdmission = component.BucketAdmission
+	BucketObserved  = component.BucketObserved
+	BucketRuntime   = component.BucketRuntime
+	BucketProbes    = component.BucketProbes
+	BucketStatus    = component.BucketStatus
+	BucketNode      = component.BucketNode
+	BucketPressure  = component.BucketPressure
+	BucketEvictions = component.BucketEvictions
+	BucketImages    = component.BucketImages
 )
 
 // Well-known keys of the single-value buckets.
@@ -65,20 +69,9 @@ type BucketSpec struct {
 	History uint8
 }
 
-// Buckets lists every bucket with its single writer.
-var Buckets = []BucketSpec{
-	{BucketDesired, Sources, 5},
-	{BucketSources, Sources, 1},
-	{BucketAdmission, Admission, 5},
-	{BucketObserved, Runtime, 10},
-	{BucketRuntime, Runtime, 5},
-	{BucketProbes, Prober, 5},
-	{BucketStatus, Status, 10},
-	{BucketNode, Status, 1},
-	{BucketPressure, GC, 5},
-	{BucketEvictions, GC, 1},
-	{BucketImages, GC, 1},
-}
+// Buckets lists every bucket with its single writer, derived from the
+// declaration.
+var Buckets = declared.buckets()
 
 // The events stream holds every lifecycle event, subject
 // nodelet.v1.events.<component>.<podUID|"node">.

@@ -112,7 +112,7 @@ func proxyOne(nc *nats.Conn, log *slog.Logger, m *nats.Msg) {
 		refuse(m, "no client information on the request")
 		return
 	}
-	component := componentOfAccount(ci.Account)
+	component := declared.componentOfAccount(ci.Account)
 	if component == "" || component == BusAdmin {
 		refuse(m, "request from an account that holds no component")
 		return

@@ -141,11 +141,11 @@ func StartServer(ctx context.Context, o ServerOptions) (*Server, error) {
 	// The accounts are nats-server configuration text: the form its own
 	// cross-account JetStream tests use, so the exports and imports mean
 	// exactly what they mean there.
-	if err := opts.ProcessConfigString(accountsConfig(pubs, keys)); err != nil {
+	if err := opts.ProcessConfigString(declared.accountsConfig(pubs, keys)); err != nil {
 		return nil, fmt.Errorf("bus: accounts: %w", err)
 	}
 	for _, u := range opts.Nkeys {
-		if c := componentOfAccount(u.Account.Name); c != "" {
+		if c := declared.componentOfAccount(u.Account.Name); c != "" {
 			if u.Permissions, err = Permissions(c); err != nil {
 				return nil, err
 			}
@@ -212,7 +212,7 @@ func dropOldLayout(storeDir string, log *slog.Logger) {
 func newBusKeys() (busKeys, map[string][]byte, error) {
 	keys := busKeys{store: map[string]string{}}
 	seeds := map[string][]byte{}
-	for _, acct := range append(storeAccounts(), accountProxy) {
+	for _, acct := range append(declared.storeAccounts(), accountProxy) {
 		kp, err := nkeys.CreateUser()
 		if err != nil {
 			return keys, nil, err
@@ -272,7 +272,7 @@ func (s *Server) startProxy() error {
 // store account. "Already exists" is success, so a restart keeps what is
 // stored.
 func (s *Server) ensureStreams(ctx context.Context) error {
-	for _, acct := range storeAccounts() {
+	for _, acct := range declared.storeAccounts() {
 		nc, err := s.connectAs(acct)
 		if err != nil {
 			return err
@@ -350,7 +350,7 @@ func (s *Server) Healthy() error {
 	if !s.ns.JetStreamEnabled() {
 		return errors.New("JetStream is disabled")
 	}
-	for _, acct := range storeAccounts() {
+	for _, acct := range declared.storeAccounts() {
 		a, err := s.ns.LookupAccount(acct)
 		if err != nil {
 			return fmt.Errorf("account %s: %w", acct, err)

@@ -24,29 +24,50 @@ type Writer struct {
 	created time.Time
 	last    map[string][]byte // key → envelope data last written
 	revs    map[string]uint64
-	onReset func()
+	onReset func() error
 }
 
 // NewWriter returns the writer of bucket. onReset (may be nil) is called
 // when the bucket was recreated under the writer (the bus's store was
-// wiped): the owner should put its whole state again.
-func NewWriter(c *Conn, bucket string, onReset func()) *Writer {
+// wiped): the owner should put its whole state again, or mark it to be put.
+// An error from onReset (a put the just-restarted bus refused) has it
+// called again, after 100ms doubling to 5s (at once after a reconnect),
+// until it succeeds.
+func NewWriter(c *Conn, bucket string, onReset func() error) *Writer {
 	w := &Writer{c: c, bucket: bucket, onReset: onReset}
 	ch, _ := c.reconnects()
 	go func() {
 		for range ch {
-			w.checkRecreated()
+			if !w.checkRecreated() || w.onReset == nil {
+				continue
+			}
+			for delay := 100 * time.Millisecond; ; delay = min(2*delay, 5*time.Second) {
+				err := w.onReset()
+				if err == nil {
+					break
+				}
+				w.c.Log.Warn("Cannot write state again, retrying", "bucket", w.bucket, "err", err)
+				select {
+				case <-time.After(delay):
+				case _, ok := <-ch: // reconnected meanwhile: try at once
+					if !ok {
+						return
+					}
+				}
+			}
 		}
 	}()
 	return w
 }
 
-func (w *Writer) checkRecreated() {
+// checkRecreated reports whether the bucket's stream is not the one the
+// writer loaded (the store was wiped), and forgets what it loaded if so.
+func (w *Writer) checkRecreated() bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	created, err := streamCreated(ctx, w.c, w.bucket)
 	if err != nil {
-		return
+		return false
 	}
 	w.mu.Lock()
 	changed := w.loaded && !created.Equal(w.created)
@@ -56,10 +77,8 @@ func (w *Writer) checkRecreated() {
 	w.mu.Unlock()
 	if changed {
 		w.c.Log.Warn("Bucket was recreated, writing state again", "bucket", w.bucket)
-		if w.onReset != nil {
-			w.onReset()
-		}
 	}
+	return changed
 }
 
 // load reads the bucket's current data. Callers hold w.mu.

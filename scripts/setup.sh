@@ -88,7 +88,8 @@ step "users and group of /etc/sysusers.d/nodelet.conf made (systemd-sysusers)"
 # 3. containerd config
 bin/setuptool containerd-config --out "$CONTAINERD_CONFIG" \
   --root "$CONTAINERD_ROOT" --state "$CONTAINERD_STATE" --socket "$CONTAINERD_SOCKET" \
-  --cni-conf-dir "$CNI_CONF_DIR" --cni-bin-dir "$CNI_BIN_DIR" --sandbox-image nodelet.local/pause:3.10
+  --cni-conf-dir "$CNI_CONF_DIR" --cni-bin-dir "$CNI_BIN_DIR" --sandbox-image nodelet.local/pause:3.10 \
+  --cri-group nodelet-cri
 step "wrote $CONTAINERD_CONFIG"
 
 # 4. CNI conflist

@@ -1,6 +1,8 @@
 package main_test
 
 import (
+	"github.com/nodelet/nodelet/internal/testenv/eventually"
+
 	"context"
 	"fmt"
 	"os"
@@ -99,11 +101,7 @@ func TestReapsOrphans(t *testing.T) {
 
 func waitUntil(t *testing.T, what string, ok func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !ok(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting: %s", what)
-		}
-	}
+	eventually.True(t, 5*time.Second, what, ok)
 }
 
 // procField reads a hex field of /proc/<pid>/status.

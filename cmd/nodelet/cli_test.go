@@ -20,6 +20,7 @@ import (
 
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/bus/bustest"
+	"github.com/nodelet/nodelet/internal/testenv"
 	"github.com/nodelet/nodelet/schemas"
 )
 
@@ -33,8 +34,8 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	nodeletBin = filepath.Join(dir, "nodelet")
-	if out, err := exec.Command("go", "build", "-o", nodeletBin, ".").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build nodelet: %v\n%s", err, out)
+	if err := testenv.BuildBinaries(dir, "./cmd/nodelet"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	code := m.Run()

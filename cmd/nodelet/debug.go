@@ -14,7 +14,7 @@ import (
 	utilexec "k8s.io/client-go/util/exec"
 
 	"github.com/nodelet/nodelet/internal/config"
-	"github.com/nodelet/nodelet/services/server"
+	"github.com/nodelet/nodelet/services/server/client"
 )
 
 func init() {
@@ -25,7 +25,7 @@ func init() {
 
 // podArg splits POD (name or namespace/name) and finds the container: -c,
 // else the pod's first container.
-func podArg(ctx context.Context, c *server.Client, arg, namespace, container string) (string, string, string, error) {
+func podArg(ctx context.Context, c *client.Client, arg, namespace, container string) (string, string, string, error) {
 	ns, name := namespace, arg
 	if i := strings.IndexByte(arg, '/'); i >= 0 {
 		ns, name = arg[:i], arg[i+1:]
@@ -68,7 +68,7 @@ func runLogs(args []string) int {
 	if !ok {
 		return code
 	}
-	err := c.Logs(ctx, ns, pod, ctr, server.LogOptions{Follow: *follow, Previous: *previous, Timestamps: *timestamps, TailLines: *tail}, os.Stdout)
+	err := c.Logs(ctx, ns, pod, ctr, client.LogOptions{Follow: *follow, Previous: *previous, Timestamps: *timestamps, TailLines: *tail}, os.Stdout)
 	if err != nil {
 		return in.fail(1, err)
 	}
@@ -78,12 +78,12 @@ func runLogs(args []string) int {
 // podTarget loads the config, makes the node-local client and resolves
 // the POD argument and -c to a namespace, pod and container; !ok means exit
 // with code.
-func (in *invocation) podTarget(ctx context.Context, arg, namespace, container string) (c *server.Client, ns, pod, ctr string, code int, ok bool) {
+func (in *invocation) podTarget(ctx context.Context, arg, namespace, container string) (c *client.Client, ns, pod, ctr string, code int, ok bool) {
 	cfg, code, ok := in.load()
 	if !ok {
 		return nil, "", "", "", code, false
 	}
-	c, err := server.NewLocalClient(cfg)
+	c, err := client.New(cfg)
 	if err == nil {
 		ns, pod, ctr, err = podArg(ctx, c, arg, namespace, container)
 	}

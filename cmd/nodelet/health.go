@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/nodelet/nodelet/bus"
+	"github.com/nodelet/nodelet/internal/component"
 	"github.com/nodelet/nodelet/internal/config"
-	"github.com/nodelet/nodelet/internal/graph"
 	"github.com/nodelet/nodelet/schemas"
 )
 
@@ -34,7 +34,7 @@ func runHealth(args []string) int {
 		return code
 	}
 	var names []string
-	for _, c := range graph.Components {
+	for _, c := range component.Declared.Processes() {
 		names = append(names, c.Name)
 	}
 	if flags.NArg() != 1 {
@@ -42,7 +42,7 @@ func runHealth(args []string) int {
 		return config.ExitCode
 	}
 	name := flags.Arg(0)
-	if _, ok := graph.Get(name); !ok {
+	if _, ok := component.Declared.Processes().Get(name); !ok {
 		fmt.Fprintf(os.Stderr, "nodelet health: unknown component %q (one of %s)\n", name, strings.Join(names, ", "))
 		return config.ExitCode
 	}

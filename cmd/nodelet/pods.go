@@ -12,7 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nodelet/nodelet/internal/config"
-	"github.com/nodelet/nodelet/services/status"
+	"github.com/nodelet/nodelet/internal/tools/podtable"
 )
 
 func init() {
@@ -46,7 +46,7 @@ func runPods(args []string) int {
 	defer c.NC.Close()
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	pods, err := status.LoadPods(ctx, c)
+	pods, err := podtable.LoadPods(ctx, c)
 	if err != nil {
 		return in.fail(1, err)
 	}
@@ -60,7 +60,7 @@ func runPods(args []string) int {
 		fmt.Fprintln(os.Stderr, "No pods found.")
 		return 0
 	}
-	if err := status.WritePodTable(os.Stdout, status.PodRows(shown, time.Now()), *all); err != nil {
+	if err := podtable.WritePodTable(os.Stdout, podtable.PodRows(shown, time.Now()), *all); err != nil {
 		return in.fail(1, err)
 	}
 	return 0

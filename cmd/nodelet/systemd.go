@@ -8,15 +8,15 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/nodelet/nodelet/internal/component"
 	"github.com/nodelet/nodelet/internal/config"
-	"github.com/nodelet/nodelet/internal/graph"
 	"github.com/nodelet/nodelet/internal/tools/units"
 )
 
 func init() {
 	commands = append(commands,
 		command{"systemd-units", "write the systemd units of every process, nodelet.target and the sysusers.d file: systemd-units [--out DIR] [--state-dir DIR] [--pod-logs-dir DIR] [--check]", runSystemdUnits},
-		command{"compose", "write docker-compose.yml from the dependency graph: compose [--out FILE] [--check]", runCompose})
+		command{"compose", "write docker-compose.yml from the component declaration: compose [--out FILE] [--check]", runCompose})
 }
 
 // renderFlags are the flags both generators share.
@@ -25,7 +25,7 @@ func renderFlags(name string) (*pflag.FlagSet, *units.Options, *bool) {
 	o := units.Defaults()
 	flags.StringVar(&o.BinDir, "bin-dir", o.BinDir, "where the nodelet-* binaries are installed")
 	flags.StringVar(&o.ConfigPath, "config-path", o.ConfigPath, "the node configuration every daemon reads")
-	check := flags.Bool("check", false, "write nothing; exit 1 when the files on disk differ from the graph")
+	check := flags.Bool("check", false, "write nothing; exit 1 when the files on disk differ from the declaration")
 	return flags, &o, check
 }
 
@@ -40,7 +40,7 @@ func runSystemdUnits(args []string) int {
 		}
 		return config.ExitCode
 	}
-	files, err := units.SystemdUnits(graph.Components, *o)
+	files, err := units.SystemdUnits(component.Declared, *o)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "nodelet systemd-units: %v\n", err)
 		return 1
@@ -58,7 +58,7 @@ func runCompose(args []string) int {
 		}
 		return config.ExitCode
 	}
-	data, err := units.Compose(graph.Components, *o)
+	data, err := units.Compose(component.Declared, *o)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "nodelet compose: %v\n", err)
 		return 1

@@ -8,14 +8,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nodelet/nodelet/internal/graph"
+	"github.com/nodelet/nodelet/internal/component"
 )
 
-// nodeletd holds exactly the components of the dependency graph: a new
+// nodeletd holds exactly the components of the declaration (internal/component): a new
 // component cannot be forgotten here, nor a removed one linger.
 func TestEveryComponentOnce(t *testing.T) {
 	var want []string
-	for _, c := range graph.Components {
+	for _, c := range component.Declared.Processes() {
 		want = append(want, c.Name)
 		if c.Binary() != binaryPrefix+c.Name {
 			t.Errorf("component %s runs as %s, not %s%s", c.Name, c.Binary(), binaryPrefix, c.Name)
@@ -23,7 +23,7 @@ func TestEveryComponentOnce(t *testing.T) {
 	}
 	slices.Sort(want)
 	if got := names(); !slices.Equal(got, want) {
-		t.Fatalf("nodeletd's daemons %v, the graph's components %v", got, want)
+		t.Fatalf("nodeletd's daemons %v, the declared processes %v", got, want)
 	}
 }
 

@@ -6,6 +6,7 @@
 package config
 
 import (
+	"path/filepath"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -176,8 +177,24 @@ type RuntimeConfig struct {
 	ConfigMapAndSecretChangeDetectionStrategy string `mapstructure:"configMapAndSecretChangeDetectionStrategy"`
 	// AllowHostPathForStaticPods: when false, static pods may not use hostPath volumes. Default: true.
 	AllowHostPathForStaticPods bool `mapstructure:"allowHostPathForStaticPods"`
+	// SeccompProfileRoot is where Localhost seccomp profiles are looked up: a pod's
+	// localhostProfile is a path relative to it (KubeletConfiguration seccompProfileRoot,
+	// kubelet flag --seccomp-profile-root). Default: "" (<node.stateDir>/seccomp).
+	SeccompProfileRoot string `mapstructure:"seccompProfileRoot"`
+	// SeccompDefault runs every container without a seccompProfile under the runtime's
+	// default profile (RuntimeDefault) instead of Unconfined (KubeletConfiguration
+	// seccompDefault). Default: false.
+	SeccompDefault bool `mapstructure:"seccompDefault"`
 	// SyncFrequency is the longest a configMap, secret, downwardAPI or projected volume goes without being rewritten from its sources (Watch rewrites on every change at once), and the TTL of the Cache strategy. Default: 1m.
 	SyncFrequency time.Duration `mapstructure:"syncFrequency"`
+}
+
+// SeccompRoot is runtime.seccompProfileRoot, or <stateDir>/seccomp when unset.
+func (c *Config) SeccompRoot() string {
+	if c.Runtime.SeccompProfileRoot != "" {
+		return c.Runtime.SeccompProfileRoot
+	}
+	return filepath.Join(c.Node.StateDir, "seccomp")
 }
 
 // SourcesConfig configures nodelet-sources.
@@ -369,10 +386,13 @@ type SupervisorConfig struct {
 	RestartBackoffReset time.Duration `mapstructure:"restartBackoffReset"`
 	// ReadyTimeout to wait for a daemon's READY=1 before starting its dependents. Default: 30s.
 	ReadyTimeout time.Duration `mapstructure:"readyTimeout"`
-	// ComponentUsers: as root, run each daemon that needs no root (bus, sources, admission) as
-	// its own user nodelet-<name> in group nodelet, as the systemd units do (the users of
-	// deploy/systemd/sysusers.d/nodelet.conf, which scripts/setup.sh makes; a missing one stops
-	// `nodelet up`). The config file, the binaries and the state dir's parents must be readable
-	// by them. Off, every daemon runs as the supervisor's user. Default: false.
+	// ComponentUsers: as root, run each daemon that needs no capability here (bus, sources,
+	// admission, prober, status, server) as its own user nodelet-<name> in group nodelet with
+	// its unit's groups (nodelet-cri for CRI, nodelet-api for the certificates), as the systemd
+	// units do (the users of deploy/systemd/sysusers.d/nodelet.conf, which scripts/setup.sh
+	// makes; a missing one stops `nodelet up`); gc and the runtime stay root. The config file,
+	// the binaries and the state dir's parents must be readable by them, and the CRI socket
+	// usable by group nodelet-cri (the managed containerd does that). Off, every daemon runs as
+	// the supervisor's user. Default: false.
 	ComponentUsers bool `mapstructure:"componentUsers"`
 }

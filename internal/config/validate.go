@@ -135,6 +135,12 @@ func (c *Config) Validate() error {
 		},
 		func() error { return enforceNodeAllocatable(&c.Runtime) },
 		func() error {
+			if r := c.Runtime.SeccompProfileRoot; r != "" && !filepath.IsAbs(r) {
+				return &Error{Key: "runtime.seccompProfileRoot", Problem: fmt.Sprintf("%q must be an absolute path", r)}
+			}
+			return nil
+		},
+		func() error {
 			switch c.Runtime.ConfigMapAndSecretChangeDetectionStrategy {
 			case "Watch", "Cache", "Get":
 				return nil

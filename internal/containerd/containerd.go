@@ -17,6 +17,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -64,6 +65,10 @@ type Config struct {
 	// RegistryConfigPath is a hosts directory (<host>/hosts.toml) that maps
 	// registries to mirrors, e.g. to a registry on loopback. Default: "" (none).
 	RegistryConfigPath string
+	// GID is the group of the gRPC (CRI) socket, which containerd then
+	// makes 0660: the daemons of their own users that talk to CRI hold it
+	// (component.CRIGroup, nodelet-cri). 0: root's alone. Default: 0.
+	GID int
 	// KillWithParent makes the kernel SIGKILL containerd when the process
 	// that started it dies (Pdeathsig): right for tests, wrong for a node.
 	// Default: false.
@@ -119,6 +124,29 @@ var disabledPlugins = []string{
 	"io.containerd.tracing.processor.v1.otlp",
 }
 
+// grpcGID is the [grpc] gid line: containerd chowns its socket to the
+// group and makes it 0660.
+func grpcGID(gid int) string {
+	if gid <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("\n  gid = %d", gid)
+}
+
+// CRIGroupGID is the gid of group (component.CRIGroup) when it exists,
+// else 0: containerd's socket then stays root's alone.
+func CRIGroupGID(group string) (int, error) {
+	g, err := user.LookupGroup(group)
+	var unknown user.UnknownGroupError
+	if errors.As(err, &unknown) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(g.Gid)
+}
+
 // Render returns the config.toml (version 2, containerd 1.6) for c with
 // defaults applied.
 func (c Config) Render() string {
@@ -137,7 +165,7 @@ oom_score = 0
 disabled_plugins = [%s]
 
 [grpc]
-  address = %s
+  address = %s%s
 
 [ttrpc]
   address = %s
@@ -175,7 +203,7 @@ disabled_plugins = [%s]
       bin_dir = %s
       conf_dir = %s
       max_conf_num = 1
-%s`, q(c.Root), q(c.State), strings.Join(disabled, ", "), q(c.Socket), q(c.TTRPCSocket),
+%s`, q(c.Root), q(c.State), strings.Join(disabled, ", "), q(c.Socket), grpcGID(c.GID), q(c.TTRPCSocket),
 		q(c.LogLevel), q(c.SandboxImage), q(c.Snapshotter), c.SystemdCgroup, q(c.CNIBinDir), q(c.CNIConfDir), registry(c.RegistryConfigPath))
 	return b.String()
 }

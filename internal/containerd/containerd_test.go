@@ -179,3 +179,15 @@ func TestStartMissingBinary(t *testing.T) {
 		t.Errorf("Start with a missing binary: %v", err)
 	}
 }
+
+// TestRenderGID: with a gid, containerd's [grpc] section gives the socket
+// to that group (component.CRIGroup); without, it says nothing (root's).
+func TestRenderGID(t *testing.T) {
+	with := containerd.Config{GID: 1234}.Render()
+	if !strings.Contains(with, "[grpc]\n  address = \"/run/nodelet/containerd/containerd.sock\"\n  gid = 1234\n") {
+		t.Errorf("[grpc] without gid = 1234:\n%s", with)
+	}
+	if without := (containerd.Config{}).Render(); strings.Contains(without, "gid") {
+		t.Errorf("gid rendered without one:\n%s", without)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -23,6 +24,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodelet/nodelet/bus"
+	"github.com/nodelet/nodelet/internal/component"
 	"github.com/nodelet/nodelet/internal/config"
 	"github.com/nodelet/nodelet/internal/cri"
 	"github.com/nodelet/nodelet/internal/version"
@@ -32,9 +34,9 @@ import (
 // Spec describes one daemon to Main.
 type Spec struct {
 	// Component is the daemon's bus identity: sources, admission, ...
+	// What it needs at start (CRI, its directories, its seed) comes from
+	// its declaration in internal/component.
 	Component string
-	// NeedsCRI makes the start-up check require a reachable runtime.
-	NeedsCRI bool
 	// Run does the daemon's work until ctx is done. Returning nil before
 	// that, or an error, ends the process (exit 0 or 1).
 	Run func(ctx context.Context, env *Env) error
@@ -72,10 +74,27 @@ func (e *Env) SetHealth(ready bool, message string) {
 	}
 }
 
-func (e *Env) health() (bool, string) {
+// Health is what the next heartbeat says: what SetHealth said, and not
+// ready while a bus mirror's watch is lost past its grace (bus.Mirror), each
+// outage named in the message.
+func (e *Env) Health() (bool, string) {
 	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.ready, e.message
+	ready, msg := e.ready, e.message
+	e.mu.Unlock()
+	if e.Bus == nil {
+		return ready, msg
+	}
+	return withOutages(ready, msg, e.Bus.Outages())
+}
+
+func withOutages(ready bool, msg string, outages []string) (bool, string) {
+	if len(outages) == 0 {
+		return ready, msg
+	}
+	if msg != "" {
+		outages = append([]string{msg}, outages...)
+	}
+	return false, strings.Join(outages, "; ")
 }
 
 // Main runs spec as the process and exits with its status.
@@ -132,7 +151,12 @@ func Run(spec Spec, args []string, stderr io.Writer) int {
 	}
 	defer lock.Close()
 
-	if err := CheckPermission(ctx, spec, cfg); err != nil {
+	decl, ok := component.Get(spec.Component)
+	if !ok || !decl.Process {
+		fmt.Fprintf(stderr, "nodelet-%s: no such process in internal/component\n", spec.Component)
+		return config.ExitCode
+	}
+	if err := CheckPermission(ctx, decl, cfg); err != nil {
 		log.Error("Cannot start", "err", err)
 		fmt.Fprintf(stderr, "nodelet-%s: cannot start: %v\n", spec.Component, err)
 		return 1
@@ -178,7 +202,8 @@ func Run(spec Spec, args []string, stderr io.Writer) int {
 }
 
 // heartbeats publishes the daemon's heartbeat every bus.heartbeatInterval
-// (and at once when health changes) and pets the systemd watchdog.
+// (and at once when health or a mirror's outage changes) and pets the
+// systemd watchdog.
 func heartbeats(ctx context.Context, env *Env) {
 	interval := env.Config.Bus.HeartbeatInterval
 	if wd, err := sddaemon.SdWatchdogEnabled(false); err == nil && wd > 0 && wd/2 < interval {
@@ -187,7 +212,7 @@ func heartbeats(ctx context.Context, env *Env) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
-		ready, msg := env.health()
+		ready, msg := env.Health()
 		hb := schemas.Heartbeat{Component: env.Component, Version: version.Version, PID: os.Getpid(),
 			StartTime: env.Started, Ready: ready, Message: msg}
 		if err := env.Bus.PublishHeartbeat(hb); err != nil {
@@ -199,6 +224,7 @@ func heartbeats(ctx context.Context, env *Env) {
 			return
 		case <-t.C:
 		case <-env.beat:
+		case <-env.Bus.OutagesChanged():
 		}
 	}
 }
@@ -206,12 +232,12 @@ func heartbeats(ctx context.Context, env *Env) {
 // CheckPermission makes sure the daemon can do its job before it starts:
 // its own directory in the state dir is writable (a daemon running as its
 // own user writes nowhere else there), its bus credential readable, and
-// for daemons that talk to CRI, the runtime answers. The error says what
-// is missing and as which user.
-func CheckPermission(ctx context.Context, spec Spec, cfg *config.Config) error {
+// for daemons that talk to CRI (NeedsCRI in its declaration), the runtime
+// answers. The error says what is missing and as which user.
+func CheckPermission(ctx context.Context, c component.Component, cfg *config.Config) error {
 	dir := cfg.Node.StateDir
-	own := ComponentDir(dir, spec.Component)
-	if err := MkdirRun(dir, spec.Component); err != nil {
+	own := ComponentDir(dir, c.Name)
+	if err := MkdirRun(dir, c.Name); err != nil {
 		return fmt.Errorf("state dir %s (node.stateDir): %s cannot be created as uid %d: %w", dir, own, os.Geteuid(), err)
 	}
 	f, err := os.CreateTemp(own, ".write-check-*")
@@ -221,11 +247,11 @@ func CheckPermission(ctx context.Context, spec Spec, cfg *config.Config) error {
 	name := f.Name()
 	_ = f.Close()
 	_ = os.Remove(name)
-	cred := bus.SeedPath(dir, spec.Component)
+	cred := bus.SeedPath(dir, c.Name)
 	if _, err := os.ReadFile(cred); err != nil {
 		return fmt.Errorf("bus credential %s is not readable (is nodelet-bus started with node.stateDir %s?): %w", cred, filepath.Clean(dir), err)
 	}
-	if spec.NeedsCRI {
+	if c.NeedsCRI {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		if _, err := cri.Check(cctx, cfg.Runtime.EndpointURL()); err != nil {

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/nodelet/nodelet/bus"
+	"github.com/nodelet/nodelet/internal/component"
 	"github.com/nodelet/nodelet/internal/config"
 	"github.com/nodelet/nodelet/internal/testenv"
 )
@@ -80,7 +81,7 @@ func TestCheckPermission(t *testing.T) {
 			if tc.endpoint != "" {
 				cfg.Runtime.Endpoint = tc.endpoint
 			}
-			err := CheckPermission(context.Background(), Spec{Component: bus.Runtime, NeedsCRI: tc.needsCRI}, cfg)
+			err := CheckPermission(context.Background(), component.Component{Name: bus.Runtime, NeedsCRI: tc.needsCRI}, cfg)
 			if tc.want == "" {
 				if err != nil {
 					t.Fatal(err)

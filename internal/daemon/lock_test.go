@@ -1,8 +1,6 @@
 package daemon
 
 import (
-	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -16,30 +14,21 @@ import (
 	"github.com/nodelet/nodelet/internal/testenv"
 )
 
-// TestSecondRuntimeExitsTwoNamingTheFirst: while a runtime runs on a state
-// dir, the nodelet-runtime binary started on the same one exits 2 with a
+// TestSecondRuntimeExitsTwoNamingTheFirst: while a runtime holds its lock
+// on a state dir, the nodelet-runtime binary started on the same one exits 2 with a
 // message naming the first's pid, before touching CRI or the bus.
 func TestSecondRuntimeExitsTwoNamingTheFirst(t *testing.T) {
 	b := bustest.Start(t)
 	cfgPath := writeConfig(t, fmt.Sprintf("node:\n  stateDir: %s\nbus:\n  listen: %s\n",
 		b.StateDir, strings.TrimPrefix(b.URL, "nats://")))
-	started, release := make(chan struct{}), make(chan struct{})
-	first := Spec{Component: bus.Runtime, Run: func(ctx context.Context, env *Env) error {
-		close(started)
-		<-release
-		return nil
-	}}
-	done := make(chan int, 1)
-	go func() {
-		var stderr bytes.Buffer
-		done <- Run(first, []string{"--config", cfgPath}, &stderr)
-	}()
-	select {
-	case <-started:
-	case code := <-done:
-		t.Fatalf("first runtime exited %d", code)
+	// The first holds the runtime's lock as the frame does (Run takes it
+	// before anything else, before the CRI check this test has no runtime
+	// for).
+	first, err := Lock(b.StateDir, bus.Runtime)
+	if err != nil {
+		t.Fatal(err)
 	}
-	defer func() { close(release); <-done }()
+	defer first.Close()
 
 	bin := testenv.MustDaemonBinary(t, "runtime")
 	out, err := exec.Command(bin, "--config", cfgPath).CombinedOutput()

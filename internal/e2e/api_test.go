@@ -51,7 +51,7 @@ func TestClusterNode(t *testing.T) {
 	defer cancel()
 
 	var node *corev1.Node
-	eventually(t, 60*time.Second, "node registered Ready", func() bool {
+	waitTrue(t, 60*time.Second, "node registered Ready", func() bool {
 		var err error
 		node, err = admin.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 		if err != nil {
@@ -75,7 +75,7 @@ func TestClusterNode(t *testing.T) {
 		t.Fatalf("lease: %v", err)
 	}
 	renew := lease.Spec.RenewTime.Time
-	eventually(t, 30*time.Second, "lease renewed", func() bool {
+	waitTrue(t, 30*time.Second, "lease renewed", func() bool {
 		l, err := admin.CoordinationV1().Leases("kube-node-lease").Get(ctx, nodeName, metav1.GetOptions{})
 		return err == nil && l.Spec.RenewTime.After(renew)
 	})
@@ -87,7 +87,7 @@ func TestClusterNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	var running *corev1.Pod
-	eventually(t, 90*time.Second, "API pod Running and Ready", func() bool {
+	waitTrue(t, 90*time.Second, "API pod Running and Ready", func() bool {
 		p, err := pods.Get(ctx, "app", metav1.GetOptions{})
 		running = p
 		return err == nil && p.Status.Phase == corev1.PodRunning && podReady(p) && p.Status.PodIP != ""
@@ -102,7 +102,7 @@ func TestClusterNode(t *testing.T) {
 	if err := pods.Delete(ctx, "app", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](5)}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 60*time.Second, "API pod deleted after its containers stopped", func() bool {
+	waitTrue(t, 60*time.Second, "API pod deleted after its containers stopped", func() bool {
 		_, err := pods.Get(ctx, "app", metav1.GetOptions{})
 		return apierrors.IsNotFound(err)
 	})
@@ -116,7 +116,7 @@ func TestClusterNode(t *testing.T) {
 	if _, err := pods.Create(ctx, apiPod(ns, "huge", "1000"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 60*time.Second, "huge pod Failed OutOfcpu in the API", func() bool {
+	waitTrue(t, 60*time.Second, "huge pod Failed OutOfcpu in the API", func() bool {
 		p, err := pods.Get(ctx, "huge", metav1.GetOptions{})
 		return err == nil && p.Status.Phase == corev1.PodFailed && p.Status.Reason == "OutOfcpu"
 	})
@@ -129,7 +129,7 @@ func TestClusterNode(t *testing.T) {
 	n.WriteManifest("web.yaml", webManifest)
 	mirrorName := "web-" + nodeName
 	mirrors := admin.CoreV1().Pods("default")
-	eventually(t, 90*time.Second, "mirror pod Running", func() bool {
+	waitTrue(t, 90*time.Second, "mirror pod Running", func() bool {
 		p, err := mirrors.Get(ctx, mirrorName, metav1.GetOptions{})
 		return err == nil && p.Annotations["kubernetes.io/config.mirror"] != "" && p.Status.Phase == corev1.PodRunning && podReady(p)
 	})
@@ -137,12 +137,12 @@ func TestClusterNode(t *testing.T) {
 	if err := mirrors.Delete(ctx, mirrorName, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 60*time.Second, "mirror pod recreated", func() bool {
+	waitTrue(t, 60*time.Second, "mirror pod recreated", func() bool {
 		p, err := mirrors.Get(ctx, mirrorName, metav1.GetOptions{})
 		return err == nil && p.UID != first.UID
 	})
 	n.RemoveManifest("web.yaml")
-	eventually(t, 60*time.Second, "mirror pod deleted with the manifest", func() bool {
+	waitTrue(t, 60*time.Second, "mirror pod deleted with the manifest", func() bool {
 		_, err := mirrors.Get(ctx, mirrorName, metav1.GetOptions{})
 		return apierrors.IsNotFound(err)
 	})

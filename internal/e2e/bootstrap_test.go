@@ -63,7 +63,7 @@ func nodeReadyFresh(ctx context.Context, t *testing.T, admin kubernetes.Interfac
 	defer func(begin time.Time) {
 		t.Logf("node %s Ready and fresh %s after asking", name, time.Since(begin).Round(time.Second))
 	}(time.Now())
-	eventually(t, timeout, fmt.Sprintf("node %s Ready with its Lease renewed after %s", name, since.Format(time.TimeOnly)), func() bool {
+	waitTrue(t, timeout, fmt.Sprintf("node %s Ready with its Lease renewed after %s", name, since.Format(time.TimeOnly)), func() bool {
 		node, err := admin.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false
@@ -95,7 +95,7 @@ func configPod(ctx context.Context, t *testing.T, admin kubernetes.Interface, ns
 	if _, err := admin.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 90*time.Second, "pod "+name+" Running and Ready in the API", func() bool {
+	waitTrue(t, 90*time.Second, "pod "+name+" Running and Ready in the API", func() bool {
 		p, err := admin.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 		return err == nil && p.Status.Phase == corev1.PodRunning && podReady(p) && p.Status.PodIP != ""
 	})
@@ -268,7 +268,7 @@ func TestTLSBootstrapRotation(t *testing.T) {
 
 	// The serving certificate: issued after the admin's approval.
 	var served *x509.Certificate
-	eventually(t, 90*time.Second, "nodelet-server presenting a kubelet-serving certificate of the cluster CA", func() bool {
+	waitTrue(t, 90*time.Second, "nodelet-server presenting a kubelet-serving certificate of the cluster CA", func() bool {
 		c, err := servedCert(n.ServerPort)
 		if err != nil || c.Issuer.String() == c.Subject.String() {
 			return false
@@ -290,7 +290,7 @@ func TestTLSBootstrapRotation(t *testing.T) {
 
 	// Renewal, before the first certificate expires.
 	var second *x509.Certificate
-	eventually(t, first.NotAfter.Sub(time.Now())+10*time.Second, "client certificate renewed", func() bool {
+	waitTrue(t, first.NotAfter.Sub(time.Now())+10*time.Second, "client certificate renewed", func() bool {
 		c, _ := pemCert(t, clientPath)
 		second = c
 		return c.SerialNumber.Cmp(first.SerialNumber) != 0
@@ -303,7 +303,7 @@ func TestTLSBootstrapRotation(t *testing.T) {
 		t.Fatal("client certificate renewed without a CSR of the node's own identity")
 	}
 	t.Logf("renewed at %s: serial %s, the first expires at %s", time.Now().Format(time.TimeOnly), second.SerialNumber, first.NotAfter.Format(time.TimeOnly))
-	eventually(t, 4*time.Minute, "serving certificate renewed", func() bool {
+	waitTrue(t, 4*time.Minute, "serving certificate renewed", func() bool {
 		c, err := servedCert(n.ServerPort)
 		return err == nil && c.SerialNumber.Cmp(served.SerialNumber) != 0
 	})
@@ -318,7 +318,7 @@ func TestTLSBootstrapRotation(t *testing.T) {
 	}
 	nodeReadyFresh(ctx, t, admin, name, first.NotAfter, 60*time.Second)
 	configPod(ctx, t, admin, ns, "after", name)
-	eventually(t, 30*time.Second, "logs of the new pod through kube-apiserver", func() bool {
+	waitTrue(t, 30*time.Second, "logs of the new pod through kube-apiserver", func() bool {
 		_, err := admin.CoreV1().Pods(ns).GetLogs("after", &corev1.PodLogOptions{}).DoRaw(ctx)
 		if err != nil {
 			t.Logf("logs: %v", err)

@@ -36,7 +36,7 @@ func TestCSIOnAWholeNode(t *testing.T) {
 	admin := cp.AdminClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	eventually(t, 60*time.Second, "node registered", func() bool {
+	waitTrue(t, 60*time.Second, "node registered", func() bool {
 		_, err := admin.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 		return err == nil
 	})
@@ -55,7 +55,7 @@ func TestCSIOnAWholeNode(t *testing.T) {
 	t.Cleanup(func() { _ = os.RemoveAll(data) })
 	drv := csitest.Start(t, csitest.Config{Name: driver, NodeID: nodeName, MaxVolumes: 1, Stage: true,
 		DataDir: data, RegistryDir: filepath.Join(n.StateDir, "plugins_registry")})
-	eventually(t, 60*time.Second, "CSINode lists the driver with its limit", func() bool {
+	waitTrue(t, 60*time.Second, "CSINode lists the driver with its limit", func() bool {
 		cn, err := admin.StorageV1().CSINodes().Get(ctx, nodeName, metav1.GetOptions{})
 		if err != nil {
 			return false
@@ -118,16 +118,16 @@ func TestCSIOnAWholeNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 2*time.Minute, "first pod Running", func() bool {
+	waitTrue(t, 2*time.Minute, "first pod Running", func() bool {
 		p, err := pods.Get(ctx, "first", metav1.GetOptions{})
 		return err == nil && p.Status.Phase == corev1.PodRunning && podReady(p)
 	})
-	eventually(t, 30*time.Second, "the file in the volume", func() bool {
+	waitTrue(t, 30*time.Second, "the file in the volume", func() bool {
 		b, _ := os.ReadFile(filepath.Join(data, "volumes", "vol-one", "f"))
 		return string(b) == "hello\n"
 	})
 	unique := corev1.UniqueVolumeName("kubernetes.io/csi/" + driver + "^vol-one")
-	eventually(t, 30*time.Second, "the Node lists the volume in use", func() bool {
+	waitTrue(t, 30*time.Second, "the Node lists the volume in use", func() bool {
 		node, err := admin.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 		return err == nil && slices.Contains(node.Status.VolumesInUse, unique)
 	})
@@ -137,14 +137,14 @@ func TestCSIOnAWholeNode(t *testing.T) {
 	if _, err := pods.Create(ctx, withClaim("second", "two", "sleep 3600"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 60*time.Second, "second pod Failed VolumeAttachmentLimitExceeded", func() bool {
+	waitTrue(t, 60*time.Second, "second pod Failed VolumeAttachmentLimitExceeded", func() bool {
 		p, err := pods.Get(ctx, "second", metav1.GetOptions{})
 		return err == nil && p.Status.Phase == corev1.PodFailed && p.Status.Reason == "VolumeAttachmentLimitExceeded"
 	})
 
 	// /stats/summary measures the volume through NodeGetVolumeStats (the
 	// runtime measures every minute).
-	eventually(t, 90*time.Second, "the volume in /stats/summary", func() bool {
+	waitTrue(t, 90*time.Second, "the volume in /stats/summary", func() bool {
 		resp, err := http.Get("http://" + n.ReadOnly + "/stats/summary")
 		if err != nil {
 			return false
@@ -167,12 +167,12 @@ func TestCSIOnAWholeNode(t *testing.T) {
 	if err := pods.Delete(ctx, "first", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](1)}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 90*time.Second, "unpublished and unstaged, no mount left", func() bool {
+	waitTrue(t, 90*time.Second, "unpublished and unstaged, no mount left", func() bool {
 		return drv.Count("NodeUnpublishVolume", "vol-one") == 1 && drv.Count("NodeUnstageVolume", "vol-one") == 1 &&
 			len(testenv.MountsUnder(filepath.Join(n.StateDir, "pods"))) == 0 &&
 			len(testenv.MountsUnder(filepath.Join(n.StateDir, "plugins"))) == 0
 	})
-	eventually(t, 30*time.Second, "the Node no longer lists the volume", func() bool {
+	waitTrue(t, 30*time.Second, "the Node no longer lists the volume", func() bool {
 		node, err := admin.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 		return err == nil && !slices.Contains(node.Status.VolumesInUse, unique)
 	})

@@ -76,7 +76,7 @@ func kubectlDebug(t *testing.T, ctx context.Context, ns string, pods corev1clien
 	}
 	_, _ = io.WriteString(stdin, "exit 0\n")
 	_ = stdin.Close()
-	eventually(t, 60*time.Second, "the ephemeral container in ephemeralContainerStatuses", func() bool {
+	waitTrue(t, 60*time.Second, "the ephemeral container in ephemeralContainerStatuses", func() bool {
 		p, err := pods.Get(ctx, "srv", metav1.GetOptions{})
 		if err != nil {
 			return false

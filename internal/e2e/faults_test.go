@@ -220,7 +220,7 @@ func TestFaults(t *testing.T) {
 				t.Fatalf("kill %s: %v", name, err)
 			}
 		}
-		eventually(t, 2*time.Minute, "killed processes restarted", func() bool {
+		waitTrue(t, 2*time.Minute, "killed processes restarted", func() bool {
 			now, err := supervisor.ReadState(n.StateDir)
 			if err != nil {
 				return false

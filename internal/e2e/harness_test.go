@@ -1,6 +1,8 @@
 package e2e_test
 
 import (
+	"github.com/nodelet/nodelet/internal/testenv/eventually"
+
 	"bytes"
 	"context"
 	"encoding/json"
@@ -21,7 +23,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodelet/nodelet/bus"
-	"github.com/nodelet/nodelet/internal/graph"
+	"github.com/nodelet/nodelet/internal/component"
 	"github.com/nodelet/nodelet/internal/supervisor"
 	"github.com/nodelet/nodelet/internal/testenv"
 	"github.com/nodelet/nodelet/internal/tools/explain"
@@ -269,7 +271,7 @@ func (n *node) WaitReady() map[string]supervisor.ProcState {
 		if err == nil {
 			last = st
 			m := map[string]supervisor.ProcState{}
-			ok := len(st) == len(graph.Components)
+			ok := len(st) == len(component.Declared.Processes())
 			for _, s := range st {
 				m[s.Name] = s
 				ok = ok && s.State == "ready"
@@ -391,16 +393,9 @@ func criSandboxes(t testing.TB, uid string) []*runtimeapi.PodSandbox {
 	return resp.Items
 }
 
-func eventually(t testing.TB, timeout time.Duration, what string, ok func() bool) {
+func waitTrue(t testing.TB, timeout time.Duration, what string, ok func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		if ok() {
-			return
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s", what)
+	eventually.True(t, timeout, what, ok)
 }
 
 // connect connects to the node's bus as component.

@@ -35,7 +35,7 @@ func TestResizeThroughAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	var running *corev1.Pod
-	eventually(t, 90*time.Second, "pod Running", func() bool {
+	waitTrue(t, 90*time.Second, "pod Running", func() bool {
 		got, err := pods.Get(ctx, "resize", metav1.GetOptions{})
 		running = got
 		return err == nil && got.Status.Phase == corev1.PodRunning && len(got.Status.ContainerStatuses) == 1 &&
@@ -60,7 +60,7 @@ func TestResizeThroughAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	var resized *corev1.Pod
-	eventually(t, 60*time.Second, "status shows the new CPU limit, no resize condition", func() bool {
+	waitTrue(t, 60*time.Second, "status shows the new CPU limit, no resize condition", func() bool {
 		got, err := pods.Get(ctx, "resize", metav1.GetOptions{})
 		if err != nil || len(got.Status.ContainerStatuses) != 1 || got.Status.ContainerStatuses[0].Resources == nil {
 			return false

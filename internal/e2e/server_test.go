@@ -47,7 +47,7 @@ func TestStandaloneLogsExec(t *testing.T) {
 	n := newNode(t, nodeOptions{})
 	n.WriteManifest("chatty.yaml", chattyManifest)
 	n.WaitPod("chatty-"+nodeName, 90*time.Second, "Running", runningReady)
-	eventually(t, 30*time.Second, "nodelet logs", func() bool {
+	waitTrue(t, 30*time.Second, "nodelet logs", func() bool {
 		out, _, code := nodeletCLI(t, n, "", "logs", "--config", n.Config, "chatty-"+nodeName)
 		return code == 0 && out == "hello-standalone\n"
 	})
@@ -113,7 +113,7 @@ func TestKubeletAPI(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
-	eventually(t, 60*time.Second, "node publishes the kubelet endpoint", func() bool {
+	waitTrue(t, 60*time.Second, "node publishes the kubelet endpoint", func() bool {
 		node, err := admin.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 		return err == nil && node.Status.DaemonEndpoints.KubeletEndpoint.Port == int32(n.ServerPort)
 	})
@@ -122,7 +122,7 @@ func TestKubeletAPI(t *testing.T) {
 	if _, err := pods.Create(ctx, serverPod(ns), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 120*time.Second, "pod running with crash restarted once", func() bool {
+	waitTrue(t, 120*time.Second, "pod running with crash restarted once", func() bool {
 		p, err := pods.Get(ctx, "srv", metav1.GetOptions{})
 		if err != nil || p.Status.Phase != corev1.PodRunning {
 			return false
@@ -345,7 +345,7 @@ func TestKubeletAPI(t *testing.T) {
 		// /metrics/probes: the web container's readiness probe, counted by
 		// nodelet-prober, under the kubelet's name and labels.
 		probe := map[string]string{"probe_type": "Readiness", "result": "successful", "container": "web", "pod": "srv", "namespace": ns}
-		eventually(t, 30*time.Second, "prober_probe_total of the web container", func() bool {
+		waitTrue(t, 30*time.Second, "prober_probe_total of the web container", func() bool {
 			out, _, code := kubectl(t, "", "get", "--raw", proxy+"/metrics/probes")
 			return code == 0 && hasSeries(parseMetrics(t, out), "prober_probe_total", probe)
 		})
@@ -496,7 +496,7 @@ func TestKubeletAPI(t *testing.T) {
 		if fctx.Err() != nil {
 			t.Fatal("kubectl logs -f did not end when nodelet-server was killed")
 		}
-		eventually(t, 60*time.Second, "nodelet-server back", func() bool {
+		waitTrue(t, 60*time.Second, "nodelet-server back", func() bool {
 			st, err := supervisor.ReadState(n.StateDir)
 			if err != nil {
 				return false
@@ -508,7 +508,7 @@ func TestKubeletAPI(t *testing.T) {
 			}
 			return false
 		})
-		eventually(t, 30*time.Second, "kubectl logs works again", func() bool {
+		waitTrue(t, 30*time.Second, "kubectl logs works again", func() bool {
 			out, _, code := kubectl(t, "", "-n", ns, "logs", "srv", "-c", "side", "--tail=1")
 			return code == 0 && out == "side-err\n"
 		})

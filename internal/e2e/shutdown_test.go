@@ -29,7 +29,7 @@ func TestGracefulNodeShutdown(t *testing.T) {
 	admin := cp.AdminClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	eventually(t, 60*time.Second, "a delay inhibitor lock on shutdown", func() bool {
+	waitTrue(t, 60*time.Second, "a delay inhibitor lock on shutdown", func() bool {
 		l := logind.Inhibitors()
 		return len(l) == 1 && l[0] == "shutdown:nodelet:delay"
 	})
@@ -47,7 +47,7 @@ func TestGracefulNodeShutdown(t *testing.T) {
 			return false
 		}
 	}
-	eventually(t, 60*time.Second, "node Ready", nodeReady(corev1.ConditionTrue, ""))
+	waitTrue(t, 60*time.Second, "node Ready", nodeReady(corev1.ConditionTrue, ""))
 
 	ns := cp.Namespace(t)
 	pods := admin.CoreV1().Pods(ns)
@@ -58,14 +58,14 @@ func TestGracefulNodeShutdown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 90*time.Second, "the pod Running", func() bool {
+	waitTrue(t, 90*time.Second, "the pod Running", func() bool {
 		p, err := pods.Get(ctx, "stubborn", metav1.GetOptions{})
 		return err == nil && p.Status.Phase == corev1.PodRunning
 	})
 
 	signalled := time.Now()
 	logind.PrepareForShutdown(true)
-	eventually(t, 30*time.Second, "node NotReady: node is shutting down", nodeReady(corev1.ConditionFalse, "node is shutting down"))
+	waitTrue(t, 30*time.Second, "node NotReady: node is shutting down", nodeReady(corev1.ConditionFalse, "node is shutting down"))
 	if _, err := pods.Create(ctx, apiPod(ns, "latecomer", ""), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +82,7 @@ func TestGracefulNodeShutdown(t *testing.T) {
 		t.Fatalf("lock released %v after PrepareForShutdown, want after the 6s of the non-critical group", waited)
 	}
 	var st *runtimeapi.ContainerStatus
-	eventually(t, 30*time.Second, "the pod's container killed", func() bool {
+	waitTrue(t, 30*time.Second, "the pod's container killed", func() bool {
 		for _, c := range criContainers(t, string(created.UID)) {
 			if c.State == runtimeapi.ContainerState_CONTAINER_EXITED {
 				resp, err := ctrd.RuntimeClient(t).Runtime.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: c.Id})
@@ -101,7 +101,7 @@ func TestGracefulNodeShutdown(t *testing.T) {
 		t.Fatalf("the pod lived %v after the shutdown signal (exit %d), want 6s (shutdownGracePeriod 10s - critical 4s)", lived, st.ExitCode)
 	}
 
-	eventually(t, 60*time.Second, "the pod Failed with reason Terminated", func() bool {
+	waitTrue(t, 60*time.Second, "the pod Failed with reason Terminated", func() bool {
 		p, err := pods.Get(ctx, "stubborn", metav1.GetOptions{})
 		if err != nil || p.Status.Phase != corev1.PodFailed || p.Status.Reason != "Terminated" ||
 			p.Status.Message != "Pod was terminated in response to imminent node shutdown." {
@@ -114,7 +114,7 @@ func TestGracefulNodeShutdown(t *testing.T) {
 		}
 		return false
 	})
-	eventually(t, 60*time.Second, "the new pod refused with NodeShutdown", func() bool {
+	waitTrue(t, 60*time.Second, "the new pod refused with NodeShutdown", func() bool {
 		p, err := pods.Get(ctx, "latecomer", metav1.GetOptions{})
 		return err == nil && p.Status.Phase == corev1.PodFailed && p.Status.Reason == "NodeShutdown" &&
 			p.Status.Message == "Pod was rejected: Pod was rejected as the node is shutting down."
@@ -125,6 +125,6 @@ func TestGracefulNodeShutdown(t *testing.T) {
 
 	// A cancelled shutdown: Ready again, and the lock taken again.
 	logind.PrepareForShutdown(false)
-	eventually(t, 30*time.Second, "node Ready after the cancellation", nodeReady(corev1.ConditionTrue, ""))
-	eventually(t, 30*time.Second, "the lock taken again", func() bool { return len(logind.Inhibitors()) == 2 })
+	waitTrue(t, 30*time.Second, "node Ready after the cancellation", nodeReady(corev1.ConditionTrue, ""))
+	waitTrue(t, 30*time.Second, "the lock taken again", func() bool { return len(logind.Inhibitors()) == 2 })
 }

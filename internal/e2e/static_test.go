@@ -73,7 +73,7 @@ func TestStaticPodEndToEnd(t *testing.T) {
 	}
 
 	n.RemoveManifest("web.yaml")
-	eventually(t, 60*time.Second, "containers and sandbox removed from CRI", func() bool {
+	waitTrue(t, 60*time.Second, "containers and sandbox removed from CRI", func() bool {
 		for _, c := range criContainers(t, string(pod.UID)) {
 			if c.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
 				return false

@@ -2,22 +2,25 @@ package e2e_test
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodelet/nodelet/bus"
-	"github.com/nodelet/nodelet/internal/graph"
+	"github.com/nodelet/nodelet/internal/component"
 	"github.com/nodelet/nodelet/internal/testenv"
 	"github.com/nodelet/nodelet/internal/tools/units"
 )
@@ -35,7 +38,7 @@ type unitState struct {
 func showUnits(t *testing.T, m *testenv.Machine) map[string]unitState {
 	t.Helper()
 	out := map[string]unitState{}
-	for _, c := range graph.StartOrder() {
+	for _, c := range component.StartOrder() {
 		text := m.MustRun(t, "systemctl", "show", "-p", "ActiveState,MainPID,NRestarts,ExecMainStartTimestampMonotonic,ActiveEnterTimestampMonotonic", units.UnitName(c))
 		var s unitState
 		for _, l := range strings.Split(text, "\n") {
@@ -135,7 +138,7 @@ func canRead(t *testing.T, m *testenv.Machine, pid int, id identity, path string
 // nodelet.target against the test containerd on the host (its socket and
 // the node's state and log dirs are bound in at the same paths, so the
 // paths the runtime gives containerd mean the same on both sides). Then:
-// the units started in the graph's order, each once what it requires was
+// the units started in the declaration's order, each once what it requires was
 // ready; a static pod and a pod from kube-apiserver run (sources, of its
 // own user, reads the node's root-only kubeconfig); each daemon runs as
 // its own user (bus, sources, admission) or as root as its unit says, and
@@ -169,6 +172,7 @@ func TestUnitsUnderSystemd(t *testing.T) {
 		_ = os.RemoveAll(logsDir)
 	})
 	busListen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	serverPort := freePort(t)
 	cfg := fmt.Sprintf(`node:
   name: %s
   kubeconfig: %s
@@ -194,7 +198,7 @@ server:
   address: 127.0.0.1
   port: %d
 `, nodeName, "/etc/nodelet/identity/node.kubeconfig", stateDir, logsDir, ctrd.Subnet, busListen, ctrd.Endpoint, ctrd.CNIConfDir, ctrd.BridgeName, ctrd.NetworkName,
-		freePort(t), freePort(t))
+		freePort(t), serverPort)
 	// The node's kubeconfig, root's and 0600 in a 0700 directory, as
 	// kubeadm writes kubelet.conf: sources, of its own user, reads it with
 	// CAP_DAC_READ_SEARCH.
@@ -232,7 +236,7 @@ server:
 
 	o := units.Defaults()
 	o.StateDir, o.PodLogsDir = stateDir, logsDir
-	files, err := units.SystemdUnits(graph.Components, o)
+	files, err := units.SystemdUnits(component.Declared, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,6 +249,14 @@ server:
 		}
 	}
 	m.MustRun(t, "systemd-sysusers")
+	// The CRI socket as containerd's [grpc] gid leaves it (the managed
+	// containerd and scripts/setup.sh's config set it to nodelet-cri's gid):
+	// 0660, that group's, in directories others may pass through.
+	criGID, err := strconv.Atoi(strings.Split(m.MustRun(t, "getent", "group", component.CRIGroup), ":")[2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	shareSocket(t, ctrd.Address, criGID)
 	m.MustRun(t, "systemctl", "daemon-reload")
 	began = time.Now()
 	m.MustRun(t, "systemctl", "start", "nodelet.target")
@@ -253,7 +265,7 @@ server:
 	// In order: each unit's process started only once everything it
 	// requires had said READY=1.
 	st := showUnits(t, m)
-	for _, c := range graph.StartOrder() {
+	for _, c := range component.StartOrder() {
 		s := st[c.Name]
 		if s.active != "active" || s.mainPID == 0 {
 			t.Fatalf("%s: %+v", units.UnitName(c), s)
@@ -284,7 +296,7 @@ server:
 	// left on the node's name (in namespaces kube-apiserver cannot finish
 	// deleting without kube-controller-manager) run here too.
 	var pods map[string]*criPod
-	eventually(t, 90*time.Second, "the static and the API pod's containers running", func() bool {
+	waitTrue(t, 90*time.Second, "the static and the API pod's containers running", func() bool {
 		pods = map[string]*criPod{}
 		all := criView(t)
 		for _, uid := range []string{string(created.UID), staticPodUID(t, "sleeper-"+nodeName)} {
@@ -301,6 +313,45 @@ server:
 		return running == 2
 	})
 
+	// status, of its own user, reports the API pod running and ready (CRI
+	// through group nodelet-cri, the API with the root-only kubeconfig).
+	waitTrue(t, 60*time.Second, "status reporting the API pod running and ready", func() bool {
+		p, err := admin.CoreV1().Pods(ns).Get(ctx, created.Name, metav1.GetOptions{})
+		return err == nil && p.Status.Phase == corev1.PodRunning && podReady(p)
+	})
+	// The server, of its own user, serves the kubelet API with the
+	// certificate it made in the shared pki: setgid, root's, group
+	// nodelet-api, 2770; the certificate its own and that group's.
+	apiGID := strings.Split(m.MustRun(t, "getent", "group", component.APIGroup), ":")[2]
+	serverUID := strings.TrimSpace(m.MustRun(t, "id", "-u", "nodelet-server"))
+	if got := strings.TrimSpace(m.MustRun(t, "stat", "-c", "%a %u %g", filepath.Join(stateDir, component.SharedDir))); got != "2770 0 "+apiGID {
+		t.Errorf("%s: mode, owner, group %q, want 2770 0 %s", component.SharedDir, got, apiGID)
+	}
+	waitTrue(t, 30*time.Second, "the server's TLS handshake on its port", func() bool {
+		c, err := tls.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", serverPort), &tls.Config{InsecureSkipVerify: true})
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+	var owned bool
+	pki, err := os.ReadDir(filepath.Join(stateDir, component.SharedDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range pki {
+		fi, err := e.Info()
+		if err != nil || e.Type()&os.ModeSymlink != 0 {
+			continue
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && strconv.Itoa(int(st.Uid)) == serverUID && strconv.Itoa(int(st.Gid)) == apiGID {
+			owned = true
+		}
+	}
+	if !owned {
+		t.Errorf("no file in %s is nodelet-server's (uid %s) and group nodelet-api's (gid %s): %v", component.SharedDir, serverUID, apiGID, pki)
+	}
+
 	// Each its own user, each its own seed.
 	// The seeds on disk: one per client, none for the bus's own admin
 	// key, which lives in its memory only.
@@ -314,7 +365,7 @@ server:
 		onDisk = append(onDisk, e.Name())
 		seeds = append(seeds, filepath.Join(credDir, e.Name()))
 	}
-	for _, c := range graph.StartOrder() {
+	for _, c := range component.StartOrder() {
 		if c.Name != bus.BusAdmin {
 			wantOnDisk = append(wantOnDisk, c.Name+".nk")
 			seeds = append(seeds, "/run/credentials/"+units.UnitName(c)+"/bus-seed")
@@ -326,11 +377,20 @@ server:
 		t.Errorf("%s holds %v, want exactly %v (no key of the bus's own)", credDir, onDisk, wantOnDisk)
 	}
 	uids := map[string]string{}
-	for _, c := range graph.StartOrder() {
-		id := procIdentity(t, m, st[c.Name].mainPID)
+	hostNS := strings.TrimSpace(m.MustRun(t, "readlink", "/proc/1/ns/mnt"))
+	for _, c := range component.StartOrder() {
+		pid := st[c.Name].mainPID
+		id := procIdentity(t, m, pid)
 		if c.User() == "" {
+			// Root, as its unit says why, without the capabilities that
+			// pass file modes.
 			if id.uid != "0" {
 				t.Errorf("%s runs as uid %s, want root", c.Name, id.uid)
+			}
+			for _, cp := range []string{"dac_override", "dac_read_search"} {
+				if slices.Contains(id.caps, cp) {
+					t.Errorf("%s (root) holds cap_%s", c.Name, cp)
+				}
 			}
 		} else {
 			want := strings.TrimSpace(m.MustRun(t, "id", "-u", c.User()))
@@ -342,15 +402,21 @@ server:
 			}
 			uids[id.uid] = c.Name
 		}
+		t.Logf("%s: uid %s, groups %v, caps %v", c.Name, id.uid, id.groups, id.caps)
+		if c.Systemd.HostMounts {
+			// The runtime's tmpfs volumes must reach containerd.
+			if ns := strings.TrimSpace(m.MustRun(t, "readlink", fmt.Sprintf("/proc/%d/ns/mnt", pid))); ns != hostNS {
+				t.Errorf("%s is in mount namespace %s, not the host's %s", c.Name, ns, hostNS)
+			}
+		}
 		var readable []string
 		for _, p := range seeds {
-			if canRead(t, m, st[c.Name].mainPID, id, p) {
+			if canRead(t, m, pid, id, p) {
 				readable = append(readable, p)
 			}
 		}
 		var want []string
-		switch c.Name {
-		case bus.BusAdmin:
+		if c.Name == bus.BusAdmin {
 			// The bus makes every seed: it reads them all, and no other
 			// unit's credentials.
 			for _, p := range seeds {
@@ -358,15 +424,7 @@ server:
 					want = append(want, p)
 				}
 			}
-		case bus.Runtime:
-			// Root in the host's mount namespace: it reads every seed (the
-			// known limit in bus/doc.go). Only its own is asserted.
-			t.Logf("runtime (root, host mount namespace) can read %d of %d seeds", len(readable), len(seeds))
-			if !slices.Contains(readable, "/run/credentials/nodelet-runtime.service/bus-seed") {
-				t.Errorf("runtime cannot read its own seed")
-			}
-			continue
-		default:
+		} else {
 			want = []string{"/run/credentials/" + units.UnitName(c) + "/bus-seed"}
 		}
 		if !slices.Equal(readable, want) {
@@ -378,7 +436,7 @@ server:
 	before := showUnits(t, m)
 	m.MustRun(t, "systemctl", "kill", "-s", "KILL", "nodelet-prober")
 	var after map[string]unitState
-	eventually(t, 60*time.Second, "the prober restarted and ready", func() bool {
+	waitTrue(t, 60*time.Second, "the prober restarted and ready", func() bool {
 		after = showUnits(t, m)
 		p := after[bus.Prober]
 		return p.active == "active" && p.mainPID != 0 && p.mainPID != before[bus.Prober].mainPID
@@ -408,7 +466,7 @@ server:
 	}
 	defer sub.Unsubscribe()
 	deadline := time.After(60 * time.Second)
-	for len(beats) < len(graph.Components)-1 {
+	for len(beats) < len(component.Declared.Processes())-1 {
 		select {
 		case c := <-seen:
 			beats[c] = true
@@ -427,6 +485,30 @@ server:
 	for uid, p := range pods {
 		if n := now[uid]; n == nil || n.running != 1 || n.containerID != p.containerID || n.restartCount != 0 || n.sandboxes != 1 {
 			t.Errorf("pod %s changed: before %+v, now %+v", uid, p, n)
+		}
+	}
+}
+
+// shareSocket gives the CRI socket at path to group gid, 0660, as
+// containerd does with [grpc] gid, and lets others pass through the
+// directories above it (the test containerd's slot dir is 0700 or 0755).
+func shareSocket(t *testing.T, path string, gid int) {
+	t.Helper()
+	if err := os.Chown(path, -1, gid); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, 0o660); err != nil {
+		t.Fatal(err)
+	}
+	for d := filepath.Dir(path); d != "/"; d = filepath.Dir(d) {
+		st, err := os.Stat(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Mode().Perm()&0o001 == 0 {
+			if err := os.Chmod(d, st.Mode().Perm()|0o001); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 }

@@ -104,7 +104,7 @@ func loadClientCert(ctx context.Context, log *slog.Logger, kubeconfigPath, boots
 	if err != nil {
 		return fmt.Errorf("unable to create certificates signing request client: %v", err)
 	}
-	store, err := certificate.NewFileStore(clientPairPrefix, certDir, certDir, "", "")
+	store, err := newClientStore(certDir, "", "")
 	if err != nil {
 		return fmt.Errorf("unable to build bootstrap cert store")
 	}

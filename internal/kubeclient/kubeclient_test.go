@@ -1,6 +1,8 @@
 package kubeclient
 
 import (
+	"github.com/nodelet/nodelet/internal/testenv/eventually"
+
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -138,15 +140,9 @@ func testConfig(t *testing.T) *config.Config {
 	return cfg
 }
 
-func eventually(t *testing.T, timeout time.Duration, what string, ok func() bool) {
+func waitTrue(t *testing.T, timeout time.Duration, what string, ok func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	eventually.True(t, timeout, what, ok)
 }
 
 // TestRESTConfigFollowsRenewedCertificate: a certificate replaced on disk
@@ -181,7 +177,7 @@ func TestRESTConfigFollowsRenewedCertificate(t *testing.T) {
 	c2, k2 := ca.issue(t, "system:node:n1", x509.ExtKeyUsageClientAuth)
 	writeFile(t, keyFile, k2)
 	writeFile(t, certFile, c2)
-	eventually(t, 5*time.Second, "the renewed certificate presented", func() bool {
+	waitTrue(t, 5*time.Second, "the renewed certificate presented", func() bool {
 		got := whoAmI(ctx, t, client)
 		return strings.HasPrefix(got, "system:node:n1/") && got != first
 	})
@@ -229,7 +225,7 @@ func TestRESTConfigRotatingStore(t *testing.T) {
 		t.Fatalf("first request: %q", first)
 	}
 	pair("kubelet-client-2.pem")
-	eventually(t, 5*time.Second, "the rotated pair presented", func() bool {
+	waitTrue(t, 5*time.Second, "the rotated pair presented", func() bool {
 		got := whoAmI(ctx, t, client)
 		return strings.HasPrefix(got, "system:node:n1/") && got != first
 	})

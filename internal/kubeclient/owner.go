@@ -77,7 +77,7 @@ func newClientCertificateManager(ctx context.Context, certConfig, clientConfig *
 		}
 		return kubernetes.NewForConfig(c)
 	}
-	store, err := certificate.NewFileStore(clientPairPrefix, certDir, certDir, clientConfig.CertFile, clientConfig.KeyFile)
+	store, err := newClientStore(certDir, clientConfig.CertFile, clientConfig.KeyFile)
 	if err != nil {
 		return nil, fmt.Errorf("failed to initialize client certificate store: %v", err)
 	}

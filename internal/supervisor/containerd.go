@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nodelet/nodelet/internal/component"
 	"github.com/nodelet/nodelet/internal/config"
 	"github.com/nodelet/nodelet/internal/containerd"
 )
@@ -42,6 +43,13 @@ func managedContainerd(cfg *config.Config) containerd.Config {
 	}
 	if socket == filepath.Join(containerd.DefaultState, "containerd.sock") {
 		c.ConfigFile = cfg.Runtime.ContainerdConfig
+	}
+	// With supervisor.componentUsers the daemons of their own users that
+	// talk to CRI reach the socket through its group.
+	if cfg.Supervisor.ComponentUsers {
+		if gid, err := containerd.CRIGroupGID(component.CRIGroup); err == nil {
+			c.GID = gid
+		}
 	}
 	return c
 }

@@ -1,12 +1,14 @@
 package supervisor
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 
+	"github.com/nodelet/nodelet/internal/component"
 	"github.com/nodelet/nodelet/internal/config"
 	"github.com/nodelet/nodelet/internal/containerd"
 )
@@ -52,5 +54,26 @@ func TestRootHeldNamesTheHolder(t *testing.T) {
 	holder, held := rootHeld(root)
 	if !held || !strings.Contains(holder, "pid ") || strings.Contains(holder, "unknown") {
 		t.Fatalf("held %v by %q", held, holder)
+	}
+}
+
+// TestManagedContainerdGivesCRIGroupTheSocket: with componentUsers the
+// managed containerd's socket belongs to group nodelet-cri, which the
+// daemons of their own users that talk to CRI hold; without, root's.
+func TestManagedContainerdGivesCRIGroupTheSocket(t *testing.T) {
+	gid, err := containerd.CRIGroupGID(component.CRIGroup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gid == 0 {
+		t.Skipf("no group %s on this machine (scripts/setup.sh makes it)", component.CRIGroup)
+	}
+	cfg := config.Defaults()
+	if c := managedContainerd(cfg); c.GID != 0 {
+		t.Errorf("without componentUsers: gid %d", c.GID)
+	}
+	cfg.Supervisor.ComponentUsers = true
+	if c := managedContainerd(cfg); c.GID != gid || !strings.Contains(c.Render(), fmt.Sprintf("gid = %d\n", gid)) {
+		t.Errorf("with componentUsers: gid %d, want %d (%s)", c.GID, gid, component.CRIGroup)
 	}
 }

@@ -1,5 +1,5 @@
 // Package supervisor is `nodelet up`: it starts nodelet-bus, waits until it
-// is ready, starts the daemons in the order the dependency graph gives,
+// is ready, starts the daemons in the order the declaration (internal/component) gives,
 // restarts any that exits (alone, with back-off), and stops them in reverse
 // order. Readiness comes over the sd_notify protocol, exactly as under
 // systemd: each child gets its own NOTIFY_SOCKET.
@@ -20,9 +20,9 @@ import (
 	"time"
 
 	"github.com/nodelet/nodelet/bus"
+	"github.com/nodelet/nodelet/internal/component"
 	"github.com/nodelet/nodelet/internal/config"
 	"github.com/nodelet/nodelet/internal/daemon"
-	"github.com/nodelet/nodelet/internal/graph"
 )
 
 // Options configure a supervisor.
@@ -49,7 +49,7 @@ type Options struct {
 // Supervisor runs the node's processes.
 type Supervisor struct {
 	o     Options
-	order []graph.Component
+	order []component.Component
 	procs map[string]*proc
 	// private is a directory of this run only root can list: the
 	// readiness sockets and each child's copy of its own bus seed.
@@ -74,7 +74,7 @@ type ProcState struct {
 }
 
 type proc struct {
-	comp     graph.Component
+	comp     component.Component
 	mu       sync.Mutex
 	st       ProcState
 	ready    chan struct{}
@@ -85,7 +85,7 @@ type proc struct {
 	notify   string // the socket's path, the child's NOTIFY_SOCKET
 }
 
-// New prepares a supervisor for the components of graph.StartOrder.
+// New prepares a supervisor for the components of component.StartOrder.
 func New(o Options) (*Supervisor, error) {
 	if o.Out == nil {
 		o.Out = os.Stderr
@@ -96,7 +96,7 @@ func New(o Options) (*Supervisor, error) {
 	if o.StopTimeout == 0 {
 		o.StopTimeout = 15 * time.Second
 	}
-	s := &Supervisor{o: o, order: graph.StartOrder(), procs: map[string]*proc{}}
+	s := &Supervisor{o: o, order: component.StartOrder(), procs: map[string]*proc{}}
 	ids, err := identities(s.order, o.Config.Supervisor.ComponentUsers)
 	if err != nil {
 		return nil, err

@@ -19,7 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/nodelet/nodelet/bus"
-	"github.com/nodelet/nodelet/internal/graph"
+	"github.com/nodelet/nodelet/internal/component"
 	"github.com/nodelet/nodelet/internal/supervisor"
 	"github.com/nodelet/nodelet/internal/testenv"
 	"github.com/nodelet/nodelet/internal/tools/tap"
@@ -156,7 +156,7 @@ func (n *node) waitAll(what string, ok func(map[string]supervisor.ProcState) boo
 	deadline := time.Now().Add(90 * time.Second)
 	for time.Now().Before(deadline) {
 		st := n.states()
-		ready := len(st) == len(graph.Components)
+		ready := len(st) == len(component.Declared.Processes())
 		for _, s := range st {
 			ready = ready && s.State == "ready" && s.PID > 0
 		}
@@ -275,7 +275,7 @@ func TestUpStartsInOrderAndRestartsOnlyTheFailed(t *testing.T) {
 	first := n.waitAll("all ready", nil)
 	checkOwnSeeds(t, n, first)
 
-	// Start order in the log follows the graph.
+	// Start order in the log follows the declaration.
 	var started []string
 	sc := bufio.NewScanner(strings.NewReader(n.out.String()))
 	for sc.Scan() {
@@ -284,7 +284,7 @@ func TestUpStartsInOrderAndRestartsOnlyTheFailed(t *testing.T) {
 		}
 	}
 	var want []string
-	for _, c := range graph.StartOrder() {
+	for _, c := range component.StartOrder() {
 		want = append(want, c.Name)
 	}
 	if strings.Join(started, ",") != strings.Join(want, ",") {

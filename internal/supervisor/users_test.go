@@ -7,11 +7,12 @@ import (
 	"os/user"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/nodelet/nodelet/bus"
-	"github.com/nodelet/nodelet/internal/graph"
+	"github.com/nodelet/nodelet/internal/component"
 )
 
 // ensureUsers makes the daemons' users as scripts/setup.sh does, from the
@@ -47,12 +48,16 @@ func procIDs(t *testing.T, pid int) (uid, gid string, groups []string) {
 
 // readableAs lists the paths uid:gid (no other group, no capability) can
 // read, trying each with setpriv (util-linux).
-func readableAs(t *testing.T, uid, gid string, paths []string) []string {
+func readableAs(t *testing.T, uid, gid string, groups []string, paths []string) []string {
 	t.Helper()
 	var ok []string
 	for _, p := range paths {
-		out, err := exec.Command("setpriv", "--reuid", uid, "--regid", gid, "--clear-groups",
-			"--inh-caps", "-all", "--bounding-set", "-all", "--", "head", "-c", "2", p).CombinedOutput()
+		args := []string{"--reuid", uid, "--regid", gid, "--clear-groups"}
+		if len(groups) > 0 {
+			args = []string{"--reuid", uid, "--regid", gid, "--groups", strings.Join(groups, ",")}
+		}
+		args = append(args, "--inh-caps", "-all", "--bounding-set", "-all", "--", "head", "-c", "2", p)
+		out, err := exec.Command("setpriv", args...).CombinedOutput()
 		switch {
 		case err == nil && strings.HasPrefix(string(out), "SU"):
 			ok = append(ok, p)
@@ -64,18 +69,38 @@ func readableAs(t *testing.T, uid, gid string, paths []string) []string {
 }
 
 // TestComponentUsers: with supervisor.componentUsers, `nodelet up` as root
-// runs bus, sources and admission as their own users (group nodelet, no
-// other group) and the rest as root, the node comes up, and each daemon of
-// its own user can read its own seed and no other.
+// runs bus, sources, admission, prober, status and server as their own
+// users (group nodelet, and the CRI and API groups of their units, no
+// capability) and the runtime and gc as root, the node comes up, and each
+// daemon of its own user can read its own seed and no other.
 func TestComponentUsers(t *testing.T) {
 	ensureUsers(t)
 	// Their users must reach the binaries and the test's config.
 	if err := os.Chmod(binDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// The CRI socket as the managed containerd's [grpc] gid leaves it.
+	cri, err := user.LookupGroup(component.CRIGroup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	criGID, _ := strconv.Atoi(cri.Gid)
+	if err := os.Chown(ctrd.Address, -1, criGID); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(ctrd.Address, 0o660); err != nil {
+		t.Fatal(err)
+	}
+	for d := filepath.Dir(ctrd.Address); d != "/"; d = filepath.Dir(d) {
+		if st, err := os.Stat(d); err == nil && st.Mode().Perm()&0o001 == 0 {
+			if err := os.Chmod(d, st.Mode().Perm()|0o001); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	n := startNodeWith(t, "  componentUsers: true\n")
 	st := n.waitAll("all ready as their own users", nil)
-	grp, err := user.LookupGroup(graph.Group)
+	grp, err := user.LookupGroup(component.Group)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +115,7 @@ func TestComponentUsers(t *testing.T) {
 		seeds = append(seeds, filepath.Join(bus.CredentialsDir(n.stateDir), e.Name()))
 	}
 	copies := map[string]string{}
-	for _, c := range graph.StartOrder() {
+	for _, c := range component.StartOrder() {
 		env := readFile(t, fmt.Sprintf("/proc/%d/environ", st[c.Name].PID))
 		for _, kv := range strings.Split(env, "\x00") {
 			if v, ok := strings.CutPrefix(kv, "CREDENTIALS_DIRECTORY="); ok {
@@ -99,13 +124,14 @@ func TestComponentUsers(t *testing.T) {
 			}
 		}
 	}
-	if len(copies) != len(graph.Components)-1 {
+	if len(copies) != len(component.Declared.Processes())-1 {
 		t.Fatalf("seed copies %v", copies)
 	}
 
-	for _, c := range graph.StartOrder() {
+	ownUsers := []string{bus.BusAdmin, bus.Sources, bus.Admission, bus.Prober, bus.Status, bus.KubeletServer}
+	for _, c := range component.StartOrder() {
 		uid, gid, groups := procIDs(t, st[c.Name].PID)
-		if c.User() == "" {
+		if !slices.Contains(ownUsers, c.Name) {
 			if uid != "0" {
 				t.Errorf("%s runs as uid %s, want root", c.Name, uid)
 			}
@@ -115,8 +141,18 @@ func TestComponentUsers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if uid != u.Uid || gid != grp.Gid || len(groups) != 0 {
-			t.Errorf("%s runs as uid %s gid %s groups %v, want %s (%s) gid %s (nodelet), no other group", c.Name, uid, gid, groups, u.Uid, c.User(), grp.Gid)
+		var wantGroups []string
+		for _, g := range c.Groups() {
+			gr, err := user.LookupGroup(g)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantGroups = append(wantGroups, gr.Gid)
+		}
+		slices.Sort(wantGroups)
+		slices.Sort(groups)
+		if uid != u.Uid || gid != grp.Gid || !slices.Equal(groups, wantGroups) {
+			t.Errorf("%s runs as uid %s gid %s groups %v, want %s (%s) gid %s (nodelet), groups %v %v", c.Name, uid, gid, groups, u.Uid, c.User(), grp.Gid, c.Groups(), wantGroups)
 		}
 		var want []string
 		if c.Name == bus.BusAdmin {
@@ -124,7 +160,7 @@ func TestComponentUsers(t *testing.T) {
 		} else {
 			want = []string{copies[c.Name]}
 		}
-		if got := readableAs(t, uid, gid, seeds); !slices.Equal(got, want) {
+		if got := readableAs(t, uid, gid, groups, seeds); !slices.Equal(got, want) {
 			t.Errorf("%s (uid %s) can read %v, want %v", c.Name, uid, got, want)
 		}
 	}

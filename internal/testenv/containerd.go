@@ -1,28 +1,44 @@
 package testenv
 
 import (
-	"bufio"
-	"bytes"
-	"context"
-	"errors"
-	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"slices"
-	"strconv"
-	"strings"
-	"sync"
-	"syscall"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/nodelet/nodelet/internal/cni"
 	"github.com/nodelet/nodelet/internal/containerd"
-	"github.com/nodelet/nodelet/internal/images"
+	"github.com/nodelet/nodelet/internal/containerd/scratch"
+)
+
+// Paths shared by every test containerd on the machine (see package scratch).
+const (
+	DefaultSlotDir = scratch.DefaultSlotDir
+	DefaultRootDir = scratch.DefaultRootDir
+)
+
+// ContainerdOptions tune StartContainerd. The zero value is what tests want.
+type ContainerdOptions = scratch.Options
+
+// Containerd is a private containerd for one test binary (or one test); see
+// scratch.Containerd for its fields.
+type Containerd struct{ *scratch.Containerd }
+
+// StartContainerd starts a private containerd with the node's local images
+// imported and a CNI bridge network of its own (scratch.Start). Call it from
+// TestMain (and Stop after m.Run), or use NewContainerd in a test.
+func StartContainerd(opts ContainerdOptions) (*Containerd, error) {
+	c, err := scratch.Start(opts)
+	if err != nil {
+		return nil, err
+	}
+	return &Containerd{c}, nil
+}
+
+// ShimPIDs, MountsUnder: see package scratch.
+var (
+	ShimPIDs    = scratch.ShimPIDs
+	MountsUnder = scratch.MountsUnder
 )
 
 // RequiresRoot fails the test (it does not skip it: CI runs as root) when the
@@ -32,193 +48,6 @@ func RequiresRoot(t testing.TB) {
 	if os.Geteuid() != 0 {
 		t.Fatalf("this test needs root (it runs containerd, runc, CNI and mounts); run it as root, e.g. sudo -E env PATH=$PATH go test ./...")
 	}
-}
-
-// Paths shared by every test containerd on the machine.
-const (
-	// DefaultSlotDir holds the slot locks and each slot's ephemeral state.
-	DefaultSlotDir = "/run/nodelet-test"
-	// DefaultRootDir holds each slot's containerd root (content, snapshots).
-	DefaultRootDir = "/var/lib/nodelet-test"
-	// maxSlot is the number of test containerds that may run at once; slot N
-	// uses bridge nlt<N> and subnet 10.200.<N>.0/24.
-	maxSlot = 250
-	// runcRoot is where containerd-shim-runc-v2 keeps runc's state for the
-	// k8s.io namespace (fixed in the shim, shared by every containerd).
-	runcRoot = "/run/containerd/runc/k8s.io"
-)
-
-// ContainerdOptions tune StartContainerd. The zero value is what tests want.
-type ContainerdOptions struct {
-	// SlotDir holds the slot locks and the instances' state and sockets
-	// (kept short: a unix socket path has at most 107 bytes). Default: DefaultSlotDir.
-	SlotDir string
-	// RootDir holds the instances' containerd roots. Default: DefaultRootDir.
-	RootDir string
-	// ImageCacheDir is where the local images are built. Default:
-	// images.DefaultCacheDir().
-	ImageCacheDir string
-	// NoImages skips building and importing the pause and busybox images.
-	// Default: false (both are imported).
-	NoImages bool
-	// RegistryConfigPath is containerd's registry hosts directory
-	// (<host>/hosts.toml), e.g. to send registry.k8s.io to a registry on
-	// loopback. Default: "" (none: pulls go where the image names say).
-	RegistryConfigPath string
-	// Slot asks for exactly this slot (1..250) and fails when it is taken.
-	// Default: 0, the first free slot.
-	Slot int
-}
-
-// Containerd is a private containerd for one test binary (or one test): its
-// own root, state, socket, CNI config, bridge and subnet.
-type Containerd struct {
-	Endpoint    string // CRI endpoint, unix://<Address>
-	Address     string // containerd's socket path (for ctr --address and CRI)
-	Dir         string // the instance's ephemeral dir: state, socket, CNI conf, IPAM leases, log
-	Root        string // containerd's root dir
-	CNIConfDir  string // where the instance's conflist is
-	CNIBinDir   string // the CNI plugins (Debian's)
-	BridgeName  string // nlt<Slot>
-	Subnet      string // 10.200.<Slot>.0/24
-	NetworkName string // the conflist's name, nlt<Slot>
-	Slot        int    // 1..250, held with flock for the instance's life
-	LogFile     string // containerd's log
-
-	// Images are the imported local images (pause first, then busybox).
-	Images []images.Tarball
-	// StartTime is how long StartContainerd took, images included.
-	StartTime time.Duration
-
-	proc     *containerd.Process
-	lock     *os.File
-	stopOnce sync.Once
-}
-
-// StartContainerd starts a private containerd with the node's local images
-// imported and a CNI bridge network of its own, ready for RunPodSandbox. Call
-// it from TestMain (and Stop after m.Run), or use NewContainerd in a test.
-//
-// Each instance takes a free slot N (flock on <SlotDir>/slot-N.lock), so that
-// test binaries running in parallel never share a bridge, subnet, socket or
-// directory. What a crashed earlier holder of the slot left behind (shims,
-// containers, mounts, bridge, dirs) is removed first.
-func StartContainerd(opts ContainerdOptions) (_ *Containerd, err error) {
-	began := time.Now()
-	if os.Geteuid() != 0 {
-		return nil, errors.New("testenv: StartContainerd needs root (containerd, runc, CNI and mounts)")
-	}
-	if opts.SlotDir == "" {
-		opts.SlotDir = DefaultSlotDir
-	}
-	if opts.RootDir == "" {
-		opts.RootDir = DefaultRootDir
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-
-	// The images (usually already in the cache) are made while containerd starts.
-	type built struct {
-		tars []images.Tarball
-		err  error
-	}
-	imagesDone := make(chan built, 1)
-	if opts.NoImages {
-		imagesDone <- built{}
-	} else {
-		go func() {
-			tars, err := images.EnsureImages(ctx, opts.ImageCacheDir)
-			imagesDone <- built{tars, err}
-		}()
-	}
-
-	slot, lock, err := acquireSlot(opts.SlotDir, opts.Slot)
-	if err != nil {
-		return nil, err
-	}
-	c := slotInstance(opts, slot)
-	c.lock = lock
-	defer func() {
-		if err != nil {
-			cancel() // an image build still running gives up
-			c.Stop()
-		}
-	}()
-	// A crashed earlier holder of this slot may have left things behind, and
-	// so may those of other slots no one holds now.
-	c.cleanup()
-	sweepAbandonedSlots(opts, slot)
-
-	conf, err := cni.Render(cni.Options{
-		NetworkName: c.NetworkName,
-		BridgeName:  c.BridgeName,
-		Subnet:      c.Subnet,
-		IPAMDataDir: filepath.Join(c.Dir, "ipam"),
-	})
-	if err != nil {
-		return nil, err
-	}
-	if err := cni.Validate(ctx, conf, []string{c.CNIBinDir}); err != nil {
-		return nil, fmt.Errorf("testenv: CNI plugins: %w", err)
-	}
-	if err := cni.WriteAtomic(c.CNIConfDir, cni.DefaultFileName, conf); err != nil {
-		return nil, err
-	}
-
-	c.proc, err = containerd.Start(ctx, containerd.Config{
-		Root:           c.Root,
-		State:          filepath.Join(c.Dir, "state"),
-		Socket:         c.Address,
-		CNIBinDir:      c.CNIBinDir,
-		CNIConfDir:     c.CNIConfDir,
-		SandboxImage:   images.PauseImage,
-		ConfigFile:     filepath.Join(c.Dir, "config.toml"),
-		KillWithParent: true,
-
-		RegistryConfigPath: opts.RegistryConfigPath,
-	}, c.LogFile)
-	if err != nil {
-		return nil, fmt.Errorf("testenv: %w", err)
-	}
-
-	b := <-imagesDone
-	if b.err != nil {
-		return nil, fmt.Errorf("testenv: images: %w", b.err)
-	}
-	c.Images = b.tars
-	var wg sync.WaitGroup
-	errs := make([]error, len(b.tars))
-	for i, tar := range b.tars {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = images.Import(ctx, c.Address, "k8s.io", tar.Path)
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("testenv: %w", err)
-	}
-
-	// The conflist was in place before containerd started, so the network
-	// is ready at once; wait for it anyway rather than fail a first sandbox.
-	conn, err := containerd.Dial(c.Address)
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close()
-	for {
-		err := containerd.NetworkReady(ctx, conn)
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("testenv: %w", err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	c.StartTime = time.Since(began)
-	return c, nil
 }
 
 // NewContainerd starts a private containerd for one test and stops it when
@@ -232,15 +61,6 @@ func NewContainerd(t testing.TB, opts ContainerdOptions) *Containerd {
 	}
 	t.Cleanup(c.Stop)
 	return c
-}
-
-// Pid is the containerd process's id (0 before start), e.g. to kill it in a
-// test of what survives a runtime crash.
-func (c *Containerd) Pid() int {
-	if c.proc == nil {
-		return 0
-	}
-	return c.proc.Pid()
 }
 
 // CRI is a client of a containerd's CRI services.
@@ -264,325 +84,4 @@ func (c *Containerd) RuntimeClient(t testing.TB) *CRI {
 		Image:   runtimeapi.NewImageServiceClient(conn),
 		Conn:    conn,
 	}
-}
-
-// Stop removes every pod sandbox through CRI, stops containerd, kills what
-// is left of the instance's shims and containers, unmounts everything under
-// its dirs, deletes its bridge, removes its dirs and releases its slot. It is
-// safe to call more than once.
-func (c *Containerd) Stop() {
-	c.stopOnce.Do(func() {
-		if c.proc != nil {
-			c.removeSandboxes()
-			_ = c.proc.Stop()
-		}
-		c.cleanup()
-		if c.lock != nil {
-			c.lock.Close() // releases the flock
-		}
-	})
-}
-
-// slotInstance describes the instance of slot n (nothing started).
-func slotInstance(opts ContainerdOptions, n int) *Containerd {
-	c := &Containerd{
-		Dir:         filepath.Join(opts.SlotDir, "slot-"+strconv.Itoa(n)),
-		Root:        filepath.Join(opts.RootDir, "slot-"+strconv.Itoa(n)),
-		CNIBinDir:   containerd.DefaultCNIBinDir,
-		BridgeName:  fmt.Sprintf("nlt%d", n),
-		NetworkName: fmt.Sprintf("nlt%d", n),
-		Subnet:      fmt.Sprintf("10.200.%d.0/24", n),
-		Slot:        n,
-	}
-	c.Address = filepath.Join(c.Dir, "containerd.sock")
-	c.Endpoint = "unix://" + c.Address
-	c.CNIConfDir = filepath.Join(c.Dir, "net.d")
-	c.LogFile = filepath.Join(c.Dir, "containerd.log")
-	return c
-}
-
-// sweepAbandonedSlots cleans up after every slot other than own whose dir
-// exists while no one holds its lock: its test binary died without Stop.
-func sweepAbandonedSlots(opts ContainerdOptions, own int) {
-	entries, _ := os.ReadDir(opts.SlotDir)
-	for _, e := range entries {
-		n, err := strconv.Atoi(strings.TrimPrefix(e.Name(), "slot-"))
-		if !e.IsDir() || err != nil || n == own || n < 1 || n > maxSlot {
-			continue
-		}
-		_, lock, err := acquireSlot(opts.SlotDir, n)
-		if err != nil {
-			continue // in use
-		}
-		slotInstance(opts, n).cleanup()
-		lock.Close()
-	}
-}
-
-// removeSandboxes stops and removes every pod sandbox (and so every
-// container), letting CNI release the IPs and iptables rules.
-func (c *Containerd) removeSandboxes() {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := containerd.Dial(c.Address)
-	if err != nil {
-		return
-	}
-	defer conn.Close()
-	rt := runtimeapi.NewRuntimeServiceClient(conn)
-	resp, err := rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
-	if err != nil {
-		return
-	}
-	var wg sync.WaitGroup
-	for _, sb := range resp.Items {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, _ = rt.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: sb.Id})
-			_, _ = rt.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: sb.Id})
-		}()
-	}
-	wg.Wait()
-}
-
-// cleanup removes every trace of the slot's instance with containerd no
-// longer running: containers, shims, mounts, bridge, dirs.
-func (c *Containerd) cleanup() {
-	taskDir := filepath.Join(c.Dir, "state", "io.containerd.runtime.v2.task", "k8s.io")
-	ids, _ := os.ReadDir(taskDir)
-	// Containers whose shim is still alive (containerd was killed, or a
-	// sandbox removal failed): runc kills them and removes their cgroups.
-	for _, id := range ids {
-		_ = exec.Command("runc", "--root", runcRoot, "delete", "--force", id.Name()).Run()
-	}
-	// Shims of this instance, and anything still under them.
-	for _, pid := range ShimPIDs(c.Address) {
-		for _, p := range append(descendants(pid), pid) {
-			_ = syscall.Kill(p, syscall.SIGKILL)
-		}
-	}
-	// Sockets of shims that could not remove them themselves.
-	for _, id := range ids {
-		if b, err := os.ReadFile(filepath.Join(taskDir, id.Name(), "address")); err == nil {
-			if sock, ok := strings.CutPrefix(strings.TrimSpace(string(b)), "unix://"); ok && strings.HasPrefix(sock, "/run/containerd/s/") {
-				_ = os.Remove(sock)
-			}
-		}
-		_ = os.RemoveAll(filepath.Join(runcRoot, id.Name()))
-	}
-	for _, dir := range []string{c.Dir, c.Root} {
-		for _, m := range MountsUnder(dir) {
-			_ = syscall.Unmount(m, syscall.MNT_DETACH)
-		}
-	}
-	if c.NetworkName != "" {
-		// Left only when CNI DEL never ran (containerd died under its pods).
-		removeIPTablesRules(c.NetworkName)
-		removeCNICache(c.NetworkName, ids)
-	}
-	if c.BridgeName != "" {
-		_ = exec.Command("ip", "link", "delete", c.BridgeName).Run()
-	}
-	_ = os.RemoveAll(c.Dir)
-	_ = os.RemoveAll(c.Root)
-}
-
-// removeIPTablesRules deletes the nat rules that the bridge and portmap
-// plugins tagged with network's name (comment `name: "<network>" id: ...`)
-// and the per-container chains they jump to.
-func removeIPTablesRules(network string) {
-	out, err := exec.Command("iptables-save", "-t", "nat").Output()
-	if err != nil {
-		return
-	}
-	tag := fmt.Sprintf(`name: \"%s\" `, network)
-	var script strings.Builder
-	var chains []string
-	for _, line := range strings.Split(string(out), "\n") {
-		rule, ok := strings.CutPrefix(line, "-A ")
-		if !ok || !strings.Contains(line, tag) {
-			continue
-		}
-		script.WriteString("-D " + rule + "\n")
-		if f := strings.Fields(rule); len(f) >= 2 && f[len(f)-2] == "-j" && strings.HasPrefix(f[len(f)-1], "CNI-") {
-			if !slices.Contains(chains, f[len(f)-1]) {
-				chains = append(chains, f[len(f)-1])
-			}
-		}
-	}
-	if script.Len() == 0 {
-		return
-	}
-	for _, ch := range chains {
-		script.WriteString("-F " + ch + "\n-X " + ch + "\n")
-	}
-	cmd := exec.Command("iptables-restore", "--noflush", "--wait")
-	cmd.Stdin = strings.NewReader("*nat\n" + script.String() + "COMMIT\n")
-	_ = cmd.Run()
-}
-
-// removeCNICache removes libcni's cached results of network's attachments
-// and of the loopback attachments of the given containers.
-func removeCNICache(network string, ids []os.DirEntry) {
-	const dir = "/var/lib/cni/results"
-	entries, _ := os.ReadDir(dir)
-	for _, e := range entries {
-		n := e.Name()
-		stale := strings.HasPrefix(n, network+"-")
-		for _, id := range ids {
-			stale = stale || n == "cni-loopback-"+id.Name()+"-lo"
-		}
-		if stale {
-			_ = os.Remove(filepath.Join(dir, n))
-		}
-	}
-}
-
-// acquireSlot takes slot want, or the first free slot of 1..maxSlot when
-// want is 0, with a non-blocking flock; the lock is held while the returned
-// file stays open. Lock files are never removed (removing one would race
-// with another locker).
-func acquireSlot(dir string, want int) (int, *os.File, error) {
-	if want < 0 || want > maxSlot {
-		return 0, nil, fmt.Errorf("testenv: slot %d: want 1..%d", want, maxSlot)
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return 0, nil, err
-	}
-	first, last := 1, maxSlot
-	if want != 0 {
-		first, last = want, want
-	}
-	for n := first; n <= last; n++ {
-		f, err := os.OpenFile(filepath.Join(dir, fmt.Sprintf("slot-%d.lock", n)), os.O_CREATE|os.O_RDWR, 0o644)
-		if err != nil {
-			return 0, nil, err
-		}
-		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-			f.Close()
-			continue
-		}
-		return n, f, nil
-	}
-	if want != 0 {
-		return 0, nil, fmt.Errorf("testenv: containerd slot %d in %s is taken", want, dir)
-	}
-	return 0, nil, fmt.Errorf("testenv: all %d containerd slots in %s are taken", maxSlot, dir)
-}
-
-// ShimPIDs lists the containerd-shim processes started by the containerd
-// listening on address (they carry "-address <address>" on their command line).
-func ShimPIDs(address string) []int {
-	var pids []int
-	for pid, args := range processes() {
-		if len(args) == 0 || !strings.HasPrefix(filepath.Base(args[0]), "containerd-shim") {
-			continue
-		}
-		if i := slices.Index(args, "-address"); i >= 0 && i+1 < len(args) && args[i+1] == address {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
-}
-
-// MountsUnder lists the mount points at or below dir, deepest first (the
-// order to unmount them in).
-func MountsUnder(dir string) []string {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	dir = filepath.Clean(dir)
-	var out []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		mp := unescapeMount(fields[4])
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			out = append(out, mp)
-		}
-	}
-	slices.Reverse(out) // mountinfo lists parents before children
-	return out
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space, ...).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
-// processes maps every pid to its command line.
-func processes() map[int][]string {
-	out := map[int][]string{}
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil || len(b) == 0 {
-			continue
-		}
-		out[pid] = strings.Split(string(bytes.TrimRight(b, "\x00")), "\x00")
-	}
-	return out
-}
-
-// descendants lists every process below pid.
-func descendants(pid int) []int {
-	children := map[int][]int{}
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// The command name (field 2) may hold spaces; fields after ")" are fixed.
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(s[i+1:])
-		if len(f) < 2 {
-			continue
-		}
-		ppid, _ := strconv.Atoi(f[1])
-		children[ppid] = append(children[ppid], p)
-	}
-	var out []int
-	queue := []int{pid}
-	for len(queue) > 0 {
-		p := queue[0]
-		queue = queue[1:]
-		for _, ch := range children[p] {
-			out = append(out, ch)
-			queue = append(queue, ch)
-		}
-	}
-	return out
 }

@@ -1,6 +1,8 @@
 package testenv_test
 
 import (
+	"github.com/nodelet/nodelet/internal/testenv/eventually"
+
 	"bufio"
 	"bytes"
 	"context"
@@ -17,7 +19,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
@@ -85,16 +86,9 @@ func mirrorPod(name, ns, boundTo string, owner *corev1.Node) *corev1.Pod {
 
 // eventually retries f for up to 30 s: the Node authorizer learns about new
 // pod-node edges from an informer, so a fresh binding takes a moment.
-func eventually(t *testing.T, what string, f func() error) {
+func waitNil(t *testing.T, what string, f func() error) {
 	t.Helper()
-	var last error
-	err := wait.PollUntilContextTimeout(ctx(t), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		last = f()
-		return last == nil, nil
-	})
-	if err != nil {
-		t.Fatalf("%s: %v", what, last)
-	}
+	eventually.Nil(t, 30*time.Second, what, f)
 }
 
 func expectForbidden(t *testing.T, what string, err error) {
@@ -125,7 +119,7 @@ func TestNodeIdentityCreatesNodeAndPod(t *testing.T) {
 	if err != nil {
 		t.Fatalf("node creating a mirror pod bound to itself: %v", err)
 	}
-	eventually(t, "node reading its mirror pod back", func() error {
+	waitNil(t, "node reading its mirror pod back", func() error {
 		p, err := node.CoreV1().Pods(ns).Get(ctx(t), "mirror", metav1.GetOptions{})
 		if err == nil && p.UID != created.UID {
 			err = fmt.Errorf("uid %s, want %s", p.UID, created.UID)
@@ -158,7 +152,7 @@ func TestNodeIdentityCreatesNodeAndPod(t *testing.T) {
 	if !names["mirror"] || !names["bound"] {
 		t.Fatalf("node's pod list in %s = %v, want mirror and bound", ns, names)
 	}
-	eventually(t, "node updating the status of a pod bound to it", func() error {
+	waitNil(t, "node updating the status of a pod bound to it", func() error {
 		p, err := node.CoreV1().Pods(ns).Get(ctx(t), "bound", metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -187,7 +181,7 @@ func TestNodeIdentityCreatesNodeAndPod(t *testing.T) {
 	}
 	// No audience, as for the kube-api-access projected volume the
 	// ServiceAccount admission plugin added: the token is for the API server.
-	eventually(t, "node requesting a service account token for its pod", func() error {
+	waitNil(t, "node requesting a service account token for its pod", func() error {
 		tr, err := tokenRequest()
 		if err == nil && tr.Status.Token == "" {
 			err = fmt.Errorf("empty token")
@@ -199,7 +193,7 @@ func TestNodeIdentityCreatesNodeAndPod(t *testing.T) {
 	_, err = tokenRequest("https://kubernetes.default.svc")
 	expectForbidden(t, "token for an audience the pod does not use", err)
 	// The node can read the kube-root-ca.crt ConfigMap its pod mounts.
-	eventually(t, "node reading kube-root-ca.crt", func() error {
+	waitNil(t, "node reading kube-root-ca.crt", func() error {
 		cm, err := node.CoreV1().ConfigMaps(ns).Get(ctx(t), "kube-root-ca.crt", metav1.GetOptions{})
 		if err == nil && cm.Data["ca.crt"] != string(cp.CAData) {
 			err = fmt.Errorf("ca.crt differs from the control plane's CA")

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nodelet/nodelet/internal/containerd/scratch"
 )
 
 // Debian 12 under a real systemd as PID 1, for tests of the generated
@@ -255,7 +257,7 @@ func BootMachine(t testing.TB, root string, bind, bindRO []string) *Machine {
 			t.Fatalf("systemd-nspawn exited: %v\n%s", err, tail(m.out.String(), 40))
 		case <-time.After(50 * time.Millisecond):
 		}
-		for _, pid := range descendants(m.cmd.Process.Pid) {
+		for _, pid := range scratch.Descendants(m.cmd.Process.Pid) {
 			if nsPIDIsOne(pid) {
 				m.Leader = pid
 			}

@@ -36,17 +36,11 @@ func (b *Buffer) String() string {
 // When nodeletd is among them, the nodelet-<daemon> links to it are made
 // too, as scripts/setup.sh makes them.
 func BuildBinaries(dir string, pkgs ...string) error {
-	root, err := RepoRoot()
-	if err != nil {
-		return err
-	}
 	if len(pkgs) == 0 {
 		pkgs = []string{"./cmd/..."}
 	}
-	build := exec.Command("go", append([]string{"build", "-o", dir + "/"}, pkgs...)...)
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build %v: %w\n%s", pkgs, err, out)
+	if err := goBuild(dir, nil, pkgs); err != nil {
+		return err
 	}
 	nodeletd := filepath.Join(dir, "nodeletd")
 	if _, err := os.Stat(nodeletd); err != nil {
@@ -54,6 +48,28 @@ func BuildBinaries(dir string, pkgs ...string) error {
 	}
 	if out, err := exec.Command(nodeletd, "link", dir).CombinedOutput(); err != nil {
 		return fmt.Errorf("nodeletd link %s: %w\n%s", dir, err, out)
+	}
+	return nil
+}
+
+// BuildStatic builds packages (paths relative to the module root, or
+// testdata paths made absolute) into dir without cgo: binaries that run
+// inside containers.
+func BuildStatic(dir string, pkgs ...string) error {
+	return goBuild(dir, []string{"CGO_ENABLED=0"}, pkgs)
+}
+
+// goBuild is every test binary build: one go build from the module root.
+func goBuild(dir string, env, pkgs []string) error {
+	root, err := RepoRoot()
+	if err != nil {
+		return err
+	}
+	build := exec.Command("go", append([]string{"build", "-o", dir + "/"}, pkgs...)...)
+	build.Dir = root
+	build.Env = append(os.Environ(), env...)
+	if out, err := build.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build %v: %w\n%s", pkgs, err, out)
 	}
 	return nil
 }

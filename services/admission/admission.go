@@ -40,6 +40,9 @@
 //     (TaintToleration, message "Predicate TaintToleration failed: node(s)
 //     had taints that the pod didn't tolerate"). Only the first failure is
 //     reported, resources first, as the kubelet does.
+//   - AppArmor: a pod asking for a profile other than unconfined (field or
+//     the legacy annotation) on a kernel without AppArmor (AppArmor,
+//     "Cannot enforce AppArmor: AppArmor is not enabled on the host").
 //   - declared node features (PodFeatureUnsupported).
 //   - CSI attach limits (with node.kubeconfig): a pod whose CSI volumes
 //     (inline, or the CSI PVs behind its bound claims) would take a driver
@@ -102,7 +105,7 @@ import (
 
 // Spec describes nodelet-admission to the daemon frame.
 func Spec() daemon.Spec {
-	return daemon.Spec{Component: bus.Admission, NeedsCRI: false, Run: Run}
+	return daemon.Spec{Component: bus.Admission, Run: Run}
 }
 
 // Options adjust the daemon for tests; the zero value is production.

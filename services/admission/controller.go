@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -74,8 +73,7 @@ func newController(log *slog.Logger, conn *bus.Conn, health func(bool, string), 
 	}
 }
 
-// run serves until ctx is done. It returns an error only when a watch
-// fails for another reason than ctx.
+// run serves until ctx is done.
 func (c *controller) run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -88,7 +86,7 @@ func (c *controller) run(ctx context.Context) error {
 	}
 	// The bucket recreated under us (the bus's store was wiped): every
 	// verdict is a fact we hold, so write them all again.
-	c.writer = bus.NewWriter(c.conn, bus.BucketAdmission, func() { send(c.rewriteAll) })
+	c.writer = bus.NewWriter(c.conn, bus.BucketAdmission, func() error { send(c.rewriteAll); return nil })
 
 	c.health(false, "Loading admission verdicts")
 	if err := c.loadVerdicts(ctx); err != nil {
@@ -96,28 +94,18 @@ func (c *controller) run(ctx context.Context) error {
 	}
 	c.health(false, "Loading the desired, observed and pressure buckets")
 
-	var wg sync.WaitGroup
-	errs := make(chan error, 3)
-	watch := func(name string, f func() error) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := f(); err != nil && ctx.Err() == nil {
-				errs <- fmt.Errorf("watch %s: %w", name, err)
-			}
-		}()
-	}
-	defer wg.Wait()
+	// The mirrors re-establish a lost watch and report the outage
+	// (bus.Mirror); they return when ctx ends.
+	mirrors := make(chan struct{})
+	defer func() { <-mirrors }()
 	defer cancel()
-	watch(bus.BucketDesired, func() error {
-		return bus.Watch(ctx, c.conn, bus.BucketDesired, ">", func(u bus.Update[schemas.PodDesired]) { send(func() { c.onDesired(u) }) })
-	})
-	watch(bus.BucketObserved, func() error {
-		return bus.Watch(ctx, c.conn, bus.BucketObserved, ">", func(u bus.Update[schemas.PodObserved]) { send(func() { c.onObserved(u) }) })
-	})
-	watch(bus.BucketPressure, func() error {
-		return bus.Watch(ctx, c.conn, bus.BucketPressure, bus.KeyPressure, func(u bus.Update[schemas.NodePressure]) { send(func() { c.onPressure(u) }) })
-	})
+	go func() {
+		defer close(mirrors)
+		bus.RunAll(ctx,
+			bus.NewMirror(c.conn, bus.BucketDesired, ">", func(u bus.Update[schemas.PodDesired]) { send(func() { c.onDesired(u) }) }),
+			bus.NewMirror(c.conn, bus.BucketObserved, ">", func(u bus.Update[schemas.PodObserved]) { send(func() { c.onObserved(u) }) }),
+			bus.NewMirror(c.conn, bus.BucketPressure, bus.KeyPressure, func(u bus.Update[schemas.NodePressure]) { send(func() { c.onPressure(u) }) }))
+	}()
 
 	retry := time.NewTicker(retryPeriod)
 	defer retry.Stop()
@@ -125,8 +113,6 @@ func (c *controller) run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case err := <-errs:
-			return err
 		case op := <-ops:
 			op()
 			// Take everything already queued before deciding, so that a

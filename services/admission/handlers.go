@@ -102,8 +102,8 @@ type Handler interface {
 }
 
 // Admitter runs the handlers in the kubelet's order (eviction manager,
-// sysctl allowlist, predicates, declared node features); the first refusal
-// decides.
+// sysctl allowlist, predicates, AppArmor, declared node features); the
+// first refusal decides.
 type Admitter struct {
 	Pressure *PressureHandler
 	handlers []Handler
@@ -116,7 +116,7 @@ func NewAdmitter(node *corev1.Node, sysctls *SysctlHandler) *Admitter {
 		sysctls, _ = NewSysctlHandler(nil, "") // the safe set always parses
 	}
 	p := &PressureHandler{}
-	return &Admitter{Pressure: p, handlers: []Handler{p, sysctls, NewPredicateHandler(node), NewFeaturesHandler(node)}}
+	return &Admitter{Pressure: p, handlers: []Handler{p, sysctls, NewPredicateHandler(node), NewAppArmorHandler(), NewFeaturesHandler(node)}}
 }
 
 // Admit decides on attrs.Pod. Pods to preempt are named only when the pod

@@ -15,6 +15,7 @@ import (
 	"github.com/nodelet/nodelet/bus/bustest"
 	"github.com/nodelet/nodelet/internal/config"
 	"github.com/nodelet/nodelet/internal/daemon"
+	"github.com/nodelet/nodelet/internal/testenv/eventually"
 	"github.com/nodelet/nodelet/schemas"
 )
 
@@ -156,33 +157,22 @@ func (h *harness) verdict(p *corev1.Pod) (*schemas.AdmissionVerdict, uint64) {
 }
 
 // wait waits until p has a verdict and returns it.
-func (h *harness) wait(p *corev1.Pod) (*schemas.AdmissionVerdict, uint64) {
+func (h *harness) wait(p *corev1.Pod) (v *schemas.AdmissionVerdict, rev uint64) {
 	h.t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for {
-		if v, rev := h.verdict(p); v != nil {
-			return v, rev
-		}
-		if time.Now().After(deadline) {
-			h.t.Fatalf("no verdict for %s after %s", p.Name, waitFor)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	eventually.True(h.t, waitFor, "a verdict for "+p.Name, func() bool {
+		v, rev = h.verdict(p)
+		return v != nil
+	})
+	return v, rev
 }
 
 // waitGone waits until p has no verdict.
 func (h *harness) waitGone(p *corev1.Pod) {
 	h.t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for {
-		if v, _ := h.verdict(p); v == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			h.t.Fatalf("verdict of %s still there after %s", p.Name, waitFor)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	eventually.True(h.t, waitFor, "the verdict of "+p.Name+" to go", func() bool {
+		v, _ := h.verdict(p)
+		return v == nil
+	})
 }
 
 func (h *harness) admitted(p *corev1.Pod) *schemas.AdmissionVerdict {
@@ -204,23 +194,20 @@ func (h *harness) rejected(p *corev1.Pod, reason, message string) *schemas.Admis
 }
 
 // waitEvent waits for the Warning event admission emits about p.
-func (h *harness) waitEvent(p *corev1.Pod) schemas.Event {
+func (h *harness) waitEvent(p *corev1.Pod) (found schemas.Event) {
 	h.t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for {
+	eventually.True(h.t, waitFor, "an event about "+p.Name, func() bool {
 		h.mu.Lock()
+		defer h.mu.Unlock()
 		for _, ev := range h.events {
 			if ev.Object.UID == p.UID {
-				h.mu.Unlock()
-				return ev
+				found = ev
+				return true
 			}
 		}
-		h.mu.Unlock()
-		if time.Now().After(deadline) {
-			h.t.Fatalf("no event for %s after %s", p.Name, waitFor)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return false
+	})
+	return found
 }
 
 func (h *harness) eventCount(p *corev1.Pod) int {
@@ -276,18 +263,14 @@ func (h *harness) sameSnapshot(before, after snapshot) {
 // critical marker pods until one's verdict carries rev.
 func (h *harness) pressureSeen(rev uint64) {
 	h.t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for i := 0; ; i++ {
+	i := 0
+	eventually.True(h.t, waitFor, fmt.Sprintf("a verdict under pressure revision %d", rev), func() bool {
+		i++
 		p := makePod(fmt.Sprintf("pressure-marker-%d-%d", rev, i), 1000, withPriority(2000001000))
 		h.put(p)
-		if v, _ := h.wait(p); v.PressureRevision >= rev {
-			return
-		}
-		if time.Now().After(deadline) {
-			h.t.Fatalf("pressure revision %d not seen after %s", rev, waitFor)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		v, _ := h.wait(p)
+		return v.PressureRevision >= rev
+	})
 }
 
 // barrier puts a marker pod and waits for its verdict: everything put to

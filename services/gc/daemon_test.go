@@ -3,6 +3,9 @@ package gc
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/nodelet/nodelet/internal/daemon"
 	"github.com/nodelet/nodelet/internal/testenv"
 )
 
@@ -97,8 +101,23 @@ gc:
 	}
 
 	cmd, out = start()
-	waitFor(t, "the restarted gc to finish the pass", func() bool { return dead() == 1 })
-	time.Sleep(500 * time.Millisecond) // anything more it would wrongly do
+	// The pass is over when the daemon counts it: anything more it would
+	// wrongly remove is gone by then.
+	metrics := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", daemon.MetricsSocket(e.bus.StateDir, "gc"))
+	}}}
+	waitFor(t, "the restarted gc to finish its container pass", func() bool {
+		resp, err := metrics.Get("http://gc/metrics")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return strings.Contains(string(b), `nodelet_gc_pass_duration_seconds_count{pass="container"} 1`)
+	})
+	if n := dead(); n != 1 {
+		t.Errorf("%d dead instances after the pass, want the last one", n)
+	}
 	got := map[string]bool{}
 	for _, c := range e.containersOf(string(live.UID)) {
 		got[c.Id] = true

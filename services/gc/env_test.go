@@ -1,6 +1,8 @@
 package gc
 
 import (
+	"github.com/nodelet/nodelet/internal/testenv/eventually"
+
 	"context"
 	"fmt"
 	"os"
@@ -95,13 +97,7 @@ func (e *testEnv) newGC(opts ...func(*Options)) (*GC, context.CancelFunc) {
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	eventually.True(t, time.Minute, what, cond)
 }
 
 // testPod is one pod made through CRI.

@@ -456,14 +456,15 @@ func (g *GC) publishPressure(ctx context.Context, pressure map[corev1.NodeCondit
 
 // rewriteEvictions writes every eviction again after the bus's store was
 // wiped.
-func (g *GC) rewriteEvictions() {
+func (g *GC) rewriteEvictions() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for _, ev := range g.state.evictionsSnapshot() {
 		if _, _, err := g.evictionsW.Put(ctx, ev.UID, ev); err != nil {
-			g.log.Error("Failed to write eviction again", "podUID", ev.UID, "err", err)
+			return fmt.Errorf("eviction of pod %s: %w", ev.UID, err)
 		}
 	}
+	return nil
 }
 
 // forgetStaleEvictions deletes the evictions of pods that are gone.

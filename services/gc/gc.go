@@ -81,7 +81,7 @@ const (
 
 // Spec describes nodelet-gc to the daemon frame.
 func Spec() daemon.Spec {
-	return daemon.Spec{Component: bus.GC, NeedsCRI: true, Run: Run, Metrics: Gatherer()}
+	return daemon.Spec{Component: bus.GC, Run: Run, Metrics: Gatherer()}
 }
 
 // Run serves until ctx is done.
@@ -185,16 +185,18 @@ func New(o Options) (*GC, error) {
 	if err := g.ev.init(o.Config.GC); err != nil {
 		return nil, err
 	}
-	g.pressureW = bus.NewWriter(o.Bus, bus.BucketPressure, func() {
+	g.pressureW = bus.NewWriter(o.Bus, bus.BucketPressure, func() error {
 		g.ev.mu.Lock()
 		g.ev.published = nil
 		g.ev.mu.Unlock()
+		return nil
 	})
 	g.evictionsW = bus.NewWriter(o.Bus, bus.BucketEvictions, g.rewriteEvictions)
-	g.imagesW = bus.NewWriter(o.Bus, bus.BucketImages, func() {
+	g.imagesW = bus.NewWriter(o.Bus, bus.BucketImages, func() error {
 		g.imageMu.Lock()
 		g.imageRecordsReady = false
 		g.imageMu.Unlock()
+		return nil
 	})
 	return g, nil
 }

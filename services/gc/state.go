@@ -32,69 +32,53 @@ func newPodState() *podState {
 	}
 }
 
-// run watches the four buckets until ctx is done.
+// run mirrors the four buckets until ctx is done (a lost watch is
+// re-established and reported by bus.Mirror).
 func (s *podState) run(ctx context.Context, conn *bus.Conn) {
-	var wg sync.WaitGroup
-	watch := func(f func() error) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := f(); err != nil && ctx.Err() == nil {
-				conn.Log.Error("Watch ended", "err", err)
-			}
-		}()
-	}
-	watch(func() error {
-		return bus.Watch(ctx, conn, bus.BucketDesired, ">", func(u bus.Update[schemas.PodDesired]) {
+	bus.RunAll(ctx,
+		bus.NewMirror(conn, bus.BucketDesired, ">", func(u bus.Update[schemas.PodDesired]) {
 			applyUpdate(&s.mu, s.desired, &s.desiredSynced, u)
-		})
-	})
-	watch(func() error {
-		return bus.Watch(ctx, conn, bus.BucketObserved, ">", func(u bus.Update[schemas.PodObserved]) {
+		}),
+		bus.NewMirror(conn, bus.BucketObserved, ">", func(u bus.Update[schemas.PodObserved]) {
 			applyUpdate(&s.mu, s.observed, &s.observedSynced, u)
-		})
-	})
-	watch(func() error {
-		return bus.Watch(ctx, conn, bus.BucketEvictions, ">", func(u bus.Update[schemas.PodEviction]) {
+		}),
+		bus.NewMirror(conn, bus.BucketEvictions, ">", func(u bus.Update[schemas.PodEviction]) {
 			if u.Kind == bus.Reset {
 				// gc is the bucket's writer: what it asked for stays true
 				// when the store is wiped, and is written again (evictionsSnapshot).
 				return
 			}
 			applyUpdate(&s.mu, s.evictions, &s.evictionsSynced, u)
-		})
-	})
-	watch(func() error {
-		return bus.Watch(ctx, conn, bus.BucketSources, bus.KeySourcesReady, func(u bus.Update[schemas.SourcesReady]) {
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			switch u.Kind {
-			case bus.Put:
-				s.sources = u.Value
-			case bus.Deleted:
-				s.sources = nil
-			case bus.Synced:
-				s.sourcesSynced = true
-			case bus.Reset:
-				s.sources, s.sourcesSynced = nil, false
-			}
-		})
-	})
-	wg.Wait()
+		}),
+		bus.NewMirror(conn, bus.BucketSources, bus.KeySourcesReady, s.onSourcesReady),
+	)
 }
 
+func (s *podState) onSourcesReady(u bus.Update[schemas.SourcesReady]) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch u.Kind {
+	case bus.Put:
+		s.sources = u.Value
+	case bus.Deleted:
+		s.sources = nil
+	case bus.Synced:
+		s.sourcesSynced = true
+	case bus.Reset:
+		s.sources, s.sourcesSynced = nil, false
+	}
+}
+
+// applyUpdate keeps a map of a bucket (bus.Apply) and whether its initial
+// load is complete.
 func applyUpdate[T any](mu *sync.Mutex, m map[string]*T, synced *bool, u bus.Update[T]) {
 	mu.Lock()
 	defer mu.Unlock()
+	bus.Apply(m, u)
 	switch u.Kind {
-	case bus.Put:
-		m[u.Key] = u.Value
-	case bus.Deleted:
-		delete(m, u.Key)
 	case bus.Synced:
 		*synced = true
 	case bus.Reset:
-		clear(m)
 		*synced = false
 	}
 }

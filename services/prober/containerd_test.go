@@ -11,6 +11,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodelet/nodelet/bus"
+	"github.com/nodelet/nodelet/internal/testenv"
 	"github.com/nodelet/nodelet/schemas"
 )
 
@@ -37,10 +38,13 @@ func TestContainerdExecLiveness(t *testing.T) {
 	e := newBusEnv(t)
 	pod := criPodSpec(t, corev1.Container{Name: "app", Image: "busybox",
 		Command:       []string{"sh", "-c", "touch /tmp/healthy; exec sleep 3600"},
-		LivenessProbe: fast(execH("cat", "/tmp/healthy"), 3)})
+		LivenessProbe: fast(execH("cat", "/tmp/healthy"), 3)},
+		// The test's clock: its probes prove periods passed.
+		corev1.Container{Name: "clock", Image: "busybox", Command: []string{"sleep", "3600"}, ReadinessProbe: fast(execH("true"), 1)})
 	uid := string(pod.UID)
 	p := runPod(t, c.RuntimeClient(t), pod)
 	p.start("app", 0)
+	p.start("clock", 0)
 	e.putDesired(pod)
 	e.putObserved(p.observed(1))
 	_, stop := e.startProber(proberOptions(t, c), nil)
@@ -60,7 +64,7 @@ func TestContainerdExecLiveness(t *testing.T) {
 	if strings.TrimSpace(failed.Message) != want {
 		t.Errorf("message = %q, want %q", failed.Message, want)
 	}
-	time.Sleep(3 * time.Second)
+	waitCount(t, uid, "clock", schemas.ProbeReadiness, metricResultSuccessful, probeCount(t, uid, "clock", schemas.ProbeReadiness, metricResultSuccessful)+3, wait)
 	if got := probeCount(t, uid, "app", schemas.ProbeLiveness, metricResultFailed); got != 3 {
 		t.Errorf("the failed container was probed on (%v failures): it must be left to the runtime", got)
 	}
@@ -183,7 +187,8 @@ func TestContainerdStartupProbe(t *testing.T) {
 	e.waitResult(ready, slow, schemas.ProbeSuccess, wait)
 	e.waitResult(live, slow, schemas.ProbeFailure, wait)
 	startups := probeCount(t, uid, "slow", schemas.ProbeStartup, metricResultSuccessful)
-	time.Sleep(2 * time.Second)
+	// Two more periods, counted by the readiness probe of the same container.
+	waitCount(t, uid, "slow", schemas.ProbeReadiness, metricResultSuccessful, probeCount(t, uid, "slow", schemas.ProbeReadiness, metricResultSuccessful)+2, wait)
 	if n := probeCount(t, uid, "slow", schemas.ProbeStartup, metricResultSuccessful); n != startups || n != 1 {
 		t.Errorf("the startup probe ran on after it succeeded: %v successes", n)
 	}
@@ -211,8 +216,11 @@ func TestContainerdStartupProbe(t *testing.T) {
 // while /tmp/serving exists), and httpd for TCP.
 func TestContainerdTCPAndGRPC(t *testing.T) {
 	c := containerd(t)
-	bin := filepath.Join(t.TempDir(), "grpchealth")
-	goBinary(t, "./testdata/grpchealth", bin)
+	binDir := t.TempDir()
+	if err := testenv.BuildStatic(binDir, "./services/prober/testdata/grpchealth"); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(binDir, "grpchealth")
 	e := newBusEnv(t)
 	svc := "shop"
 	pod := criPodSpec(t,

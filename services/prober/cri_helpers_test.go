@@ -4,9 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -243,20 +240,6 @@ func proberOptions(t *testing.T, c *testenv.Containerd) Options {
 		t.Fatal(err)
 	}
 	return Options{Runtime: clients.Runtime}
-}
-
-// goBinary builds a Go main package into dir, static.
-func goBinary(t *testing.T, pkg, out string) {
-	t.Helper()
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
-	cmd := exec.Command(goBin, "build", "-o", out, pkg)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
-	}
 }
 
 // waitCount waits until the probe counter of (uid, container, kind,

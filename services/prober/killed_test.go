@@ -1,6 +1,10 @@
 package prober
 
 import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -11,8 +15,12 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/nodelet/nodelet/bus"
+	"github.com/nodelet/nodelet/internal/daemon"
 	"github.com/nodelet/nodelet/internal/testenv"
+	"github.com/nodelet/nodelet/internal/testenv/eventually"
 	"github.com/nodelet/nodelet/schemas"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // SIGKILL the nodelet-prober process: after it is started again no probe
@@ -59,7 +67,8 @@ func TestContainerdProberKilled(t *testing.T) {
 	first, _ := start("first nodelet-prober")
 	e.waitResult(live, id, schemas.ProbeSuccess, wait)
 	e.waitResult(ready, id, schemas.ProbeSuccess, wait)
-	time.Sleep(2 * time.Second) // a few probes more
+	// A few probes more, counted by the process itself.
+	waitProbes(t, e.b.StateDir, uid, "web", probesRun(e.b.StateDir, uid, "web")+4, wait)
 	if err := first.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +83,8 @@ func TestContainerdProberKilled(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	time.Sleep(5 * time.Second) // five periods of both probes
+	// Five periods of both probes, counted by the new process.
+	waitProbes(t, e.b.StateDir, uid, "web", 10, wait)
 	if e.puts(live) != livePuts || e.puts(ready) != readyPuts {
 		t.Errorf("the restart rewrote results:\nliveness%s\nreadiness%s", e.describe(live), e.describe(ready))
 	}
@@ -110,4 +120,41 @@ func TestContainerdProberKilled(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Errorf("nodelet-prober did not stop on SIGTERM")
 	}
+}
+
+// probesRun is how many probes of (uid, container), of every kind, the
+// running nodelet-prober has done: its prober_probe_total from its metrics
+// socket.
+func probesRun(stateDir, uid, container string) float64 {
+	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", daemon.MetricsSocket(stateDir, bus.Prober))
+	}}}
+	resp, err := c.Get("http://prober/metrics")
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return 0
+	}
+	n := 0.0
+	for _, m := range fams["nodelet_prober_probe_total"].GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		if labels["pod_uid"] == uid && labels["container"] == container {
+			n += m.GetCounter().GetValue()
+		}
+	}
+	return n
+}
+
+// waitProbes waits until the running nodelet-prober has done n probes of
+// (uid, container).
+func waitProbes(t *testing.T, stateDir, uid, container string, n float64, timeout time.Duration) {
+	t.Helper()
+	eventually.True(t, timeout, fmt.Sprintf("%v probes of %s", n, container), func() bool { return probesRun(stateDir, uid, container) >= n })
 }

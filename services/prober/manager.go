@@ -134,8 +134,6 @@ func (m *Manager) Run(parent context.Context) error {
 	if m.conn == nil {
 		return errors.New("prober: no bus connection")
 	}
-	// A watch that gives up (it only does when the bus connection is
-	// closed under it) stops everything; the daemon frame reports it.
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	m.mu.Lock()
@@ -143,7 +141,7 @@ func (m *Manager) Run(parent context.Context) error {
 	m.ctx = ctx
 	m.mu.Unlock()
 
-	w := bus.NewWriter(m.conn, bus.BucketProbes, m.results.republish)
+	w := bus.NewWriter(m.conn, bus.BucketProbes, func() error { m.results.republish(); return nil })
 	if err := m.loadResults(ctx, w); err != nil {
 		if parent.Err() != nil {
 			return nil
@@ -151,33 +149,24 @@ func (m *Manager) Run(parent context.Context) error {
 		return err
 	}
 
-	errs := make(chan error, 2)
+	// The mirrors re-establish a lost watch and report the outage
+	// (bus.Mirror); they return when ctx ends.
 	var loops sync.WaitGroup
-	loops.Add(3)
+	loops.Add(2)
 	go func() {
 		defer loops.Done()
 		m.results.publish(ctx, w, m.health)
 	}()
 	go func() {
 		defer loops.Done()
-		errs <- bus.Watch[schemas.PodDesired](ctx, m.conn, bus.BucketDesired, ">", m.onDesired)
+		bus.RunAll(ctx,
+			bus.NewMirror(m.conn, bus.BucketDesired, ">", m.onDesired),
+			bus.NewMirror(m.conn, bus.BucketObserved, ">", m.onObserved))
 	}()
-	go func() {
-		defer loops.Done()
-		errs <- bus.Watch[schemas.PodObserved](ctx, m.conn, bus.BucketObserved, ">", m.onObserved)
-	}()
-	var err error
-	select {
-	case <-ctx.Done():
-	case err = <-errs:
-	}
-	cancel()
+	<-ctx.Done()
 	loops.Wait()
 	m.wg.Wait()
-	if parent.Err() != nil {
-		return nil
-	}
-	return fmt.Errorf("prober: watch ended: %w", err)
+	return nil
 }
 
 // loadResults seeds the results from the probes bucket. A key or value

@@ -33,7 +33,7 @@ import (
 
 // Spec describes nodelet-prober to the daemon frame.
 func Spec() daemon.Spec {
-	return daemon.Spec{Component: bus.Prober, NeedsCRI: true, Run: Run, Metrics: Gatherer()}
+	return daemon.Spec{Component: bus.Prober, Run: Run, Metrics: Gatherer()}
 }
 
 // Run serves until ctx is done.

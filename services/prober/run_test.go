@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nodelet/nodelet/bus"
+	"github.com/nodelet/nodelet/internal/testenv/eventually"
 	"github.com/nodelet/nodelet/schemas"
 )
 
@@ -41,6 +42,9 @@ func TestRunOnBus(t *testing.T) {
 	pod := testPod("u1", corev1.Container{Name: "c", LivenessProbe: execProbe(func(p *corev1.Probe) { p.PeriodSeconds = 1 })})
 	e.putDesired(pod)
 	e.putObserved(observed("u1", running("c", "a", time.Now().Add(-time.Minute))))
+	// The test's clock: a readiness probe every second in another pod.
+	e.putDesired(testPod("clock", corev1.Container{Name: "tick", ReadinessProbe: execProbe(func(p *corev1.Probe) { p.PeriodSeconds = 1 })}))
+	e.putObserved(observed("clock", running("tick", "t", time.Now().Add(-time.Minute))))
 
 	r := newScriptRunner()
 	r.set(schemas.ProbeLiveness, outcomeSuccess, "", nil)
@@ -85,7 +89,8 @@ func TestRunOnBus(t *testing.T) {
 	r2.set(schemas.ProbeLiveness, outcomeSuccess, "", nil)
 	_, stop2 := e.startProber(Options{}, r2)
 	defer stop2()
-	time.Sleep(3 * time.Second) // three periods
+	// Three periods, counted by the clock pod's readiness probe.
+	eventually.True(t, 30*time.Second, "three readiness probes of the clock pod", func() bool { return r2.count(schemas.ProbeReadiness) >= 3 })
 	if n := r2.count(schemas.ProbeLiveness); n != 0 {
 		t.Fatalf("the restarted prober probed the failed container %d times", n)
 	}

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -69,7 +70,30 @@ type podActions struct {
 // it is about the container instance id.
 type probeLookup func(container, kind, id string) *schemas.ProbeResult
 
-// computePodActions compares pod with what runs (pr) and decides.
+// actionsFor is computePodActions with the prober's latest results (the
+// probes bucket, as the store holds it).
+func (m *Manager) actionsFor(pod *corev1.Pod, pr *podRuntime) podActions {
+	uid := string(pod.UID)
+	return computePodActions(pod, pr, func(container, kind, id string) *schemas.ProbeResult {
+		return m.store.probe(uid, container, kind, id)
+	})
+}
+
+// toStart lists the containers of the given kinds to start, in order.
+func (a *podActions) toStart(kinds ...string) []containerToStart {
+	var out []containerToStart
+	for _, ts := range a.Start {
+		if slices.Contains(kinds, ts.Kind) {
+			out = append(out, ts)
+		}
+	}
+	return out
+}
+
+// computePodActions compares pod with what runs (pr) and decides, as the
+// kubelet's computePodActions (pkg/kubelet/kuberuntime/kuberuntime_manager.go).
+// Start lists ephemeral containers first, then init containers and
+// sidecars, then app containers: the order of SyncPod's steps 7, 8 and 9.
 func computePodActions(pod *corev1.Pod, pr *podRuntime, probe probeLookup) podActions {
 	var a podActions
 	sb := pr.newestSandbox()

@@ -142,7 +142,7 @@ func TestCSIAttach(t *testing.T) {
 	if va.Spec.Attacher != name || va.Spec.NodeName != "node-1" || va.Spec.Source.PersistentVolumeName == nil || *va.Spec.Source.PersistentVolumeName != pv.Name {
 		t.Fatalf("VolumeAttachment %+v", va.Spec)
 	}
-	time.Sleep(2 * time.Second)
+	h.barrier()
 	if drv.Count("NodeStageVolume", "") != 0 || len(h.containers(created.UID)) != 0 {
 		t.Fatal("the volume was staged or a container created before the attachment was attached")
 	}

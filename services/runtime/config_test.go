@@ -24,12 +24,15 @@ func testManager(t *testing.T) *Manager {
 		t.Fatal(err)
 	}
 	return &Manager{
-		cfg: cfg, hostIPs: []string{"192.0.2.10"},
-		capacity: nodeCapacity{CPU: resource.MustParse("4"), Memory: resource.MustParse("8Gi")},
-		dns:      dnsSettings{ClusterDNS: []string{"10.96.0.10"}, ClusterDomain: "cluster.local", ResolvConf: resolv},
-		objects: StaticObjects{
-			ConfigMaps: map[string]*corev1.ConfigMap{"default/cm": {Data: map[string]string{"color": "blue", "size": "L"}}},
-			Secrets:    map[string]*corev1.Secret{"default/sec": {Data: map[string][]byte{"token": []byte("t0k")}}},
+		cfg: cfg,
+		configSources: configSources{
+			hostIPs:  []string{"192.0.2.10"},
+			capacity: nodeCapacity{CPU: resource.MustParse("4"), Memory: resource.MustParse("8Gi")},
+			dns:      dnsSettings{ClusterDNS: []string{"10.96.0.10"}, ClusterDomain: "cluster.local", ResolvConf: resolv},
+			objects: StaticObjects{
+				ConfigMaps: map[string]*corev1.ConfigMap{"default/cm": {Data: map[string]string{"color": "blue", "size": "L"}}},
+				Secrets:    map[string]*corev1.Secret{"default/sec": {Data: map[string][]byte{"token": []byte("t0k")}}},
+			},
 		},
 	}
 }

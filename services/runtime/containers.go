@@ -63,6 +63,9 @@ func (m *Manager) containerConfig(ctx context.Context, pod *corev1.Pod, c *corev
 		envs = append(envs, &runtimeapi.KeyValue{Key: k, Value: []byte(env[k])})
 	}
 	sc := securityFor(pod, c, in.Image, in.TargetID)
+	if err := m.containerProfiles(pod, c, sc); err != nil {
+		return nil, err
+	}
 	return &runtimeapi.ContainerConfig{
 		Metadata:    &runtimeapi.ContainerMetadata{Name: c.Name, Attempt: uint32(in.RestartCount)},
 		Image:       &runtimeapi.ImageSpec{Image: in.ImageRef, UserSpecifiedImage: c.Image},
@@ -154,12 +157,7 @@ func (m *Manager) startContainer(ctx context.Context, pod *corev1.Pod, ts contai
 	var id string
 	restartCount := -1
 	if ts.Replace != nil {
-		st := m.state(string(pod.UID))
-		st.mu.Lock()
-		st.replaced[c.Name]++
-		tooMany := st.replaced[c.Name] > maxReplacements
-		st.mu.Unlock()
-		if tooMany {
+		if m.pods.get(string(pod.UID)).replacedAgain(c.Name, maxReplacements) {
 			// Something keeps cancelling its start: a crash after all.
 			ts.Dead, ts.Replace = ts.Replace, nil
 		} else {
@@ -249,7 +247,7 @@ func (m *Manager) startContainer(ctx context.Context, pod *corev1.Pod, ts contai
 			m.log.Info("PostStart hook failed", "pod", podRef(pod), "podUID", pod.UID, "containerName", c.Name, "err", err)
 			event(corev1.EventTypeWarning, "FailedPostStartHook", msg)
 			info := &containerInfo{ID: id, Name: c.Name, State: runtimeapi.ContainerState_CONTAINER_RUNNING}
-			if kerr := m.killContainer(ctx, pod, info, m.containerGrace(pod, info, nil), false,
+			if kerr := m.killContainer(ctx, pod, info, containerGrace(pod, info, nil), false,
 				fmt.Sprintf("FailedPostStartHook"), ""); kerr != nil {
 				m.log.Error("Cannot kill container after its PostStart hook failed", "pod", podRef(pod), "containerName", c.Name, "err", kerr)
 			}

@@ -235,8 +235,9 @@ func TestCSIVolumeSurvivesSIGKILL(t *testing.T) {
 	waitFor(t, time.Minute, "driver registered again", func() (bool, string) {
 		return drv.Count("NotifyRegistrationStatus", "") > regs, ""
 	})
-	// Let a wrong implementation unpublish, publish again or restart.
-	time.Sleep(3 * time.Second)
+	// A wrong implementation has unpublished, published again or restarted
+	// by the time a pod put after the restart runs.
+	h.barrier()
 	after := h.containers(created.UID)
 	if len(after) != 1 || after[0].Id != before[0].Id {
 		t.Fatalf("containers changed across the restart: %v -> %v", before, after)

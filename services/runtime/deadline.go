@@ -27,9 +27,7 @@ func (m *Manager) activeDeadline(ctx context.Context, pod *corev1.Pod, st *podSt
 	if pod.Spec.ActiveDeadlineSeconds == nil {
 		return false, 0
 	}
-	st.mu.Lock()
-	exceeded, start := st.deadlineExceeded, st.startTime
-	st.mu.Unlock()
+	exceeded, start := st.deadline()
 	if exceeded {
 		return true, 0
 	}
@@ -37,17 +35,13 @@ func (m *Manager) activeDeadline(ctx context.Context, pod *corev1.Pod, st *podSt
 		if start = m.podStartTime(ctx, pod); start.IsZero() {
 			return false, startTimeRecheck
 		}
-		st.mu.Lock()
-		st.startTime = start // a pod's start time never changes
-		st.mu.Unlock()
+		st.setStartTime(start) // a pod's start time never changes
 	}
 	past, left := podutil.PastActiveDeadline(pod, start, m.clock.Now())
 	if !past {
 		return false, left
 	}
-	st.mu.Lock()
-	st.deadlineExceeded = true
-	st.mu.Unlock()
+	st.exceedDeadline()
 	m.log.Info("Pod was active on the node longer than the specified deadline, killing it", "pod", podRef(pod), "podUID", pod.UID,
 		"activeDeadlineSeconds", *pod.Spec.ActiveDeadlineSeconds, "startTime", start)
 	m.event(pod, nil, "", corev1.EventTypeNormal, podutil.ReasonDeadlineExceeded, podutil.MessageDeadlineExceeded)

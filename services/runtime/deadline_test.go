@@ -23,11 +23,11 @@ func TestActiveDeadlineOnFakeClock(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	clk := testingclock.NewFakeClock(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
-	m := &Manager{bus: b.Connect(bus.Runtime), clock: clk, log: bustest.Logger(), pods: map[string]*podState{}}
+	m := &Manager{bus: b.Connect(bus.Runtime), clock: clk, log: bustest.Logger(), pods: newPodStates()}
 
 	pod := newPod("deadline", busybox("app", ""))
 	start := metav1.NewTime(clk.Now().Add(-10 * time.Second))
-	st := m.state(string(pod.UID))
+	st := m.pods.get(string(pod.UID))
 
 	// No deadline: nothing to wait for.
 	if past, left := m.activeDeadline(ctx, pod, st); past || left != 0 {
@@ -41,7 +41,7 @@ func TestActiveDeadlineOnFakeClock(t *testing.T) {
 	// The API's start time is the fallback...
 	api := pod.DeepCopy()
 	api.Status.StartTime = ptr.To(metav1.NewTime(clk.Now().Add(-time.Hour)))
-	if past, _ := m.activeDeadline(ctx, api, m.state("other")); !past {
+	if past, _ := m.activeDeadline(ctx, api, m.pods.get("other")); !past {
 		t.Fatal("API start time an hour ago, deadline 30s: not past")
 	}
 	// ...but the status bucket's wins.
@@ -74,10 +74,10 @@ func TestActiveDeadlineOnFakeClock(t *testing.T) {
 	}
 	// The deadline lowered below the time already active: past at once,
 	// and it stays past.
-	st2 := m.state("lowered")
+	st2 := m.pods.get("lowered")
 	lowered := pod.DeepCopy()
 	lowered.Spec.ActiveDeadlineSeconds = ptr.To(int64(1))
-	st2.startTime = clk.Now().Add(-5 * time.Second)
+	st2.setStartTime(clk.Now().Add(-5 * time.Second))
 	if past, _ := m.activeDeadline(ctx, lowered, st2); !past {
 		t.Fatal("lowered deadline not past")
 	}

@@ -163,8 +163,9 @@ func TestInitContainerFailureUnderNever(t *testing.T) {
 	if app := container(o, "app"); app.State.Waiting == nil || app.State.Waiting.Reason != reasonPodInitializing || app.ContainerID != "" {
 		t.Fatalf("app: %+v", app)
 	}
-	// Give a wrong implementation time to create it anyway.
-	time.Sleep(2 * time.Second)
+	// A wrong implementation has created it anyway by the time a pod put
+	// after it runs.
+	h.barrier()
 	for _, c := range h.containers(pod.UID) {
 		if c.Labels[labelContainerName] == "app" {
 			t.Fatalf("app container was created: %v", c)

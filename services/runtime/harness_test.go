@@ -1,6 +1,8 @@
 package runtime
 
 import (
+	"github.com/nodelet/nodelet/internal/testenv/eventually"
+
 	"context"
 	"fmt"
 	"io"
@@ -290,19 +292,7 @@ func (h *harness) containers(uid types.UID) []*runtimeapi.Container {
 // waitFor polls cond until it holds or timeout passes.
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	last := ""
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		last = state
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s; last: %s", timeout, what, last)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	eventually.State(t, timeout, what, cond)
 }
 
 // observedLog records every observed-state update the bus delivers.

@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nodelet/nodelet/schemas"
+	"github.com/nodelet/nodelet/services/runtime/volumes"
 )
 
 // minGracePeriod is the least time a container gets between SIGTERM and
@@ -25,7 +25,7 @@ const defaultGracePeriod = 30
 // given, else the pod's deletion grace period, else its
 // terminationGracePeriodSeconds, from the spec or (when the spec is gone)
 // from the container's annotations.
-func (m *Manager) containerGrace(pod *corev1.Pod, c *containerInfo, probeGrace *int64) int64 {
+func containerGrace(pod *corev1.Pod, c *containerInfo, probeGrace *int64) int64 {
 	switch {
 	case pod != nil && pod.DeletionGracePeriodSeconds != nil:
 		return *pod.DeletionGracePeriodSeconds
@@ -185,7 +185,7 @@ func (m *Manager) killPod(ctx context.Context, pod *corev1.Pod, pr *podRuntime, 
 		if grace != nil {
 			return *grace, true
 		}
-		return m.containerGrace(pod, c, nil), false
+		return containerGrace(pod, c, nil), false
 	}
 	var mu sync.Mutex
 	var errs []error
@@ -224,37 +224,50 @@ func (m *Manager) killPod(ctx context.Context, pod *corev1.Pod, pr *podRuntime, 
 	return nil
 }
 
-// removePod removes a killed pod that left the sources: its sandboxes
-// (and with them its containers), its volumes, directories, logs and
-// cgroups.
+// removePod removes a killed pod that left the sources, step by step as
+// the kubelet's SyncTerminatedPod and pod cleanup do: its sandboxes (and
+// with them its containers), then its volumes, directories and logs, and
+// last its cgroup.
 func (m *Manager) removePod(ctx context.Context, uid string, pod *corev1.Pod, pr *podRuntime) error {
+	if err := m.removeSandboxes(ctx, pr); err != nil {
+		return err
+	}
+	if err := m.volumes.Teardown(ctx, uid); err != nil {
+		return fmt.Errorf("tear down volumes: %w", err)
+	}
+	m.removePodDirs(uid, pod, pr)
+	m.removePodCgroup(uid, pod)
+	return nil
+}
+
+// removeSandboxes removes the pod's sandboxes and the containers of none
+// (left by a failed sandbox creation).
+func (m *Manager) removeSandboxes(ctx context.Context, pr *podRuntime) error {
 	var errs []error
 	for _, sb := range pr.Sandboxes {
 		if err := m.rs.RemovePodSandbox(ctx, sb.ID); err != nil && !isNotFound(err) {
 			errs = append(errs, fmt.Errorf("remove sandbox %s: %w", sb.ID, err))
 		}
 	}
-	// Containers of no sandbox (left by a failed sandbox creation).
 	for _, c := range pr.Containers {
 		if err := m.rs.RemoveContainer(ctx, c.ID); err != nil && !isNotFound(err) {
 			errs = append(errs, fmt.Errorf("remove container %s: %w", c.ID, err))
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
-		return err
-	}
-	if err := m.volumes.Teardown(ctx, uid); err != nil {
-		return fmt.Errorf("tear down volumes: %w", err)
-	}
-	_ = os.RemoveAll(podDir(m.cfg.Node.StateDir, uid))
+	return errors.Join(errs...)
+}
+
+// removePodDirs removes the pod's directory under the state dir and its
+// log directory.
+func (m *Manager) removePodDirs(uid string, pod *corev1.Pod, pr *podRuntime) {
+	_ = volumes.RemoveAll(podDir(m.cfg.Node.StateDir, uid))
 	ns, name := pr.Namespace, pr.Name
 	if pod != nil {
 		ns, name = pod.Namespace, pod.Name
 	}
 	if name != "" {
-		_ = os.RemoveAll(podLogDirOf(m.cfg.Node.PodLogsDir, ns, name, uid))
+		_ = volumes.RemoveAll(podLogDirOf(m.cfg.Node.PodLogsDir, ns, name, uid))
 	}
-	return m.removePodCgroup(uid)
 }
 
 // stopSandboxes stops ready sandboxes that are not the pod's current one.

@@ -14,6 +14,7 @@ import (
 	internalapi "k8s.io/cri-api/pkg/apis"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/google/uuid"
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/schemas"
 )
@@ -72,7 +73,7 @@ func TestLivenessFailureRestartsContainer(t *testing.T) {
 		}
 	}
 	put("containerd://not-this-one")
-	time.Sleep(2 * time.Second)
+	h.probeBarrier()
 	if c := container(h.obs.get(pod.UID), "app"); c.ContainerID != first || c.State.Running == nil {
 		t.Fatalf("a result about another container restarted it: %+v", c)
 	}
@@ -102,7 +103,7 @@ func TestOnlyAdmittedPodsRun(t *testing.T) {
 	h.desire(waiting)
 	h.desire(rejected)
 	h.admit(rejected, false)
-	time.Sleep(3 * time.Second)
+	h.barrier()
 	for _, p := range []*corev1.Pod{waiting, rejected} {
 		if n := len(h.sandboxes(p.UID)); n != 0 {
 			t.Fatalf("pod %s has %d sandboxes before admission", p.Name, n)
@@ -150,7 +151,7 @@ func TestOrphansKilledAfterSourcesReady(t *testing.T) {
 	h.stop()
 	h.remove(pod)
 	h.start(nil)
-	time.Sleep(3 * time.Second)
+	h.barrier()
 	if sbs := h.sandboxes(pod.UID); len(sbs) != 1 {
 		t.Fatalf("orphan touched before the sources are ready: %d sandboxes", len(sbs))
 	}
@@ -188,14 +189,14 @@ func TestBusStoreWiped(t *testing.T) {
 	if container(o, "app").ContainerID != id {
 		t.Fatalf("container changed: %s", describe(o))
 	}
-	time.Sleep(3 * time.Second) // a wrong implementation kills now
+	h.barrier() // a wrong implementation has killed by now
 	if cs := h.containers(pod.UID); len(cs) != 1 || cs[0].State.String() != "CONTAINER_RUNNING" {
 		t.Fatalf("containers after the wipe: %v", cs)
 	}
 	// Sources and admission deliver again.
 	h.run(pod)
 	h.setSourcesReady()
-	time.Sleep(3 * time.Second)
+	h.barrier()
 	o = h.waitObserved(pod, time.Minute, "running", func(o *schemas.PodObserved) bool { return running(o, "app") })
 	if c := container(o, "app"); c.ContainerID != id || c.RestartCount != 0 {
 		t.Fatalf("after the wipe: %s id %s, was %s", describe(o), c.ContainerID, id)
@@ -270,4 +271,38 @@ func TestHungCRICallStallsOnlyItsPod(t *testing.T) {
 	if n := len(h.sandboxes(hung.UID)); n != 1 {
 		t.Fatalf("%d sandboxes for the pod whose call hung", n)
 	}
+}
+
+// barrier runs a marker pod and waits until it runs: the runtime has
+// handled every desired pod and verdict put before it (each bucket is
+// watched in order) and is working, so what a test asserts it did not do
+// because of them, it did not do.
+func (h *harness) barrier() {
+	h.t.Helper()
+	marker := newPod("barrier-"+uuid.NewString()[:8], busybox("app", "exec sleep 3600"))
+	h.run(marker)
+	h.waitObserved(marker, 2*time.Minute, "the barrier pod running", func(o *schemas.PodObserved) bool { return running(o, "app") })
+}
+
+// probeBarrier is barrier for probe results: a marker pod's liveness
+// failure, put after the results under test, restarts its container, so
+// the runtime has handled the earlier results by then.
+func (h *harness) probeBarrier() {
+	h.t.Helper()
+	marker := newPod("probe-barrier-"+uuid.NewString()[:8], busybox("app", "exec sleep 3600"))
+	h.run(marker)
+	o := h.waitObserved(marker, 2*time.Minute, "the barrier pod running", func(o *schemas.PodObserved) bool { return running(o, "app") })
+	first := container(o, "app").ContainerID
+	grace := int64(1)
+	if _, err := h.prober.Put(h.ctx, bus.BucketProbes, bus.ProbeKey(string(marker.UID), "app", schemas.ProbeLiveness), &schemas.ProbeResult{
+		UID: string(marker.UID), Namespace: marker.Namespace, Name: marker.Name, Container: "app", ContainerID: first,
+		Probe: schemas.ProbeLiveness, Result: schemas.ProbeFailure, Message: "Liveness probe failed: barrier",
+		Since: time.Now().UTC(), TerminationGracePeriodSeconds: &grace,
+	}); err != nil {
+		h.t.Fatal(err)
+	}
+	h.waitObserved(marker, time.Minute, "the barrier pod restarted", func(o *schemas.PodObserved) bool {
+		c := container(o, "app")
+		return c.ContainerID != first && c.State.Running != nil
+	})
 }

@@ -38,6 +38,9 @@ const cniRecheck = 30 * time.Second
 type networkState struct {
 	m *Manager
 	w *bus.Writer
+	// podCIDR, when set, is the pod CIDR an API server assigned to the
+	// node ("" when none yet).
+	podCIDR func(ctx context.Context) string
 
 	mu             sync.Mutex
 	state          schemas.RuntimeState
@@ -54,13 +57,14 @@ type networkState struct {
 	firstOnce  sync.Once
 }
 
-func newNetworkState(m *Manager) *networkState {
-	n := &networkState{m: m, firstCheck: make(chan struct{})}
-	n.w = bus.NewWriter(m.bus, bus.BucketRuntime, func() {
+func newNetworkState(m *Manager, podCIDR func(context.Context) string) *networkState {
+	n := &networkState{m: m, podCIDR: podCIDR, firstCheck: make(chan struct{})}
+	n.w = bus.NewWriter(m.bus, bus.BucketRuntime, func() error {
 		n.mu.Lock()
 		st := n.state
 		n.mu.Unlock()
-		_, _, _ = n.w.Put(context.Background(), bus.KeyRuntimeState, &st)
+		_, _, err := n.w.Put(context.Background(), bus.KeyRuntimeState, &st)
+		return err
 	})
 	return n
 }
@@ -107,8 +111,8 @@ func (n *networkState) run(ctx context.Context) {
 func (n *networkState) check(ctx context.Context) {
 	m := n.m
 	cidr := m.cfg.Node.PodCIDR
-	if m.podCIDR != nil {
-		if c := m.podCIDR(ctx); c != "" {
+	if n.podCIDR != nil {
+		if c := n.podCIDR(ctx); c != "" {
 			cidr = c
 		}
 	}

@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"reflect"
 	"sync"
@@ -38,15 +39,17 @@ type observedWriter struct {
 
 func newObservedWriter(c *bus.Conn, log *slog.Logger) *observedWriter {
 	o := &observedWriter{log: log, last: map[string]*schemas.PodObserved{}}
-	o.w = bus.NewWriter(c, bus.BucketObserved, func() {
-		// The store was wiped: write everything again.
+	o.w = bus.NewWriter(c, bus.BucketObserved, func() error {
+		// The store was wiped: write everything again (the writer calls
+		// again while a put fails).
 		o.mu.Lock()
 		defer o.mu.Unlock()
 		for uid, p := range o.last {
 			if _, _, err := o.w.Put(context.Background(), uid, p); err != nil {
-				o.log.Error("Cannot write observed state again", "podUID", uid, "err", err)
+				return fmt.Errorf("observed state of pod %s: %w", uid, err)
 			}
 		}
+		return nil
 	})
 	return o
 }
@@ -131,7 +134,7 @@ func (o *observedWriter) uids() []string {
 
 // buildObserved is the pod's observed state from what CRI has (pr), the
 // spec (nil when only CRI knows the pod) and the worker's reasons.
-func (m *Manager) buildObserved(pod *corev1.Pod, pr *podRuntime, st *podState, a *podActions) *schemas.PodObserved {
+func buildObserved(runtimeName string, pod *corev1.Pod, pr *podRuntime, st *podState, a *podActions) *schemas.PodObserved {
 	o := &schemas.PodObserved{UID: pr.UID, Namespace: pr.Namespace, Name: pr.Name}
 	if pod != nil {
 		o.UID, o.Namespace, o.Name = string(pod.UID), pod.Namespace, pod.Name
@@ -139,16 +142,16 @@ func (m *Manager) buildObserved(pod *corev1.Pod, pr *podRuntime, st *podState, a
 	if sb := pr.newestSandbox(); sb != nil {
 		o.Sandbox = &schemas.SandboxObserved{ID: sb.ID, Attempt: sb.Attempt, Ready: sb.Ready, IPs: sb.IPs, CreatedAt: sb.CreatedAt}
 	}
-	st.mu.Lock()
-	o.Reason, o.Message = st.podReason, st.podMessage
-	st.mu.Unlock()
+	ph := st.phase()
+	o.Reason, o.Message = ph.Reason, ph.Message
+	o.Terminating, o.Terminated = ph.Terminating, ph.Terminated
 	if pod == nil {
 		// Only CRI knows the pod: report its containers as they are.
 		for _, c := range pr.Containers {
 			if pr.newest(c.Name) != c {
 				continue
 			}
-			co := m.containerObserved(c.Name, c.Kind, "", pr, nil, false)
+			co := containerObserved(runtimeName, c.Name, c.Kind, "", pr, nil, false)
 			switch c.Kind {
 			case schemas.ContainerKindApp, "":
 				o.Containers = append(o.Containers, co)
@@ -167,17 +170,16 @@ func (m *Manager) buildObserved(pod *corev1.Pod, pr *podRuntime, st *podState, a
 		if isSidecar(c) {
 			kind = schemas.ContainerKindSidecar
 		}
-		o.InitContainers = append(o.InitContainers, m.containerObserved(c.Name, kind, c.Image, pr, st.waitingOf(c.Name), false))
+		o.InitContainers = append(o.InitContainers, containerObserved(runtimeName, c.Name, kind, c.Image, pr, st.waitingOf(c.Name), false))
 	}
 	for i := range pod.Spec.Containers {
 		c := &pod.Spec.Containers[i]
-		o.Containers = append(o.Containers, m.containerObserved(c.Name, schemas.ContainerKindApp, c.Image, pr, st.waitingOf(c.Name), !initDone && len(pod.Spec.InitContainers) > 0))
+		o.Containers = append(o.Containers, containerObserved(runtimeName, c.Name, schemas.ContainerKindApp, c.Image, pr, st.waitingOf(c.Name), !initDone && len(pod.Spec.InitContainers) > 0))
 	}
 	for i := range pod.Spec.EphemeralContainers {
 		c := &pod.Spec.EphemeralContainers[i]
-		o.EphemeralContainers = append(o.EphemeralContainers, m.containerObserved(c.Name, schemas.ContainerKindEphemeral, c.Image, pr, st.waitingOf(c.Name), false))
+		o.EphemeralContainers = append(o.EphemeralContainers, containerObserved(runtimeName, c.Name, schemas.ContainerKindEphemeral, c.Image, pr, st.waitingOf(c.Name), false))
 	}
-	m.resizeObserved(pod, o)
 	return o
 }
 
@@ -185,7 +187,7 @@ func (m *Manager) buildObserved(pod *corev1.Pod, pr *podRuntime, st *podState, a
 // instance (Running or Terminated, or Waiting with the worker's reason
 // while it waits to restart), the one before as the last termination
 // state, or Waiting when it was never created.
-func (m *Manager) containerObserved(name, kind, image string, pr *podRuntime, wait *waitError, initializing bool) schemas.ContainerObserved {
+func containerObserved(runtimeName, name, kind, image string, pr *podRuntime, wait *waitError, initializing bool) schemas.ContainerObserved {
 	co := schemas.ContainerObserved{Name: name, Kind: kind, Image: image}
 	c := pr.newest(name)
 	if c == nil {
@@ -199,7 +201,7 @@ func (m *Manager) containerObserved(name, kind, image string, pr *podRuntime, wa
 		}
 		return co
 	}
-	co.ContainerID = m.runtimeName + "://" + c.ID
+	co.ContainerID = runtimeName + "://" + c.ID
 	co.ImageID = c.ImageRef
 	if co.Image == "" {
 		co.Image = c.Image
@@ -210,18 +212,18 @@ func (m *Manager) containerObserved(name, kind, image string, pr *podRuntime, wa
 	case c.running():
 		co.State.Running = &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(c.StartedAt)}
 		if prev := pr.previous(c); prev != nil && prev.exited() {
-			co.LastTerminationState.Terminated = m.terminated(prev)
+			co.LastTerminationState.Terminated = terminated(runtimeName, prev)
 		}
 	case c.exited():
 		if wait != nil {
 			// Waiting to restart (CrashLoopBackOff, an image problem, ...):
 			// the instance that exited is the last termination state.
 			co.State.Waiting = &corev1.ContainerStateWaiting{Reason: wait.Reason, Message: wait.Message}
-			co.LastTerminationState.Terminated = m.terminated(c)
+			co.LastTerminationState.Terminated = terminated(runtimeName, c)
 		} else {
-			co.State.Terminated = m.terminated(c)
+			co.State.Terminated = terminated(runtimeName, c)
 			if prev := pr.previous(c); prev != nil && prev.exited() {
-				co.LastTerminationState.Terminated = m.terminated(prev)
+				co.LastTerminationState.Terminated = terminated(runtimeName, prev)
 			}
 		}
 	default: // created, not started
@@ -237,13 +239,13 @@ func (m *Manager) containerObserved(name, kind, image string, pr *podRuntime, wa
 	return co
 }
 
-func (m *Manager) terminated(c *containerInfo) *corev1.ContainerStateTerminated {
+func terminated(runtimeName string, c *containerInfo) *corev1.ContainerStateTerminated {
 	return &corev1.ContainerStateTerminated{
 		ExitCode:    c.ExitCode,
 		Reason:      c.Reason,
 		Message:     c.Message,
 		StartedAt:   metav1.NewTime(c.StartedAt),
 		FinishedAt:  metav1.NewTime(c.FinishedAt),
-		ContainerID: m.runtimeName + "://" + c.ID,
+		ContainerID: runtimeName + "://" + c.ID,
 	}
 }

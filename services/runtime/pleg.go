@@ -87,9 +87,9 @@ func (m *Manager) relistLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C():
-		case <-m.relistWake:
+		case <-m.pleg.wake:
 		case <-retry:
-		case id := <-m.exits:
+		case id := <-m.pleg.exits:
 			pending[id] = m.clock.Now().Add(exitPendingFor)
 		}
 	}
@@ -113,7 +113,7 @@ func stillRunning(v string) bool {
 // relistNow asks for a relist at once.
 func (m *Manager) relistNow() {
 	select {
-	case m.relistWake <- struct{}{}:
+	case m.pleg.wake <- struct{}{}:
 	default:
 	}
 }
@@ -163,10 +163,10 @@ func changedPods(last, cur map[string]string) map[string]bool {
 // once. Events are hints: the relist stays the truth. containerd 1.6
 // answers Unimplemented, and the relist alone does the work.
 func (m *Manager) watchContainerEvents(ctx context.Context) {
-	if m.runtimeName == "containerd" && majorVersion(m.runtimeVersion) == 1 {
+	if m.runtime.name == "containerd" && majorVersion(m.runtime.version) == 1 {
 		// Known not to stream CRI events: asking would only make
 		// cri-client log an error at every start.
-		m.log.Info("containerd 1.x does not stream CRI container events, following its task events", "version", m.runtimeVersion)
+		m.log.Info("containerd 1.x does not stream CRI container events, following its task events", "version", m.runtime.version)
 		m.watchTaskEvents(ctx)
 		return
 	}
@@ -189,7 +189,7 @@ func (m *Manager) watchContainerEvents(ctx context.Context) {
 			return
 		}
 		if isUnimplemented(err) {
-			if m.runtimeName == "containerd" {
+			if m.runtime.name == "containerd" {
 				m.log.Info("The container runtime does not stream CRI container events, following containerd's task events")
 				m.watchTaskEvents(ctx)
 				return

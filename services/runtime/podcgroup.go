@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"google.golang.org/grpc/codes"
@@ -240,10 +241,10 @@ func (m *Manager) ensurePodCgroup(pod *corev1.Pod) error {
 
 // removePodCgroup kills what is left in the pod's cgroup and removes it,
 // whatever its QoS class was (the spec may be gone).
-func (m *Manager) removePodCgroup(uid string) error {
+func (m *Manager) removePodCgroup(uid string, _ *corev1.Pod) {
 	m.forgetResize(uid)
 	if m.cgroups.Manager() == nil {
-		return nil
+		return
 	}
 	var errs []error
 	for _, q := range []corev1.PodQOSClass{corev1.PodQOSGuaranteed, corev1.PodQOSBurstable, corev1.PodQOSBestEffort} {
@@ -258,10 +259,11 @@ func (m *Manager) removePodCgroup(uid string) error {
 		}
 	}
 	if len(errs) > 0 {
-		return fmt.Errorf("remove pod cgroup: %v", errs)
+		// The orphan cleanup tries again.
+		m.log.Warn("Cannot remove pod cgroup", "podUID", uid, "err", errors.Join(errs...))
+		return
 	}
 	m.updateQOSCgroups()
-	return nil
 }
 
 // cleanupOrphanedPodCgroups removes the cgroups of pods that no input and
@@ -319,21 +321,18 @@ func (m *Manager) updateQOSCgroups() {
 	}
 }
 
-// podCgroupStep is syncRunning's pod cgroup step, before the sandbox: the
-// pod's cgroup exists with its limits (the kubelet's SyncPod,
-// pcm.EnsureExists), and a resize of a running pod is carried out
-// (resize.go). ok false: the pass ends with res.
-func (m *Manager) podCgroupStep(ctx context.Context, pod *corev1.Pod, pr *podRuntime, st *podState, a *podActions) (res syncResult, ok bool) {
-	if err := m.ensurePodCgroup(m.allocatedPod(pod)); err != nil {
-		msg := fmt.Sprintf("unable to ensure pod container exists: %v", err)
-		m.log.Error("Failed to ensure that the pod cgroups exist", "pod", podRef(pod), "podUID", pod.UID, "err", err)
-		m.event(pod, nil, "", corev1.EventTypeWarning, "FailedCreatePodContainer", msg)
-		st.setPodReason("FailedCreatePodContainer", msg)
-		m.publish(ctx, pod, pr, st, a)
-		return syncResult{RequeueAfter: retryWaiting}, false
+// ensurePodCgroup is syncRunning's pod cgroup step: the pod's cgroup
+// exists with its limits before its sandbox (the kubelet's SyncPod,
+// pcm.EnsureExists, "unable to ensure pod container exists").
+func (s *podSync) ensurePodCgroup(ctx context.Context) *syncResult {
+	err := s.m.ensurePodCgroup(s.pod)
+	if err == nil {
+		return nil
 	}
-	if !a.CreateSandbox {
-		m.syncResize(ctx, pod, pr, st)
-	}
-	return syncResult{}, true
+	msg := fmt.Sprintf("unable to ensure pod container exists: %v", err)
+	s.m.log.Error("Failed to ensure that the pod cgroups exist", "pod", podRef(s.pod), "podUID", s.uid, "err", err)
+	s.m.event(s.pod, nil, "", corev1.EventTypeWarning, "FailedCreatePodContainer", msg)
+	s.st.setPodReason("FailedCreatePodContainer", msg)
+	s.publish(ctx)
+	return requeueIn(retryWaiting)
 }

@@ -141,8 +141,9 @@ func TestSIGKILLMidBurst(t *testing.T) {
 		h.waitObserved(pod, 3*time.Minute, "running", func(o *schemas.PodObserved) bool { return running(o, "app") })
 	}
 	t.Logf("all 10 running %v after the restart (%v after the burst began)", time.Since(restarted).Round(time.Millisecond), time.Since(began).Round(time.Millisecond))
-	// Let a wrong implementation make its duplicates.
-	time.Sleep(2 * time.Second)
+	// A wrong implementation has made its duplicates by the time a pod put
+	// after them runs.
+	h.barrier()
 	for _, pod := range pods {
 		sbs := h.sandboxes(pod.UID)
 		cs := h.containers(pod.UID)

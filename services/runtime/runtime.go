@@ -106,14 +106,12 @@ import (
 	"os"
 	"path/filepath"
 	goruntime "runtime"
-	"slices"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	internalapi "k8s.io/cri-api/pkg/apis"
-	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/bus"
@@ -128,7 +126,7 @@ import (
 
 // Spec describes nodelet-runtime to the daemon frame.
 func Spec() daemon.Spec {
-	return daemon.Spec{Component: bus.Runtime, NeedsCRI: true, Run: Run}
+	return daemon.Spec{Component: bus.Runtime, Run: Run}
 }
 
 // Run serves until ctx is done.
@@ -232,30 +230,58 @@ type Options struct {
 	VolumeStatsPeriod time.Duration
 }
 
-// Manager runs the node's pods.
+// Manager runs the node's pods. It holds what the pod workers share: the
+// connections (bus, CRI), the inputs as the bus delivers them, the workers
+// and their per-pod memory, the outputs, and the helpers the sync steps
+// use. A pod's sync is a sequence of steps over one pod (sync.go, steps.go).
 type Manager struct {
-	cfg     *config.Config
-	log     *slog.Logger
-	bus     *bus.Conn
-	rs      internalapi.RuntimeService
-	is      internalapi.ImageManagerService
-	clock   Clock
-	volumes VolumeManager
-	objects ObjectGetter
+	cfg   *config.Config
+	log   *slog.Logger
+	bus   *bus.Conn
+	clock Clock
+	rs    internalapi.RuntimeService
+	// runtime is CRI's runtime name and version, as Version said at start.
+	runtime runtimeInfo
 	health  func(bool, string)
-	hostIPs []string
-	podCIDR func(ctx context.Context) string
-	// cluster watches services and RuntimeClasses; nil on a standalone
-	// node.
-	cluster *clusterObjects
 
-	view     *criView
-	store    *store
-	workers  *podWorkers
-	images   *imagePuller
-	backoff  *backOff
+	// Inputs, the pods' workers and what each remembers.
+	store   *store
+	workers *podWorkers
+	pods    *podStates
+	// Outputs: the observed bucket; the runtime bucket's state.
 	observed *observedWriter
 	network  *networkState
+
+	// What the sync steps use: CRI's view of the pods, pulls, back-off,
+	// volumes, the bound on sandbox creations, and what configs are built
+	// from.
+	view    *criView
+	images  *imagePuller
+	backoff *backOff
+	volumes VolumeManager
+	// sandboxSlots bounds concurrent RunPodSandbox calls (nil: unbounded).
+	sandboxSlots chan struct{}
+	configSources
+
+	// pleg wakes the relist (pleg.go).
+	pleg plegSignals
+	// volumeReports publishes the volumes' stats and those in use.
+	volumeReports *volumeReporter
+}
+
+// runtimeInfo names the container runtime.
+type runtimeInfo struct {
+	// name prefixes container IDs in observed state (containerd://).
+	name    string
+	version string
+}
+
+// configSources is what a pod's sandbox and container configs are built
+// from besides the pod: the node, its DNS settings and the cluster's
+// objects. Manager embeds it: the config builders (sandbox.go,
+// containers.go, cluster.go) read these fields through it.
+type configSources struct {
+	hostIPs  []string
 	capacity nodeCapacity
 	dns      dnsSettings
 	// cgroups is the pod cgroup hierarchy (podcgroup.go); it only names
@@ -263,18 +289,19 @@ type Manager struct {
 	cgroups *cgroups.Pods
 	// resize holds each pod's allocated resources and resize progress (resize.go).
 	resize resizeState
-	// sandboxSlots bounds concurrent RunPodSandbox calls (nil: unbounded).
-	sandboxSlots chan struct{}
-	// runtimeName prefixes container IDs in observed state (containerd://).
-	runtimeName    string
-	runtimeVersion string
-	relistWake     chan struct{}
-	// exits carries container IDs whose exit an event announced.
-	exits       chan string
-	statsPeriod time.Duration
+	// objects reads pull secrets, secrets and config maps (nil: none).
+	objects ObjectGetter
+	// cluster watches services and RuntimeClasses; nil on a standalone
+	// node.
+	cluster *clusterObjects
+}
 
-	mu   sync.Mutex
-	pods map[string]*podState
+// plegSignals wake the relist between its periods.
+type plegSignals struct {
+	// wake asks for a relist at once.
+	wake chan struct{}
+	// exits carries container IDs whose exit an event announced.
+	exits chan string
 }
 
 // New checks opts and builds a Manager; Run starts it.
@@ -304,25 +331,26 @@ func New(opts Options) (*Manager, error) {
 		maxBackOff = 300 * time.Second
 	}
 	m := &Manager{
-		cfg: cfg, log: opts.Log, bus: opts.Bus, rs: opts.Runtime, is: opts.Image,
-		clock: opts.Clock, volumes: opts.Volumes, objects: opts.Objects, health: opts.SetHealth,
-		hostIPs: opts.HostIPs, podCIDR: opts.NodePodCIDR,
-		view:     newCRIView(opts.Runtime),
-		store:    newStore(),
-		images:   newImagePuller(opts.Image, opts.Clock, cfg.Runtime.MaxParallelImagePulls, maxBackOff),
-		backoff:  newBackOff(opts.Clock, initialBackOff, maxBackOff),
-		capacity: capacity,
-		dns: dnsSettings{
-			ClusterDNS: cfg.Node.ClusterDNS, ClusterDomain: cfg.Node.ClusterDomain, ResolvConf: cfg.Node.ResolvConf,
+		cfg: cfg, log: opts.Log, bus: opts.Bus, rs: opts.Runtime, clock: opts.Clock,
+		runtime: runtimeInfo{name: "containerd"},
+		health:  opts.SetHealth,
+		store:   newStore(),
+		pods:    newPodStates(),
+		view:    newCRIView(opts.Runtime),
+		images:  newImagePuller(opts.Image, opts.Clock, cfg.Runtime.MaxParallelImagePulls, maxBackOff),
+		backoff: newBackOff(opts.Clock, initialBackOff, maxBackOff),
+		volumes: opts.Volumes,
+		configSources: configSources{
+			hostIPs: opts.HostIPs, capacity: capacity, objects: opts.Objects,
+			dns: dnsSettings{ClusterDNS: cfg.Node.ClusterDNS, ClusterDomain: cfg.Node.ClusterDomain, ResolvConf: cfg.Node.ResolvConf},
 		},
-		runtimeName: "containerd",
-		pods:        map[string]*podState{},
-		relistWake:  make(chan struct{}, 1),
-		exits:       make(chan string, 64),
-		statsPeriod: opts.VolumeStatsPeriod,
+		pleg: plegSignals{wake: make(chan struct{}, 1), exits: make(chan string, 64)},
+		volumeReports: &volumeReporter{
+			volumes: opts.Volumes, bus: opts.Bus, clock: opts.Clock, log: opts.Log, statsPeriod: opts.VolumeStatsPeriod,
+		},
 	}
-	if m.statsPeriod <= 0 {
-		m.statsPeriod = time.Minute
+	if m.volumeReports.statsPeriod <= 0 {
+		m.volumeReports.statsPeriod = time.Minute
 	}
 	if c, ok := opts.Objects.(interface{ Client() kubernetes.Interface }); ok {
 		m.cluster = newClusterObjects(c.Client())
@@ -331,7 +359,7 @@ func New(opts Options) (*Manager, error) {
 		m.sandboxSlots = make(chan struct{}, n)
 	}
 	m.observed = newObservedWriter(opts.Bus, m.log)
-	m.network = newNetworkState(m)
+	m.network = newNetworkState(m, opts.NodePodCIDR)
 	var err error
 	if m.cgroups, err = newPodCgroupNames(cfg); err != nil {
 		return nil, fmt.Errorf("runtime.cgroupRoot: %w", err)
@@ -349,9 +377,9 @@ func (m *Manager) Run(ctx context.Context) error {
 		return fmt.Errorf("container runtime: %w", err)
 	}
 	if v.RuntimeName != "" {
-		m.runtimeName = v.RuntimeName
+		m.runtime.name = v.RuntimeName
 	}
-	m.runtimeVersion = v.RuntimeVersion
+	m.runtime.version = v.RuntimeVersion
 	m.log.Info("Container runtime", "name", v.RuntimeName, "version", v.RuntimeVersion, "apiVersion", v.RuntimeApiVersion)
 	m.network.setVersion(v.RuntimeName, v.RuntimeVersion)
 	if err := m.setupCgroups(ctx); err != nil {
@@ -397,8 +425,8 @@ func (m *Manager) Run(ctx context.Context) error {
 	run(m.relistLoop)
 	run(m.watchContainerEvents)
 	run(m.resyncLoop)
-	run(m.volumeStatsLoop)
-	run(m.volumesInUseLoop)
+	run(m.volumeReports.statsLoop)
+	run(m.volumeReports.inUseLoop)
 
 	<-ctx.Done()
 	wg.Wait()
@@ -425,74 +453,6 @@ func (m *Manager) resyncLoop(ctx context.Context) {
 	}
 }
 
-// volumeStatsLoop publishes the pods' persistent volume stats every
-// statsPeriod (runtime bucket, key volumestats), for nodelet-status's
-// /stats/summary. A node without such volumes writes one empty record.
-func (m *Manager) volumeStatsLoop(ctx context.Context) {
-	v, ok := m.volumes.(interface {
-		VolumeStats(context.Context) map[string][]statsapi.VolumeStats
-	})
-	if !ok {
-		return
-	}
-	t := m.clock.NewTicker(m.statsPeriod)
-	defer t.Stop()
-	wroteEmpty := false
-	for {
-		pods := v.VolumeStats(ctx)
-		if len(pods) > 0 || !wroteEmpty {
-			rec := &schemas.PodVolumeStats{Time: m.clock.Now().UTC(), Pods: pods}
-			if _, err := m.bus.Put(ctx, bus.BucketRuntime, bus.KeyVolumeStats, rec); err != nil {
-				if ctx.Err() == nil {
-					m.log.Warn("Cannot publish volume stats", "err", err)
-				}
-			} else {
-				wroteEmpty = len(pods) == 0
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
-		}
-	}
-}
-
-// volumesInUseLoop publishes the node's attachable volumes in use (runtime
-// bucket, key volumesinuse) whenever they change, for nodelet-status to
-// report as the Node's status.volumesInUse; checked again every 10s.
-func (m *Manager) volumesInUseLoop(ctx context.Context) {
-	v, ok := m.volumes.(interface {
-		VolumesInUse() []string
-		InUseChanged() <-chan struct{}
-	})
-	if !ok {
-		return
-	}
-	t := m.clock.NewTicker(10 * time.Second)
-	defer t.Stop()
-	var last []string
-	first := true
-	for {
-		names := v.VolumesInUse()
-		if first || !slices.Equal(names, last) {
-			if _, err := m.bus.Put(ctx, bus.BucketRuntime, bus.KeyVolumesInUse, &schemas.VolumesInUse{Names: names}); err != nil {
-				if ctx.Err() == nil {
-					m.log.Warn("Cannot publish the volumes in use", "err", err)
-				}
-			} else {
-				last, first = names, false
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-v.InUseChanged():
-		case <-t.C():
-		}
-	}
-}
-
 // syncOrphanedPodDirs is the kubelet's cleanupOrphanedPodDirs: a pod
 // directory (volumes mounted, CSI volumes published) of a pod that no
 // input knows any more — removed from CRI while nodelet-runtime was down
@@ -509,67 +469,6 @@ func (m *Manager) syncOrphanedPodDirs() {
 			m.workers.Update(e.Name())
 		}
 	}
-}
-
-// podState is what a pod's worker remembers between syncs: the waiting
-// reasons of its containers (the kubelet's reason cache) and the pod-level
-// reason.
-type podState struct {
-	mu         sync.Mutex
-	waiting    map[string]*waitError
-	podReason  string
-	podMessage string
-	// terminating: being killed; terminated: every container and the
-	// sandbox are stopped.
-	terminating bool
-	terminated  bool
-	// replaced counts interrupted starts replaced, by container name.
-	replaced map[string]int
-	// startTime is the pod's status.startTime once known (for its active
-	// deadline); deadlineExceeded: the pod was killed for passing it.
-	startTime        time.Time
-	deadlineExceeded bool
-}
-
-func (m *Manager) state(uid string) *podState {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	s := m.pods[uid]
-	if s == nil {
-		s = &podState{waiting: map[string]*waitError{}, replaced: map[string]int{}}
-		m.pods[uid] = s
-	}
-	return s
-}
-
-func (m *Manager) forgetState(uid string) {
-	m.mu.Lock()
-	delete(m.pods, uid)
-	m.mu.Unlock()
-	m.backoff.Forget(uid + "_")
-	m.images.forgetPod(uid)
-}
-
-func (s *podState) setWaiting(name string, w *waitError) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if w == nil {
-		delete(s.waiting, name)
-		return
-	}
-	s.waiting[name] = w
-}
-
-func (s *podState) waitingOf(name string) *waitError {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.waiting[name]
-}
-
-func (s *podState) setPodReason(reason, message string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.podReason, s.podMessage = reason, message
 }
 
 // event emits a lifecycle event about pod (and container c, when given)

@@ -67,7 +67,9 @@ func (m *Manager) sandboxConfig(pod *corev1.Pod, attempt uint32) (*runtimeapi.Po
 		if psc.RunAsGroup != nil {
 			lsc.RunAsGroup = &runtimeapi.Int64Value{Value: *psc.RunAsGroup}
 		}
-		lsc.Seccomp = seccompProfile(psc.SeccompProfile)
+	}
+	if err := m.sandboxProfiles(pod, lsc); err != nil {
+		return nil, err
 	}
 	linux := &runtimeapi.LinuxPodSandboxConfig{
 		CgroupParent:    m.cgroupParent(pod),

@@ -1,10 +1,14 @@
 package runtime
 
 import (
+	"errors"
 	"fmt"
+	"path/filepath"
 
 	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodelet/nodelet/internal/podutil"
 )
 
 // The paths the kubelet masks or makes read-only in every unprivileged
@@ -111,19 +115,84 @@ func namespaceOptions(pod *corev1.Pod) *runtimeapi.NamespaceOption {
 	return ns
 }
 
-func seccompProfile(p *corev1.SeccompProfile) *runtimeapi.SecurityProfile {
+// fieldSeccompProfile is the kubelet's fieldSeccompProfile: a Localhost
+// profile is a path under root (runtime.seccompProfileRoot); no profile is
+// RuntimeDefault with runtime.seccompDefault, else Unconfined.
+func fieldSeccompProfile(p *corev1.SeccompProfile, root string, fallbackToRuntimeDefault bool) (*runtimeapi.SecurityProfile, error) {
 	if p == nil {
-		return nil
+		if fallbackToRuntimeDefault {
+			return &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_RuntimeDefault}, nil
+		}
+		return &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Unconfined}, nil
 	}
 	switch p.Type {
 	case corev1.SeccompProfileTypeRuntimeDefault:
-		return &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_RuntimeDefault}
+		return &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_RuntimeDefault}, nil
 	case corev1.SeccompProfileTypeLocalhost:
-		if p.LocalhostProfile != nil {
-			return &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Localhost, LocalhostRef: *p.LocalhostProfile}
+		if p.LocalhostProfile == nil || len(*p.LocalhostProfile) == 0 {
+			return nil, fmt.Errorf("localhostProfile must be set if seccompProfile type is Localhost.")
 		}
+		return &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Localhost,
+			LocalhostRef: filepath.Join(root, *p.LocalhostProfile)}, nil
 	}
-	return &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Unconfined}
+	return &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Unconfined}, nil
+}
+
+// appArmorProfile is the kubelet's getAppArmorProfile: c's profile (field,
+// legacy annotation, pod field) and the deprecated string form older
+// runtimes (containerd 1.6) read; nil and "" for none.
+func appArmorProfile(pod *corev1.Pod, c *corev1.Container) (*runtimeapi.SecurityProfile, string, error) {
+	p := podutil.AppArmorProfile(pod, c)
+	if p == nil {
+		return nil, "", nil
+	}
+	switch p.Type {
+	case corev1.AppArmorProfileTypeRuntimeDefault:
+		return &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_RuntimeDefault},
+			corev1.DeprecatedAppArmorBetaProfileRuntimeDefault, nil
+	case corev1.AppArmorProfileTypeUnconfined:
+		return &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Unconfined},
+			corev1.DeprecatedAppArmorBetaProfileNameUnconfined, nil
+	case corev1.AppArmorProfileTypeLocalhost:
+		if p.LocalhostProfile == nil {
+			return nil, "", errors.New("missing localhost apparmor profile name")
+		}
+		return &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Localhost, LocalhostRef: *p.LocalhostProfile},
+			corev1.DeprecatedAppArmorBetaProfileNamePrefix + *p.LocalhostProfile, nil
+	}
+	return nil, "", fmt.Errorf("unknown apparmor profile type: %q", p.Type)
+}
+
+// containerProfiles completes c's security context as the kubelet's
+// determineEffectiveSecurityContext: seccomp (Localhost under
+// runtime.seccompProfileRoot, RuntimeDefault by default with
+// runtime.seccompDefault), AppArmor, and the pod's user namespace.
+func (m *Manager) containerProfiles(pod *corev1.Pod, c *corev1.Container, sc *runtimeapi.LinuxContainerSecurityContext) error {
+	var err error
+	if sc.Seccomp, err = fieldSeccompProfile(effectiveSecurityContext(pod, c).SeccompProfile,
+		m.cfg.SeccompRoot(), m.cfg.Runtime.SeccompDefault); err != nil {
+		return err
+	}
+	if sc.Apparmor, sc.ApparmorProfile, err = appArmorProfile(pod, c); err != nil {
+		return err
+	}
+	sc.NamespaceOptions.UsernsOptions, err = m.usernsOptions(pod)
+	return err
+}
+
+// sandboxProfiles completes the sandbox's security context as the
+// kubelet's generatePodSandboxLinuxConfig: the pause container always
+// runs under RuntimeDefault seccomp (so pods may use stricter profiles),
+// the pod's SELinux options, and its user namespace.
+func (m *Manager) sandboxProfiles(pod *corev1.Pod, lsc *runtimeapi.LinuxSandboxSecurityContext) error {
+	lsc.Seccomp = &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_RuntimeDefault}
+	if psc := pod.Spec.SecurityContext; psc != nil && psc.SELinuxOptions != nil {
+		o := psc.SELinuxOptions
+		lsc.SelinuxOptions = &runtimeapi.SELinuxOption{User: o.User, Role: o.Role, Type: o.Type, Level: o.Level}
+	}
+	var err error
+	lsc.NamespaceOptions.UsernsOptions, err = m.usernsOptions(pod)
+	return err
 }
 
 func supplementalGroups(pod *corev1.Pod) []int64 {
@@ -141,13 +210,13 @@ func supplementalGroups(pod *corev1.Pod) []int64 {
 // containerSecurityContext is the kubelet's
 // generateLinuxContainerSecurityContext: user and group (the image's user
 // when the spec names none), privileges, capabilities, read-only root,
-// no_new_privs, namespaces, masked paths and seccomp.
+// no_new_privs, namespaces and masked paths (seccomp, AppArmor and the
+// user namespace: containerProfiles).
 func containerSecurityContext(pod *corev1.Pod, c *corev1.Container, img *runtimeapi.Image) *runtimeapi.LinuxContainerSecurityContext {
 	sc := effectiveSecurityContext(pod, c)
 	out := &runtimeapi.LinuxContainerSecurityContext{
 		NamespaceOptions:   namespaceOptions(pod),
 		SupplementalGroups: supplementalGroups(pod),
-		Seccomp:            seccompProfile(sc.SeccompProfile),
 	}
 	if sc.RunAsUser != nil {
 		out.RunAsUser = &runtimeapi.Int64Value{Value: *sc.RunAsUser}

@@ -144,178 +144,176 @@ func (s *store) waitSynced(ctx context.Context) error {
 	return nil
 }
 
-// watchInputs runs the bus watches until ctx is done. Every change wakes
-// the pod's worker.
+// watchInputs mirrors the input buckets until ctx is done (a lost watch is
+// re-established and reported by bus.Mirror). Every change wakes the pod's
+// worker.
 func (m *Manager) watchInputs(ctx context.Context) {
-	var wg sync.WaitGroup
-	watch := func(f func() error) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := f(); err != nil && ctx.Err() == nil {
-				m.log.Error("Watch ended", "err", err)
-			}
-		}()
+	bus.RunAll(ctx,
+		bus.NewMirror(m.bus, bus.BucketDesired, ">", func(u bus.Update[schemas.PodDesired]) { m.onDesired(ctx, u) }),
+		bus.NewMirror(m.bus, bus.BucketAdmission, ">", m.onVerdict),
+		bus.NewMirror(m.bus, bus.BucketEvictions, ">", m.onEviction),
+		bus.NewMirror(m.bus, bus.BucketProbes, ">", m.onProbeResult),
+		bus.NewMirror(m.bus, bus.BucketSources, bus.KeySourcesReady, m.onSourcesReady),
+	)
+}
+
+// wakeWorker wakes uid's worker once every input bucket is loaded.
+func (m *Manager) wakeWorker(uid string) {
+	if m.workers != nil && m.store.allSynced() {
+		m.workers.Update(uid)
 	}
+}
+
+func (m *Manager) onDesired(ctx context.Context, u bus.Update[schemas.PodDesired]) {
 	s := m.store
-	wake := func(uid string) {
-		if m.workers != nil && s.allSynced() {
-			m.workers.Update(uid)
+	switch u.Kind {
+	case bus.Put:
+		if u.Value.Pod == nil {
+			m.log.Error("Desired pod without a pod, ignored", "key", u.Key)
+			return
 		}
+		s.mu.Lock()
+		r := s.record(u.Key)
+		r.Pod, r.Gone, r.Unconfirmed = u.Value.Pod, false, false
+		s.mu.Unlock()
+		m.wakeWorker(u.Key)
+	case bus.Deleted:
+		s.mu.Lock()
+		r := s.record(u.Key)
+		r.Gone, r.Unconfirmed = true, false
+		s.mu.Unlock()
+		m.wakeWorker(u.Key)
+	case bus.Synced:
+		s.setSynced(bus.BucketDesired, true)
+	case bus.Reset:
+		// The store was wiped: forget what the bucket said, keep
+		// the pods (a fresh load follows; nothing is killed before
+		// it is complete).
+		checked, fresh := m.sourcesFromCurrentStore(ctx)
+		s.mu.Lock()
+		for _, r := range s.pods {
+			if r.Pod != nil && !r.Gone {
+				r.Gone, r.Unconfirmed = true, true
+			}
+		}
+		// Readiness said before the wipe no longer vouches for
+		// the reloaded bucket; readiness said after it does (the
+		// sources watch may meet the new store first).
+		if !fresh && s.sourcesCreated.Equal(checked) {
+			s.sources = nil
+		}
+		s.mu.Unlock()
+		s.setSynced(bus.BucketDesired, false)
 	}
-	watch(func() error {
-		return bus.Watch(ctx, m.bus, bus.BucketDesired, ">", func(u bus.Update[schemas.PodDesired]) {
-			switch u.Kind {
-			case bus.Put:
-				if u.Value.Pod == nil {
-					m.log.Error("Desired pod without a pod, ignored", "key", u.Key)
-					return
-				}
-				s.mu.Lock()
-				r := s.record(u.Key)
-				r.Pod, r.Gone, r.Unconfirmed = u.Value.Pod, false, false
-				s.mu.Unlock()
-				wake(u.Key)
-			case bus.Deleted:
-				s.mu.Lock()
-				r := s.record(u.Key)
-				r.Gone, r.Unconfirmed = true, false
-				s.mu.Unlock()
-				wake(u.Key)
-			case bus.Synced:
-				s.setSynced(bus.BucketDesired, true)
-			case bus.Reset:
-				// The store was wiped: forget what the bucket said, keep
-				// the pods (a fresh load follows; nothing is killed before
-				// it is complete).
-				checked, fresh := m.sourcesFromCurrentStore(ctx)
-				s.mu.Lock()
-				for _, r := range s.pods {
-					if r.Pod != nil && !r.Gone {
-						r.Gone, r.Unconfirmed = true, true
-					}
-				}
-				// Readiness said before the wipe no longer vouches for
-				// the reloaded bucket; readiness said after it does (the
-				// sources watch may meet the new store first).
-				if !fresh && s.sourcesCreated.Equal(checked) {
-					s.sources = nil
-				}
-				s.mu.Unlock()
-				s.setSynced(bus.BucketDesired, false)
+}
+
+func (m *Manager) onVerdict(u bus.Update[schemas.AdmissionVerdict]) {
+	s := m.store
+	switch u.Kind {
+	case bus.Put:
+		s.mu.Lock()
+		s.record(u.Key).Verdict = u.Value
+		s.mu.Unlock()
+		m.wakeWorker(u.Key)
+	case bus.Deleted:
+		s.mu.Lock()
+		if r := s.pods[u.Key]; r != nil {
+			r.Verdict = nil
+		}
+		s.mu.Unlock()
+		m.wakeWorker(u.Key)
+	case bus.Synced:
+		s.setSynced(bus.BucketAdmission, true)
+	case bus.Reset:
+		s.mu.Lock()
+		for _, r := range s.pods {
+			r.Verdict = nil
+		}
+		s.mu.Unlock()
+		s.setSynced(bus.BucketAdmission, false)
+	}
+}
+
+func (m *Manager) onEviction(u bus.Update[schemas.PodEviction]) {
+	s := m.store
+	switch u.Kind {
+	case bus.Put:
+		s.mu.Lock()
+		s.record(u.Key).Eviction = u.Value
+		s.mu.Unlock()
+		m.wakeWorker(u.Key)
+	case bus.Deleted:
+		s.mu.Lock()
+		if r := s.pods[u.Key]; r != nil {
+			r.Eviction = nil
+		}
+		s.mu.Unlock()
+	case bus.Synced:
+		s.setSynced(bus.BucketEvictions, true)
+	case bus.Reset:
+		s.setSynced(bus.BucketEvictions, false)
+	}
+}
+
+func (m *Manager) onProbeResult(u bus.Update[schemas.ProbeResult]) {
+	s := m.store
+	switch u.Kind {
+	case bus.Put, bus.Deleted:
+		uid, rest, ok := strings.Cut(u.Key, ".")
+		if !ok {
+			m.log.Error("Probe result key is not <uid>.<container>.<kind>, ignored", "key", u.Key)
+			return
+		}
+		s.mu.Lock()
+		if u.Kind == bus.Put {
+			if s.probes[uid] == nil {
+				s.probes[uid] = map[string]*schemas.ProbeResult{}
 			}
-		})
-	})
-	watch(func() error {
-		return bus.Watch(ctx, m.bus, bus.BucketAdmission, ">", func(u bus.Update[schemas.AdmissionVerdict]) {
-			switch u.Kind {
-			case bus.Put:
-				s.mu.Lock()
-				s.record(u.Key).Verdict = u.Value
-				s.mu.Unlock()
-				wake(u.Key)
-			case bus.Deleted:
-				s.mu.Lock()
-				if r := s.pods[u.Key]; r != nil {
-					r.Verdict = nil
-				}
-				s.mu.Unlock()
-				wake(u.Key)
-			case bus.Synced:
-				s.setSynced(bus.BucketAdmission, true)
-			case bus.Reset:
-				s.mu.Lock()
-				for _, r := range s.pods {
-					r.Verdict = nil
-				}
-				s.mu.Unlock()
-				s.setSynced(bus.BucketAdmission, false)
+			s.probes[uid][rest] = u.Value
+		} else {
+			delete(s.probes[uid], rest)
+		}
+		s.mu.Unlock()
+		if u.Kind == bus.Put && (u.Value.Probe == schemas.ProbeLiveness || u.Value.Probe == schemas.ProbeStartup) {
+			m.wakeWorker(uid)
+		}
+	case bus.Synced:
+		s.setSynced(bus.BucketProbes, true)
+	case bus.Reset:
+		s.mu.Lock()
+		s.probes = map[string]map[string]*schemas.ProbeResult{}
+		s.mu.Unlock()
+		s.setSynced(bus.BucketProbes, false)
+	}
+}
+
+func (m *Manager) onSourcesReady(u bus.Update[schemas.SourcesReady]) {
+	s := m.store
+	switch u.Kind {
+	case bus.Put:
+		s.mu.Lock()
+		was := s.sources != nil && s.sources.AllReady
+		s.sources, s.sourcesCreated = u.Value, u.Created
+		s.mu.Unlock()
+		if !was && u.Value.AllReady && m.workers != nil {
+			// Orphans and pods lost in a wipe may be killed now.
+			for _, uid := range s.uids() {
+				m.workers.Update(uid)
 			}
-		})
-	})
-	watch(func() error {
-		return bus.Watch(ctx, m.bus, bus.BucketEvictions, ">", func(u bus.Update[schemas.PodEviction]) {
-			switch u.Kind {
-			case bus.Put:
-				s.mu.Lock()
-				s.record(u.Key).Eviction = u.Value
-				s.mu.Unlock()
-				wake(u.Key)
-			case bus.Deleted:
-				s.mu.Lock()
-				if r := s.pods[u.Key]; r != nil {
-					r.Eviction = nil
-				}
-				s.mu.Unlock()
-			case bus.Synced:
-				s.setSynced(bus.BucketEvictions, true)
-			case bus.Reset:
-				s.setSynced(bus.BucketEvictions, false)
-			}
-		})
-	})
-	watch(func() error {
-		return bus.Watch(ctx, m.bus, bus.BucketProbes, ">", func(u bus.Update[schemas.ProbeResult]) {
-			switch u.Kind {
-			case bus.Put, bus.Deleted:
-				uid, rest, ok := strings.Cut(u.Key, ".")
-				if !ok {
-					m.log.Error("Probe result key is not <uid>.<container>.<kind>, ignored", "key", u.Key)
-					return
-				}
-				s.mu.Lock()
-				if u.Kind == bus.Put {
-					if s.probes[uid] == nil {
-						s.probes[uid] = map[string]*schemas.ProbeResult{}
-					}
-					s.probes[uid][rest] = u.Value
-				} else {
-					delete(s.probes[uid], rest)
-				}
-				s.mu.Unlock()
-				if u.Kind == bus.Put && (u.Value.Probe == schemas.ProbeLiveness || u.Value.Probe == schemas.ProbeStartup) {
-					wake(uid)
-				}
-			case bus.Synced:
-				s.setSynced(bus.BucketProbes, true)
-			case bus.Reset:
-				s.mu.Lock()
-				s.probes = map[string]map[string]*schemas.ProbeResult{}
-				s.mu.Unlock()
-				s.setSynced(bus.BucketProbes, false)
-			}
-		})
-	})
-	watch(func() error {
-		return bus.Watch(ctx, m.bus, bus.BucketSources, bus.KeySourcesReady, func(u bus.Update[schemas.SourcesReady]) {
-			switch u.Kind {
-			case bus.Put:
-				s.mu.Lock()
-				was := s.sources != nil && s.sources.AllReady
-				s.sources, s.sourcesCreated = u.Value, u.Created
-				s.mu.Unlock()
-				if !was && u.Value.AllReady && m.workers != nil {
-					// Orphans and pods lost in a wipe may be killed now.
-					for _, uid := range s.uids() {
-						m.workers.Update(uid)
-					}
-					m.relistNow()
-				}
-			case bus.Deleted:
-				s.mu.Lock()
-				s.sources = nil
-				s.mu.Unlock()
-			case bus.Synced:
-				s.setSynced(bus.BucketSources, true)
-			case bus.Reset:
-				s.mu.Lock()
-				s.sources = nil
-				s.mu.Unlock()
-				s.setSynced(bus.BucketSources, false)
-			}
-		})
-	})
-	wg.Wait()
+			m.relistNow()
+		}
+	case bus.Deleted:
+		s.mu.Lock()
+		s.sources = nil
+		s.mu.Unlock()
+	case bus.Synced:
+		s.setSynced(bus.BucketSources, true)
+	case bus.Reset:
+		s.mu.Lock()
+		s.sources = nil
+		s.mu.Unlock()
+		s.setSynced(bus.BucketSources, false)
+	}
 }
 
 // sourcesFromCurrentStore says whether the sources readiness the store

@@ -108,7 +108,7 @@ func exitedContainer(env *eventsapi.Envelope) string {
 // containerExited hands a container exit to the PLEG.
 func (m *Manager) containerExited(id string) {
 	select {
-	case m.exits <- id:
+	case m.pleg.exits <- id:
 	default:
 		// The PLEG is behind; a plain relist finds the exit too.
 		m.relistNow()

@@ -8,17 +8,13 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
-	"fmt"
 	"math/big"
-	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"time"
 
+	"github.com/nodelet/nodelet/services/server/client"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
-
-	"github.com/nodelet/nodelet/internal/config"
 )
 
 // LocalAdmin is the user of the node-local client certificate that `nodelet
@@ -26,20 +22,10 @@ import (
 // debuggable too. Only root can read its key (the state dir's pki, 0600).
 const LocalAdmin = "nodelet:local-admin"
 
-// LocalClientFiles are the node-local CA and the local admin's client
-// certificate and key under the state dir.
-type LocalClientFiles struct{ CA, Cert, Key string }
-
-// LocalClient names the node-local client files of stateDir.
-func LocalClient(stateDir string) LocalClientFiles {
-	d := CertDir(stateDir)
-	return LocalClientFiles{CA: filepath.Join(d, "local-ca.crt"), Cert: filepath.Join(d, "local-admin.crt"), Key: filepath.Join(d, "local-admin.key")}
-}
-
 // ensureLocalClient makes the node-local CA and the local admin's client
 // certificate once, and returns the CA's PEM.
 func ensureLocalClient(stateDir string) ([]byte, error) {
-	f := LocalClient(stateDir)
+	f := client.LocalFiles(stateDir)
 	if ca, err := os.ReadFile(f.CA); err == nil {
 		if _, err := os.Stat(f.Key); err == nil {
 			return ca, nil
@@ -108,17 +94,4 @@ func (a localAdminAllowed) Authorize(ctx context.Context, attrs authorizer.Attri
 		return authorizer.DecisionAllow, "node-local admin", nil
 	}
 	return a.next.Authorize(ctx, attrs)
-}
-
-// LocalURL is where the node's own kubelet API answers: server.address,
-// or loopback when it listens on every address.
-func LocalURL(cfg *config.Config) string {
-	host := cfg.Server.Address
-	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
-		host = "127.0.0.1"
-		if ip.To4() == nil {
-			host = "::1"
-		}
-	}
-	return fmt.Sprintf("https://%s", net.JoinHostPort(host, strconv.Itoa(cfg.Server.Port)))
 }

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"log/slog"
 	"sync"
 	"time"
 
@@ -26,8 +25,10 @@ func newPodIndex() *podIndex {
 	return &podIndex{byKey: map[string]*corev1.Pod{}, byName: map[string]*corev1.Pod{}, synced: make(chan struct{})}
 }
 
-func (p *podIndex) watch(ctx context.Context, c *bus.Conn, log *slog.Logger) {
-	err := bus.Watch[schemas.PodDesired](ctx, c, bus.BucketDesired, ">", func(u bus.Update[schemas.PodDesired]) {
+// mirror keeps the index from the desired bucket (bus.Mirror re-establishes
+// a lost watch and reports the outage).
+func (p *podIndex) mirror(c *bus.Conn) bus.Runner {
+	return bus.NewMirror(c, bus.BucketDesired, ">", func(u bus.Update[schemas.PodDesired]) {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		switch u.Kind {
@@ -52,9 +53,6 @@ func (p *podIndex) watch(ctx context.Context, c *bus.Conn, log *slog.Logger) {
 			p.once.Do(func() { close(p.synced) })
 		}
 	})
-	if err != nil && ctx.Err() == nil {
-		log.Error("Cannot watch the desired pods", "err", err)
-	}
 }
 
 // get returns the pod namespace/name, waiting for the bucket's initial load

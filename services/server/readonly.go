@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"sort"
@@ -52,36 +53,30 @@ func newNodeView() *nodeView {
 	return &nodeView{status: map[string]*corev1.PodStatus{}, beats: map[string]heartbeat{}}
 }
 
-// watch follows the status and runtime buckets and the heartbeats until ctx
-// ends; the bus's watches and subscriptions survive its restarts.
+// watchNode mirrors the desired, status and runtime buckets and follows the
+// heartbeats until ctx ends; the mirrors and subscriptions survive the
+// bus's restarts.
 func (s *Service) watchNode(ctx context.Context, wg *sync.WaitGroup) {
 	v := s.view
-	wg.Add(3)
+	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		watchKey(ctx, s, bus.KeyVolumeStats, "the volume stats", func(x *schemas.PodVolumeStats) { v.volumes = x })
-	}()
-	go func() {
-		defer wg.Done()
-		watchKey(ctx, s, bus.KeyRuntimeState, "the runtime state", func(x *schemas.RuntimeState) { v.runtime = x })
-	}()
-	go func() {
-		defer wg.Done()
-		err := bus.Watch[schemas.PodStatusRecord](ctx, s.bus, bus.BucketStatus, ">", func(u bus.Update[schemas.PodStatusRecord]) {
-			v.mu.Lock()
-			defer v.mu.Unlock()
-			switch u.Kind {
-			case bus.Put:
-				v.status[u.Key] = &u.Value.Status
-			case bus.Deleted:
-				delete(v.status, u.Key)
-			case bus.Reset:
-				v.status = map[string]*corev1.PodStatus{}
-			}
-		})
-		if err != nil && ctx.Err() == nil {
-			s.log.Error("Cannot watch the pod statuses", "err", err)
-		}
+		bus.RunAll(ctx,
+			s.pods.mirror(s.bus),
+			runtimeKey(s, bus.KeyVolumeStats, func(x *schemas.PodVolumeStats) { v.volumes = x }),
+			runtimeKey(s, bus.KeyRuntimeState, func(x *schemas.RuntimeState) { v.runtime = x }),
+			bus.NewMirror(s.bus, bus.BucketStatus, ">", func(u bus.Update[schemas.PodStatusRecord]) {
+				v.mu.Lock()
+				defer v.mu.Unlock()
+				switch u.Kind {
+				case bus.Put:
+					v.status[u.Key] = &u.Value.Status
+				case bus.Deleted:
+					delete(v.status, u.Key)
+				case bus.Reset:
+					v.status = map[string]*corev1.PodStatus{}
+				}
+			}))
 	}()
 	sub, err := s.bus.NC.Subscribe(bus.SubjectHealthAll, func(m *nats.Msg) {
 		_, hb, err := schemas.Decode[schemas.Heartbeat](m.Data)
@@ -136,6 +131,13 @@ func (s *Service) healthChecks() []healthCheck {
 			c.err = fmt.Errorf("not ready: %s", e.hb.Message)
 		}
 		out = append(out, c)
+	}
+	// nodelet-server's own mirrors (it does not hear its own heartbeat):
+	// a lost watch past its grace fails /healthz like a daemon's would.
+	if s.bus != nil {
+		if lost := s.bus.Outages(); len(lost) > 0 {
+			out = append(out, healthCheck{name: "nodelet-server", err: errors.New(strings.Join(lost, "; "))})
+		}
 	}
 	rc := healthCheck{name: "runtime"}
 	switch rs := v.runtime; {
@@ -352,15 +354,15 @@ func (s *Service) serveSystemLogs() http.Handler {
 	return http.StripPrefix(logsPath, http.FileServer(http.Dir(s.logDir)))
 }
 
-// watchKey keeps one key of the runtime bucket in the node view: set gets
-// its value (nil once it is deleted or the store wiped), under the view's
-// lock, until ctx ends.
-func watchKey[T any, PT interface {
+// runtimeKey keeps one key of the runtime bucket in the node view: set
+// gets its value (nil once it is deleted or the store wiped), under the
+// view's lock.
+func runtimeKey[T any, PT interface {
 	*T
 	schemas.Message
-}](ctx context.Context, s *Service, key, what string, set func(*T)) {
+}](s *Service, key string, set func(*T)) bus.Runner {
 	v := s.view
-	err := bus.Watch[T, PT](ctx, s.bus, bus.BucketRuntime, key, func(u bus.Update[T]) {
+	return bus.NewMirror[T, PT](s.bus, bus.BucketRuntime, key, func(u bus.Update[T]) {
 		v.mu.Lock()
 		defer v.mu.Unlock()
 		switch u.Kind {
@@ -370,7 +372,4 @@ func watchKey[T any, PT interface {
 			set(nil)
 		}
 	})
-	if err != nil && ctx.Err() == nil {
-		s.log.Error("Cannot watch "+what, "err", err)
-	}
 }

@@ -43,7 +43,7 @@ import (
 
 // Spec describes nodelet-server to the daemon frame.
 func Spec() daemon.Spec {
-	return daemon.Spec{Component: bus.KubeletServer, NeedsCRI: true, Run: Run}
+	return daemon.Spec{Component: bus.KubeletServer, Run: Run}
 }
 
 // Options are what a Service runs with. Run builds them from the daemon's
@@ -268,11 +268,7 @@ func (s *Service) Run(ctx context.Context) error {
 		"authorizationMode", s.cfg.Server.Authorization.Mode)
 
 	s.watchNode(ctx, &wg)
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		s.pods.watch(ctx, s.bus, s.log)
-	}()
+	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		s.runAuthn(ctx)

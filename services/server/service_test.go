@@ -1,6 +1,8 @@
 package server
 
 import (
+	"github.com/nodelet/nodelet/internal/testenv/eventually"
+
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -33,6 +35,7 @@ import (
 	"github.com/nodelet/nodelet/internal/images"
 	"github.com/nodelet/nodelet/internal/testenv"
 	"github.com/nodelet/nodelet/schemas"
+	"github.com/nodelet/nodelet/services/server/client"
 )
 
 // testServer is a running Service on a real bus, with a client that holds
@@ -85,7 +88,7 @@ func startServer(t *testing.T, cfg *config.Config, clients *cri.Clients, mut fun
 		}
 	})
 	waitFor(t, 10*time.Second, "the kubelet API to listen", func() bool { return s.Addr() != "" })
-	f := LocalClient(cfg.Node.StateDir)
+	f := client.LocalFiles(cfg.Node.StateDir)
 	crt, err := tls.LoadX509KeyPair(f.Cert, f.Key)
 	if err != nil {
 		t.Fatal(err)
@@ -175,13 +178,7 @@ func series(fams map[string]*dto.MetricFamily, name string, want map[string]stri
 
 func waitFor(t *testing.T, timeout time.Duration, what string, ok func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	eventually.True(t, timeout, what, ok)
 }
 
 func freePort(t *testing.T) int {

@@ -12,11 +12,8 @@ import (
 	"k8s.io/client-go/util/keyutil"
 
 	"github.com/nodelet/nodelet/internal/config"
+	"github.com/nodelet/nodelet/internal/kubeclient"
 )
-
-// CertDir is where nodelet-server keeps the self-signed serving certificate
-// it makes when server.tlsCertFile is empty (the kubelet's --cert-dir).
-func CertDir(stateDir string) string { return filepath.Join(stateDir, "pki") }
 
 // servingCertificate loads server.tlsCertFile/tlsPrivateKeyFile, or, like
 // the kubelet's InitializeTLS (cmd/kubelet/app/server.go), a self-signed
@@ -30,7 +27,7 @@ func servingCertificate(cfg *config.Config) (tls.Certificate, error) {
 		}
 		return c, nil
 	}
-	dir := CertDir(cfg.Node.StateDir)
+	dir := kubeclient.CertDir(cfg.Node.StateDir)
 	certPath, keyPath := filepath.Join(dir, "nodelet-server.crt"), filepath.Join(dir, "nodelet-server.key")
 	if ok, _ := cert.CanReadCertAndKey(certPath, keyPath); !ok {
 		ips, names := certNames(cfg)

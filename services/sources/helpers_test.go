@@ -1,6 +1,8 @@
 package sources
 
 import (
+	"github.com/nodelet/nodelet/internal/testenv/eventually"
+
 	"context"
 	"errors"
 	"fmt"
@@ -338,17 +340,7 @@ func (h *harness) eventCount(ok func(schemas.Event) bool) int {
 // waitFor polls cond until it holds or waitTimeout passes.
 func waitFor(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s; %s", what, state)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	eventually.State(t, waitTimeout, what, cond)
 }
 
 // writeFile writes a manifest the way editors do: a temporary file renamed

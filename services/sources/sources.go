@@ -41,7 +41,7 @@ import (
 
 // Spec describes nodelet-sources to the daemon frame.
 func Spec() daemon.Spec {
-	return daemon.Spec{Component: bus.Sources, NeedsCRI: false, Run: Run}
+	return daemon.Spec{Component: bus.Sources, Run: Run}
 }
 
 // Run serves until ctx is done.
@@ -176,11 +176,12 @@ func newMerger(env *daemon.Env, clk clock.PassiveClock, configured []string) *me
 	}
 	// The bus's store was wiped under us: the writers forget what they
 	// wrote, and the next flush puts everything again.
-	onReset := func() {
+	onReset := func() error {
 		select {
 		case m.reset <- struct{}{}:
 		default:
 		}
+		return nil
 	}
 	m.desired = bus.NewWriter(env.Bus, bus.BucketDesired, onReset)
 	m.ready = bus.NewWriter(env.Bus, bus.BucketSources, onReset)

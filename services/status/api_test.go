@@ -14,15 +14,35 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/internal/config"
 	"github.com/nodelet/nodelet/internal/podutil"
+	"github.com/nodelet/nodelet/internal/testenv/eventually"
 	"github.com/nodelet/nodelet/schemas"
 )
 
 // startAPI runs nodelet-status with the node's identity against the test
 // control plane.
+// leaseRenewedTwice waits until nodelet-status has renewed node-1's Lease
+// twice: status's own loop is the clock of tests that assert something did
+// not happen while it ran.
+func leaseRenewedTwice(t *testing.T, admin kubernetes.Interface) {
+	t.Helper()
+	renewed := func() time.Time {
+		l, err := admin.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctxT(t), "node-1", metav1.GetOptions{})
+		if err != nil || l.Spec.RenewTime == nil {
+			return time.Time{}
+		}
+		return l.Spec.RenewTime.Time
+	}
+	for i := range 2 {
+		first := renewed()
+		waitFor(t, 30*time.Second, fmt.Sprintf("lease renewal %d", i+1), func() bool { return renewed().After(first) })
+	}
+}
+
 func (h *harness) startAPI(mut func(*Options)) *runningSvc {
 	h.t.Helper()
 	return h.start(func(o *Options) {
@@ -124,14 +144,6 @@ func TestAPINodeAndLease(t *testing.T) {
 		t.Errorf("addresses = %v", node.Status.Addresses)
 	}
 
-	// Nothing changes: no status report within the (hour-long) report period.
-	hb := nodeCondOf(node, corev1.NodeReady).LastHeartbeatTime
-	time.Sleep(3 * time.Second)
-	n, _ := admin.CoreV1().Nodes().Get(ctxT(t), "node-1", metav1.GetOptions{})
-	if got := nodeCondOf(n, corev1.NodeReady).LastHeartbeatTime; !got.Equal(&hb) {
-		t.Errorf("node status reported without a change: heartbeat %v -> %v", hb, got)
-	}
-
 	// The network goes down: reported at once, NotReady with the runtime's words.
 	h.put(h.runtime, bus.BucketRuntime, bus.KeyRuntimeState, &schemas.RuntimeState{RuntimeReady: true, RuntimeName: "containerd", RuntimeVersion: "1.6.20",
 		Reason: "NetworkPluginNotReady", Message: "cni config uninitialized"})
@@ -161,8 +173,20 @@ func TestAPINodeAndLease(t *testing.T) {
 		first := renewTime()
 		waitFor(t, 20*time.Second, what, func() bool { return renewTime().After(first) })
 	}
+	// Nothing changes: no status report within the (hour-long) report
+	// period, while two renewals prove status's node loop kept running.
+	var hb metav1.Time
+	waitFor(t, 30*time.Second, "node-1 Ready again", func() bool {
+		n, err := admin.CoreV1().Nodes().Get(ctxT(t), "node-1", metav1.GetOptions{})
+		c := nodeCondOf(n, corev1.NodeReady)
+		hb = c.LastHeartbeatTime
+		return err == nil && c.Status == corev1.ConditionTrue
+	})
 	advancing("renewTime to advance")
 	advancing("renewTime to advance again")
+	if n, _ := admin.CoreV1().Nodes().Get(ctxT(t), "node-1", metav1.GetOptions{}); !nodeCondOf(n, corev1.NodeReady).LastHeartbeatTime.Equal(&hb) {
+		t.Errorf("node status reported without a change: heartbeat %v -> %v", hb, nodeCondOf(n, corev1.NodeReady).LastHeartbeatTime)
+	}
 
 	s.stop()
 	stopped := renewTime()
@@ -186,6 +210,7 @@ func TestAPINodeAndLease(t *testing.T) {
 // with a grace period, the object goes once the runtime has stopped it.
 func TestAPIPodStatus(t *testing.T) {
 	h := newHarness(t)
+	h.cfg.Status.NodeLeaseDurationSeconds = 4 // renewed every second: the test's clock
 	h.runtimeReady()
 	s := h.startAPI(nil)
 	ns := cp.Namespace(t)
@@ -221,7 +246,7 @@ func TestAPIPodStatus(t *testing.T) {
 	}
 	// Patches only on change: nothing more is written once converged.
 	rv := p.ResourceVersion
-	time.Sleep(2 * time.Second)
+	leaseRenewedTwice(t, admin)
 	if p2, _ := admin.CoreV1().Pods(ns).Get(ctxT(t), "web", metav1.GetOptions{}); p2.ResourceVersion != rv {
 		t.Errorf("pod written again without a change: %+v", p2.Status)
 	}
@@ -233,7 +258,7 @@ func TestAPIPodStatus(t *testing.T) {
 	}
 	deleting := waitPod(t, admin, ns, "web", "a deletion timestamp", func(p *corev1.Pod) bool { return p.DeletionTimestamp != nil })
 	h.desire(deleting, schemas.SourceAPI)
-	time.Sleep(time.Second)
+	leaseRenewedTwice(t, admin)
 	if _, err := admin.CoreV1().Pods(ns).Get(ctxT(t), "web", metav1.GetOptions{}); err != nil {
 		t.Fatalf("pod deleted while its containers still ran: %v", err)
 	}
@@ -342,7 +367,7 @@ func TestAPIEvents(t *testing.T) {
 	h.prober.Emit(schemas.Event{Object: ref, Type: corev1.EventTypeWarning, Reason: "Unhealthy", Message: "Readiness probe failed: connection refused", Time: now.Add(3 * time.Second)})
 
 	byReason := map[string]corev1.Event{}
-	err := eventually(60*time.Second, func() error {
+	err := eventually.Poll(t.Context(), clock.RealClock{}, 60*time.Second, eventually.Interval, func() error {
 		evs, err := admin.CoreV1().Events(ns).List(ctxT(t), metav1.ListOptions{})
 		if err != nil {
 			return err

@@ -19,10 +19,12 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/internal/config"
 	"github.com/nodelet/nodelet/internal/testenv"
+	"github.com/nodelet/nodelet/internal/testenv/eventually"
 	"github.com/nodelet/nodelet/schemas"
 )
 
@@ -332,7 +334,7 @@ func churn(t *testing.T, h *harness, newCmd func() *exec.Cmd, extra func()) {
 	}
 
 	// Every event exactly once.
-	err := eventually(90*time.Second, func() error {
+	err := eventually.Poll(t.Context(), clock.RealClock{}, 90*time.Second, eventually.Interval, func() error {
 		evs, err := admin.CoreV1().Events(ns).List(ctxT(t), metav1.ListOptions{})
 		if err != nil {
 			return err
@@ -362,7 +364,7 @@ func churn(t *testing.T, h *harness, newCmd func() *exec.Cmd, extra func()) {
 	}
 	// BirthCry: one Starting per start, all counted on one event (the
 	// correlator was primed with the earlier ones after every restart).
-	err = eventually(60*time.Second, func() error {
+	err = eventually.Poll(t.Context(), clock.RealClock{}, 60*time.Second, eventually.Interval, func() error {
 		evs, err := admin.CoreV1().Events(metav1.NamespaceDefault).List(ctxT(t), metav1.ListOptions{FieldSelector: startingSelector})
 		if err != nil {
 			return err

@@ -19,13 +19,15 @@ import (
 	recordutil "k8s.io/client-go/tools/record/util"
 
 	"github.com/nodelet/nodelet/bus"
+	"github.com/nodelet/nodelet/internal/component"
 	"github.com/nodelet/nodelet/schemas"
 )
 
 const (
 	// EventsConsumer is the durable consumer of the events stream through
-	// which nodelet-status posts every event to the API server once.
-	EventsConsumer = "nodelet-status-events"
+	// which nodelet-status posts every event to the API server once, as
+	// its declaration names it.
+	EventsConsumer = component.StatusEventsDurable
 	// EventSourceComponent is the events' source, as the kubelet names it,
 	// so that tools selecting the node agent's events keep working.
 	EventSourceComponent = "kubelet"

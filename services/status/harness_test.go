@@ -3,7 +3,6 @@ package status
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"testing"
@@ -17,6 +16,7 @@ import (
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/bus/bustest"
 	"github.com/nodelet/nodelet/internal/config"
+	"github.com/nodelet/nodelet/internal/testenv/eventually"
 	"github.com/nodelet/nodelet/schemas"
 )
 
@@ -28,6 +28,7 @@ type harness struct {
 	b                                            *bustest.Bus
 	cfg                                          *config.Config
 	sources, admission, runtime, prober, gc, tap *bus.Conn
+	barriers                                     int
 }
 
 func newHarness(t *testing.T) *harness {
@@ -150,15 +151,24 @@ func (h *harness) waitRecord(uid types.UID, what string, ok func(*schemas.PodSta
 	return last
 }
 
+// barrier runs a marker pod through the desired, admission and observed
+// buckets and waits for its status record. Each bucket is watched in order
+// and a record needs all three, so every update put before the barrier has
+// been handled — and anything status would write because of it written —
+// by the time it returns: what a test asserts did not happen, did not.
+func (h *harness) barrier() {
+	h.t.Helper()
+	h.barriers++
+	p := apiPod("barrier", fmt.Sprintf("barrier-%d", h.barriers), types.UID(fmt.Sprintf("uid-barrier-%d", h.barriers)), "app")
+	h.desire(p, schemas.SourceAPI)
+	h.admit(p)
+	h.observe(p, creatingObserved(p))
+	h.waitRecord(p.UID, "the barrier pod's status", func(*schemas.PodStatusRecord) bool { return true })
+}
+
 func waitFor(t *testing.T, timeout time.Duration, what string, ok func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	eventually.True(t, timeout, what, ok)
 }
 
 // metricsText is nodelet-status's metrics as nodelet-server scrapes them
@@ -226,21 +236,5 @@ func heartbeatOf(t *testing.T, c *bus.Conn, ready bool, msg string) {
 	}
 	if err := c.NC.Flush(); err != nil {
 		t.Fatal(err)
-	}
-}
-
-var errTimeout = errors.New("timeout")
-
-func eventually(timeout time.Duration, f func() error) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%w: %v", errTimeout, err)
-		}
-		time.Sleep(100 * time.Millisecond)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nodelet/nodelet/bus"
+	"github.com/nodelet/nodelet/internal/tools/podtable"
 	"github.com/nodelet/nodelet/schemas"
 )
 
@@ -25,7 +26,7 @@ func TestBusPodLifecycle(t *testing.T) {
 	}
 	h.desire(pod, schemas.SourceAPI)
 	// Nothing is reported before admission decides.
-	time.Sleep(300 * time.Millisecond)
+	h.barrier()
 	if r, _ := h.record(pod.UID); r != nil {
 		t.Fatalf("status written before admission: %+v", r.Status)
 	}
@@ -34,7 +35,7 @@ func TestBusPodLifecycle(t *testing.T) {
 	// Nor before the runtime reports the pod: a status is generated from
 	// what the runtime saw, so a restart can never report a running pod
 	// as Pending.
-	time.Sleep(300 * time.Millisecond)
+	h.barrier()
 	if r, _ := h.record(pod.UID); r != nil {
 		t.Fatalf("status written before the runtime reported the pod: %+v", r.Status)
 	}
@@ -70,7 +71,7 @@ func TestBusPodLifecycle(t *testing.T) {
 	// Gone from desired: the status stays while the runtime still has it,
 	// and goes with the observed state.
 	h.del(h.sources, bus.BucketDesired, string(pod.UID))
-	time.Sleep(300 * time.Millisecond)
+	h.barrier()
 	if r, _ := h.record(pod.UID); r == nil {
 		t.Fatal("status deleted while the runtime still reports the pod")
 	}
@@ -132,14 +133,14 @@ func TestBusRestartNeverGoesBackwards(t *testing.T) {
 	if _, rev := h.record(web.UID); rev == webRev {
 		t.Error("web's status was not rewritten although its container restarted")
 	}
-	time.Sleep(500 * time.Millisecond)
+	h.barrier()
 	if r, rev := h.record(job.UID); rev != jobRev {
 		t.Errorf("job's unchanged status was written again after the restart (revision %d -> %d): %+v", jobRev, rev, r.Status)
 	}
 
 	// A stale report (running again) cannot undo the job's completion.
 	h.observe(job, runningObserved(job, "10.88.0.9", 3))
-	time.Sleep(500 * time.Millisecond)
+	h.barrier()
 	r, _ := h.record(job.UID)
 	if r.Status.Phase != corev1.PodSucceeded || r.Status.ContainerStatuses[0].State.Terminated == nil {
 		t.Errorf("job went backwards: phase %s, state %+v", r.Status.Phase, r.Status.ContainerStatuses[0].State)
@@ -215,12 +216,12 @@ func TestLoadPodsTable(t *testing.T) {
 	h.waitRecord(web.UID, "web Running", func(r *schemas.PodStatusRecord) bool { return r.Status.Phase == corev1.PodRunning })
 	h.waitRecord(big.UID, "big Failed", func(r *schemas.PodStatusRecord) bool { return r.Status.Phase == corev1.PodFailed })
 
-	pods, err := LoadPods(t.Context(), h.tap)
+	pods, err := podtable.LoadPods(t.Context(), h.tap)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows := PodRows(pods, time.Now())
-	got := map[string]PodRow{}
+	rows := podtable.PodRows(pods, time.Now())
+	got := map[string]podtable.PodRow{}
 	for _, r := range rows {
 		got[r.Namespace+"/"+r.Name] = r
 	}

@@ -32,7 +32,7 @@ import (
 
 // Spec describes nodelet-status to the daemon frame.
 func Spec() daemon.Spec {
-	return daemon.Spec{Component: bus.Status, NeedsCRI: true, Run: Run}
+	return daemon.Spec{Component: bus.Status, Run: Run}
 }
 
 // Options are what a Service runs with. Run builds them from the daemon's
@@ -110,12 +110,13 @@ func New(o Options) (*Service, error) {
 		s.hostname = s.nodeName
 	}
 	s.metrics = newMetrics(s.registry, s.st)
-	s.statusW = bus.NewWriter(o.Bus, bus.BucketStatus, func() {
+	s.statusW = bus.NewWriter(o.Bus, bus.BucketStatus, func() error {
 		s.st.mu.Lock()
 		s.st.markAllDirty()
 		s.st.mu.Unlock()
+		return nil
 	})
-	s.nodeW = bus.NewWriter(o.Bus, bus.BucketNode, s.st.wakeNode)
+	s.nodeW = bus.NewWriter(o.Bus, bus.BucketNode, func() error { s.st.wakeNode(); return nil })
 	s.node = newNodeSync(s, o.Kube)
 	if o.Kube != nil {
 		s.api = newAPISync(s, o.Kube)
@@ -160,11 +161,7 @@ func (s *Service) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); f() }()
 	}
-	goRun(func() {
-		s.st.watchAll(ctx, s.bus, func(bucket string, err error) {
-			s.log.Error("Watch failed, retrying", "bucket", bucket, "err", err)
-		})
-	})
+	goRun(func() { s.st.watchAll(ctx, s.bus) })
 	goRun(func() { s.statusLoop(ctx) })
 	goRun(func() { s.node.run(ctx) })
 	if s.api != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/schemas"
@@ -150,102 +149,47 @@ func (s *store) podInputsLocked(uid string) (PodInputs, bool) {
 	return in, true
 }
 
-// watchAll runs one watch per input bucket until ctx ends.
-func (s *store) watchAll(ctx context.Context, c *bus.Conn, onErr func(bucket string, err error)) {
-	var wg sync.WaitGroup
-	run := func(bucket string, f func(context.Context) error) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for ctx.Err() == nil {
-				if err := f(ctx); err != nil && ctx.Err() == nil {
-					onErr(bucket, err)
-					select {
-					case <-ctx.Done():
-					case <-time.After(time.Second):
-					}
-				}
-			}
-		}()
-	}
-	run(bus.BucketDesired, func(ctx context.Context) error {
-		apply := podUpdate(s, bus.BucketDesired, s.desired)
-		return bus.Watch(ctx, c, bus.BucketDesired, ">", func(u bus.Update[schemas.PodDesired]) {
+// watchAll mirrors every input bucket until ctx ends (a lost watch is
+// re-established and reported by bus.Mirror).
+func (s *store) watchAll(ctx context.Context, c *bus.Conn) {
+	applyDesired := podUpdate(s, bus.BucketDesired, s.desired)
+	bus.RunAll(ctx,
+		bus.NewMirror(c, bus.BucketDesired, ">", func(u bus.Update[schemas.PodDesired]) {
 			if u.Kind == bus.Put && u.Value.Pod != nil {
 				s.mu.Lock()
 				s.names[u.Key] = u.Value.Pod.Namespace + "/" + u.Value.Pod.Name
 				s.mu.Unlock()
 			}
-			apply(u)
-		})
-	})
-	run(bus.BucketAdmission, func(ctx context.Context) error {
-		return bus.Watch(ctx, c, bus.BucketAdmission, ">", podUpdate(s, bus.BucketAdmission, s.verdicts))
-	})
-	run(bus.BucketObserved, func(ctx context.Context) error {
-		return bus.Watch(ctx, c, bus.BucketObserved, ">", podUpdate(s, bus.BucketObserved, s.observed))
-	})
-	run(bus.BucketEvictions, func(ctx context.Context) error {
-		return bus.Watch(ctx, c, bus.BucketEvictions, ">", podUpdate(s, bus.BucketEvictions, s.evictions))
-	})
-	run(bus.BucketStatus, func(ctx context.Context) error {
-		return bus.Watch(ctx, c, bus.BucketStatus, ">", s.statusUpdate)
-	})
-	run(bus.BucketProbes, func(ctx context.Context) error {
-		return bus.Watch(ctx, c, bus.BucketProbes, ">", s.probeUpdate)
-	})
-	run(bus.BucketRuntime, func(ctx context.Context) error {
-		return bus.Watch(ctx, c, bus.BucketRuntime, bus.KeyRuntimeState, func(u bus.Update[schemas.RuntimeState]) {
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			switch u.Kind {
-			case bus.Put:
-				s.runtime = u.Value
-			case bus.Deleted, bus.Reset:
-				s.runtime = nil
-			}
+			applyDesired(u)
+		}),
+		bus.NewMirror(c, bus.BucketAdmission, ">", podUpdate(s, bus.BucketAdmission, s.verdicts)),
+		bus.NewMirror(c, bus.BucketObserved, ">", podUpdate(s, bus.BucketObserved, s.observed)),
+		bus.NewMirror(c, bus.BucketEvictions, ">", podUpdate(s, bus.BucketEvictions, s.evictions)),
+		bus.NewMirror(c, bus.BucketStatus, ">", s.statusUpdate),
+		bus.NewMirror(c, bus.BucketProbes, ">", s.probeUpdate),
+		bus.NewMirror(c, bus.BucketRuntime, bus.KeyRuntimeState, nodeValue(s, &s.runtime, true)),
+		bus.NewMirror(c, bus.BucketRuntime, bus.KeyVolumeStats, nodeValue(s, &s.volumeStats, false)),
+		bus.NewMirror(c, bus.BucketRuntime, bus.KeyVolumesInUse, nodeValue(s, &s.volumesInUse, true)),
+		bus.NewMirror(c, bus.BucketPressure, bus.KeyPressure, nodeValue(s, &s.pressure, true)),
+	)
+}
+
+// nodeValue keeps one key of a bucket in *v; with wake, each change wakes
+// the node status loop.
+func nodeValue[T any](s *store, v **T, wake bool) func(bus.Update[T]) {
+	return func(u bus.Update[T]) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		switch u.Kind {
+		case bus.Put:
+			*v = u.Value
+		case bus.Deleted, bus.Reset:
+			*v = nil
+		}
+		if wake {
 			s.wakeNode()
-		})
-	})
-	run(bus.BucketRuntime, func(ctx context.Context) error {
-		return bus.Watch(ctx, c, bus.BucketRuntime, bus.KeyVolumeStats, func(u bus.Update[schemas.PodVolumeStats]) {
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			switch u.Kind {
-			case bus.Put:
-				s.volumeStats = u.Value
-			case bus.Deleted, bus.Reset:
-				s.volumeStats = nil
-			}
-		})
-	})
-	run(bus.BucketRuntime, func(ctx context.Context) error {
-		return bus.Watch(ctx, c, bus.BucketRuntime, bus.KeyVolumesInUse, func(u bus.Update[schemas.VolumesInUse]) {
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			switch u.Kind {
-			case bus.Put:
-				s.volumesInUse = u.Value
-			case bus.Deleted, bus.Reset:
-				s.volumesInUse = nil
-			}
-			s.wakeNode()
-		})
-	})
-	run(bus.BucketPressure, func(ctx context.Context) error {
-		return bus.Watch(ctx, c, bus.BucketPressure, bus.KeyPressure, func(u bus.Update[schemas.NodePressure]) {
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			switch u.Kind {
-			case bus.Put:
-				s.pressure = u.Value
-			case bus.Deleted, bus.Reset:
-				s.pressure = nil
-			}
-			s.wakeNode()
-		})
-	})
-	wg.Wait()
+		}
+	}
 }
 
 // podUpdate applies updates of a bucket keyed by pod UID to m.
@@ -253,18 +197,14 @@ func podUpdate[T any](s *store, bucket string, m map[string]*T) func(bus.Update[
 	return func(u bus.Update[T]) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
+		keys := bus.Apply(m, u)
 		switch u.Kind {
-		case bus.Put:
-			m[u.Key] = u.Value
-			s.markDirty(u.Key)
-		case bus.Deleted:
-			delete(m, u.Key)
+		case bus.Put, bus.Deleted:
 			s.markDirty(u.Key)
 		case bus.Synced:
 			s.setSynced(bucket, true)
 		case bus.Reset:
-			for k := range m {
-				delete(m, k)
+			for _, k := range keys {
 				s.dirty[k] = true
 			}
 			s.setSynced(bucket, false)

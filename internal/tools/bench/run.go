@@ -19,7 +19,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/nodelet/nodelet/internal/testenv"
+	"github.com/nodelet/nodelet/internal/containerd/scratch"
 )
 
 // DefaultOut is where the JSON result goes unless told otherwise.
@@ -177,7 +177,7 @@ func Measure(ctx context.Context, o Options, out io.Writer) (*Result, error) {
 	}()
 
 	b.log.Info("Starting a private containerd")
-	ctrd, err := testenv.StartContainerd(testenv.ContainerdOptions{})
+	ctrd, err := scratch.Start(scratch.Options{})
 	if err != nil {
 		return nil, fmt.Errorf("containerd: %w", err)
 	}
@@ -185,7 +185,7 @@ func Measure(ctx context.Context, o Options, out io.Writer) (*Result, error) {
 	defer removeCgroups(CgroupRoot)
 	b.rt = &runtimeEnv{Endpoint: ctrd.Endpoint, Address: ctrd.Address, CNIConfDir: ctrd.CNIConfDir, BridgeName: ctrd.BridgeName,
 		NetworkName: ctrd.NetworkName, Subnet: ctrd.Subnet, ContainerdPid: ctrd.Pid(),
-		shimPIDs: func() []int { return testenv.ShimPIDs(ctrd.Address) }}
+		shimPIDs: func() []int { return scratch.ShimPIDs(ctrd.Address) }}
 	if b.cri, err = dialCRI(ctrd.Address); err != nil {
 		return nil, err
 	}

@@ -12,8 +12,8 @@ import (
 	"github.com/spf13/pflag"
 	"sigs.k8s.io/yaml"
 
+	"github.com/nodelet/nodelet/internal/component"
 	"github.com/nodelet/nodelet/internal/config"
-	"github.com/nodelet/nodelet/internal/graph"
 )
 
 // composeFile is the part of the Compose specification docker-compose.yml
@@ -63,7 +63,7 @@ func loadCompose(t *testing.T) composeFile {
 }
 
 // TestComposeMatchesGraph parses docker-compose.yml and checks that its
-// services are the graph's components, each running its own binary, and
+// services are the declared components, each running its own binary, and
 // that depends_on (all on health) gives the supervisor's start order.
 func TestComposeMatchesGraph(t *testing.T) {
 	f := loadCompose(t)
@@ -72,7 +72,7 @@ func TestComposeMatchesGraph(t *testing.T) {
 		names = append(names, n)
 	}
 	var want []string
-	for _, c := range graph.Components {
+	for _, c := range component.Declared.Processes() {
 		want = append(want, c.Name)
 	}
 	sort.Strings(names)
@@ -81,8 +81,8 @@ func TestComposeMatchesGraph(t *testing.T) {
 		t.Fatalf("services %v, graph components %v", names, want)
 	}
 	image := f.Services["bus"].Image
-	var fromCompose []graph.Component
-	for _, c := range graph.Components {
+	var fromCompose []component.Component
+	for _, c := range component.Declared.Processes() {
 		s := f.Services[c.Name]
 		if len(s.Command) == 0 || s.Command[0] != c.Binary() || !slices.Equal(s.Command[1:], []string{"--config", DefaultConfigPath}) {
 			t.Errorf("%s: command %q, want %s --config %s", c.Name, s.Command, c.Binary(), DefaultConfigPath)
@@ -108,14 +108,14 @@ func TestComposeMatchesGraph(t *testing.T) {
 		req := slices.Clone(c.Requires)
 		sort.Strings(req)
 		if !slices.Equal(deps, req) {
-			t.Errorf("%s: depends_on %v, graph requires %v", c.Name, deps, req)
+			t.Errorf("%s: depends_on %v, the declaration requires %v", c.Name, deps, req)
 		}
 		if s.Privileged != (c.Name == "runtime") {
 			t.Errorf("%s: privileged = %v; only the runtime (mounts) needs it", c.Name, s.Privileged)
 		}
-		fromCompose = append(fromCompose, graph.Component{Name: c.Name, Requires: deps})
+		fromCompose = append(fromCompose, component.Component{Name: c.Name, Process: true, Requires: deps})
 	}
-	order, err := graph.Order(fromCompose)
+	order, err := component.Set(fromCompose).Order()
 	if err != nil {
 		t.Fatalf("depends_on does not order: %v", err)
 	}
@@ -123,7 +123,7 @@ func TestComposeMatchesGraph(t *testing.T) {
 	for _, c := range order {
 		got = append(got, c.Name)
 	}
-	for _, c := range graph.StartOrder() {
+	for _, c := range component.StartOrder() {
 		wantOrder = append(wantOrder, c.Name)
 	}
 	if !slices.Equal(got, wantOrder) {
@@ -160,7 +160,7 @@ func TestComposeMountsMatchNodeConfig(t *testing.T) {
 		}
 		return m
 	}
-	for _, c := range graph.Components {
+	for _, c := range component.Declared.Processes() {
 		m := mounts(c.Name)
 		if _, ok := m[DefaultConfigPath]; !ok {
 			t.Errorf("%s: no config mounted at %s", c.Name, DefaultConfigPath)
@@ -213,7 +213,7 @@ func TestDockerfileBuildsEveryBinary(t *testing.T) {
 		t.Errorf("deploy/Dockerfile has %d stages, want 2 (build, run)", n)
 	}
 	// nodelet, and nodeletd with every component (cmd/nodeletd's own test
-	// holds it to the graph).
+	// holds it to the declaration).
 	for _, bin := range []string{"nodelet", "nodeletd"} {
 		if _, err := os.Stat(filepath.Join(repoRoot, "cmd", bin, "main.go")); err != nil {
 			t.Errorf("./cmd/... does not build %s: %v", bin, err)

@@ -5,134 +5,8 @@ import (
 	"path"
 	"strings"
 
-	"github.com/nodelet/nodelet/internal/graph"
+	"github.com/nodelet/nodelet/internal/component"
 )
-
-// sandbox is what one daemon may touch on the node; everything not granted
-// here is denied by its unit. Each grant carries the reason, which goes into
-// the unit as a comment.
-type sandbox struct {
-	// why explains the grants, one comment line per entry.
-	why []string
-	// hostMounts: the daemon must live in the host's mount namespace, so
-	// none of the settings that create a private one may apply.
-	hostMounts bool
-	// devices keeps the host's /dev (no PrivateDevices=).
-	devices bool
-	// podLogs makes /var/log/pods writable (LogsDirectory=pods).
-	podLogs bool
-	// caps is the capability bounding set; nil keeps root's. A daemon of
-	// its own user holds them as ambient capabilities.
-	caps []string
-	// netlink allows AF_NETLINK (listing the node's interfaces).
-	netlink bool
-	// loopbackOnly: the daemon talks to the bus (and unix sockets) only.
-	loopbackOnly bool
-	// private: every file it creates is for nodelet alone (UMask=0077).
-	private bool
-	// stateMode is the mode of the state dir parts a daemon of its own
-	// user owns (StateDirectoryMode=); 0750 when empty: group nodelet may
-	// reach the sockets in run/<name>.
-	stateMode string
-}
-
-// sandboxes holds one entry per component of the graph; rendering fails for
-// a component without one, so a new daemon cannot slip in unconfined.
-var sandboxes = map[string]sandbox{
-	"bus": {
-		why: []string{
-			"The bus needs its store and the seeds it makes under the state dir",
-			"(both 0700, its own) and loopback TCP; nothing else.",
-		},
-		caps: []string{}, loopbackOnly: true, private: true,
-		stateMode: "0700",
-	},
-	"sources": {
-		why: []string{
-			"Sources reads the static pod files (sources.staticPodPath), the node's",
-			"kubeconfig (node.kubeconfig) with the key it names and the client",
-			"certificate status renews in the state dir's pki, all often root's and",
-			"0600 (as kubeadm writes them): CAP_DAC_READ_SEARCH reads them, and",
-			"nothing else can it write. It fetches the manifest URL and talks to",
-			"kube-apiserver.",
-		},
-		caps: []string{"CAP_DAC_READ_SEARCH"}, private: true,
-	},
-	"admission": {
-		why: []string{
-			"Admission reads the node's capacity from /proc and /sys and decides on",
-			"the buckets, reading claims, volumes and CSINode from kube-apiserver",
-			"for CSI attach limits with the node's kubeconfig and client",
-			"certificate (root's and 0600, as for sources: CAP_DAC_READ_SEARCH);",
-			"it writes nothing but its own run directory.",
-		},
-		caps: []string{"CAP_DAC_READ_SEARCH"}, private: true,
-	},
-	"prober": {
-		why: []string{
-			"The prober probes pods over TCP, HTTP and gRPC (exec probes go through",
-			"CRI) and looks up the node's address over netlink.",
-		},
-		caps:    []string{},
-		netlink: true,
-		private: true,
-	},
-	"status": {
-		why: []string{
-			"Status reads the node's hardware and filesystem capacity through",
-			"cAdvisor (/proc and /sys read-only; /dev stays, cAdvisor maps",
-			"filesystems to block devices) and looks up the node's addresses over",
-			"netlink.",
-		},
-		devices: true,
-		caps:    []string{},
-		netlink: true,
-		private: true,
-	},
-	"server": {
-		why: []string{
-			"The server serves the kubelet API on server.port (TCP, any address)",
-			"and the read-only port when set, reads container logs under",
-			"/var/log/pods and /var/log for /logs/ (read-only here), proxies",
-			"streams to containerd's loopback streaming server, reads the node's",
-			"usage through procfs and cAdvisor (/dev stays, cAdvisor maps",
-			"filesystems to block devices), keeps its serving certificate in the",
-			"state dir and looks up the node's addresses over netlink.",
-		},
-		devices: true,
-		caps:    []string{},
-		netlink: true,
-		private: true,
-	},
-	"gc": {
-		why: []string{
-			"GC rotates and removes container logs under /var/log/pods",
-			"(LogsDirectory=pods makes it writable), measures emptyDir volumes",
-			"whose files belong to any user and removes pod log directories",
-			"(CAP_DAC_READ_SEARCH, CAP_DAC_OVERRIDE), and reads /proc and the root",
-			"memory cgroup for the eviction signals.",
-		},
-		podLogs:      true,
-		caps:         []string{"CAP_DAC_OVERRIDE", "CAP_DAC_READ_SEARCH"},
-		loopbackOnly: true,
-	},
-	"runtime": {
-		why: []string{
-			"The runtime mounts tmpfs emptyDir volumes that containerd, outside this",
-			"unit, bind-mounts into containers, so it must stay in the host's mount",
-			"namespace: ProtectSystem=, ProtectHome=, PrivateTmp=, PrivateDevices=,",
-			"ReadWritePaths=, ProtectKernel*= and ProtectControlGroups= all make a",
-			"private one and cannot apply. It writes the state dir (volumes, /etc/hosts",
-			"and termination message files), /var/log/pods and the CNI conf dir",
-			"(runtime.cniConfDir), removes pod cgroups under /sys/fs/cgroup, mounts",
-			"(CAP_SYS_ADMIN) and prepares volumes for any user: it keeps root's",
-			"capabilities, as the kubelet does. What still applies: no new",
-			"privileges, no exotic sockets, no namespaces, no W+X memory.",
-		},
-		hostMounts: true,
-		netlink:    true,
-	},
-}
 
 // SysusersFile declares the users and the group for systemd-sysusers.
 const SysusersFile = "sysusers.d/nodelet.conf"
@@ -162,13 +36,16 @@ func (u *unitFile) section(name string) {
 func (u *unitFile) set(key, value string) { u.b.WriteString(key + "=" + value + "\n") }
 
 // UnitName is the systemd unit of a component.
-func UnitName(c graph.Component) string { return c.Binary() + ".service" }
+func UnitName(c component.Component) string { return c.Binary() + ".service" }
 
 // SystemdUnits renders one service per component and nodelet.target, in
 // start order. It fails for a component without a sandbox profile or a
-// graph that does not order.
-func SystemdUnits(cs []graph.Component, o Options) ([]File, error) {
-	order, err := graph.Order(cs)
+// declaration that does not order.
+func SystemdUnits(s component.Set, o Options) ([]File, error) {
+	if err := s.Check(); err != nil {
+		return nil, err
+	}
+	order, err := s.Order()
 	if err != nil {
 		return nil, err
 	}
@@ -177,11 +54,10 @@ func SystemdUnits(cs []graph.Component, o Options) ([]File, error) {
 	}
 	var files []File
 	for _, c := range order {
-		sb, ok := sandboxes[c.Name]
-		if !ok {
-			return nil, fmt.Errorf("units: component %s has no sandbox profile in internal/tools/units", c.Name)
+		if len(c.Systemd.Why) == 0 {
+			return nil, fmt.Errorf("units: component %s declares no systemd sandbox (internal/component)", c.Name)
 		}
-		files = append(files, File{Name: UnitName(c), Data: []byte(service(c, sb, o))})
+		files = append(files, File{Name: UnitName(c), Data: []byte(service(c, o))})
 	}
 	files = append(files, File{Name: Target, Data: []byte(target(order))})
 	files = append(files, File{Name: ContainerdDropIn, Data: []byte(containerdDropIn())})
@@ -208,7 +84,7 @@ func (o Options) stateRel() string { return strings.TrimPrefix(o.StateDir, "/var
 
 // sysusers declares, for systemd-sysusers, the group nodelet and one
 // system user per component that runs as its own user.
-func sysusers(order []graph.Component) string {
+func sysusers(order []component.Component) string {
 	u := &unitFile{}
 	u.comment(
 		SysusersFile+": the users nodelet's daemons run as, one each, and",
@@ -218,12 +94,20 @@ func sysusers(order []graph.Component) string {
 		"",
 	)
 	u.comment(strings.Split(generatedBy, "\n")...)
-	u.b.WriteString("\ng " + graph.Group + " -\n")
+	u.b.WriteString("\ng " + component.Group + " -\n")
+	u.comment("", "Who may use containerd's CRI socket (its [grpc] gid), and who may read the",
+		"node's certificates in the state dir's pki.")
+	u.b.WriteString("g " + component.CRIGroup + " -\n")
+	u.b.WriteString("g " + component.APIGroup + " -\n")
 	for _, c := range order {
 		if c.User() == "" {
 			continue
 		}
-		u.b.WriteString(fmt.Sprintf("u %s - %q / -\n", c.User(), c.Description))
+		// A GECOS field holds no ':'.
+		u.b.WriteString(fmt.Sprintf("u %s - %q / -\n", c.User(), strings.ReplaceAll(c.Description, ":", "")))
+		for _, g := range c.Groups() {
+			u.b.WriteString(fmt.Sprintf("m %s %s\n", c.User(), g))
+		}
 	}
 	u.comment("", "Root, each for the reason its unit gives:")
 	for _, c := range order {
@@ -239,8 +123,8 @@ func sysusers(order []graph.Component) string {
 // CNI conf dir and sandbox image that nodelet expects).
 const ContainerdDropIn = "containerd.service.d/10-nodelet.conf"
 
-const generatedBy = "Generated by `nodelet systemd-units` from internal/graph, the dependency graph\n" +
-	"`nodelet up` uses; do not edit. Regenerate: go generate ./internal/tools/units/"
+const generatedBy = "Generated by `nodelet systemd-units` from internal/component, the declaration\n" +
+	"`nodelet up` uses too; do not edit. Regenerate: go generate ./internal/tools/units/"
 
 func header(u *unitFile, title string) {
 	u.comment(title, "")
@@ -248,14 +132,15 @@ func header(u *unitFile, title string) {
 	u.comment("Install: deploy/systemd/README.md.")
 }
 
-func service(c graph.Component, sb sandbox, o Options) string {
+func service(c component.Component, o Options) string {
+	sb := c.Systemd
 	u := &unitFile{}
 	header(u, UnitName(c)+": "+c.Description)
 	u.section("Unit")
 	u.set("Description", c.Description)
 	if len(c.Requires) > 0 {
 		u.comment(
-			"Start after what the graph says this daemon requires, once each has said",
+			"Start after what the declaration says this daemon requires, once each has said",
 			"READY=1, and pull it in. Wants=, not Requires= or BindsTo=: every daemon",
 			"rides out a restart of the bus and of any other daemon (it reconnects and",
 			"rebuilds its state from the buckets), so `systemctl restart` of one unit",
@@ -334,30 +219,66 @@ func service(c graph.Component, sb sandbox, o Options) string {
 			"missing: "+strings.Join(append(append([]string{}, c.OwnDirs...), c.RunDir()+" (its lock and sockets)."), ", "),
 		)
 		u.set("User", user)
-		u.set("Group", graph.Group)
+		u.set("Group", component.Group)
 		var dirs []string
 		for _, d := range append(append([]string{}, c.OwnDirs...), c.RunDir()) {
 			dirs = append(dirs, path.Join(o.stateRel(), d))
 		}
 		u.set("StateDirectory", strings.Join(dirs, " "))
-		mode := sb.stateMode
+		mode := sb.StateMode
 		if mode == "" {
 			mode = "0750"
 		}
 		u.set("StateDirectoryMode", mode)
-		if len(sb.caps) > 0 {
+		if len(sb.Caps) > 0 {
 			u.comment("The capabilities below, held by its own user.")
-			u.set("AmbientCapabilities", strings.Join(sb.caps, " "))
+			u.set("AmbientCapabilities", strings.Join(sb.Caps, " "))
 		}
 	} else {
 		u.comment("Runs as root.")
 		u.comment(c.Root...)
 	}
+	if g := c.Groups(); len(g) > 0 {
+		var why []string
+		for _, n := range g {
+			switch n {
+			case component.CRIGroup:
+				why = append(why, n+": containerd's CRI socket (its [grpc] gid)")
+			case component.APIGroup:
+				why = append(why, n+": the node's certificates in the state dir's "+component.SharedDir)
+			}
+		}
+		u.comment("Groups: " + strings.Join(why, "; ") + ".")
+		u.set("SupplementaryGroups", strings.Join(g, " "))
+	}
+	if sb.WritesShared {
+		shared := path.Join(o.StateDir, component.SharedDir)
+		u.comment(
+			"It writes the node's certificates in "+shared+", shared with the other",
+			"writer and readable by group "+component.APIGroup+": made (as root, before",
+			"the sandbox applies) root's, that group's, setgid so what is written there",
+			"keeps the group, 2770.",
+		)
+		u.set("ExecStartPre", "+/usr/bin/install -d -o root -g "+component.APIGroup+" -m 2770 "+shared)
+		u.comment("\"-\": the command above runs in the unit's namespace too, before it made it.")
+		u.set("ReadWritePaths", "-"+shared)
+	}
 	u.comment("")
 	u.comment("Hardening.")
-	u.comment(sb.why...)
+	u.comment(sb.Why...)
 	u.set("NoNewPrivileges", "yes")
-	if !sb.hostMounts {
+	if sb.PodLogs {
+		if c.User() == "" {
+			u.comment(o.PodLogsDir + " (node.podLogsDir), created if missing (root's), writable.")
+			u.set("LogsDirectory", strings.TrimPrefix(o.PodLogsDir, "/var/log/"))
+		} else {
+			u.comment(o.PodLogsDir+" (node.podLogsDir), writable; root's (the runtime, root, writes it",
+				"too): made if missing as root, before the sandbox applies.")
+			u.set("ExecStartPre", "+/usr/bin/install -d -m 0755 "+o.PodLogsDir)
+			u.set("ReadWritePaths", "-"+o.PodLogsDir)
+		}
+	}
+	if !sb.HostMounts {
 		u.comment("Read-only /usr, /etc and the rest, but for what it owns in the state")
 		u.comment("dir (node.stateDir).")
 		u.set("ProtectSystem", "strict")
@@ -369,13 +290,9 @@ func service(c graph.Component, sb sandbox, o Options) string {
 			u.comment("Every component's seed lives here: it sees none of them.")
 			u.set("InaccessiblePaths", "-"+credDir)
 		}
-		if sb.podLogs {
-			u.comment(o.PodLogsDir + " (node.podLogsDir), created if missing, writable.")
-			u.set("LogsDirectory", strings.TrimPrefix(o.PodLogsDir, "/var/log/"))
-		}
 		u.set("ProtectHome", "yes")
 		u.set("PrivateTmp", "yes")
-		if !sb.devices {
+		if !sb.Devices {
 			u.set("PrivateDevices", "yes")
 		}
 		u.set("ProtectKernelTunables", "yes")
@@ -386,24 +303,28 @@ func service(c graph.Component, sb sandbox, o Options) string {
 		u.set("ProtectHostname", "yes")
 		u.set("RestrictSUIDSGID", "yes")
 	}
-	if sb.caps != nil {
-		if len(sb.caps) == 0 {
+	if sb.Caps != nil {
+		if len(sb.Caps) == 0 {
 			u.comment("No capability at all.")
 		}
-		u.set("CapabilityBoundingSet", strings.Join(sb.caps, " "))
+		u.set("CapabilityBoundingSet", strings.Join(sb.Caps, " "))
+	}
+	if len(sb.DropCaps) > 0 {
+		u.comment("Root's capabilities but these.")
+		u.set("CapabilityBoundingSet", "~"+strings.Join(sb.DropCaps, " "))
 	}
 	families := "AF_UNIX AF_INET AF_INET6"
-	if sb.netlink {
+	if sb.Netlink {
 		families += " AF_NETLINK"
 	}
 	u.set("RestrictAddressFamilies", families)
-	if sb.loopbackOnly {
+	if sb.LoopbackOnly {
 		u.comment("Only the bus and unix sockets: no IP traffic beyond loopback (enforced")
 		u.comment("on cgroup v2; cgroup v1 hosts ignore it with a warning).")
 		u.set("IPAddressDeny", "any")
 		u.set("IPAddressAllow", "localhost")
 	}
-	if sb.private {
+	if sb.Private {
 		u.comment("It creates files for nodelet alone.")
 		u.set("UMask", "0077")
 	}
@@ -412,10 +333,13 @@ func service(c graph.Component, sb sandbox, o Options) string {
 	u.set("LockPersonality", "yes")
 	u.set("MemoryDenyWriteExecute", "yes")
 	u.set("SystemCallArchitectures", "native")
+	if len(sb.DenySyscalls) > 0 {
+		u.set("SystemCallFilter", "~"+strings.Join(sb.DenySyscalls, " "))
+	}
 	return u.b.String()
 }
 
-func target(order []graph.Component) string {
+func target(order []component.Component) string {
 	u := &unitFile{}
 	header(u, Target+": the nodelet node agent, every process of it")
 	u.comment(

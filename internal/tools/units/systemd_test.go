@@ -13,7 +13,7 @@ import (
 
 	sdunit "github.com/coreos/go-systemd/v22/unit"
 
-	"github.com/nodelet/nodelet/internal/graph"
+	"github.com/nodelet/nodelet/internal/component"
 )
 
 // repoRoot is the top of the repository, from this package's directory.
@@ -58,7 +58,7 @@ func (p parsed) one(section, key string) string {
 
 func rendered(t *testing.T) map[string][]byte {
 	t.Helper()
-	files, err := SystemdUnits(graph.Components, Defaults())
+	files, err := SystemdUnits(component.Declared, Defaults())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,10 +70,10 @@ func rendered(t *testing.T) map[string][]byte {
 }
 
 // TestCheckedInFilesAreCurrent fails when deploy/systemd or
-// docker-compose.yml were not regenerated after a change to the graph or
+// docker-compose.yml were not regenerated after a change to the declaration or
 // the renderer, or when deploy/systemd holds a unit nobody renders.
 func TestCheckedInFilesAreCurrent(t *testing.T) {
-	files, err := SystemdUnits(graph.Components, Defaults())
+	files, err := SystemdUnits(component.Declared, Defaults())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +82,7 @@ func TestCheckedInFilesAreCurrent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	compose, err := Compose(graph.Components, Defaults())
+	compose, err := Compose(component.Declared, Defaults())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func TestCheckedInFilesAreCurrent(t *testing.T) {
 		if err == nil && !d.IsDir() {
 			rel, _ := filepath.Rel(dir, p)
 			if !want[rel] {
-				stale = append(stale, rel+" (not rendered from the graph)")
+				stale = append(stale, rel+" (not rendered from the declaration)")
 			}
 		}
 		return nil
@@ -135,8 +135,8 @@ func TestStaleNamesDifferences(t *testing.T) {
 // the supervisor's start order and requirements exactly.
 func TestUnitGraphEqualsSupervisorGraph(t *testing.T) {
 	files := rendered(t)
-	var fromUnits []graph.Component
-	for _, c := range graph.Components {
+	var fromUnits []component.Component
+	for _, c := range component.Declared.Processes() {
 		name := UnitName(c)
 		data, ok := files[name]
 		if !ok {
@@ -159,7 +159,7 @@ func TestUnitGraphEqualsSupervisorGraph(t *testing.T) {
 		sort.Strings(after)
 		sort.Strings(wants)
 		if !slices.Equal(after, req) || !slices.Equal(wants, req) {
-			t.Errorf("%s: After=%v Wants=%v, graph requires %v", name, after, wants, req)
+			t.Errorf("%s: After=%v Wants=%v, the declaration requires %v", name, after, wants, req)
 		}
 		if got := u.words("Unit", "Requires"); len(got) > 0 {
 			t.Errorf("%s: Requires=%v: a restart of a dependency would restart this unit", name, got)
@@ -191,9 +191,9 @@ func TestUnitGraphEqualsSupervisorGraph(t *testing.T) {
 				t.Errorf("%s: [%s] %s=%s, want %s", name, kv[0], kv[1], got, kv[2])
 			}
 		}
-		fromUnits = append(fromUnits, graph.Component{Name: c.Name, Requires: after})
+		fromUnits = append(fromUnits, component.Component{Name: c.Name, Process: true, Requires: after})
 	}
-	order, err := graph.Order(fromUnits)
+	order, err := component.Set(fromUnits).Order()
 	if err != nil {
 		t.Fatalf("the units' After= graph does not order: %v", err)
 	}
@@ -201,7 +201,7 @@ func TestUnitGraphEqualsSupervisorGraph(t *testing.T) {
 	for _, c := range order {
 		got = append(got, c.Name)
 	}
-	for _, c := range graph.StartOrder() {
+	for _, c := range component.StartOrder() {
 		want = append(want, c.Name)
 	}
 	if !slices.Equal(got, want) {
@@ -210,7 +210,7 @@ func TestUnitGraphEqualsSupervisorGraph(t *testing.T) {
 
 	tgt := parse(t, Target, files[Target])
 	var all []string
-	for _, c := range graph.StartOrder() {
+	for _, c := range component.StartOrder() {
 		all = append(all, UnitName(c))
 	}
 	if got := tgt.words("Unit", "Wants"); !slices.Equal(got, all) {
@@ -230,7 +230,7 @@ func TestUnitGraphEqualsSupervisorGraph(t *testing.T) {
 // namespace of its own.
 func TestOwnSeedOnly(t *testing.T) {
 	files := rendered(t)
-	for _, c := range graph.StartOrder() {
+	for _, c := range component.StartOrder() {
 		unit := string(files[UnitName(c)])
 		creds := 0
 		for _, l := range strings.Split(unit, "\n") {
@@ -265,7 +265,9 @@ func TestSandboxes(t *testing.T) {
 		name       string
 		hostMounts bool
 		caps       []string // nil: unrestricted
-		logs       bool
+		drop       []string // taken from root's
+		logs       bool     // LogsDirectory= (root's)
+		logsRW     bool     // writes the pod logs dir of another
 		devices    bool
 		netlink    bool
 		loopback   bool
@@ -273,11 +275,11 @@ func TestSandboxes(t *testing.T) {
 		{name: "bus", caps: []string{}, loopback: true},
 		{name: "sources", caps: []string{"CAP_DAC_READ_SEARCH"}},
 		{name: "admission", caps: []string{"CAP_DAC_READ_SEARCH"}}, // reads kube-apiserver for CSI attach limits
-		{name: "runtime", hostMounts: true, netlink: true},
+		{name: "runtime", hostMounts: true, netlink: true, drop: []string{"CAP_DAC_OVERRIDE", "CAP_DAC_READ_SEARCH"}},
 		{name: "prober", caps: []string{}, netlink: true},
-		{name: "status", caps: []string{}, devices: true, netlink: true},
-		{name: "server", caps: []string{}, devices: true, netlink: true},
-		{name: "gc", caps: []string{"CAP_DAC_OVERRIDE", "CAP_DAC_READ_SEARCH"}, logs: true, loopback: true},
+		{name: "status", caps: []string{"CAP_DAC_READ_SEARCH"}, devices: true, netlink: true},
+		{name: "server", caps: []string{"CAP_DAC_READ_SEARCH"}, devices: true, netlink: true},
+		{name: "gc", caps: []string{"CAP_DAC_OVERRIDE", "CAP_DAC_READ_SEARCH", "CAP_SYS_BOOT"}, logsRW: true, loopback: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			u := parse(t, tc.name, files["nodelet-"+tc.name+".service"])
@@ -299,6 +301,11 @@ func TestSandboxes(t *testing.T) {
 			_, set := s["CapabilityBoundingSet"]
 			caps := u.words("Service", "CapabilityBoundingSet")
 			switch {
+			case tc.drop != nil:
+				want := append([]string{"~" + tc.drop[0]}, tc.drop[1:]...)
+				if !slices.Equal(caps, want) {
+					t.Errorf("CapabilityBoundingSet=%q, want root's but %q", caps, tc.drop)
+				}
 			case tc.caps == nil && set:
 				t.Errorf("CapabilityBoundingSet=%q, want root's capabilities", caps)
 			case tc.caps != nil && (!set || !slices.Equal(caps, tc.caps)):
@@ -306,6 +313,9 @@ func TestSandboxes(t *testing.T) {
 			}
 			if got := u.one("Service", "LogsDirectory") == "pods"; got != tc.logs {
 				t.Errorf("LogsDirectory=pods = %v, want %v", got, tc.logs)
+			}
+			if got := slices.Contains(u.words("Service", "ReadWritePaths"), "-/var/log/pods"); got != tc.logsRW {
+				t.Errorf("ReadWritePaths=-/var/log/pods = %v, want %v", got, tc.logsRW)
 			}
 			if got := slices.Contains(u.words("Service", "RestrictAddressFamilies"), "AF_NETLINK"); got != tc.netlink {
 				t.Errorf("AF_NETLINK allowed = %v, want %v", got, tc.netlink)
@@ -318,12 +328,16 @@ func TestSandboxes(t *testing.T) {
 }
 
 func TestRenderRejectsUnknownComponent(t *testing.T) {
-	cs := append(slices.Clone(graph.Components), graph.Component{Name: "extra", Requires: []string{"bus"}})
-	if _, err := SystemdUnits(cs, Defaults()); err == nil || !strings.Contains(err.Error(), "extra has no sandbox profile") {
-		t.Errorf("SystemdUnits with an unknown component: err = %v", err)
+	// A process declared without a sandbox cannot slip into the units
+	// unconfined.
+	cs := append(component.Declared.Clone(), component.Component{Name: "extra", Process: true, Requires: []string{"bus"}})
+	if _, err := SystemdUnits(cs, Defaults()); err == nil || !strings.Contains(err.Error(), "extra declares no systemd sandbox") {
+		t.Errorf("SystemdUnits with a component without sandbox: err = %v", err)
 	}
-	if _, err := Compose(cs, Defaults()); err == nil || !strings.Contains(err.Error(), "extra has no container profile") {
-		t.Errorf("Compose with an unknown component: err = %v", err)
+	// One requiring what is not declared orders nowhere.
+	cs = append(component.Declared.Clone(), component.Component{Name: "extra", Process: true, Requires: []string{"nothing"}})
+	if _, err := Compose(cs, Defaults()); err == nil || !strings.Contains(err.Error(), "unknown component nothing") {
+		t.Errorf("Compose with an unknown requirement: err = %v", err)
 	}
 }
 
@@ -391,8 +405,9 @@ func unitRoot(t *testing.T, files map[string][]byte) string {
 	var fs []File
 	for name, data := range files {
 		fs = append(fs, File{Name: name, Data: data})
-		for _, o := range parse(t, name, data)["Service"]["ExecStart"] {
-			bin, _, _ := strings.Cut(o, " ")
+		svc := parse(t, name, data)["Service"]
+		for _, o := range append(slices.Clone(svc["ExecStart"]), svc["ExecStartPre"]...) {
+			bin, _, _ := strings.Cut(strings.TrimLeft(o, "+-@!:"), " ")
 			if bin == "" {
 				continue
 			}
@@ -427,7 +442,7 @@ func TestSystemdAnalyzeVerify(t *testing.T) {
 	files := rendered(t)
 	root := unitRoot(t, files)
 	names := []string{Target, "containerd.service"}
-	for _, c := range graph.StartOrder() {
+	for _, c := range component.StartOrder() {
 		names = append(names, UnitName(c))
 	}
 	out, err := verify(t, analyze, root, names...)
@@ -461,7 +476,7 @@ func TestSystemdAnalyzeVerify(t *testing.T) {
 func TestHardeningExposure(t *testing.T) {
 	analyze := systemdAnalyze(t)
 	root := unitRoot(t, rendered(t))
-	for _, c := range graph.StartOrder() {
+	for _, c := range component.StartOrder() {
 		threshold := 40
 		if c.Name == "runtime" {
 			threshold = 85
@@ -481,7 +496,7 @@ func TestHardeningExposure(t *testing.T) {
 func TestOwnUsers(t *testing.T) {
 	files := rendered(t)
 	var users []string
-	for _, c := range graph.StartOrder() {
+	for _, c := range component.StartOrder() {
 		u := parse(t, c.Name, files[UnitName(c)])
 		user, _ := u["Service"]["User"]
 		if c.User() == "" {
@@ -514,7 +529,7 @@ func TestOwnUsers(t *testing.T) {
 			t.Errorf("%s: AmbientCapabilities=%v, bounding set %v", c.Name, got, u.words("Service", "CapabilityBoundingSet"))
 		}
 	}
-	if want := []string{"nodelet-bus", "nodelet-sources", "nodelet-admission"}; !slices.Equal(users, want) {
+	if want := []string{"nodelet-bus", "nodelet-sources", "nodelet-admission", "nodelet-prober", "nodelet-status", "nodelet-server", "nodelet-gc"}; !slices.Equal(users, want) {
 		t.Errorf("own users %v, want %v", users, want)
 	}
 	var declared []string
@@ -523,7 +538,7 @@ func TestOwnUsers(t *testing.T) {
 		if len(f) >= 2 && f[0] == "u" {
 			declared = append(declared, f[1])
 		}
-		if len(f) >= 2 && f[0] == "g" && f[1] != "nodelet" {
+		if len(f) >= 2 && f[0] == "g" && !slices.Contains([]string{"nodelet", "nodelet-cri", "nodelet-api"}, f[1]) {
 			t.Errorf("sysusers declares group %s", f[1])
 		}
 	}
@@ -537,7 +552,7 @@ func TestOwnUsers(t *testing.T) {
 func TestStateDirElsewhere(t *testing.T) {
 	o := Defaults()
 	o.StateDir, o.PodLogsDir = "/var/lib/node-a", "/var/log/node-a-pods"
-	files, err := SystemdUnits(graph.Components, o)
+	files, err := SystemdUnits(component.Declared, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -548,13 +563,13 @@ func TestStateDirElsewhere(t *testing.T) {
 		if f.Name == "nodelet-bus.service" && !strings.Contains(string(f.Data), "\nStateDirectory=node-a/bus node-a/credentials node-a/run/bus\n") {
 			t.Errorf("bus unit:\n%s", f.Data)
 		}
-		if f.Name == "nodelet-gc.service" && !strings.Contains(string(f.Data), "\nLogsDirectory=node-a-pods\n") {
-			t.Errorf("gc unit has no LogsDirectory=node-a-pods")
+		if f.Name == "nodelet-gc.service" && !strings.Contains(string(f.Data), "\nReadWritePaths=-/var/log/node-a-pods\n") {
+			t.Errorf("gc unit has no ReadWritePaths=-/var/log/node-a-pods")
 		}
 	}
 	for _, bad := range []struct{ state, logs string }{{"/srv/nodelet", "/var/log/pods"}, {"/var/lib", "/var/log/pods"}, {"/var/lib/nodelet", "/tmp/pods"}, {"/var/lib/x/../nodelet", "/var/log/pods"}} {
 		o.StateDir, o.PodLogsDir = bad.state, bad.logs
-		if _, err := SystemdUnits(graph.Components, o); err == nil || !strings.Contains(err.Error(), "must be a clean path below") {
+		if _, err := SystemdUnits(component.Declared, o); err == nil || !strings.Contains(err.Error(), "must be a clean path below") {
 			t.Errorf("state dir %s, logs %s: err = %v", bad.state, bad.logs, err)
 		}
 	}

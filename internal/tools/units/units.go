@@ -1,8 +1,8 @@
 // Package units renders the files that run nodelet outside `nodelet up`
-// from the one dependency graph in internal/graph: the systemd units
+// from the one declaration in internal/component: the systemd units
 // of deploy/systemd (one per process and nodelet.target) and the top-level
 // docker-compose.yml. `nodelet systemd-units` and `nodelet compose` write
-// them; tests fail when the checked-in copies are stale, so the graph, the
+// them; tests fail when the checked-in copies are stale, so the declaration, the
 // supervisor, the units and the compose file cannot drift apart.
 package units
 

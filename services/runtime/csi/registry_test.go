@@ -1,6 +1,8 @@
 package csi
 
 import (
+	"github.com/nodelet/nodelet/internal/testenv/eventually"
+
 	"context"
 	"net"
 	"os"
@@ -26,15 +28,9 @@ func shortDir(t *testing.T) string {
 	return d
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
+func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	eventually.True(t, 20*time.Second, what, cond)
 }
 
 func runRegistry(t *testing.T, dir string) *Registry {
@@ -62,7 +58,7 @@ func TestRegistryRegistersAndForgetsADriver(t *testing.T) {
 		done <- csitest.Run(ctx, csitest.Config{Name: "unit.csi", NodeID: "n1", MaxVolumes: 3, Stage: true, DataDir: data, RegistryDir: reg})
 	}()
 	var d *Driver
-	eventually(t, "driver registered", func() bool { d, _ = r.Driver("unit.csi"); return d != nil })
+	waitUntil(t, "driver registered", func() bool { d, _ = r.Driver("unit.csi"); return d != nil })
 	if d.NodeID != "n1" || d.MaxVolumes != 3 || !d.StageUnstage || !d.VolumeStats || d.Topology[csitest.TopologyKey] != "n1" {
 		t.Fatalf("driver %+v", d)
 	}
@@ -70,7 +66,7 @@ func TestRegistryRegistersAndForgetsADriver(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "driver deregistered", func() bool { _, err := r.Driver("unit.csi"); return err != nil })
+	waitUntil(t, "driver deregistered", func() bool { _, err := r.Driver("unit.csi"); return err != nil })
 }
 
 // fakePlugin serves only the registration service with info.
@@ -130,7 +126,7 @@ func TestRegistryRefusesBadPlugins(t *testing.T) {
 			}
 			go func() { _ = srv.Serve(ln) }()
 			t.Cleanup(srv.Stop)
-			eventually(t, "registration status", func() bool { return f.last() != nil })
+			waitUntil(t, "registration status", func() bool { return f.last() != nil })
 			s := f.last()
 			if s.PluginRegistered || !strings.Contains(s.Error, tc.want) {
 				t.Fatalf("status %+v, want refusal containing %q", s, tc.want)

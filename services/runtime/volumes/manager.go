@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -265,7 +264,7 @@ func (m *Manager) Teardown(ctx context.Context, uid string) error {
 		}
 		return fmt.Errorf("tear down volumes of pod %s: %w", uid, err)
 	}
-	if err := os.RemoveAll(dir); err != nil {
+	if err := RemoveAll(dir); err != nil {
 		return fmt.Errorf("remove %s: %w", dir, err)
 	}
 	return nil

@@ -1,6 +1,8 @@
 package volumes
 
 import (
+	"github.com/nodelet/nodelet/internal/testenv/eventually"
+
 	"context"
 	"fmt"
 	"path/filepath"
@@ -22,13 +24,7 @@ import (
 // waitUntil polls cond for up to 30 s.
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	eventually.True(t, 30*time.Second, what, cond)
 }
 
 // With the Watch strategy a change of a referenced configMap is written

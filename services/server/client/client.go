@@ -1,12 +1,17 @@
-package server
+// Package client is the node-local admin's client of nodelet-server: what
+// `nodelet logs` and `nodelet exec` use. It is apart from the server so that
+// the CLI does not link the server (and cAdvisor).
+package client
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -16,7 +21,31 @@ import (
 	"k8s.io/client-go/tools/remotecommand"
 
 	"github.com/nodelet/nodelet/internal/config"
+	"github.com/nodelet/nodelet/internal/kubeclient"
 )
+
+// Files are the node-local CA and the local admin's client
+// certificate and key under the state dir.
+type Files struct{ CA, Cert, Key string }
+
+// LocalFiles names the node-local client files of stateDir.
+func LocalFiles(stateDir string) Files {
+	d := kubeclient.CertDir(stateDir)
+	return Files{CA: filepath.Join(d, "local-ca.crt"), Cert: filepath.Join(d, "local-admin.crt"), Key: filepath.Join(d, "local-admin.key")}
+}
+
+// LocalURL is where the node's own kubelet API answers: server.address,
+// or loopback when it listens on every address.
+func LocalURL(cfg *config.Config) string {
+	host := cfg.Server.Address
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1"
+		if ip.To4() == nil {
+			host = "::1"
+		}
+	}
+	return fmt.Sprintf("https://%s", net.JoinHostPort(host, strconv.Itoa(cfg.Server.Port)))
+}
 
 // Client talks to the node's own kubelet API as the node-local admin: what
 // `nodelet logs` and `nodelet exec` use.
@@ -26,10 +55,10 @@ type Client struct {
 	http *http.Client
 }
 
-// NewLocalClient reads the node-local client certificate under the state
+// New reads the node-local client certificate under the state
 // dir (made by nodelet-server at its first start).
-func NewLocalClient(cfg *config.Config) (*Client, error) {
-	f := LocalClient(cfg.Node.StateDir)
+func New(cfg *config.Config) (*Client, error) {
+	f := LocalFiles(cfg.Node.StateDir)
 	rc := &rest.Config{Host: LocalURL(cfg), TLSClientConfig: rest.TLSClientConfig{
 		CertFile: f.Cert, KeyFile: f.Key,
 		// The serving certificate is self-signed unless configured; the

@@ -1,4 +1,4 @@
-package status
+package podtable
 
 import (
 	"bytes"
@@ -10,6 +10,19 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 )
+
+var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+func testPod(policy corev1.RestartPolicy, containers ...string) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", UID: "uid-1", Generation: 1},
+		Spec:       corev1.PodSpec{RestartPolicy: policy},
+	}
+	for _, c := range containers {
+		p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: c, Image: "busybox"})
+	}
+	return p
+}
 
 func TestPodRows(t *testing.T) {
 	now := t0.Add(5 * time.Hour)

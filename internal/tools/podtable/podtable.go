@@ -1,4 +1,6 @@
-package status
+// Package podtable is `nodelet pods`: the node's pods read from the bus and
+// printed with kubectl get pods' columns.
+package podtable
 
 import (
 	"context"
@@ -85,7 +87,7 @@ func LoadPods(ctx context.Context, c *bus.Conn) ([]corev1.Pod, error) {
 	}
 	var pods []corev1.Pod
 	for uid, d := range desired {
-		if d.Pod == nil || IsMirrorPod(d.Pod) {
+		if d.Pod == nil || isMirror(d.Pod) {
 			continue
 		}
 		p := d.Pod.DeepCopy()
@@ -195,7 +197,7 @@ func podRow(pod *corev1.Pod, now time.Time) PodRow {
 			default:
 				reason = fmt.Sprintf("Init:ExitCode:%d", t.ExitCode)
 			}
-		case c.State.Waiting != nil && c.State.Waiting.Reason != "" && c.State.Waiting.Reason != ReasonPodInitializing:
+		case c.State.Waiting != nil && c.State.Waiting.Reason != "" && c.State.Waiting.Reason != reasonPodInitializing:
 			reason = "Init:" + c.State.Waiting.Reason
 		default:
 			reason = fmt.Sprintf("Init:%d/%d", i, len(pod.Spec.InitContainers))
@@ -270,3 +272,19 @@ func podRow(pod *corev1.Pod, now time.Time) PodRow {
 		Status: reason, Restarts: rs, Age: since(pod.CreationTimestamp, now), IP: ip,
 	}
 }
+
+// isMirror: the mirror pods status creates in the API server are not the
+// node's own pods (the static pods they mirror are).
+func isMirror(pod *corev1.Pod) bool {
+	_, ok := pod.Annotations[corev1.MirrorPodAnnotationKey]
+	return ok
+}
+
+// kubectl's printPod has its own copies of these pod rules; so does the table.
+const reasonPodInitializing = "PodInitializing"
+
+func isSidecar(c *corev1.Container) bool {
+	return c != nil && c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways
+}
+
+func isTerminal(p corev1.PodPhase) bool { return p == corev1.PodSucceeded || p == corev1.PodFailed }

@@ -1,0 +1,57 @@
+package main
+
+import (
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/nodelet/nodelet/"
+
+// deps lists what pkgs link (go list -deps), module paths relative to the
+// module root for the project's own packages.
+func deps(t *testing.T, pkgs ...string) []string {
+	t.Helper()
+	out, err := exec.Command("go", append([]string{"list", "-deps"}, pkgs...)...).Output()
+	if err != nil {
+		t.Fatalf("go list -deps %v: %v", pkgs, err)
+	}
+	var list []string
+	for _, p := range strings.Fields(string(out)) {
+		list = append(list, strings.TrimPrefix(p, module))
+	}
+	return list
+}
+
+// The layout's promises, checked on the import graph: the daemons stay
+// apart (they talk over the bus only), no shipped binary carries test
+// helpers, and the CLI stays small (it does not link a daemon, so not
+// cAdvisor either).
+func TestLinkRules(t *testing.T) {
+	daemons := []string{"admission", "gc", "prober", "runtime", "server", "sources", "status"}
+	for _, d := range daemons {
+		for _, p := range deps(t, module+"services/"+d) {
+			other, ok := strings.CutPrefix(p, "services/")
+			if ok && other != d && !strings.HasPrefix(other, d+"/") {
+				t.Errorf("services/%s links services/%s: daemons share code through internal/, not each other", d, other)
+			}
+		}
+	}
+	for _, bin := range []string{"cmd/nodeletd", "cmd/nodelet", "cmd/nodelet-bench", "cmd/nodelet-pause"} {
+		for _, p := range deps(t, module+bin) {
+			if p == "testing" || strings.HasPrefix(p, "internal/testenv") || strings.HasSuffix(p, "/bustest") {
+				t.Errorf("%s links %s (test helpers stay out of shipped binaries)", bin, p)
+			}
+		}
+	}
+	cli := deps(t, module+"cmd/nodelet")
+	if i := slices.IndexFunc(cli, func(p string) bool { return strings.HasPrefix(p, "github.com/google/cadvisor") }); i >= 0 {
+		t.Errorf("the nodelet CLI links %s", cli[i])
+	}
+	for _, p := range cli {
+		if d, ok := strings.CutPrefix(p, "services/"); ok && !strings.HasSuffix(d, "/client") {
+			t.Errorf("the nodelet CLI links the daemon package services/%s", d)
+		}
+	}
+}

@@ -1,0 +1,347 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	critest "k8s.io/cri-api/pkg/apis/testing"
+	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/nodelet/nodelet/bus"
+	"github.com/nodelet/nodelet/bus/bustest"
+	"github.com/nodelet/nodelet/schemas"
+)
+
+// The steps of syncRunning, one at a time, over CRI's fake runtime and a
+// real bus (events and the observed bucket); the whole sequence against
+// containerd is e2e_test.go's and lifecycle_test.go's.
+
+// stepVolumes is a VolumeManager that fails with err, else returns paths.
+type stepVolumes struct {
+	paths podVolumes
+	err   error
+}
+
+func (v *stepVolumes) Setup(context.Context, *corev1.Pod) (map[string]string, error) {
+	return v.paths, v.err
+}
+func (v *stepVolumes) Teardown(context.Context, string) error { return nil }
+
+type stepEnv struct {
+	m     *Manager
+	cri   *critest.FakeRuntimeService
+	clock *testingclock.FakeClock
+	vols  *stepVolumes
+}
+
+func newStepEnv(t *testing.T) *stepEnv {
+	t.Helper()
+	m := testManager(t)
+	m.cfg.Node.PodLogsDir = t.TempDir()
+	m.log = bustest.Logger()
+	m.bus = bustest.Start(t).Connect(bus.Runtime)
+	clk := testingclock.NewFakeClock(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
+	m.clock = clk
+	fake := critest.NewFakeRuntimeService()
+	m.rs, m.view = fake, newCRIView(fake)
+	m.runtime = runtimeInfo{name: "containerd"}
+	m.store, m.pods = newStore(), newPodStates()
+	m.backoff = newBackOff(clk, initialBackOff, time.Minute)
+	m.observed = newObservedWriter(m.bus, m.log)
+	m.network = newNetworkState(m, nil)
+	m.network.checked, m.network.state.NetworkReady = true, true
+	vols := &stepVolumes{}
+	m.volumes = vols
+	return &stepEnv{m: m, cri: fake, clock: clk, vols: vols}
+}
+
+// sync is a pass over pod as CRI has it now, up to its first step.
+func (e *stepEnv) sync(t *testing.T, pod *corev1.Pod) *podSync {
+	t.Helper()
+	uid := string(pod.UID)
+	pr, err := e.m.view.pod(context.Background(), uid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &podSync{m: e.m, pod: pod, uid: uid, st: e.m.pods.get(uid), pr: pr, actions: e.m.actionsFor(pod, pr)}
+}
+
+func (e *stepEnv) calls(name string) int {
+	n := 0
+	for _, c := range e.cri.GetCalls() {
+		if c == name {
+			n++
+		}
+	}
+	return n
+}
+
+func TestMountVolumesStep(t *testing.T) {
+	e := newStepEnv(t)
+	ctx := context.Background()
+	pod := newPod("vols", busybox("app", ""))
+	s := e.sync(t, pod)
+
+	e.vols.err = errors.New(`configmap "cm" not found`)
+	vols, stop := s.mountVolumes(ctx)
+	if stop == nil || stop.RequeueAfter != retryWaiting || vols != nil {
+		t.Fatalf("failing volume: %v %v", vols, stop)
+	}
+	ph := s.st.phase()
+	if ph.Reason != "FailedMount" || ph.Message != `MountVolume.SetUp failed: configmap "cm" not found` {
+		t.Fatalf("pod reason %+v", ph)
+	}
+	if o := e.m.observed.get(s.uid); o == nil || o.Reason != "FailedMount" {
+		t.Fatalf("observed %+v", o)
+	}
+	// The volume manager's own wording is kept.
+	e.vols.err = errors.New("Unable to attach or mount volumes: unmounted volumes=[data]")
+	if _, stop := s.mountVolumes(ctx); stop == nil || s.st.phase().Message != e.vols.err.Error() {
+		t.Fatalf("kubelet wording lost: %+v", s.st.phase())
+	}
+
+	e.vols.err, e.vols.paths = nil, podVolumes{"data": "/var/lib/nodelet/pods/x/volumes/data"}
+	vols, stop = s.mountVolumes(ctx)
+	if stop != nil || vols["data"] == "" {
+		t.Fatalf("volumes set up: %v %v", vols, stop)
+	}
+}
+
+func TestSandboxSteps(t *testing.T) {
+	e := newStepEnv(t)
+	ctx := context.Background()
+	pod := newPod("sandbox", busybox("app", ""))
+
+	// The network is not ready: the pod waits, nothing is created.
+	e.m.network.state = schemas.RuntimeState{NetworkReady: false, Message: "no CNI config"}
+	s := e.sync(t, pod)
+	if !s.actions.CreateSandbox {
+		t.Fatal("a pod without a sandbox must create one")
+	}
+	if _, stop := s.ensureSandbox(ctx); stop == nil || stop.RequeueAfter != retryWaiting {
+		t.Fatalf("network not ready: %v", stop)
+	}
+	if ph := s.st.phase(); ph.Reason != reasonNetworkNotReady || ph.Message != "network is not ready: no CNI config" {
+		t.Fatalf("pod reason %+v", ph)
+	}
+	if n := e.calls("RunPodSandbox"); n != 0 {
+		t.Fatalf("RunPodSandbox called %d times while the network is not ready", n)
+	}
+	// A host-network pod does not wait for it.
+	host := newPod("host", busybox("app", ""))
+	host.Spec.HostNetwork = true
+	if stop := e.sync(t, host).waitForNetwork(ctx); stop != nil {
+		t.Fatalf("host network pod waits: %v", stop)
+	}
+	e.m.network.state = schemas.RuntimeState{NetworkReady: true}
+
+	// A failed creation backs off: no second try before it ends.
+	e.cri.InjectError("RunPodSandbox", errors.New("cni plugin failed"))
+	if _, stop := s.ensureSandbox(ctx); stop == nil || stop.RequeueAfter != initialBackOff {
+		t.Fatalf("failed creation: %v", stop)
+	}
+	if ph := s.st.phase(); ph.Reason != "FailedCreatePodSandBox" || ph.Message != "Failed to create pod sandbox: cni plugin failed" {
+		t.Fatalf("pod reason %+v", ph)
+	}
+	e.clock.Step(4 * time.Second)
+	if _, stop := s.ensureSandbox(ctx); stop == nil || stop.RequeueAfter != initialBackOff-4*time.Second {
+		t.Fatalf("within back-off: %v", stop)
+	}
+	if n := e.calls("RunPodSandbox"); n != 1 {
+		t.Fatalf("RunPodSandbox called %d times, want 1 (back-off)", n)
+	}
+	e.clock.Step(initialBackOff)
+
+	// A creation of the same attempt still under way: waited for, no back-off.
+	e.cri.InjectError("RunPodSandbox", errors.New(`failed to reserve sandbox name "x": name "x" is reserved for "abc"`))
+	if _, stop := s.ensureSandbox(ctx); stop == nil || stop.RequeueAfter != time.Second {
+		t.Fatalf("name reserved: %v", stop)
+	}
+	if left, _ := e.m.backoff.Remaining(s.uid + "_sandbox"); left != 0 {
+		t.Fatalf("name reserved backs off %v", left)
+	}
+
+	// Created: the pass continues in it, with CRI read again.
+	res, stop := s.ensureSandbox(ctx)
+	if stop != nil || !res.Created || res.Sandbox == nil || res.Config == nil {
+		t.Fatalf("created: %+v %v", res, stop)
+	}
+	if len(s.pr.Sandboxes) != 1 || s.pr.Sandboxes[0] != res.Sandbox || !res.Sandbox.Ready || res.Config.Metadata.Uid != s.uid {
+		t.Fatalf("sandbox %+v in %+v", res.Sandbox, s.pr.Sandboxes)
+	}
+	if ph := s.st.phase(); ph.Reason != "" || ph.Message != "" {
+		t.Fatalf("pod reason not cleared: %+v", ph)
+	}
+
+	// The next pass finds it ready and uses it.
+	s = e.sync(t, pod)
+	again, stop := s.ensureSandbox(ctx)
+	if stop != nil || again.Created || again.Sandbox.ID != res.Sandbox.ID || again.Config.LogDirectory != res.Config.LogDirectory {
+		t.Fatalf("existing sandbox: %+v %v", again, stop)
+	}
+	if n := e.calls("RunPodSandbox"); n != 3 {
+		t.Fatalf("RunPodSandbox called %d times, want 3", n)
+	}
+}
+
+func TestKillUnwantedStep(t *testing.T) {
+	e := newStepEnv(t)
+	ctx := context.Background()
+	pod := newPod("kill", busybox("app", ""))
+	uid := string(pod.UID)
+	e.cri.SetFakeContainers([]*critest.FakeContainer{{
+		SandboxID: "sb",
+		ContainerStatus: runtimeapi.ContainerStatus{
+			Id: "c1", Metadata: &runtimeapi.ContainerMetadata{Name: "app"}, State: runtimeapi.ContainerState_CONTAINER_RUNNING,
+			Labels: map[string]string{labelPodUID: uid, labelContainerName: "app", LabelManaged: "true"},
+		},
+	}})
+	s := e.sync(t, pod)
+	if len(s.pr.Containers) != 1 {
+		t.Fatalf("containers %+v", s.pr.Containers)
+	}
+	s.actions = podActions{Sandbox: &sandboxInfo{ID: "sb", Ready: true},
+		Kill: []containerToKill{{C: s.pr.Containers[0], Message: "Container app definition changed, will be restarted"}}}
+
+	// Killed in place: it restarts on the next pass, right away.
+	done, stop := s.killUnwanted(ctx)
+	if stop == nil || stop.RequeueAfter != retryNext || done.Containers != 1 {
+		t.Fatalf("kill: %+v %v", done, stop)
+	}
+	if e.calls("StopContainer") != 1 || e.cri.Containers["c1"].State != runtimeapi.ContainerState_CONTAINER_EXITED {
+		t.Fatalf("not stopped: %v", e.cri.GetCalls())
+	}
+	// Killed for a new sandbox: the pass goes on to create it.
+	s.actions.CreateSandbox = true
+	if done, stop := s.killUnwanted(ctx); stop != nil || done.Containers != 1 {
+		t.Fatalf("kill before a new sandbox: %+v %v", done, stop)
+	}
+	// A failed kill ends the pass for a CRI retry.
+	e.cri.InjectError("StopContainer", errors.New("deadline exceeded"))
+	if _, stop := s.killUnwanted(ctx); stop == nil || stop.RequeueAfter != retryCRI {
+		t.Fatalf("failed kill: %v", stop)
+	}
+}
+
+func TestStartEach(t *testing.T) {
+	spec := func(names ...string) []containerToStart {
+		var out []containerToStart
+		for _, n := range names {
+			out = append(out, containerToStart{Spec: &corev1.Container{Name: n}, Kind: schemas.ContainerKindInit})
+		}
+		return out
+	}
+	waits := map[string]*waitError{
+		"pull":  {Reason: "ImagePullBackOff", Retry: 20 * time.Second},
+		"crash": {Reason: reasonCrashLoopBackOff, Retry: 40 * time.Second},
+		"hook":  {Reason: reasonPostStartHookError}, // no retry of its own
+	}
+	var started []string
+	start := func(ts containerToStart) *waitError {
+		started = append(started, ts.Spec.Name)
+		return waits[ts.Spec.Name]
+	}
+
+	// Init containers and sidecars one at a time: the next one right
+	// away, the first that waits blocks the rest.
+	st := newPodState()
+	st.setWaiting("a", &waitError{Reason: reasonCrashLoopBackOff})
+	r := startEach(spec("a", "pull", "b"), st, start, true)
+	if !slices.Equal(started, []string{"a", "pull"}) || !r.Blocked || r.Requeue != retryNext {
+		t.Fatalf("in order: started %v, %+v", started, r)
+	}
+	if st.waitingOf("a") != nil || st.waitingOf("pull").Reason != "ImagePullBackOff" {
+		t.Fatalf("waiting a=%v pull=%v", st.waitingOf("a"), st.waitingOf("pull"))
+	}
+
+	// App (and ephemeral) containers all start; the soonest retry wins,
+	// a wait without one retries after retryWaiting.
+	started = nil
+	r = startEach(spec("crash", "x", "hook", "pull"), st, start, false)
+	if !slices.Equal(started, []string{"crash", "x", "hook", "pull"}) || r.Blocked || r.Requeue != retryWaiting {
+		t.Fatalf("all: started %v, %+v", started, r)
+	}
+	var sum startResult
+	sum.add(startResult{Requeue: 20 * time.Second})
+	sum.add(startResult{})
+	sum.add(startResult{Requeue: 7 * time.Second, Blocked: true})
+	if sum.Requeue != 7*time.Second || !sum.Blocked {
+		t.Fatalf("merged %+v", sum)
+	}
+}
+
+func TestPodStateOwnsItsLock(t *testing.T) {
+	st := newPodState()
+	st.setWaiting("a", &waitError{Reason: "x"})
+	st.setWaiting("b", &waitError{Reason: "y"})
+	st.killing()
+	if ph := st.phase(); !ph.Terminating || ph.Terminated {
+		t.Fatalf("killing: %+v", ph)
+	}
+	// Running again: only the containers about to start keep a reason.
+	st.running([]containerToStart{{Spec: &corev1.Container{Name: "b"}}})
+	if ph := st.phase(); ph.Terminating || ph.Terminated || st.waitingOf("a") != nil || st.waitingOf("b") == nil {
+		t.Fatalf("running: %+v a=%v b=%v", ph, st.waitingOf("a"), st.waitingOf("b"))
+	}
+	st.killed()
+	if ph := st.phase(); ph.Terminating || !ph.Terminated || st.waitingOf("b") != nil {
+		t.Fatalf("killed: %+v", ph)
+	}
+	if r, m := st.setPodReason("A", "a"); r != "" || m != "" {
+		t.Fatalf("first reason replaced %q %q", r, m)
+	}
+	if r, m := st.setPodReason("B", "b"); r != "A" || m != "a" {
+		t.Fatalf("replaced %q %q", r, m)
+	}
+	for i := 1; i <= maxReplacements; i++ {
+		if st.replacedAgain("c", maxReplacements) {
+			t.Fatalf("replacement %d is too many", i)
+		}
+	}
+	if !st.replacedAgain("c", maxReplacements) {
+		t.Fatal("no limit on replacements")
+	}
+}
+
+// syncRunning's start steps take podActions.Start by kind: that is
+// SyncPod's order only while computePodActions lists ephemeral
+// containers, then init containers and sidecars, then app containers.
+func TestStartOrderByKind(t *testing.T) {
+	always := corev1.ContainerRestartPolicyAlways
+	pod := newPod("order", busybox("a", ""), busybox("b", ""))
+	side := busybox("side", "")
+	side.RestartPolicy = &always
+	pod.Spec.InitContainers = []corev1.Container{side, busybox("i1", "")}
+	pod.Spec.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon(busybox("debug", ""))}}
+	// The app ran (so init is over); the sidecar and b exited, a runs.
+	pr := runtimeOf([]*sandboxInfo{readySB("sb", 0)},
+		ctr(pod, "side", "sb", "exited", 1, 1), ctr(pod, "i1", "sb", "exited", 0, 2),
+		ctr(pod, "a", "sb", "running", 0, 3), ctr(pod, "b", "sb", "exited", 1, 4))
+	noProbes := func(string, string, string) *schemas.ProbeResult { return nil }
+	a := computePodActions(pod, pr, noProbes)
+	var kinds []string
+	for _, ts := range a.Start {
+		kinds = append(kinds, ts.Spec.Name+":"+ts.Kind)
+	}
+	want := []string{"debug:" + schemas.ContainerKindEphemeral, "side:" + schemas.ContainerKindSidecar, "b:" + schemas.ContainerKindApp}
+	if !slices.Equal(kinds, want) {
+		t.Fatalf("start %v, want %v", kinds, want)
+	}
+	names := func(list []containerToStart) (out []string) {
+		for _, ts := range list {
+			out = append(out, ts.Spec.Name)
+		}
+		return out
+	}
+	if got := names(a.toStart(schemas.ContainerKindInit, schemas.ContainerKindSidecar)); !slices.Equal(got, []string{"side"}) {
+		t.Fatalf("init step %v", got)
+	}
+	if got := names(a.toStart(schemas.ContainerKindApp)); !slices.Equal(got, []string{"b"}) {
+		t.Fatalf("app step %v", got)
+	}
+}

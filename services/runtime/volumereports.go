@@ -1,0 +1,93 @@
+package runtime
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"time"
+
+	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+
+	"github.com/nodelet/nodelet/bus"
+	"github.com/nodelet/nodelet/schemas"
+)
+
+// volumeReporter publishes what the volume manager knows of the node's
+// volumes into the runtime bucket: their stats (volumestats) and the
+// attachable volumes in use (volumesinuse).
+type volumeReporter struct {
+	volumes VolumeManager
+	bus     *bus.Conn
+	clock   Clock
+	log     *slog.Logger
+	// statsPeriod is how often volumestats is published.
+	statsPeriod time.Duration
+}
+
+// statsLoop publishes the pods' persistent volume stats every
+// statsPeriod (runtime bucket, key volumestats), for nodelet-status's
+// /stats/summary. A node without such volumes writes one empty record.
+func (r *volumeReporter) statsLoop(ctx context.Context) {
+	v, ok := r.volumes.(interface {
+		VolumeStats(context.Context) map[string][]statsapi.VolumeStats
+	})
+	if !ok {
+		return
+	}
+	t := r.clock.NewTicker(r.statsPeriod)
+	defer t.Stop()
+	wroteEmpty := false
+	for {
+		pods := v.VolumeStats(ctx)
+		if len(pods) > 0 || !wroteEmpty {
+			rec := &schemas.PodVolumeStats{Time: r.clock.Now().UTC(), Pods: pods}
+			if _, err := r.bus.Put(ctx, bus.BucketRuntime, bus.KeyVolumeStats, rec); err != nil {
+				if ctx.Err() == nil {
+					r.log.Warn("Cannot publish volume stats", "err", err)
+				}
+			} else {
+				wroteEmpty = len(pods) == 0
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		}
+	}
+}
+
+// inUseLoop publishes the node's attachable volumes in use (runtime
+// bucket, key volumesinuse) whenever they change, for nodelet-status to
+// report as the Node's status.volumesInUse; checked again every 10s.
+func (r *volumeReporter) inUseLoop(ctx context.Context) {
+	v, ok := r.volumes.(interface {
+		VolumesInUse() []string
+		InUseChanged() <-chan struct{}
+	})
+	if !ok {
+		return
+	}
+	t := r.clock.NewTicker(10 * time.Second)
+	defer t.Stop()
+	var last []string
+	first := true
+	for {
+		names := v.VolumesInUse()
+		if first || !slices.Equal(names, last) {
+			if _, err := r.bus.Put(ctx, bus.BucketRuntime, bus.KeyVolumesInUse, &schemas.VolumesInUse{Names: names}); err != nil {
+				if ctx.Err() == nil {
+					r.log.Warn("Cannot publish the volumes in use", "err", err)
+				}
+			} else {
+				last, first = names, false
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-v.InUseChanged():
+		case <-t.C():
+		}
+	}
+}
