@@ -107,6 +107,10 @@ type PodObserved struct {
 	// container and the sandbox are stopped; the state is final.
 	Terminating bool `json:"terminating,omitempty"`
 	Terminated  bool `json:"terminated,omitempty"`
+	// ResizeConditions are the pod's PodResizePending and
+	// PodResizeInProgress conditions as the kubelet's allocation and status
+	// managers set them (in-place resize); none when no resize is under way.
+	ResizeConditions []corev1.PodCondition `json:"resizeConditions,omitempty"`
 	// Generation counts the changes the runtime published for this pod.
 	Generation uint64 `json:"generation"`
 }
@@ -136,4 +140,8 @@ type ContainerObserved struct {
 	LastTerminationState corev1.ContainerState        `json:"lastState"`
 	RestartCount         int32                        `json:"restartCount"`
 	Resources            *corev1.ResourceRequirements `json:"resources,omitempty"`
+	// Allocated is what the node accepted for the container (the spec's
+	// resources, or the previous ones while a resize is pending): the
+	// kubelet's allocated resources, status.containerStatuses[].allocatedResources.
+	Allocated *corev1.ResourceRequirements `json:"allocated,omitempty"`
 }

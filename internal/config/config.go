@@ -154,8 +154,25 @@ type RuntimeConfig struct {
 	CNIBridgeName string `mapstructure:"cniBridgeName"`
 	// CNINetworkName is the network name of the rendered conflist. Default: nodelet.
 	CNINetworkName string `mapstructure:"cniNetworkName"`
-	// CgroupRoot is the parent of every pod cgroup. Default: /nodelet.
+	// CgroupRoot is the parent of every pod cgroup, the kubelet's kubepods: Guaranteed pods
+	// directly under it, the others under burstable/ and besteffort/. Default: /nodelet.
 	CgroupRoot string `mapstructure:"cgroupRoot"`
+	// CgroupDriver names and makes cgroups with cgroupfs or systemd; it must be containerd's
+	// (SystemdCgroup = true is systemd), checked at start. Default: cgroupfs.
+	CgroupDriver string `mapstructure:"cgroupDriver"`
+	// PodPidsLimit caps the processes of each pod (its pod cgroup); -1 = unlimited. Default: -1.
+	PodPidsLimit int64 `mapstructure:"podPidsLimit"`
+	// EnforceNodeAllocatable lists what is enforced with cgroups: pods (cgroupRoot limited to
+	// capacity less node.kubeReserved and node.systemReserved), kube-reserved and
+	// system-reserved (node.kubeReserved/systemReserved on kubeReservedCgroup/systemReservedCgroup),
+	// kube-reserved-compressible and system-reserved-compressible (CPU only), or none. Default: [pods].
+	EnforceNodeAllocatable []string `mapstructure:"enforceNodeAllocatable"`
+	// KubeReservedCgroup is the existing cgroup of the node agent's daemons, in the driver's
+	// form, where kube-reserved is enforced. Default: "".
+	KubeReservedCgroup string `mapstructure:"kubeReservedCgroup"`
+	// SystemReservedCgroup is the existing cgroup of the system's daemons, where
+	// system-reserved is enforced. Default: "".
+	SystemReservedCgroup string `mapstructure:"systemReservedCgroup"`
 	// ConfigMapAndSecretChangeDetectionStrategy: Watch, Cache or Get. Default: Watch.
 	ConfigMapAndSecretChangeDetectionStrategy string `mapstructure:"configMapAndSecretChangeDetectionStrategy"`
 	// AllowHostPathForStaticPods: when false, static pods may not use hostPath volumes. Default: true.

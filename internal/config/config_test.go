@@ -96,6 +96,13 @@ func TestFileErrorsNameTheKey(t *testing.T) {
 		{"bad eviction value", "gc:\n  evictionHard: {memory.available: lots}\n", "gc.evictionHard"},
 		{"bad url", "sources:\n  manifestURL: ftp://x\n", "sources.manifestURL"},
 		{"bad endpoint", "runtime:\n  endpoint: tcp://1.2.3.4:1\n", "runtime.endpoint"},
+		{"bad cgroup driver", "runtime:\n  cgroupDriver: upstart\n", `runtime.cgroupDriver: "upstart" must be cgroupfs or systemd`},
+		{"zero pod pids limit", "runtime:\n  podPidsLimit: 0\n", "runtime.podPidsLimit: 0 must be positive, or -1"},
+		{"cgroup root with _", "runtime:\n  cgroupRoot: /no_de\n", "runtime.cgroupRoot"},
+		{"kube-reserved without its cgroup", "runtime:\n  enforceNodeAllocatable: [pods, kube-reserved]\n",
+			`runtime.enforceNodeAllocatable: "kube-reserved" needs runtime.kubeReservedCgroup`},
+		{"unknown enforcement", "runtime:\n  enforceNodeAllocatable: [everything]\n", `runtime.enforceNodeAllocatable: "everything"`},
+		{"none with others", "runtime:\n  enforceNodeAllocatable: [none, pods]\n", `"none" cannot be combined`},
 		{"relative state dir", "node:\n  stateDir: var/lib\n", "node.stateDir"},
 		{"bad cidr", "node:\n  podCIDR: 10.88/16\n", "node.podCIDR"},
 		{"bad quantity", "node:\n  kubeReserved: {cpu: lots}\n", "node.kubeReserved"},
@@ -221,5 +228,14 @@ func TestDeprecatedSourcesKubeconfig(t *testing.T) {
 	// Both keys naming the same file are fine (a config being migrated).
 	if _, err := LoadFile(writeFile(t, "node:\n  kubeconfig: /k\nsources:\n  kubeconfig: /k\n")); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The cgroup settings default as KubeletConfiguration's: cgroupfs,
+// podPidsLimit -1, enforceNodeAllocatable [pods].
+func TestCgroupDefaults(t *testing.T) {
+	r := Defaults().Runtime
+	if r.CgroupDriver != "cgroupfs" || r.PodPidsLimit != -1 || len(r.EnforceNodeAllocatable) != 1 || r.EnforceNodeAllocatable[0] != "pods" || r.CgroupRoot != "/nodelet" {
+		t.Fatalf("cgroup defaults: %+v", r)
 	}
 }

@@ -115,8 +115,25 @@ func (c *Config) Validate() error {
 			if !strings.HasPrefix(c.Runtime.CgroupRoot, "/") {
 				return &Error{Key: "runtime.cgroupRoot", Problem: fmt.Sprintf("%q must start with /", c.Runtime.CgroupRoot)}
 			}
+			if c.Runtime.CgroupRoot == "/" || strings.Contains(c.Runtime.CgroupRoot, "_") {
+				return &Error{Key: "runtime.cgroupRoot", Problem: fmt.Sprintf("%q must name a cgroup below / without \"_\"", c.Runtime.CgroupRoot)}
+			}
 			return nil
 		},
+		func() error {
+			switch c.Runtime.CgroupDriver {
+			case "cgroupfs", "systemd":
+				return nil
+			}
+			return &Error{Key: "runtime.cgroupDriver", Problem: fmt.Sprintf("%q must be cgroupfs or systemd", c.Runtime.CgroupDriver)}
+		},
+		func() error {
+			if c.Runtime.PodPidsLimit == 0 || c.Runtime.PodPidsLimit < -1 {
+				return &Error{Key: "runtime.podPidsLimit", Problem: fmt.Sprintf("%d must be positive, or -1 for unlimited", c.Runtime.PodPidsLimit)}
+			}
+			return nil
+		},
+		func() error { return enforceNodeAllocatable(&c.Runtime) },
 		func() error {
 			if r := c.Runtime.SeccompProfileRoot; r != "" && !filepath.IsAbs(r) {
 				return &Error{Key: "runtime.seccompProfileRoot", Problem: fmt.Sprintf("%q must be an absolute path", r)}
@@ -505,4 +522,31 @@ func (c *RuntimeConfig) EndpointURL() string {
 // SocketPath returns the filesystem path of the CRI socket.
 func (c *RuntimeConfig) SocketPath() string {
 	return strings.TrimPrefix(c.Endpoint, "unix://")
+}
+
+// enforceNodeAllocatable checks runtime.enforceNodeAllocatable as the
+// kubelet's ValidateKubeletConfiguration does: known keys, none alone,
+// and a reserved cgroup named for each *-reserved key.
+func enforceNodeAllocatable(r *RuntimeConfig) error {
+	const key = "runtime.enforceNodeAllocatable"
+	for _, v := range r.EnforceNodeAllocatable {
+		switch v {
+		case "pods":
+		case "kube-reserved", "kube-reserved-compressible":
+			if r.KubeReservedCgroup == "" {
+				return &Error{Key: key, Problem: fmt.Sprintf("%q needs runtime.kubeReservedCgroup", v)}
+			}
+		case "system-reserved", "system-reserved-compressible":
+			if r.SystemReservedCgroup == "" {
+				return &Error{Key: key, Problem: fmt.Sprintf("%q needs runtime.systemReservedCgroup", v)}
+			}
+		case "none":
+			if len(r.EnforceNodeAllocatable) > 1 {
+				return &Error{Key: key, Problem: `"none" cannot be combined with other values`}
+			}
+		default:
+			return &Error{Key: key, Problem: fmt.Sprintf("%q must be pods, kube-reserved, system-reserved, kube-reserved-compressible, system-reserved-compressible or none", v)}
+		}
+	}
+	return nil
 }

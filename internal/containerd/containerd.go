@@ -3,8 +3,8 @@
 // Config renders the containerd 1.6 config.toml (version 2) that nodelet
 // needs: the CRI plugin with restrict_oom_score_adj (root lacks
 // CAP_SYS_RESOURCE on the machines nodelet is tested on, and without it every
-// sandbox fails with "can't get final child's PID from pipe"), cgroupfs (no
-// systemd), overlayfs, the node's CNI dirs and sandbox image, and no debug or
+// sandbox fails with "can't get final child's PID from pipe"), cgroupfs unless
+// SystemdCgroup, overlayfs, the node's CNI dirs and sandbox image, and no debug or
 // metrics listener. Start runs /usr/bin/containerd with it and returns once
 // the CRI socket answers; Stop ends it. The supervisor (`nodelet up` with
 // runtime.manageContainerd) and the test environment both use them.
@@ -73,6 +73,10 @@ type Config struct {
 	// that started it dies (Pdeathsig): right for tests, wrong for a node.
 	// Default: false.
 	KillWithParent bool
+	// SystemdCgroup makes runc use the systemd cgroup driver (nodelet's
+	// runtime.cgroupDriver systemd; needs systemd as init). Default: false
+	// (cgroupfs).
+	SystemdCgroup bool
 }
 
 // Defaults of Config.
@@ -182,7 +186,6 @@ disabled_plugins = [%s]
     stream_server_address = "127.0.0.1"
     stream_server_port = "0"
     enable_selinux = false
-    systemd_cgroup = false
     max_container_log_line_size = 16384
 
     [plugins."io.containerd.grpc.v1.cri".containerd]
@@ -194,14 +197,14 @@ disabled_plugins = [%s]
         runtime_type = "io.containerd.runc.v2"
 
         [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-          SystemdCgroup = false
+          SystemdCgroup = %t
 
     [plugins."io.containerd.grpc.v1.cri".cni]
       bin_dir = %s
       conf_dir = %s
       max_conf_num = 1
 %s`, q(c.Root), q(c.State), strings.Join(disabled, ", "), q(c.Socket), grpcGID(c.GID), q(c.TTRPCSocket),
-		q(c.LogLevel), q(c.SandboxImage), q(c.Snapshotter), q(c.CNIBinDir), q(c.CNIConfDir), registry(c.RegistryConfigPath))
+		q(c.LogLevel), q(c.SandboxImage), q(c.Snapshotter), c.SystemdCgroup, q(c.CNIBinDir), q(c.CNIConfDir), registry(c.RegistryConfigPath))
 	return b.String()
 }
 

@@ -114,6 +114,8 @@ type node struct {
 	BusListen string
 	// ServerPort is nodelet-server's port (server.port) on 127.0.0.1.
 	ServerPort int
+	// CgroupRoot is the node's runtime.cgroupRoot.
+	CgroupRoot string
 	cmd        *exec.Cmd
 	out        *testenv.Buffer
 	exited     chan error
@@ -131,6 +133,12 @@ func newNode(t testing.TB, o nodeOptions) *node {
 	if err := os.MkdirAll(n.StaticDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// A cgroup root of its own: a runtime removes the pod cgroups under
+	// its root that it does not know, so nodes running side by side must
+	// not share one. Registered first, it runs after the node stopped.
+	cgroupRoot := fmt.Sprintf("/nodelet-e2e-%d-%d", os.Getpid(), n.ServerPort)
+	t.Cleanup(func() { removeCgroupDirs(cgroupRoot) })
+	n.CgroupRoot = cgroupRoot
 	serverAddress := o.ServerAddress
 	if serverAddress == "" {
 		serverAddress = "127.0.0.1"
@@ -159,7 +167,7 @@ func newNode(t testing.TB, o nodeOptions) *node {
 runtime:
   endpoint: %s
   cniConfDir: %s
-  cgroupRoot: /nodelet-e2e
+  cgroupRoot: %s
   cniBridgeName: %s
   cniNetworkName: %s
   # The test containerd's own conflist keeps host-local leases in the
@@ -178,7 +186,7 @@ runtime:
 %sgc:
   containerGCPeriod: 5s
 %s%s`, name, n.StateDir, filepath.Join(dir, "logs"), ctrd.Subnet, nodeLines, n.BusListen, ctrd.Endpoint, ctrd.CNIConfDir,
-		ctrd.BridgeName, ctrd.NetworkName, o.Runtime,
+		cgroupRoot, ctrd.BridgeName, ctrd.NetworkName, o.Runtime,
 		n.StaticDir, "", o.Status, serverAddress, n.ServerPort, readOnlyPort, o.Server, o.GC, o.Extra)
 	if err := os.WriteFile(n.Config, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
@@ -432,5 +440,24 @@ func (n *node) explainStuck(why string) {
 		_, _ = f.WriteString(n.out.String())
 		_ = f.Close()
 		n.t.Logf("node output saved to %s", f.Name())
+	}
+}
+
+// removeCgroupDirs removes root and the cgroups under it (emptied by the
+// node's runtime) in every cgroup v1 hierarchy and the unified one.
+func removeCgroupDirs(root string) {
+	dirs, _ := filepath.Glob("/sys/fs/cgroup/*" + root)
+	dirs = append(dirs, "/sys/fs/cgroup"+root)
+	for _, d := range dirs {
+		var all []string
+		_ = filepath.WalkDir(d, func(p string, e os.DirEntry, err error) error {
+			if err == nil && e.IsDir() {
+				all = append(all, p)
+			}
+			return nil
+		})
+		for i := len(all) - 1; i >= 0; i-- {
+			_ = os.Remove(all[i])
+		}
 	}
 }

@@ -38,6 +38,8 @@ func managedContainerd(cfg *config.Config) containerd.Config {
 		CNIConfDir:   cfg.Runtime.CNIConfDir,
 		CNIBinDir:    binDir,
 		SandboxImage: cfg.Runtime.SandboxImage,
+		// runc's driver is the node's (runtime.cgroupDriver).
+		SystemdCgroup: cfg.Runtime.CgroupDriver == "systemd",
 	}
 	if socket == filepath.Join(containerd.DefaultState, "containerd.sock") {
 		c.ConfigFile = cfg.Runtime.ContainerdConfig

@@ -109,6 +109,7 @@ func containerdConfigCmd(args []string) error {
 	fs.StringVar(&cfg.CNIConfDir, "cni-conf-dir", containerd.DefaultCNIConfDir, "CNI conflist dir")
 	fs.StringVar(&cfg.CNIBinDir, "cni-bin-dir", containerd.DefaultCNIBinDir, "CNI plugin dir")
 	fs.StringVar(&cfg.SandboxImage, "sandbox-image", containerd.DefaultSandboxImage, "pause image")
+	fs.BoolVar(&cfg.SystemdCgroup, "systemd-cgroup", false, "runc uses the systemd cgroup driver (runtime.cgroupDriver systemd)")
 	criGroup := fs.String("cri-group", "", "group that may use the CRI socket (its gid in [grpc]), when it exists")
 	if err := fs.Parse(args); err != nil {
 		return err

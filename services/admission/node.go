@@ -3,7 +3,6 @@ package admission
 import (
 	"fmt"
 	"runtime"
-	"sort"
 
 	"github.com/google/cadvisor/lib/fs"
 	"github.com/google/cadvisor/lib/machine"
@@ -19,6 +18,7 @@ import (
 	_ "github.com/google/cadvisor/lib/fs/vfs/install"
 
 	"github.com/nodelet/nodelet/internal/config"
+	"github.com/nodelet/nodelet/internal/hostinfo"
 )
 
 // Capacity reports what the machine has before anything is reserved: cpu,
@@ -167,87 +167,8 @@ func NodeFromConfig(cfg *config.Config, capacity corev1.ResourceList) (*corev1.N
 	}, nil
 }
 
-// Allocatable is capacity minus node.kubeReserved, node.systemReserved and
-// the hard eviction thresholds on memory.available and nodefs.available
-// (gc.evictionHard), and memory minus the huge pages: the kubelet's
-// GetNodeAllocatableReservation and its node-status setter. A result below
-// zero is zero.
+// Allocatable is the node's allocatable resources, hostinfo.Allocatable
+// (the kubelet's GetNodeAllocatableReservation and its node-status setter).
 func Allocatable(cfg *config.Config, capacity corev1.ResourceList) (corev1.ResourceList, error) {
-	reserved := corev1.ResourceList{}
-	for key, m := range map[string]map[string]string{
-		"node.kubeReserved": cfg.Node.KubeReserved, "node.systemReserved": cfg.Node.SystemReserved,
-	} {
-		for name, v := range m {
-			q, err := resource.ParseQuantity(v)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %s: %q is not a quantity", key, name, v)
-			}
-			sum := reserved[corev1.ResourceName(name)]
-			sum.Add(q)
-			reserved[corev1.ResourceName(name)] = sum
-		}
-	}
-	eviction, err := hardEvictionReservation(cfg.GC.EvictionHard, capacity)
-	if err != nil {
-		return nil, err
-	}
-	for name, q := range eviction {
-		sum := reserved[name]
-		sum.Add(q)
-		reserved[name] = sum
-	}
-	out := corev1.ResourceList{}
-	for name, c := range capacity {
-		v := c.DeepCopy()
-		if r, ok := reserved[name]; ok {
-			v.Sub(r)
-		}
-		if v.Sign() < 0 {
-			v.Set(0)
-		}
-		out[name] = v
-	}
-	if mem, ok := out[corev1.ResourceMemory]; ok {
-		for name, c := range capacity {
-			if isHugePages(name) {
-				mem.Sub(c)
-			}
-		}
-		if mem.Sign() < 0 {
-			mem.Set(0)
-		}
-		out[corev1.ResourceMemory] = mem
-	}
-	return out, nil
-}
-
-// hardEvictionReservation is the part of memory and ephemeral storage the
-// hard eviction thresholds keep free: the kubelet does not hand it to pods.
-func hardEvictionReservation(thresholds map[string]string, capacity corev1.ResourceList) (corev1.ResourceList, error) {
-	signals := map[string]corev1.ResourceName{
-		"memory.available": corev1.ResourceMemory,
-		"nodefs.available": corev1.ResourceEphemeralStorage,
-	}
-	keys := make([]string, 0, len(thresholds))
-	for k := range thresholds {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	out := corev1.ResourceList{}
-	for _, signal := range keys {
-		name, ok := signals[signal]
-		if !ok {
-			continue
-		}
-		q, fraction, err := config.ParseThreshold(thresholds[signal])
-		if err != nil {
-			return nil, fmt.Errorf("gc.evictionHard: %s: %w", signal, err)
-		}
-		if q == nil {
-			c := capacity[name]
-			q = resource.NewQuantity(int64(float64(c.Value())*fraction), resource.BinarySI)
-		}
-		out[name] = *q
-	}
-	return out, nil
+	return hostinfo.Allocatable(cfg, capacity)
 }

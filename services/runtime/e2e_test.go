@@ -55,7 +55,7 @@ func TestPodRunsAndIsRemoved(t *testing.T) {
 	}
 
 	// The pod's cgroup (cgroup v1 here), which CRI never removes.
-	cgroup := filepath.Join("/sys/fs/cgroup/memory", "/nodelet-test/besteffort/pod"+string(pod.UID))
+	cgroup := filepath.Join("/sys/fs/cgroup/memory", h.cfg.Runtime.CgroupRoot, "besteffort", "pod"+string(pod.UID))
 	if _, err := os.Stat(cgroup); err != nil {
 		t.Fatalf("pod cgroup: %v", err)
 	}

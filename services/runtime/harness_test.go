@@ -48,6 +48,11 @@ var (
 	cpErr  error
 )
 
+// testCgroupRoot is this test process's runtime.cgroupRoot: a runtime
+// removes the pod cgroups under its root that it does not know, so test
+// processes running side by side must not share one.
+var testCgroupRoot = fmt.Sprintf("/nodelet-test-%d", os.Getpid())
+
 func TestMain(m *testing.M) {
 	// A CSI test driver started by csitest.Start is this binary too.
 	csitest.MainIfDriver()
@@ -55,6 +60,7 @@ func TestMain(m *testing.M) {
 	if ctrd != nil {
 		ctrd.Stop()
 	}
+	removeTestCgroupRoot()
 	if ctl != nil {
 		ctl.Stop()
 	}
@@ -136,7 +142,7 @@ func newHarness(t *testing.T, ho harnessOptions) *harness {
 	cfg.Runtime.CNIBinDirs = []string{c.CNIBinDir}
 	cfg.Runtime.ManageCNIConfig = false
 	cfg.Runtime.RelistPeriod = 500 * time.Millisecond
-	cfg.Runtime.CgroupRoot = "/nodelet-test"
+	cfg.Runtime.CgroupRoot = testCgroupRoot
 	cfg.Runtime.SandboxImage = images.PauseImage
 	if ho.configure != nil {
 		ho.configure(cfg)

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodelet/nodelet/schemas"
 	"github.com/nodelet/nodelet/services/runtime/volumes"
@@ -269,31 +268,6 @@ func (m *Manager) removePodDirs(uid string, pod *corev1.Pod, pr *podRuntime) {
 	if name != "" {
 		_ = volumes.RemoveAll(podLogDirOf(m.cfg.Node.PodLogsDir, ns, name, uid))
 	}
-}
-
-// removePodCgroup is the last step of a pod's removal (SyncTerminatedPod:
-// pcm.Destroy once the volumes are gone): the directories CRI left under
-// the pod's cgroup parent, wherever its QoS class put it.
-func (m *Manager) removePodCgroup(uid string, pod *corev1.Pod) {
-	for _, parent := range m.cgroupParentsOf(uid, pod) {
-		removePodCgroups(parent)
-	}
-}
-
-// cgroupParentsOf lists where the pod's cgroup may be (its QoS class may
-// not be known once the spec is gone).
-func (m *Manager) cgroupParentsOf(uid string, pod *corev1.Pod) []string {
-	if pod != nil {
-		return []string{m.cgroupParent(pod)}
-	}
-	p := &corev1.Pod{}
-	p.UID = types.UID(uid)
-	var out []string
-	for _, q := range []corev1.PodQOSClass{corev1.PodQOSGuaranteed, corev1.PodQOSBurstable, corev1.PodQOSBestEffort} {
-		p.Status.QOSClass = q
-		out = append(out, m.cgroupParent(p))
-	}
-	return out
 }
 
 // stopSandboxes stops ready sandboxes that are not the pod's current one.

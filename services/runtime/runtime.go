@@ -115,6 +115,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/bus"
+	"github.com/nodelet/nodelet/internal/cgroups"
 	"github.com/nodelet/nodelet/internal/config"
 	"github.com/nodelet/nodelet/internal/cri"
 	"github.com/nodelet/nodelet/internal/daemon"
@@ -283,6 +284,11 @@ type configSources struct {
 	hostIPs  []string
 	capacity nodeCapacity
 	dns      dnsSettings
+	// cgroups is the pod cgroup hierarchy (podcgroup.go); it only names
+	// cgroups until Run has checked the driver and made the node's.
+	cgroups *cgroups.Pods
+	// resize holds each pod's allocated resources and resize progress (resize.go).
+	resize resizeState
 	// objects reads pull secrets, secrets and config maps (nil: none).
 	objects ObjectGetter
 	// cluster watches services and RuntimeClasses; nil on a standalone
@@ -354,6 +360,10 @@ func New(opts Options) (*Manager, error) {
 	}
 	m.observed = newObservedWriter(opts.Bus, m.log)
 	m.network = newNetworkState(m, opts.NodePodCIDR)
+	var err error
+	if m.cgroups, err = newPodCgroupNames(cfg); err != nil {
+		return nil, fmt.Errorf("runtime.cgroupRoot: %w", err)
+	}
 	return m, nil
 }
 
@@ -372,6 +382,10 @@ func (m *Manager) Run(ctx context.Context) error {
 	m.runtime.version = v.RuntimeVersion
 	m.log.Info("Container runtime", "name", v.RuntimeName, "version", v.RuntimeVersion, "apiVersion", v.RuntimeApiVersion)
 	m.network.setVersion(v.RuntimeName, v.RuntimeVersion)
+	if err := m.setupCgroups(ctx); err != nil {
+		m.health(false, err.Error())
+		return err
+	}
 
 	if err := m.observed.load(ctx); err != nil {
 		return fmt.Errorf("load observed state: %w", err)
@@ -407,6 +421,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	}
 	m.log.Info("Inputs loaded, starting pod workers")
 	m.syncOrphanedPodDirs()
+	m.cleanupOrphanedPodCgroups(ctx)
 	run(m.relistLoop)
 	run(m.watchContainerEvents)
 	run(m.resyncLoop)
@@ -433,6 +448,7 @@ func (m *Manager) resyncLoop(ctx context.Context) {
 				m.workers.Update(uid)
 			}
 			m.syncOrphanedPodDirs()
+			m.cleanupOrphanedPodCgroups(ctx)
 		}
 	}
 }

@@ -3,10 +3,7 @@ package runtime
 import (
 	"context"
 	"fmt"
-	"os"
-	"path"
 	"path/filepath"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -20,25 +17,6 @@ func podLogDir(root string, pod *corev1.Pod) string {
 // podLogDirOf is podLogDir for a pod known only from CRI labels.
 func podLogDirOf(root, ns, name, uid string) string {
 	return filepath.Join(root, fmt.Sprintf("%s_%s_%s", ns, name, uid))
-}
-
-// cgroupParent is the pod's cgroup under runtime.cgroupRoot, by QoS class
-// as the kubelet lays them out with cgroupfs: Guaranteed pods directly
-// under the root, the others under burstable/ or besteffort/.
-func (m *Manager) cgroupParent(pod *corev1.Pod) string {
-	root := m.cfg.Runtime.CgroupRoot
-	if root == "" {
-		root = "/nodelet"
-	}
-	id := "pod" + string(pod.UID)
-	switch podQOS(pod) {
-	case corev1.PodQOSGuaranteed:
-		return path.Join(root, id)
-	case corev1.PodQOSBurstable:
-		return path.Join(root, "burstable", id)
-	default:
-		return path.Join(root, "besteffort", id)
-	}
 }
 
 // sandboxConfig is the kubelet's generatePodSandboxConfig.
@@ -148,31 +126,4 @@ func (m *Manager) createSandbox(ctx context.Context, pod *corev1.Pod, attempt ui
 		return "", cfg, err
 	}
 	return id, cfg, nil
-}
-
-// removePodCgroups removes the pod's cgroup directories, deepest first, in
-// every cgroup v1 hierarchy (and the unified one): CRI never removes them.
-// Directories still holding processes stay; a later cleanup retries.
-func removePodCgroups(parent string) {
-	if parent == "" || parent == "/" {
-		return
-	}
-	roots, _ := filepath.Glob("/sys/fs/cgroup/*")
-	roots = append(roots, "/sys/fs/cgroup")
-	for _, r := range roots {
-		dir := filepath.Join(r, parent)
-		if !strings.HasPrefix(dir, r+"/") {
-			continue
-		}
-		var dirs []string
-		_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
-			if err == nil && d.IsDir() {
-				dirs = append(dirs, p)
-			}
-			return nil
-		})
-		for i := len(dirs) - 1; i >= 0; i-- {
-			_ = os.Remove(dirs[i])
-		}
-	}
 }

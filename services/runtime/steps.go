@@ -20,6 +20,9 @@ import (
 // made, or the syncResult that ends this pass (the pod waits for
 // something, or syncs again after a back-off).
 func (m *Manager) syncRunning(ctx context.Context, pod *corev1.Pod, pr *podRuntime, st *podState) syncResult {
+	// The pod with its allocated resources: a resize that does not fit
+	// waits (resize.go, the kubelet's allocation manager).
+	pod = m.admitResize(ctx, pod, pr)
 	// Step 1 (computePodActions): what to kill, create and start.
 	s := &podSync{m: m, pod: pod, uid: string(pod.UID), st: st, pr: pr, actions: m.actionsFor(pod, pr)}
 	if s.actions.Terminal {
@@ -28,9 +31,10 @@ func (m *Manager) syncRunning(ctx context.Context, pod *corev1.Pod, pr *podRunti
 	s.begin(ctx)
 
 	// Pod cgroup (kubelet.go SyncPod: pcm.EnsureExists, before the data
-	// directories and volumes): a pod-level cgroup step, returning a
-	// *syncResult that stops the sync while the cgroup cannot be made,
-	// belongs here — before any sandbox is created.
+	// directories and volumes), before any sandbox is created.
+	if stop := s.ensurePodCgroup(ctx); stop != nil {
+		return *stop
+	}
 
 	// Volumes (kubelet.go SyncPod: WaitForAttachAndMount).
 	volumes, stop := s.mountVolumes(ctx)
@@ -48,9 +52,10 @@ func (m *Manager) syncRunning(ctx context.Context, pod *corev1.Pod, pr *podRunti
 		return *stop
 	}
 
-	// Step 6 (resize): updating the resources of running containers
-	// (UpdateContainerResources, doPodResizeAction) belongs here, once the
+	// Step 6 (resize): the resources of running containers and the pod
+	// cgroup (UpdateContainerResources, doPodResizeAction), once the
 	// sandbox is known and before anything starts.
+	m.syncResize(ctx, s.pod, s.pr, s.st)
 
 	start := func(ts containerToStart) *waitError {
 		return m.startContainer(ctx, pod, ts, sandbox.Sandbox, sandbox.Config, volumes, s.pr)

@@ -182,6 +182,7 @@ func (m *Manager) publish(ctx context.Context, pod *corev1.Pod, pr *podRuntime, 
 	if o.UID == "" {
 		return
 	}
+	m.resizeObserved(pod, o)
 	if _, err := m.observed.publish(ctx, o); err != nil && ctx.Err() == nil {
 		m.log.Error("Cannot publish observed state", "podUID", o.UID, "err", err)
 	}

@@ -58,7 +58,16 @@ func (c containerInputs) statuses(specs []corev1.Container, observed []schemas.C
 		} else if len(spec.Resources.Requests) > 0 || len(spec.Resources.Limits) > 0 {
 			st.Resources = spec.Resources.DeepCopy()
 		}
-		if len(spec.Resources.Requests) > 0 {
+		if ob := observedByName(observed, spec.Name); ob != nil && ob.Allocated != nil {
+			// The runtime's allocation: the previous resources while a
+			// resize is pending (the kubelet's allocatedResources).
+			if len(ob.Allocated.Requests) > 0 {
+				st.AllocatedResources = ob.Allocated.Requests.DeepCopy()
+			}
+			if st.State.Running == nil {
+				st.Resources = ob.Allocated.DeepCopy()
+			}
+		} else if len(spec.Resources.Requests) > 0 {
 			st.AllocatedResources = spec.Resources.Requests.DeepCopy()
 		}
 		out = append(out, st)

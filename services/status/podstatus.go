@@ -201,6 +201,13 @@ func generateStatus(in PodInputs, old *corev1.PodStatus) corev1.PodStatus {
 	s.Conditions = append(s.Conditions, podReadyCondition(pod, s.Conditions, allStatuses, s.Phase))
 	s.Conditions = append(s.Conditions, containersReadyCondition(pod, allStatuses, s.Phase))
 	s.Conditions = append(s.Conditions, corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionTrue})
+	if obs != nil {
+		// PodResizePending / PodResizeInProgress as the runtime's
+		// allocation decided them (the kubelet's status manager).
+		for _, c := range obs.ResizeConditions {
+			s.Conditions = append(s.Conditions, *c.DeepCopy())
+		}
+	}
 
 	setHostIPs(pod, &s, in.HostIPs)
 

@@ -1,0 +1,385 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodelet/nodelet/bus"
+	"github.com/nodelet/nodelet/bus/bustest"
+	"github.com/nodelet/nodelet/internal/cgroups"
+	"github.com/nodelet/nodelet/internal/config"
+	"github.com/nodelet/nodelet/internal/cri"
+	"github.com/nodelet/nodelet/schemas"
+)
+
+// removeTestCgroupRoot removes what the package's runtimes left under
+// testCgroupRoot (its QoS cgroups).
+func removeTestCgroupRoot() {
+	m, err := cgroups.NewManager(cgroups.DriverCgroupfs)
+	if err != nil {
+		return
+	}
+	_ = m.Destroy(cgroups.ParseCgroupfs(testCgroupRoot))
+}
+
+// cgroupFile reads one value of a cgroup v1 controller file under
+// /sys/fs/cgroup/<controller><dir>.
+func cgroupFile(t *testing.T, controller, dir, file string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup", controller, dir, file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+func requiresCgroupV1(t *testing.T) {
+	t.Helper()
+	if _, err := os.Stat("/sys/fs/cgroup/memory"); err != nil {
+		t.Skip("the cgroup files these tests read are cgroup v1's")
+	}
+}
+
+func resources(req, lim corev1.ResourceList) corev1.ResourceRequirements {
+	return corev1.ResourceRequirements{Requests: req, Limits: lim}
+}
+
+func rlist(kv ...string) corev1.ResourceList {
+	out := corev1.ResourceList{}
+	for i := 0; i < len(kv); i += 2 {
+		out[corev1.ResourceName(kv[i])] = resource.MustParse(kv[i+1])
+	}
+	return out
+}
+
+// Issue 19's acceptance, pod cgroups: a Burstable pod with a 64Mi memory
+// limit over two containers gets its pod cgroup under the burstable
+// parent with the summed limit and the pod PID limit, its containers and
+// sandbox inside it; a container exceeding its memory is OOM-killed
+// (OOMKilled); podPidsLimit 20 stops a fork bomb in one pod while another
+// pod keeps running; the pod cgroups are gone after the pods, and a
+// leftover pod cgroup found at start is removed.
+func TestPodCgroupsLimitsAndRemoval(t *testing.T) {
+	requiresCgroupV1(t)
+	h := newHarness(t, harnessOptions{noStart: true, configure: func(c *config.Config) {
+		c.Runtime.PodPidsLimit = 20
+	}})
+	root := h.cfg.Runtime.CgroupRoot
+	// A pod cgroup no pod and no container knows, as a pod removed while
+	// nodelet-runtime was down leaves it.
+	leftover := filepath.Join(root, "burstable", "pod"+uuid.NewString())
+	for _, ctrl := range []string{"memory", "cpu", "pids"} {
+		if err := os.MkdirAll(filepath.Join("/sys/fs/cgroup", ctrl, leftover), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.setSourcesReady()
+	h.start(nil)
+	waitFor(t, time.Minute, "leftover pod cgroup removed", func() (bool, string) {
+		_, err := os.Stat(filepath.Join("/sys/fs/cgroup/memory", leftover))
+		return os.IsNotExist(err), fmt.Sprint(err)
+	})
+
+	// Two containers, 32Mi each: the pod's limit is 64Mi. "hog" fills
+	// its memory once /tmp/go appears.
+	hog := busybox("hog", `while [ ! -e /tmp/go ]; do sleep 0.2; done; x=$(head -c 134217728 /dev/zero | tr '\0' x); echo survived`)
+	hog.Resources = resources(rlist("cpu", "50m", "memory", "16Mi"), rlist("memory", "32Mi"))
+	idle := busybox("idle", "exec sleep 3600")
+	idle.Resources = resources(rlist("cpu", "50m", "memory", "16Mi"), rlist("memory", "32Mi"))
+	mem := newPod("mem", hog, idle)
+	grace := int64(1)
+	mem.Spec.TerminationGracePeriodSeconds = &grace
+	mem.Spec.RestartPolicy = corev1.RestartPolicyNever
+
+	bomb := newPod("bomb", busybox("bomb", "exec sleep 3600"))
+	bomb.Spec.TerminationGracePeriodSeconds = &grace
+	other := newPod("other", busybox("other", "exec sleep 3600"))
+	other.Spec.TerminationGracePeriodSeconds = &grace
+
+	h.run(mem)
+	h.run(other)
+	o := h.waitObserved(mem, 2*time.Minute, "mem running", func(o *schemas.PodObserved) bool { return running(o, "hog", "idle") })
+	h.waitObserved(other, 2*time.Minute, "other running", func(o *schemas.PodObserved) bool { return running(o, "other") })
+
+	memCgroup := filepath.Join(root, "burstable", "pod"+string(mem.UID))
+	if v := cgroupFile(t, "memory", memCgroup, "memory.limit_in_bytes"); v != strconv.Itoa(64<<20) {
+		t.Fatalf("pod memory limit %s, want 64Mi", v)
+	}
+	if v := cgroupFile(t, "pids", memCgroup, "pids.max"); v != "20" {
+		t.Fatalf("pod pids.max %s, want 20", v)
+	}
+	if v := cgroupFile(t, "cpu", memCgroup, "cpu.shares"); v != "102" {
+		t.Fatalf("pod cpu.shares %s, want 102 (100m)", v)
+	}
+	// The burstable parent's shares are its pods' CPU requests (one pod).
+	if v := cgroupFile(t, "cpu", filepath.Join(root, "burstable"), "cpu.shares"); v != "102" {
+		t.Fatalf("burstable cpu.shares %s, want 102", v)
+	}
+	if v := cgroupFile(t, "cpu", filepath.Join(root, "besteffort"), "cpu.shares"); v != "2" {
+		t.Fatalf("besteffort cpu.shares %s, want 2", v)
+	}
+	// Containers and sandbox are placed under the pod cgroup.
+	for _, name := range []string{"hog", "idle"} {
+		id := trimContainerID(container(o, name).ContainerID)
+		if v := cgroupFile(t, "memory", filepath.Join(memCgroup, id), "memory.limit_in_bytes"); v != strconv.Itoa(32<<20) {
+			t.Fatalf("%s memory limit %s", name, v)
+		}
+	}
+	if _, err := os.Stat(filepath.Join("/sys/fs/cgroup/memory", memCgroup, o.Sandbox.ID)); err != nil {
+		t.Fatalf("sandbox not under the pod cgroup: %v", err)
+	}
+
+	// Past its limit, hog is OOM-killed.
+	if _, err := h.cri.Runtime.ExecSync(h.ctx, &runtimeapi.ExecSyncRequest{
+		ContainerId: trimContainerID(container(o, "hog").ContainerID), Cmd: []string{"touch", "/tmp/go"}, Timeout: 30,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	o = h.waitObserved(mem, 2*time.Minute, "hog OOM-killed", func(o *schemas.PodObserved) bool {
+		c := container(o, "hog")
+		return c != nil && c.State.Terminated != nil
+	})
+	if term := container(o, "hog").State.Terminated; term.Reason != "OOMKilled" {
+		t.Fatalf("hog terminated with %q (exit %d), want OOMKilled", term.Reason, term.ExitCode)
+	}
+	if !running(o, "idle") {
+		t.Fatalf("idle stopped: %s", describe(o))
+	}
+
+	// The fork bomb stops at 20 processes; the other pod runs on.
+	h.run(bomb)
+	o = h.waitObserved(bomb, 2*time.Minute, "bomb running", func(o *schemas.PodObserved) bool { return running(o, "bomb") })
+	bombCgroup := filepath.Join(root, "besteffort", "pod"+string(bomb.UID))
+	// The bomb goes off inside the running container: its forks stop at
+	// the pod's limit (20 processes, pause and sleep included).
+	bombID := trimContainerID(container(o, "bomb").ContainerID)
+	resp, err := h.cri.Runtime.ExecSync(h.ctx, &runtimeapi.ExecSyncRequest{
+		ContainerId: bombID, Timeout: 60,
+		Cmd: []string{"sh", "-c", `i=0; while [ $i -lt 200 ]; do sleep 3600 </dev/null >/dev/null 2>&1 & i=$((i+1)); done; echo all forked`},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.ExitCode == 0 || strings.Contains(string(resp.Stdout), "all forked") || !strings.Contains(string(resp.Stderr), "can't fork") {
+		t.Fatalf("fork bomb not stopped: exit %d, stdout %q, stderr %q", resp.ExitCode, resp.Stdout, resp.Stderr)
+	}
+	// A refused fork counts in pids.events of the cgroup it was tried
+	// from: the container's, below the pod's.
+	if ev := cgroupFile(t, "pids", filepath.Join(bombCgroup, bombID), "pids.events"); ev == "max 0" {
+		t.Fatalf("container pids.events: %s", ev)
+	}
+	if v, _ := strconv.Atoi(cgroupFile(t, "pids", bombCgroup, "pids.current")); v > 20 {
+		t.Fatalf("bomb pod has %d processes, limit 20", v)
+	}
+	oc := container(h.obs.get(other.UID), "other")
+	resp, err = h.cri.Runtime.ExecSync(h.ctx, &runtimeapi.ExecSyncRequest{
+		ContainerId: trimContainerID(oc.ContainerID), Cmd: []string{"sh", "-c", "echo still here"}, Timeout: 30,
+	})
+	if err != nil || strings.TrimSpace(string(resp.Stdout)) != "still here" {
+		t.Fatalf("other pod cannot run a process next to the bomb: %v %q", err, resp.GetStdout())
+	}
+	if oc2 := container(h.obs.get(other.UID), "other"); oc2.ContainerID != oc.ContainerID || oc2.RestartCount != 0 || oc2.State.Running == nil {
+		t.Fatalf("other pod disturbed: %+v", oc2)
+	}
+
+	for _, p := range []*corev1.Pod{mem, bomb, other} {
+		h.remove(p)
+	}
+	for _, p := range []*corev1.Pod{mem, bomb, other} {
+		waitFor(t, 2*time.Minute, p.Name+" removed", func() (bool, string) { return h.obs.wasDeleted(p.UID), "" })
+	}
+	for _, dir := range []string{memCgroup, bombCgroup, filepath.Join(root, "besteffort", "pod"+string(other.UID))} {
+		for _, ctrl := range []string{"memory", "pids", "cpu"} {
+			if _, err := os.Stat(filepath.Join("/sys/fs/cgroup", ctrl, dir)); !os.IsNotExist(err) {
+				t.Fatalf("pod cgroup %s left in %s: %v", dir, ctrl, err)
+			}
+		}
+	}
+}
+
+// runtime.cgroupDriver must be containerd's: systemd against a
+// containerd with SystemdCgroup = false is refused at start, naming both
+// settings, before any pod cgroup is made.
+func TestCgroupDriverMismatchRefused(t *testing.T) {
+	h := newHarness(t, harnessOptions{noStart: true, configure: func(c *config.Config) {
+		c.Runtime.CgroupDriver = cgroups.DriverSystemd
+		c.Runtime.CgroupRoot = testCgroupRoot + "-systemd"
+	}})
+	clients, err := cri.Connect(h.ctx, h.cfg.Runtime.EndpointURL(), "", h.cfg.Runtime.RuntimeRequestTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := New(Options{Config: h.cfg, Log: bustest.Logger(), Bus: h.bus.Connect(bus.Runtime), Runtime: clients.Runtime, Image: clients.Image})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(h.ctx, time.Minute)
+	defer cancel()
+	err = m.Run(ctx)
+	want := `runtime.cgroupDriver is "systemd" but containerd's runtime "runc" has SystemdCgroup = false: they must match`
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Run with the wrong driver: %v\nwant it to contain %q", err, want)
+	}
+	if _, err := os.Stat(filepath.Join("/sys/fs/cgroup/memory", testCgroupRoot+"-systemd")); !os.IsNotExist(err) {
+		t.Fatalf("cgroups made despite the refusal: %v", err)
+	}
+	// The systemd names the pods would have had.
+	pod := newPod("p", busybox("c", "true"))
+	pod.Spec.Containers[0].Resources = resources(rlist("cpu", "10m"), nil)
+	want = strings.ReplaceAll(strings.TrimPrefix(h.cfg.Runtime.CgroupRoot, "/"), "-", "_") +
+		"-burstable-pod" + strings.ReplaceAll(string(pod.UID), "-", "_") + ".slice"
+	if got := m.cgroupParent(pod); got != want {
+		t.Fatalf("systemd CgroupParent %q, want %q", got, want)
+	}
+}
+
+// Issue 19's acceptance, in-place resize: a running pod's CPU limit
+// raised and lowered changes the pod and container cgroups (pod limits
+// grow before the container's and shrink after), the container is not
+// restarted, the observed state carries the new resources and the
+// resize conditions while it is under way; a resize beyond the node is
+// Deferred with the kubelet's message and changes nothing.
+func TestInPlaceResize(t *testing.T) {
+	requiresCgroupV1(t)
+	h := newHarness(t, harnessOptions{})
+	h.setSourcesReady()
+	app := busybox("app", "exec sleep 3600")
+	app.Resources = resources(rlist("cpu", "100m", "memory", "16Mi"), rlist("cpu", "200m", "memory", "64Mi"))
+	pod := newPod("resize", app)
+	grace := int64(1)
+	pod.Spec.TerminationGracePeriodSeconds = &grace
+	pod.Generation = 1
+	h.run(pod)
+	o := h.waitObserved(pod, 2*time.Minute, "running", func(o *schemas.PodObserved) bool { return running(o, "app") })
+	first := container(o, "app")
+	id := trimContainerID(first.ContainerID)
+	podCgroup := filepath.Join(h.cfg.Runtime.CgroupRoot, "burstable", "pod"+string(pod.UID))
+	quotas := func() (string, string) {
+		return cgroupFile(t, "cpu", podCgroup, "cpu.cfs_quota_us"),
+			cgroupFile(t, "cpu", filepath.Join(podCgroup, id), "cpu.cfs_quota_us")
+	}
+	if p, c := quotas(); p != "20000" || c != "20000" {
+		t.Fatalf("quota before resize: pod %s container %s", p, c)
+	}
+
+	resize := func(gen int64, cpuLimit, cpuRequest string) {
+		t.Helper()
+		p := pod.DeepCopy()
+		p.Generation = gen
+		p.Spec.Containers[0].Resources.Limits[corev1.ResourceCPU] = resource.MustParse(cpuLimit)
+		p.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse(cpuRequest)
+		h.desire(p)
+	}
+	limitOf := func(o *schemas.PodObserved) string {
+		c := container(o, "app")
+		if c == nil || c.Resources == nil {
+			return ""
+		}
+		return c.Resources.Limits.Cpu().String()
+	}
+	for _, step := range []struct {
+		gen            int64
+		limit, request string
+		quota          string
+	}{{2, "400m", "100m", "40000"}, {3, "150m", "50m", "15000"}} {
+		resize(step.gen, step.limit, step.request)
+		o = h.waitObserved(pod, time.Minute, "resized to "+step.limit, func(o *schemas.PodObserved) bool {
+			return limitOf(o) == step.limit && len(o.ResizeConditions) == 0
+		})
+		if p, c := quotas(); p != step.quota || c != step.quota {
+			t.Fatalf("quota after resize to %s: pod %s container %s, want %s", step.limit, p, c, step.quota)
+		}
+		c := container(o, "app")
+		if c.ContainerID != first.ContainerID || c.RestartCount != 0 || c.State.Running == nil {
+			t.Fatalf("container restarted by the resize: %+v", c)
+		}
+		if c.Allocated == nil || c.Allocated.Requests.Cpu().String() != step.request {
+			t.Fatalf("allocated after resize: %+v", c.Allocated)
+		}
+	}
+	if n := len(h.events.find(pod.UID, "ResizeCompleted")); n != 2 {
+		t.Fatalf("ResizeCompleted events: %d (%v)", n, h.events.reasons(pod.UID))
+	}
+	sawInProgress := false
+	for _, o := range h.obs.all(pod.UID) {
+		for _, c := range o.ResizeConditions {
+			sawInProgress = sawInProgress || c.Type == corev1.PodResizeInProgress
+		}
+	}
+	if !sawInProgress {
+		t.Log("PodResizeInProgress was never published between start and completion (both in one sync)")
+	}
+
+	// More CPU than the node has: Deferred, nothing changes.
+	resize(4, "200", "100")
+	o = h.waitObserved(pod, time.Minute, "resize deferred", func(o *schemas.PodObserved) bool {
+		return len(o.ResizeConditions) == 1 && o.ResizeConditions[0].Type == corev1.PodResizePending
+	})
+	cond := o.ResizeConditions[0]
+	if cond.Reason != corev1.PodReasonDeferred || !strings.HasPrefix(cond.Message, "Node didn't have enough resource: cpu, requested: 100000, used: ") || cond.ObservedGeneration != 4 {
+		t.Fatalf("pending condition: %+v", cond)
+	}
+	if p, c := quotas(); p != "15000" || c != "15000" {
+		t.Fatalf("deferred resize changed the quota: pod %s container %s", p, c)
+	}
+	if c := container(o, "app"); c.Allocated.Requests.Cpu().String() != "50m" || limitOf(o) != "150m" {
+		t.Fatalf("deferred resize changed the allocation: %+v", c)
+	}
+	if len(h.events.find(pod.UID, "ResizeDeferred")) == 0 {
+		t.Fatalf("no ResizeDeferred event: %v", h.events.reasons(pod.UID))
+	}
+	// Reverted: the pending condition goes.
+	resize(5, "150m", "50m")
+	h.waitObserved(pod, time.Minute, "pending cleared", func(o *schemas.PodObserved) bool { return len(o.ResizeConditions) == 0 })
+}
+
+// enforceNodeAllocatable: the cgroup root is limited to capacity less
+// both reservations (pods), and kube-reserved is enforced on the existing
+// kubeReservedCgroup.
+func TestNodeAllocatableEnforced(t *testing.T) {
+	requiresCgroupV1(t)
+	kubeCgroup := testCgroupRoot + "-kube"
+	for _, ctrl := range []string{"memory", "cpu", "pids"} {
+		dir := filepath.Join("/sys/fs/cgroup", ctrl, kubeCgroup)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = os.Remove(dir) })
+	}
+	h := newHarness(t, harnessOptions{configure: func(c *config.Config) {
+		c.Node.KubeReserved = map[string]string{"memory": "1Gi", "cpu": "500m"}
+		c.Node.SystemReserved = map[string]string{"memory": "512Mi"}
+		c.Runtime.EnforceNodeAllocatable = []string{"pods", "kube-reserved"}
+		c.Runtime.KubeReservedCgroup = kubeCgroup
+	}})
+	root := h.cfg.Runtime.CgroupRoot
+	capacity := readNodeCapacity(1)
+	want := capacity.Memory.Value() - (1<<30 + 512<<20)
+	waitFor(t, time.Minute, "node allocatable on the cgroup root", func() (bool, string) {
+		b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/memory", root, "memory.limit_in_bytes"))
+		if err != nil {
+			return false, err.Error()
+		}
+		v, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		return v <= want && v > want-4096, fmt.Sprintf("%d, want %d", v, want)
+	})
+	if v := cgroupFile(t, "pids", root, "pids.max"); v != strconv.FormatInt(cgroups.PidMax(), 10) {
+		t.Fatalf("root pids.max %s", v)
+	}
+	waitFor(t, time.Minute, "kube-reserved enforced", func() (bool, string) {
+		mem := cgroupFile(t, "memory", kubeCgroup, "memory.limit_in_bytes")
+		shares := cgroupFile(t, "cpu", kubeCgroup, "cpu.shares")
+		return mem == strconv.Itoa(1<<30) && shares == "512", mem + " " + shares
+	})
+}
