@@ -273,6 +273,24 @@ func TestHungCRICallStallsOnlyItsPod(t *testing.T) {
 	}
 }
 
+// A pod whose API status is already terminal (Failed, Succeeded) is
+// admitted but never started: the kubelet's UpdatePod tears it down.
+func TestTerminalPodNotStarted(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	for _, phase := range []corev1.PodPhase{corev1.PodFailed, corev1.PodSucceeded} {
+		pod := newPod("finished-"+strings.ToLower(string(phase)), busybox("app", "exec sleep 3600"))
+		pod.Status.Phase = phase
+		h.run(pod)
+		h.barrier()
+		if n := len(h.sandboxes(pod.UID)); n != 0 {
+			t.Errorf("%s pod: %d sandboxes, want none", phase, n)
+		}
+		if n := len(h.containers(pod.UID)); n != 0 {
+			t.Errorf("%s pod: %d containers, want none", phase, n)
+		}
+	}
+}
+
 // barrier runs a marker pod and waits until it runs: the runtime has
 // handled every desired pod and verdict put before it (each bucket is
 // watched in order) and is working, so what a test asserts it did not do

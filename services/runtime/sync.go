@@ -62,6 +62,12 @@ func (m *Manager) syncPod(ctx context.Context, uid string) syncResult {
 		return m.syncTerminating(ctx, rec.Pod, pr, st, nil)
 	case rec.Pod.DeletionTimestamp != nil:
 		return m.syncTerminating(ctx, rec.Pod, pr, st, nil)
+	case rec.Pod.Status.Phase == corev1.PodFailed || rec.Pod.Status.Phase == corev1.PodSucceeded:
+		// The kubelet's UpdatePod: "Pod is in a terminal phase
+		// (success/failed), begin teardown" — a pod the API server already
+		// holds as finished (a node that came back, a second node of the
+		// same name) is never started again.
+		return m.syncTerminating(ctx, rec.Pod, pr, st, nil)
 	case rec.Eviction != nil:
 		// Killed with the eviction's grace period when it gives one (the
 		// eviction manager's, the shutdown manager's per priority group).
