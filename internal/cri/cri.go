@@ -14,6 +14,8 @@ import (
 	internalapi "k8s.io/cri-api/pkg/apis"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	remote "k8s.io/cri-client/pkg"
+
+	"github.com/nodelet/nodelet/internal/config"
 )
 
 // Clients are the runtime and image services of one runtime.
@@ -22,12 +24,21 @@ type Clients struct {
 	Image   internalapi.ImageManagerService
 }
 
-// Connect dials the runtime (and image) endpoint; timeout bounds the dial
-// and every later call that has no deadline of its own.
+// Dial connects a daemon to the runtime its config names: runtime.endpoint,
+// runtime.imageEndpoint (empty: the runtime's), each call bounded by
+// runtime.runtimeRequestTimeout. Every daemon connects through it.
+func Dial(ctx context.Context, rc *config.RuntimeConfig) (*Clients, error) {
+	return Connect(ctx, rc.Endpoint, rc.ImageEndpoint, rc.RuntimeRequestTimeout)
+}
+
+// Connect dials the runtime (and image) endpoint; an empty imageEndpoint is
+// the runtime's, and a bare socket path is taken as unix://path. timeout
+// bounds the dial and every later call that has no deadline of its own.
 func Connect(ctx context.Context, endpoint, imageEndpoint string, timeout time.Duration) (*Clients, error) {
 	if imageEndpoint == "" {
 		imageEndpoint = endpoint
 	}
+	endpoint, imageEndpoint = EndpointURL(endpoint), EndpointURL(imageEndpoint)
 	rs, err := remote.NewRemoteRuntimeService(ctx, endpoint, timeout, nil, false)
 	if err != nil {
 		return nil, fmt.Errorf("container runtime at %s: %w", endpoint, err)
@@ -37,6 +48,15 @@ func Connect(ctx context.Context, endpoint, imageEndpoint string, timeout time.D
 		return nil, fmt.Errorf("image service at %s: %w", imageEndpoint, err)
 	}
 	return &Clients{Runtime: rs, Image: is}, nil
+}
+
+// EndpointURL is endpoint as the unix:// URL cri-client dials: a bare
+// socket path gets the scheme, anything else is returned as it is.
+func EndpointURL(endpoint string) string {
+	if strings.HasPrefix(endpoint, "/") {
+		return "unix://" + endpoint
+	}
+	return endpoint
 }
 
 // Check says whether the runtime at endpoint answers: the socket exists,

@@ -86,8 +86,7 @@ func Spec() daemon.Spec {
 
 // Run serves until ctx is done.
 func Run(ctx context.Context, env *daemon.Env) error {
-	rc := env.Config.Runtime
-	clients, err := cri.Connect(ctx, rc.EndpointURL(), rc.ImageEndpoint, rc.RuntimeRequestTimeout)
+	clients, err := cri.Dial(ctx, &env.Config.Runtime)
 	if err != nil {
 		return err
 	}

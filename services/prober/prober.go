@@ -38,9 +38,8 @@ func Spec() daemon.Spec {
 
 // Run serves until ctx is done.
 func Run(ctx context.Context, env *daemon.Env) error {
-	rc := env.Config.Runtime
-	// Only the runtime service is used; the image endpoint is not needed.
-	clients, err := cri.Connect(ctx, rc.EndpointURL(), "", rc.RuntimeRequestTimeout)
+	// Only the runtime service is used.
+	clients, err := cri.Dial(ctx, &env.Config.Runtime)
 	if err != nil {
 		return fmt.Errorf("exec probes need the runtime: %w", err)
 	}

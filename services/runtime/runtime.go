@@ -132,7 +132,7 @@ func Spec() daemon.Spec {
 // Run serves until ctx is done.
 func Run(ctx context.Context, env *daemon.Env) error {
 	cfg := env.Config
-	clients, err := cri.Connect(ctx, cfg.Runtime.EndpointURL(), imageEndpoint(cfg), cfg.Runtime.RuntimeRequestTimeout)
+	clients, err := cri.Dial(ctx, &cfg.Runtime)
 	if err != nil {
 		return err
 	}
@@ -185,14 +185,6 @@ func newVolumeManager(opts Options, capacity nodeCapacity) *volumes.Manager {
 		Log: opts.Log.With("subsystem", "csi"),
 	})
 	return volumes.New(vo)
-}
-
-func imageEndpoint(cfg *config.Config) string {
-	if cfg.Runtime.ImageEndpoint == "" {
-		return ""
-	}
-	c := config.RuntimeConfig{Endpoint: cfg.Runtime.ImageEndpoint}
-	return c.EndpointURL()
 }
 
 // Clock is the time source: real in the daemon, fake in unit tests.

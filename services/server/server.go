@@ -299,7 +299,7 @@ func (s *Service) httpServer(h http.Handler) *http.Server {
 // server for TokenReview and SubjectAccessReview, then serves until ctx ends.
 func Run(ctx context.Context, env *daemon.Env) error {
 	cfg := env.Config
-	clients, err := cri.Connect(ctx, cfg.Runtime.EndpointURL(), cfg.Runtime.ImageEndpoint, cfg.Runtime.RuntimeRequestTimeout)
+	clients, err := cri.Dial(ctx, &cfg.Runtime)
 	if err != nil {
 		return err
 	}

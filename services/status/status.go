@@ -183,7 +183,7 @@ func (s *Service) Run(ctx context.Context) error {
 func Run(ctx context.Context, env *daemon.Env) error {
 	cfg := env.Config
 	o := Options{Config: cfg, Log: env.Log, Bus: env.Bus}
-	clients, err := cri.Connect(ctx, cfg.Runtime.EndpointURL(), cfg.Runtime.ImageEndpoint, cfg.Runtime.RuntimeRequestTimeout)
+	clients, err := cri.Dial(ctx, &cfg.Runtime)
 	if err != nil {
 		env.Log.Warn("No container runtime: runtime version, images and pod stats are left out", "err", err)
 	} else {
