@@ -9,6 +9,7 @@ import (
 
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/internal/config"
+	"github.com/nodelet/nodelet/internal/podutil"
 	"github.com/nodelet/nodelet/schemas"
 )
 
@@ -225,7 +226,7 @@ func TestStaticPodIsCritical(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	huge := makePod("huge", 2, withCPU("1000"), withAnnotation(configSourceAnnotation, schemas.SourceFile))
+	huge := makePod("huge", 2, withCPU("1000"), withAnnotation(podutil.AnnotationConfigSource, schemas.SourceFile))
 	putStatic(huge)
 	h.rejected(huge, "UnexpectedAdmissionError", "Unexpected error while attempting to recover from admission failure: "+
 		"preemption: error finding a set of pods to preempt: no set of running pods found to reclaim resources: [(res: cpu, q: 998000), ]")
@@ -233,7 +234,7 @@ func TestStaticPodIsCritical(t *testing.T) {
 		t.Fatalf("a refused critical pod preempted the filler: %+v", v)
 	}
 
-	static := makePod("static", 3, withCPU("1"), withAnnotation(configSourceAnnotation, schemas.SourceFile))
+	static := makePod("static", 3, withCPU("1"), withAnnotation(podutil.AnnotationConfigSource, schemas.SourceFile))
 	putStatic(static)
 	h.admitted(static)
 	v, fillerRev := h.verdict(filler)

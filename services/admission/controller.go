@@ -14,12 +14,9 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/bus"
+	"github.com/nodelet/nodelet/internal/podutil"
 	"github.com/nodelet/nodelet/schemas"
 )
-
-// configSourceAnnotation is the kubelet's kubernetes.io/config.source: the
-// source that delivered a pod; anything but "api" makes it a static pod.
-const configSourceAnnotation = "kubernetes.io/config.source"
 
 // writeTimeout bounds one verdict write or delete; a failed one is retried.
 const writeTimeout = 10 * time.Second
@@ -187,15 +184,6 @@ func validDesired(key string, d *schemas.PodDesired) error {
 	return nil
 }
 
-// isStatic: a pod from a file or URL, by its config.source annotation (as
-// the kubelet tells) or, lacking it, by the source that delivered it.
-func isStatic(d *schemas.PodDesired) bool {
-	if src, ok := d.Pod.Annotations[configSourceAnnotation]; ok {
-		return src != schemas.SourceAPI
-	}
-	return d.Source == schemas.SourceFile || d.Source == schemas.SourceHTTP
-}
-
 func (c *controller) onDesired(u bus.Update[schemas.PodDesired]) {
 	switch u.Kind {
 	case bus.Put:
@@ -209,7 +197,7 @@ func (c *controller) onDesired(u bus.Update[schemas.PodDesired]) {
 			e = &podEntry{}
 			c.pods[u.Key] = e
 		}
-		e.desired, e.rev, e.static, e.info = u.Value, u.Revision, isStatic(u.Value), NewPodInfo(u.Value.Pod)
+		e.desired, e.rev, e.static, e.info = u.Value, u.Revision, podutil.IsStaticDesired(u.Value), NewPodInfo(u.Value.Pod)
 		e.info.Static = e.static
 		if _, decided := c.verdicts[u.Key]; !decided {
 			c.pending[u.Key] = struct{}{}
@@ -509,4 +497,4 @@ func sortedKeys(m map[string]struct{}) []string {
 	return keys
 }
 
-func podRef(p *corev1.Pod) string { return p.Namespace + "/" + p.Name }
+var podRef = podutil.PodRef

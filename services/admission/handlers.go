@@ -12,6 +12,8 @@ import (
 	schedcorev1 "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
+
+	"github.com/nodelet/nodelet/internal/podutil"
 )
 
 // Reasons, worded as the kubelet words them (pkg/kubelet/lifecycle,
@@ -55,10 +57,6 @@ const (
 	errTaintToleration = "node(s) had taints that the pod didn't tolerate"
 )
 
-// systemCriticalPriority is the lowest priority of a critical pod
-// (system-cluster-critical; system-node-critical is 2000001000).
-const systemCriticalPriority = 2000000000
-
 // kubeletVersion is the Kubernetes version whose rules nodelet follows; the
 // node-declared-features framework asks which version a pod targets.
 var kubeletVersion = version.MustParseGeneric("1.37.2")
@@ -87,13 +85,7 @@ type Attributes struct {
 // Critical tells whether the kubelet would treat the pod as critical:
 // static, mirror, or of priority system-cluster-critical and above.
 func (a *Attributes) Critical() bool {
-	if a.Static {
-		return true
-	}
-	if _, ok := a.Pod.Annotations[corev1.MirrorPodAnnotationKey]; ok {
-		return true
-	}
-	return a.Pod.Spec.Priority != nil && *a.Pod.Spec.Priority >= systemCriticalPriority
+	return a.Static || podutil.IsCriticalPod(a.Pod)
 }
 
 // Handler is one admission check, as the kubelet's PodAdmitHandler.

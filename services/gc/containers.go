@@ -10,6 +10,8 @@ import (
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodelet/nodelet/internal/podutil"
 )
 
 // containerGCInfo is one dead container considered for removal.
@@ -179,7 +181,7 @@ func (g *GC) removeOldestN(ctx context.Context, containers []containerGCInfo, to
 			}
 		}
 		if err := g.removeContainer(ctx, c); err != nil {
-			g.log.Error("Failed to remove container", "pod", podRef(c.podNamespace, c.podName), "podUID", c.podUID, "containerName", c.name, "containerID", c.id, "err", err)
+			g.log.Error("Failed to remove container", "pod", podutil.Ref(c.podNamespace, c.podName), "podUID", c.podUID, "containerName", c.name, "containerID", c.id, "err", err)
 			continue
 		}
 		res.Containers = append(res.Containers, c.id)
@@ -213,7 +215,7 @@ func (g *GC) removeContainer(ctx context.Context, c containerGCInfo) error {
 		return err
 	}
 	removedTotal.WithLabelValues(objContainer).Inc()
-	g.log.Info("Removed dead container", "pod", podRef(c.podNamespace, c.podName), "podUID", c.podUID,
+	g.log.Info("Removed dead container", "pod", podutil.Ref(c.podNamespace, c.podName), "podUID", c.podUID,
 		"containerName", c.name, "containerID", c.id, "attempt", c.attempt)
 	return nil
 }
@@ -282,16 +284,16 @@ func (g *GC) removeOldestNSandboxes(ctx context.Context, uid string, sbs []sandb
 		// The runtime should have stopped it; stop it anyway, as the
 		// kubelet does, so that its network is torn down first.
 		if err := g.rt.StopPodSandbox(ctx, sb.id); err != nil && !isNotFound(err) {
-			g.log.Error("Failed to stop sandbox before removing", "pod", podRef(sb.podNamespace, sb.podName), "podUID", uid, "podSandboxID", sb.id, "err", err)
+			g.log.Error("Failed to stop sandbox before removing", "pod", podutil.Ref(sb.podNamespace, sb.podName), "podUID", uid, "podSandboxID", sb.id, "err", err)
 			continue
 		}
 		if err := g.rt.RemovePodSandbox(ctx, sb.id); err != nil && !isNotFound(err) {
-			g.log.Error("Failed to remove sandbox", "pod", podRef(sb.podNamespace, sb.podName), "podUID", uid, "podSandboxID", sb.id, "err", err)
+			g.log.Error("Failed to remove sandbox", "pod", podutil.Ref(sb.podNamespace, sb.podName), "podUID", uid, "podSandboxID", sb.id, "err", err)
 			continue
 		}
 		removedTotal.WithLabelValues(objSandbox).Inc()
 		res.Sandboxes = append(res.Sandboxes, sb.id)
-		g.log.Info("Removed pod sandbox", "pod", podRef(sb.podNamespace, sb.podName), "podUID", uid, "podSandboxID", sb.id)
+		g.log.Info("Removed pod sandbox", "pod", podutil.Ref(sb.podNamespace, sb.podName), "podUID", uid, "podSandboxID", sb.id)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/internal/config"
+	"github.com/nodelet/nodelet/internal/podutil"
 	"github.com/nodelet/nodelet/schemas"
 )
 
@@ -35,8 +36,6 @@ const (
 	podCleanupTimeout = 30 * time.Second
 	// hardEvictionGracePeriod is the kubelet's immediateEvictionGracePeriodSeconds.
 	hardEvictionGracePeriod = int64(1)
-	// systemCriticalPriority is scheduling.SystemCriticalPriority.
-	systemCriticalPriority = int32(2000000000)
 
 	resourceInodes corev1.ResourceName = "inodes"
 	resourcePIDs   corev1.ResourceName = "pids"
@@ -344,20 +343,20 @@ func (g *GC) reclaimNodeLevelResources(ctx context.Context, signal string, res c
 // the evictions bucket, an Evicted event. Critical pods (static, mirror, or
 // system-critical priority) are never evicted.
 func (g *GC) evictPod(ctx context.Context, pod *corev1.Pod, grace *int64, message, signal string) bool {
-	if isCriticalPod(pod) {
-		g.log.Error("Eviction manager: cannot evict a critical pod", "pod", podRef(pod.Namespace, pod.Name), "podUID", pod.UID)
+	if podutil.IsCriticalPod(pod) {
+		g.log.Error("Eviction manager: cannot evict a critical pod", "pod", podutil.Ref(pod.Namespace, pod.Name), "podUID", pod.UID)
 		return false
 	}
 	ev := &schemas.PodEviction{UID: string(pod.UID), Namespace: pod.Namespace, Name: pod.Name,
 		Reason: EvictionReason, Message: message, Time: g.clock.Now().UTC(), GracePeriodSeconds: grace}
 	if _, _, err := g.evictionsW.Put(ctx, string(pod.UID), ev); err != nil {
-		g.log.Error("Eviction manager: pod failed to evict", "pod", podRef(pod.Namespace, pod.Name), "podUID", pod.UID, "err", err)
+		g.log.Error("Eviction manager: pod failed to evict", "pod", podutil.Ref(pod.Namespace, pod.Name), "podUID", pod.UID, "err", err)
 		return false
 	}
 	g.state.noteEviction(ev)
 	g.podEvent(pod, corev1.EventTypeWarning, EvictionReason, message)
 	evictionsTotal.WithLabelValues(signal).Inc()
-	g.log.Info("Eviction manager: pod is evicted successfully", "pod", podRef(pod.Namespace, pod.Name), "podUID", pod.UID, "message", message)
+	g.log.Info("Eviction manager: pod is evicted successfully", "pod", podutil.Ref(pod.Namespace, pod.Name), "podUID", pod.UID, "message", message)
 	return true
 }
 
@@ -474,16 +473,4 @@ func (g *GC) forgetStaleEvictions(ctx context.Context) {
 			g.log.Error("Failed to delete eviction of a removed pod", "podUID", uid, "err", err)
 		}
 	}
-}
-
-// isCriticalPod is the kubelet's IsCriticalPod: static and mirror pods, and
-// pods of system-critical priority.
-func isCriticalPod(pod *corev1.Pod) bool {
-	if src, ok := pod.Annotations["kubernetes.io/config.source"]; ok && src != schemas.SourceAPI {
-		return true
-	}
-	if _, ok := pod.Annotations["kubernetes.io/config.mirror"]; ok {
-		return true
-	}
-	return pod.Spec.Priority != nil && *pod.Spec.Priority >= systemCriticalPriority
 }

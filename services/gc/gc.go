@@ -322,8 +322,6 @@ func (g *GC) emptyDirsOf(uid string) string {
 	return filepath.Join(g.cfg.Node.StateDir, "pods", uid, "volumes", "kubernetes.io~empty-dir")
 }
 
-func podRef(ns, name string) string { return ns + "/" + name }
-
 func isNotFound(err error) bool {
 	if err == nil {
 		return false

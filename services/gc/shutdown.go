@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/nodelet/nodelet/internal/podutil"
 	"github.com/nodelet/nodelet/schemas"
 )
 
@@ -57,10 +58,10 @@ func shutdownGroups(total, critical time.Duration, pods []*corev1.Pod) []shutdow
 	}
 	groups := []shutdownGroup{
 		{Priority: defaultPriority, GracePeriod: int64((total - critical) / time.Second)},
-		{Priority: systemCriticalPriority, GracePeriod: int64(critical / time.Second)},
+		{Priority: podutil.SystemCriticalPriority, GracePeriod: int64(critical / time.Second)},
 	}
 	for _, p := range pods {
-		if p.Spec.Priority != nil && *p.Spec.Priority >= systemCriticalPriority {
+		if p.Spec.Priority != nil && *p.Spec.Priority >= podutil.SystemCriticalPriority {
 			groups[1].Pods = append(groups[1].Pods, p)
 		} else {
 			groups[0].Pods = append(groups[0].Pods, p)
@@ -245,11 +246,11 @@ func (s *shutdownManager) killPods(ctx context.Context) {
 			if pod.Spec.TerminationGracePeriodSeconds != nil && *pod.Spec.TerminationGracePeriodSeconds <= grace {
 				grace = *pod.Spec.TerminationGracePeriodSeconds
 			}
-			g.log.Info("Shutdown manager killing pod with gracePeriod", "pod", podRef(pod.Namespace, pod.Name), "podUID", pod.UID, "gracePeriod", grace)
+			g.log.Info("Shutdown manager killing pod with gracePeriod", "pod", podutil.Ref(pod.Namespace, pod.Name), "podUID", pod.UID, "gracePeriod", grace)
 			ev := &schemas.PodEviction{UID: string(pod.UID), Namespace: pod.Namespace, Name: pod.Name,
 				Reason: shutdownReason, Message: shutdownMessage, Time: g.clock.Now().UTC(), GracePeriodSeconds: &grace}
 			if _, _, err := g.evictionsW.Put(ctx, string(pod.UID), ev); err != nil {
-				g.log.Error("Shutdown manager failed killing pod", "pod", podRef(pod.Namespace, pod.Name), "podUID", pod.UID, "err", err)
+				g.log.Error("Shutdown manager failed killing pod", "pod", podutil.Ref(pod.Namespace, pod.Name), "podUID", pod.UID, "err", err)
 				continue
 			}
 			g.state.noteEviction(ev)

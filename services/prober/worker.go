@@ -143,7 +143,7 @@ func (w *worker) run() {
 func (w *worker) doProbe() {
 	defer func() {
 		if r := recover(); r != nil {
-			w.m.log.Error("Probe worker panicked", "pod", w.podRef(), "podUID", w.key.uid,
+			w.m.log.Error("Probe worker panicked", "pod", podutil.PodRef(w.pod), "podUID", w.key.uid,
 				"containerName", w.key.container, "probeType", w.key.kind, "err", r)
 		}
 	}()
@@ -266,7 +266,7 @@ func (w *worker) set(result, message string) bool {
 	}
 	changed := w.m.results.set(w.key, pr, func() bool { return !w.stopped.Load() })
 	if changed {
-		w.m.log.Debug("Probe result changed", "pod", w.podRef(), "podUID", w.key.uid, "containerName", w.key.container,
+		w.m.log.Debug("Probe result changed", "pod", podutil.PodRef(w.pod), "podUID", w.key.uid, "containerName", w.key.container,
 			"probeType", w.key.kind, "result", result, "containerID", w.containerID)
 		if w.key.kind == schemas.ProbeStartup && result == schemas.ProbeSuccess {
 			w.m.trigger(w.key.uid, w.key.container, schemas.ProbeReadiness)
@@ -314,7 +314,7 @@ func (w *worker) probe(v view) (result, message string, ok bool) {
 	}
 	kind := kubeletProbeType(w.key.kind)
 	if err != nil {
-		w.m.log.Debug("Probe errored", "probeType", kind, "pod", w.podRef(), "podUID", w.key.uid,
+		w.m.log.Debug("Probe errored", "probeType", kind, "pod", podutil.PodRef(w.pod), "podUID", w.key.uid,
 			"containerName", w.key.container, "probeResult", out, "err", err)
 		w.m.emit(w, "Unhealthy", fmt.Sprintf("%s probe errored and resulted in %s state: %s", kind, out, err), false)
 		return "", "", false
@@ -326,7 +326,7 @@ func (w *worker) probe(v view) (result, message string, ok bool) {
 		w.m.emit(w, "ProbeWarning", fmt.Sprintf("%s probe warning: %s", kind, output), false)
 		return schemas.ProbeSuccess, "", true
 	case outcomeFailure:
-		w.m.log.Debug("Probe failed", "probeType", kind, "pod", w.podRef(), "podUID", w.key.uid,
+		w.m.log.Debug("Probe failed", "probeType", kind, "pod", podutil.PodRef(w.pod), "podUID", w.key.uid,
 			"containerName", w.key.container, "output", output)
 		return schemas.ProbeFailure, fmt.Sprintf("%s probe failed: %s", kind, output), true
 	default:
@@ -336,8 +336,6 @@ func (w *worker) probe(v view) (result, message string, ok bool) {
 
 // rawContainerID strips the runtime scheme: containerd://<id> → <id>.
 func rawContainerID(s string) string { return podutil.RawContainerID(s) }
-
-func (w *worker) podRef() string { return w.pod.Namespace + "/" + w.pod.Name }
 
 // kubeletProbeType is the kubelet's name of a probe kind, used in messages
 // and metric labels: Liveness, Readiness, Startup.

@@ -119,6 +119,7 @@ import (
 	"github.com/nodelet/nodelet/internal/config"
 	"github.com/nodelet/nodelet/internal/cri"
 	"github.com/nodelet/nodelet/internal/daemon"
+	"github.com/nodelet/nodelet/internal/podutil"
 	"github.com/nodelet/nodelet/schemas"
 	"github.com/nodelet/nodelet/services/runtime/csi"
 	"github.com/nodelet/nodelet/services/runtime/volumes"
@@ -486,7 +487,7 @@ func (m *Manager) event(pod *corev1.Pod, c *corev1.Container, kind, typ, reason,
 	m.bus.Emit(schemas.Event{Object: ref, Type: typ, Reason: reason, Message: msg, Time: m.clock.Now().UTC()})
 }
 
-func podRef(pod *corev1.Pod) string { return pod.Namespace + "/" + pod.Name }
+var podRef = podutil.PodRef
 
 // mkdirAll is os.MkdirAll with the path in the error.
 func mkdirAll(dir string, perm os.FileMode) error {

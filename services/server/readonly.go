@@ -20,6 +20,7 @@ import (
 	kubeletlabels "k8s.io/kubelet/pkg/types"
 
 	"github.com/nodelet/nodelet/bus"
+	"github.com/nodelet/nodelet/internal/podutil"
 	"github.com/nodelet/nodelet/schemas"
 )
 
@@ -192,10 +193,6 @@ func (s *Service) serveHealthz(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// annotationConfigMirror marks a mirror pod (the API's copy of a static
-// pod), which the kubelet's pod manager keeps apart from the pods it runs.
-const annotationConfigMirror = "kubernetes.io/config.mirror"
-
 // podList is the kubelet's GetPods: the node's pods (desired, mirror pods
 // left out) with their status as nodelet-status computed it, sorted by
 // namespace and name.
@@ -203,7 +200,7 @@ func (s *Service) podList() *corev1.PodList {
 	s.pods.mu.RLock()
 	out := make([]corev1.Pod, 0, len(s.pods.byKey))
 	for _, p := range s.pods.byKey {
-		if _, mirror := p.Annotations[annotationConfigMirror]; !mirror {
+		if !podutil.IsMirrorPod(p) {
 			out = append(out, *p.DeepCopy())
 		}
 	}

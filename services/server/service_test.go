@@ -33,6 +33,7 @@ import (
 	"github.com/nodelet/nodelet/internal/cri"
 	"github.com/nodelet/nodelet/internal/daemon"
 	"github.com/nodelet/nodelet/internal/images"
+	"github.com/nodelet/nodelet/internal/podutil"
 	"github.com/nodelet/nodelet/internal/testenv"
 	"github.com/nodelet/nodelet/schemas"
 	"github.com/nodelet/nodelet/services/server/client"
@@ -276,7 +277,7 @@ func TestPodsAndFederatedMetrics(t *testing.T) {
 	sources, status := ts.b.Connect(bus.Sources), ts.b.Connect(bus.Status)
 	web := testPod("default", "web", "uid-web")
 	mirror := testPod("default", "static-node-1", "uid-mirror")
-	mirror.Annotations = map[string]string{annotationConfigMirror: "x"}
+	mirror.Annotations = map[string]string{podutil.AnnotationConfigMirror: "x"}
 	waiting := testPod("team", "later", "uid-later")
 	for _, p := range []*corev1.Pod{web, mirror, waiting} {
 		if _, err := sources.Put(t.Context(), bus.BucketDesired, string(p.UID), &schemas.PodDesired{Pod: p, Source: schemas.SourceAPI}); err != nil {

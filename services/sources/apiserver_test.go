@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nodelet/nodelet/internal/config"
+	"github.com/nodelet/nodelet/internal/podutil"
 	"github.com/nodelet/nodelet/internal/testenv"
 	"github.com/nodelet/nodelet/schemas"
 )
@@ -70,8 +71,8 @@ func TestAPISource(t *testing.T) {
 		return ok
 	}))
 	web := got["web"]
-	if web.Source != schemas.SourceAPI || web.Pod.UID != created.UID || web.Pod.Annotations[AnnotationConfigSource] != "api" ||
-		web.Pod.Annotations[AnnotationConfigSeen] == "" || len(web.Pod.ManagedFields) != 0 {
+	if web.Source != schemas.SourceAPI || web.Pod.UID != created.UID || web.Pod.Annotations[podutil.AnnotationConfigSource] != "api" ||
+		web.Pod.Annotations[podutil.AnnotationConfigSeen] == "" || len(web.Pod.ManagedFields) != 0 {
 		t.Errorf("desired web = %+v %+v", web.PodDesired, web.Pod.ObjectMeta)
 	}
 	if r := h.waitAllReady(); strings.Join(r.Ready, ",") != "api" {
@@ -92,7 +93,7 @@ func TestAPISource(t *testing.T) {
 		return ok && e.Pod.Spec.Containers[0].Image == "busybox:1.37"
 	})
 	if got["web"].Pod.UID != created.UID || !got["web"].FirstSeen.Equal(web.FirstSeen) ||
-		got["web"].Pod.Annotations[AnnotationConfigSeen] != web.Pod.Annotations[AnnotationConfigSeen] {
+		got["web"].Pod.Annotations[podutil.AnnotationConfigSeen] != web.Pod.Annotations[podutil.AnnotationConfigSeen] {
 		t.Errorf("update changed identity or first-seen time: %+v", got["web"].PodDesired)
 	}
 

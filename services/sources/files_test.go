@@ -11,6 +11,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/nodelet/nodelet/internal/config"
+	"github.com/nodelet/nodelet/internal/podutil"
 	"github.com/nodelet/nodelet/schemas"
 )
 
@@ -26,8 +27,8 @@ func TestFileSource(t *testing.T) {
 	got := h.waitNames("a-node-1")
 	a := got["a-node-1"]
 	if a.Source != schemas.SourceFile || a.FirstSeen.IsZero() || a.Pod.Namespace != "default" ||
-		a.Pod.Annotations[AnnotationConfigSource] != "file" || a.Pod.Annotations[AnnotationConfigHash] != string(a.Pod.UID) ||
-		a.Pod.Annotations[AnnotationConfigSeen] == "" || a.Pod.Spec.NodeName != "node-1" {
+		a.Pod.Annotations[podutil.AnnotationConfigSource] != "file" || a.Pod.Annotations[podutil.AnnotationConfigHash] != string(a.Pod.UID) ||
+		a.Pod.Annotations[podutil.AnnotationConfigSeen] == "" || a.Pod.Spec.NodeName != "node-1" {
 		t.Fatalf("desired pod a = %+v, %+v", a.PodDesired, a.Pod.ObjectMeta)
 	}
 	if r := h.waitAllReady(); strings.Join(r.Configured, ",") != "file" || strings.Join(r.Ready, ",") != "file" {

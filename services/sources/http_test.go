@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/nodelet/nodelet/internal/config"
+	"github.com/nodelet/nodelet/internal/podutil"
 	"github.com/nodelet/nodelet/schemas"
 )
 
@@ -72,7 +73,7 @@ func TestHTTPSource(t *testing.T) {
 	h.start()
 
 	web := h.waitNames("web-node-1")["web-node-1"]
-	if web.Source != schemas.SourceHTTP || web.Pod.Annotations[AnnotationConfigSource] != "http" || len(web.Pod.Spec.Tolerations) != 0 {
+	if web.Source != schemas.SourceHTTP || web.Pod.Annotations[podutil.AnnotationConfigSource] != "http" || len(web.Pod.Spec.Tolerations) != 0 {
 		t.Errorf("URL pod = %+v", web.Pod.ObjectMeta)
 	}
 	srv.mu.Lock()

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 
+	"github.com/nodelet/nodelet/internal/podutil"
 	"github.com/nodelet/nodelet/schemas"
 )
 
@@ -95,7 +96,7 @@ func (s *store) set(source string, pods []*corev1.Pod) []Change {
 			ref.Annotations = map[string]string{}
 		}
 		// Annotate with the source before any comparison, as the kubelet.
-		ref.Annotations[AnnotationConfigSource] = source
+		ref.Annotations[podutil.AnnotationConfigSource] = source
 		if _, dup := next[ref.UID]; dup {
 			s.log.Warn("Pod listed twice by its source, ignoring the second", "source", source,
 				"pod", podKey(ref), "podUID", ref.UID)
@@ -109,7 +110,7 @@ func (s *store) set(source string, pods []*corev1.Pod) []Change {
 			continue
 		}
 		s.seq++
-		ref.Annotations[AnnotationConfigSeen] = now.Format(time.RFC3339Nano)
+		ref.Annotations[podutil.AnnotationConfigSeen] = now.Format(time.RFC3339Nano)
 		next[ref.UID] = &entry{pod: ref, source: source, firstSeen: now, seq: s.seq}
 		changes = append(changes, Change{Op: OpAdd, Source: source, Pod: ref})
 	}
@@ -144,7 +145,7 @@ func (s *store) drop(source string) []Change {
 
 // localAnnotations are the kubelet's own; a change to them is no change of
 // the pod.
-var localAnnotations = []string{AnnotationConfigSource, AnnotationConfigMirror, AnnotationConfigSeen}
+var localAnnotations = []string{podutil.AnnotationConfigSource, podutil.AnnotationConfigMirror, podutil.AnnotationConfigSeen}
 
 func annotationsEqual(existing, candidate map[string]string) bool {
 	for k, v := range candidate {

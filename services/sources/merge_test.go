@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/nodelet/nodelet/internal/podutil"
 	"github.com/nodelet/nodelet/schemas"
 )
 
@@ -49,7 +50,7 @@ func TestStoreOps(t *testing.T) {
 			a := apiPod("u1", "a")
 			a.ResourceVersion = "7"
 			a.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "x"}}
-			a.Annotations[AnnotationConfigSeen] = "whenever"
+			a.Annotations[podutil.AnnotationConfigSeen] = "whenever"
 			return []*corev1.Pod{a, apiPod("u2", "b")}
 		}, ""},
 		{"status only: reconcile", func() []*corev1.Pod {
@@ -106,10 +107,10 @@ func TestStoreKeepsFirstSeen(t *testing.T) {
 	s.set(schemas.SourceAPI, []*corev1.Pod{b})
 	out, _ := s.merged()
 	e := out["u1"]
-	if !e.firstSeen.Equal(t0) || e.pod.Annotations[AnnotationConfigSeen] != t0.Format(time.RFC3339Nano) {
-		t.Errorf("firstSeen %v, config.seen %q, want %v", e.firstSeen, e.pod.Annotations[AnnotationConfigSeen], t0)
+	if !e.firstSeen.Equal(t0) || e.pod.Annotations[podutil.AnnotationConfigSeen] != t0.Format(time.RFC3339Nano) {
+		t.Errorf("firstSeen %v, config.seen %q, want %v", e.firstSeen, e.pod.Annotations[podutil.AnnotationConfigSeen], t0)
 	}
-	if e.pod.Annotations[AnnotationConfigSource] != schemas.SourceAPI || e.pod.Spec.Containers[0].Image != "new" {
+	if e.pod.Annotations[podutil.AnnotationConfigSource] != schemas.SourceAPI || e.pod.Spec.Containers[0].Image != "new" {
 		t.Errorf("pod = %+v", e.pod)
 	}
 }

@@ -11,19 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-)
 
-// The kubelet's own annotations (k8s.io/kubernetes pkg/kubelet/types).
-const (
-	// AnnotationConfigSource names the source a pod came from: file, http
-	// or api.
-	AnnotationConfigSource = "kubernetes.io/config.source"
-	// AnnotationConfigHash is a static pod's generated UID.
-	AnnotationConfigHash = "kubernetes.io/config.hash"
-	// AnnotationConfigSeen is when the node first saw the pod (RFC 3339).
-	AnnotationConfigSeen = "kubernetes.io/config.seen"
-	// AnnotationConfigMirror marks a mirror pod in the API.
-	AnnotationConfigMirror = "kubernetes.io/config.mirror"
+	"github.com/nodelet/nodelet/internal/podutil"
 )
 
 // staticPod gives a pod from a file or URL the kubelet's identity, as
@@ -71,7 +60,7 @@ func staticPod(pod *corev1.Pod, origin string, isFile bool, nodeName string) {
 	if pod.Annotations == nil {
 		pod.Annotations = map[string]string{}
 	}
-	pod.Annotations[AnnotationConfigHash] = string(pod.UID)
+	pod.Annotations[podutil.AnnotationConfigHash] = string(pod.UID)
 	if isFile {
 		addToleration(pod, corev1.Toleration{Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute})
 	}

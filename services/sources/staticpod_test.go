@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
+	"github.com/nodelet/nodelet/internal/podutil"
 	"github.com/nodelet/nodelet/schemas"
 )
 
@@ -42,8 +43,8 @@ func TestStaticPodIdentity(t *testing.T) {
 	if p.Name != "web-node-1" || p.Namespace != "default" || p.Spec.NodeName != "Node-1" {
 		t.Errorf("identity = %s/%s on %q, want default/web-node-1 on Node-1", p.Namespace, p.Name, p.Spec.NodeName)
 	}
-	if len(p.UID) != 32 || p.Annotations[AnnotationConfigHash] != string(p.UID) {
-		t.Errorf("UID %q, config.hash %q: want a 128-bit hex hash in both", p.UID, p.Annotations[AnnotationConfigHash])
+	if len(p.UID) != 32 || p.Annotations[podutil.AnnotationConfigHash] != string(p.UID) {
+		t.Errorf("UID %q, config.hash %q: want a 128-bit hex hash in both", p.UID, p.Annotations[podutil.AnnotationConfigHash])
 	}
 	if p.Status.Phase != corev1.PodPending {
 		t.Errorf("phase = %q, want Pending", p.Status.Phase)

@@ -305,14 +305,14 @@ func TestAPIMirrorPod(t *testing.T) {
 	admin := cp.AdminClient(t)
 
 	static := apiPod(ns, "etcd-node-1", "static-uid-1", "etcd")
-	static.Annotations = map[string]string{AnnotationConfigSource: "file", AnnotationConfigHash: "hash-1", "kubernetes.io/config.seen": "2026-01-01T00:00:00Z"}
+	static.Annotations = map[string]string{podutil.AnnotationConfigSource: "file", podutil.AnnotationConfigHash: "hash-1", "kubernetes.io/config.seen": "2026-01-01T00:00:00Z"}
 	h.desire(static, schemas.SourceFile)
 	h.admit(static)
 	h.observe(static, runningObserved(static, "10.88.0.30", 1))
 	mirror := waitPod(t, admin, ns, "etcd-node-1", "the mirror pod running", func(p *corev1.Pod) bool {
 		return p.Status.Phase == corev1.PodRunning && p.Status.PodIP == "10.88.0.30"
 	})
-	if mirror.Annotations[AnnotationConfigMirror] != "hash-1" || len(mirror.OwnerReferences) != 1 || mirror.OwnerReferences[0].Kind != "Node" {
+	if mirror.Annotations[podutil.AnnotationConfigMirror] != "hash-1" || len(mirror.OwnerReferences) != 1 || mirror.OwnerReferences[0].Kind != "Node" {
 		t.Errorf("mirror pod meta = %+v", mirror.ObjectMeta)
 	}
 	if mirror.UID == static.UID {
@@ -332,11 +332,11 @@ func TestAPIMirrorPod(t *testing.T) {
 
 	// A new version of the static pod (new hash): the mirror is replaced.
 	v2 := static.DeepCopy()
-	v2.Annotations[AnnotationConfigHash] = "hash-2"
+	v2.Annotations[podutil.AnnotationConfigHash] = "hash-2"
 	v2.Spec.Containers[0].Image = "busybox:2"
 	h.desire(v2, schemas.SourceFile)
 	waitPod(t, admin, ns, "etcd-node-1", "the mirror of the new version", func(p *corev1.Pod) bool {
-		return p.UID != again.UID && p.Annotations[AnnotationConfigMirror] == "hash-2" && p.Spec.Containers[0].Image == "busybox:2"
+		return p.UID != again.UID && p.Annotations[podutil.AnnotationConfigMirror] == "hash-2" && p.Spec.Containers[0].Image == "busybox:2"
 	})
 
 	// The manifest is removed: the mirror goes with the static pod.

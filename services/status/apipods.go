@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
+	"github.com/nodelet/nodelet/internal/podutil"
 	"github.com/nodelet/nodelet/schemas"
 )
 
@@ -141,7 +142,7 @@ func (s *Service) podsByName(ns, name string) ([]podInfo, bool) {
 	defer s.st.mu.Unlock()
 	var out []podInfo
 	for uid, x := range s.st.desired {
-		if x.Pod != nil && x.Pod.Namespace == ns && x.Pod.Name == name && !IsMirrorPod(x.Pod) {
+		if x.Pod != nil && x.Pod.Namespace == ns && x.Pod.Name == name && !podutil.IsMirrorPod(x.Pod) {
 			out = append(out, podInfo{x, s.st.records[uid], s.st.observed[uid], s.st.verdicts[uid]})
 		}
 	}
@@ -169,19 +170,19 @@ func (a *apiSync) sync(ctx context.Context, key string) error {
 	var info podInfo
 	for _, i := range infos {
 		// The one the API object is, else a static pod, else any.
-		if info.d == nil || (apiPod != nil && i.d.Pod.UID == apiPod.UID) || (IsStaticPod(i.d) && !IsStaticPod(info.d)) {
+		if info.d == nil || (apiPod != nil && i.d.Pod.UID == apiPod.UID) || (podutil.IsStaticDesired(i.d) && !podutil.IsStaticDesired(info.d)) {
 			info = i
 		}
 	}
 	d, rec, obs, verdict := info.d, info.rec, info.obs, info.v
 	if d == nil {
-		if apiPod != nil && IsMirrorPod(apiPod) {
+		if apiPod != nil && podutil.IsMirrorPod(apiPod) {
 			// A mirror pod whose static pod is gone.
 			return a.deleteMirror(ctx, apiPod, "static pod removed")
 		}
 		return nil
 	}
-	if IsStaticPod(d) {
+	if podutil.IsStaticDesired(d) {
 		return a.syncStatic(ctx, d, rec, apiPod)
 	}
 	if apiPod == nil || apiPod.UID != d.Pod.UID {
@@ -202,7 +203,7 @@ func (a *apiSync) sync(ctx context.Context, key string) error {
 // deleted, the API shows it terminal, and the runtime finished with it (or
 // it never ran: admission rejected it).
 func canBeDeleted(pod *corev1.Pod, obs *schemas.PodObserved, v *schemas.AdmissionVerdict) bool {
-	if pod.DeletionTimestamp == nil || IsMirrorPod(pod) || !isTerminal(pod.Status.Phase) {
+	if pod.DeletionTimestamp == nil || podutil.IsMirrorPod(pod) || !isTerminal(pod.Status.Phase) {
 		return false
 	}
 	if obs != nil {
@@ -221,7 +222,7 @@ func (a *apiSync) deletePod(ctx context.Context, pod *corev1.Pod) error {
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		return fmt.Errorf("delete pod: %w", err)
 	}
-	a.s.log.Info("Pod fully terminated and removed from the API server", "pod", podRef(pod), "podUID", pod.UID)
+	a.s.log.Info("Pod fully terminated and removed from the API server", "pod", podutil.PodRef(pod), "podUID", pod.UID)
 	a.forget(pod.UID)
 	return nil
 }
@@ -271,7 +272,7 @@ func (a *apiSync) patchStatus(ctx context.Context, pod *corev1.Pod, status corev
 		return pod, fmt.Errorf("patch status: %w", err)
 	}
 	a.s.metrics.statusSyncDuration.Observe(time.Since(start).Seconds())
-	a.s.log.Debug("Patched pod status", "pod", podRef(pod), "podUID", pod.UID, "phase", merged.Phase)
+	a.s.log.Debug("Patched pod status", "pod", podutil.PodRef(pod), "podUID", pod.UID, "phase", merged.Phase)
 	a.mu.Lock()
 	a.latest[updated.UID] = updated
 	a.mu.Unlock()

@@ -334,7 +334,7 @@ func podPhase(pod *corev1.Pod, info []corev1.ContainerStatus, podIsTerminal, pod
 	case running > 0 && unknown == 0:
 		return corev1.PodRunning
 	case running == 0 && stopped > 0 && unknown == 0:
-		if podIsTerminal && !isStatic(pod) {
+		if podIsTerminal && !podutil.IsStaticPod(pod) {
 			if stopped == succeeded {
 				return corev1.PodSucceeded
 			}
@@ -350,11 +350,6 @@ func podPhase(pod *corev1.Pod, info []corev1.ContainerStatus, podIsTerminal, pod
 	default:
 		return corev1.PodPending
 	}
-}
-
-func isStatic(pod *corev1.Pod) bool {
-	src, ok := pod.Annotations[AnnotationConfigSource]
-	return ok && src != schemas.SourceAPI
 }
 
 // containerShouldRestart is podutil.ContainerShouldRestart: container

@@ -9,6 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/nodelet/nodelet/internal/podutil"
 	"github.com/nodelet/nodelet/schemas"
 )
 
@@ -19,13 +20,13 @@ import (
 // then its status is the static pod's.
 func (a *apiSync) syncStatic(ctx context.Context, d *schemas.PodDesired, rec *schemas.PodStatusRecord, mirror *corev1.Pod) error {
 	static := d.Pod
-	if mirror != nil && !IsMirrorPod(mirror) {
+	if mirror != nil && !podutil.IsMirrorPod(mirror) {
 		a.s.log.Warn("A pod that is not a mirror pod has the static pod's name; not creating the mirror pod",
-			"pod", podRef(static), "podUID", mirror.UID)
+			"pod", podutil.PodRef(static), "podUID", mirror.UID)
 		return nil
 	}
-	hash := static.Annotations[AnnotationConfigHash]
-	if mirror != nil && (mirror.DeletionTimestamp != nil || mirror.Annotations[AnnotationConfigMirror] != hash) {
+	hash := static.Annotations[podutil.AnnotationConfigHash]
+	if mirror != nil && (mirror.DeletionTimestamp != nil || mirror.Annotations[podutil.AnnotationConfigMirror] != hash) {
 		reason := "deleted in the API"
 		if mirror.DeletionTimestamp == nil {
 			reason = "static pod changed"
@@ -67,7 +68,7 @@ func (a *apiSync) createMirror(ctx context.Context, static *corev1.Pod, hash str
 	if m.Annotations == nil {
 		m.Annotations = map[string]string{}
 	}
-	m.Annotations[AnnotationConfigMirror] = hash
+	m.Annotations[podutil.AnnotationConfigMirror] = hash
 	controller := true
 	m.OwnerReferences = []metav1.OwnerReference{{
 		APIVersion: corev1.SchemeGroupVersion.String(), Kind: "Node", Name: a.s.nodeName, UID: nodeUID, Controller: &controller,
@@ -81,7 +82,7 @@ func (a *apiSync) createMirror(ctx context.Context, static *corev1.Pod, hash str
 	if err != nil {
 		return nil, fmt.Errorf("create mirror pod: %w", err)
 	}
-	a.s.log.Info("Created mirror pod", "pod", podRef(created), "podUID", created.UID, "staticPodUID", static.UID)
+	a.s.log.Info("Created mirror pod", "pod", podutil.PodRef(created), "podUID", created.UID, "staticPodUID", static.UID)
 	return created, nil
 }
 
@@ -94,7 +95,7 @@ func (a *apiSync) deleteMirror(ctx context.Context, mirror *corev1.Pod, why stri
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		return fmt.Errorf("delete mirror pod: %w", err)
 	}
-	a.s.log.Info("Deleted mirror pod", "pod", podRef(mirror), "podUID", mirror.UID, "reason", why)
+	a.s.log.Info("Deleted mirror pod", "pod", podutil.PodRef(mirror), "podUID", mirror.UID, "reason", why)
 	a.forget(mirror.UID)
 	return nil
 }

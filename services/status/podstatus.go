@@ -26,13 +26,6 @@ const (
 	maxPodTerminationMessageLogLength = 1024 * 12
 )
 
-// Annotations the kubelet puts on static and mirror pods.
-const (
-	AnnotationConfigSource = "kubernetes.io/config.source"
-	AnnotationConfigHash   = "kubernetes.io/config.hash"
-	AnnotationConfigMirror = "kubernetes.io/config.mirror"
-)
-
 // ProbeID names one probe of one container of a pod.
 type ProbeID struct {
 	Container string
@@ -488,22 +481,4 @@ func normalizeStatus(pod *corev1.Pod, s *corev1.PodStatus) {
 	sort.SliceStable(s.InitContainerStatuses, func(i, j int) bool {
 		return order[s.InitContainerStatuses[i].Name] < order[s.InitContainerStatuses[j].Name]
 	})
-}
-
-// IsStaticPod reports whether pod came from a file or URL source.
-func IsStaticPod(d *schemas.PodDesired) bool {
-	if d == nil || d.Pod == nil {
-		return false
-	}
-	if d.Source != "" {
-		return d.Source != schemas.SourceAPI
-	}
-	src, ok := d.Pod.Annotations[AnnotationConfigSource]
-	return ok && src != schemas.SourceAPI
-}
-
-// IsMirrorPod reports whether pod is the API's mirror of a static pod.
-func IsMirrorPod(pod *corev1.Pod) bool {
-	_, ok := pod.Annotations[AnnotationConfigMirror]
-	return ok
 }

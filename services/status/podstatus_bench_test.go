@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/nodelet/nodelet/internal/podutil"
 	"github.com/nodelet/nodelet/schemas"
 )
 
@@ -19,7 +20,7 @@ func benchStatusInputs() PodInputs {
 	started := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "p000-bench", Namespace: "nodelet-bench", UID: "bench-uid", Generation: 1,
-			Annotations: map[string]string{AnnotationConfigSource: "file", AnnotationConfigHash: "bench-uid"}},
+			Annotations: map[string]string{podutil.AnnotationConfigSource: "file", podutil.AnnotationConfigHash: "bench-uid"}},
 		Spec: corev1.PodSpec{
 			RestartPolicy: corev1.RestartPolicyAlways,
 			Containers: []corev1.Container{{

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/nodelet/nodelet/internal/podutil"
 	"github.com/nodelet/nodelet/schemas"
 )
 
@@ -92,7 +93,7 @@ func TestComputePodStatus(t *testing.T) {
 	burstable := testPod(corev1.RestartPolicyAlways, "app")
 	burstable.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")}
 	static := testPod(corev1.RestartPolicyAlways, "app")
-	static.Annotations = map[string]string{AnnotationConfigSource: "file", AnnotationConfigHash: "h1"}
+	static.Annotations = map[string]string{podutil.AnnotationConfigSource: "file", podutil.AnnotationConfigHash: "h1"}
 
 	obs := func(sb *schemas.SandboxObserved, apps ...schemas.ContainerObserved) *schemas.PodObserved {
 		return &schemas.PodObserved{UID: "uid-1", Sandbox: sb, Containers: apps}

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/nodelet/nodelet/bus"
+	"github.com/nodelet/nodelet/internal/podutil"
 	"github.com/nodelet/nodelet/schemas"
 )
 
@@ -137,7 +138,7 @@ func (s *store) podInputsLocked(uid string) (PodInputs, bool) {
 	}
 	in := PodInputs{
 		Pod:      d.Pod,
-		Static:   IsStaticPod(d),
+		Static:   podutil.IsStaticDesired(d),
 		Verdict:  s.verdicts[uid],
 		Observed: s.observed[uid],
 		Probes:   s.probes[uid],

@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/nodelet/nodelet/internal/podutil"
 	"github.com/nodelet/nodelet/schemas"
 )
 
@@ -90,8 +91,8 @@ func (s *Service) syncPodStatus(ctx context.Context, uid string) error {
 		}
 		return nil
 	}
-	if IsMirrorPod(in.Pod) {
-		s.log.Warn("Ignoring a mirror pod in the desired pods", "pod", podRef(in.Pod), "podUID", uid)
+	if podutil.IsMirrorPod(in.Pod) {
+		s.log.Warn("Ignoring a mirror pod in the desired pods", "pod", podutil.PodRef(in.Pod), "podUID", uid)
 		return nil
 	}
 	if in.Observed == nil && in.Eviction == nil && (in.Verdict == nil || in.Verdict.Admitted) {
@@ -128,7 +129,7 @@ func (s *Service) syncPodStatus(ctx context.Context, uid string) error {
 		s.metrics.podStartDuration.Observe(s.clock.Since(firstSeen).Seconds())
 	}
 	if wrote {
-		s.log.Debug("Wrote pod status", "pod", podRef(in.Pod), "podUID", uid, "phase", st.Phase)
+		s.log.Debug("Wrote pod status", "pod", podutil.PodRef(in.Pod), "podUID", uid, "phase", st.Phase)
 	}
 	return nil
 }
@@ -154,5 +155,3 @@ func allContainersRunning(pod *corev1.Pod, st *corev1.PodStatus) bool {
 	}
 	return true
 }
-
-func podRef(p *corev1.Pod) string { return p.Namespace + "/" + p.Name }

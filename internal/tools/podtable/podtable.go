@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/duration"
 
 	"github.com/nodelet/nodelet/bus"
+	"github.com/nodelet/nodelet/internal/podutil"
 	"github.com/nodelet/nodelet/schemas"
 )
 
@@ -87,7 +88,7 @@ func LoadPods(ctx context.Context, c *bus.Conn) ([]corev1.Pod, error) {
 	}
 	var pods []corev1.Pod
 	for uid, d := range desired {
-		if d.Pod == nil || isMirror(d.Pod) {
+		if d.Pod == nil || podutil.IsMirrorPod(d.Pod) {
 			continue
 		}
 		p := d.Pod.DeepCopy()
@@ -275,11 +276,6 @@ func podRow(pod *corev1.Pod, now time.Time) PodRow {
 
 // isMirror: the mirror pods status creates in the API server are not the
 // node's own pods (the static pods they mirror are).
-func isMirror(pod *corev1.Pod) bool {
-	_, ok := pod.Annotations[corev1.MirrorPodAnnotationKey]
-	return ok
-}
-
 // kubectl's printPod has its own copies of these pod rules; so does the table.
 const reasonPodInitializing = "PodInitializing"
 
