@@ -41,8 +41,8 @@ func (c *Config) Validate() error {
 			}
 			return nil
 		},
-		func() error { return quantities("node.kubeReserved", c.Node.KubeReserved) },
-		func() error { return quantities("node.systemReserved", c.Node.SystemReserved) },
+		func() error { _, err := ParseReserved("node.kubeReserved", c.Node.KubeReserved); return err },
+		func() error { _, err := ParseReserved("node.systemReserved", c.Node.SystemReserved); return err },
 		func() error {
 			for i, t := range c.Node.Taints {
 				key := fmt.Sprintf("node.taints[%d]", i)
@@ -441,15 +441,6 @@ func cidr(key, v string, optional bool) error {
 	}
 	if _, _, err := net.ParseCIDR(v); err != nil {
 		return &Error{Key: key, Problem: fmt.Sprintf("%q is not a CIDR (e.g. 10.88.0.0/16)", v)}
-	}
-	return nil
-}
-
-func quantities(key string, m map[string]string) error {
-	for name, v := range m {
-		if _, err := resource.ParseQuantity(v); err != nil {
-			return &Error{Key: key, Problem: fmt.Sprintf("%s: %q is not a quantity", name, v)}
-		}
 	}
 	return nil
 }

@@ -101,6 +101,7 @@ import (
 
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/internal/daemon"
+	"github.com/nodelet/nodelet/internal/nodestatus"
 )
 
 // Spec describes nodelet-admission to the daemon frame.
@@ -134,7 +135,7 @@ func (o Options) Run(ctx context.Context, env *daemon.Env) error {
 		capSource = MachineCapacity{Dir: cfg.Node.StateDir}
 	}
 	capacity, err := capSource.Capacity()
-	var fsErr *fsError
+	var fsErr *nodestatus.FsError
 	switch {
 	case errors.As(err, &fsErr):
 		env.Log.Warn("Node has no ephemeral-storage capacity: pods that request it will be refused", "err", err)

@@ -1,24 +1,14 @@
 package admission
 
 import (
-	"fmt"
 	"runtime"
 
-	"github.com/google/cadvisor/lib/fs"
-	"github.com/google/cadvisor/lib/machine"
-	"github.com/google/cadvisor/lib/utils/sysfs"
-	"github.com/google/cadvisor/lib/utils/sysinfo"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	// Filesystem plugins cAdvisor needs to stat the state dir's filesystem.
-	_ "github.com/google/cadvisor/lib/fs/overlay/install"
-	_ "github.com/google/cadvisor/lib/fs/tmpfs/install"
-	_ "github.com/google/cadvisor/lib/fs/vfs/install"
 
 	"github.com/nodelet/nodelet/internal/config"
 	"github.com/nodelet/nodelet/internal/hostinfo"
+	"github.com/nodelet/nodelet/internal/nodestatus"
 )
 
 // Capacity reports what the machine has before anything is reserved: cpu,
@@ -37,104 +27,29 @@ func (c StaticCapacity) Capacity() (corev1.ResourceList, error) {
 	return corev1.ResourceList(c).DeepCopy(), nil
 }
 
-// hugepagesDir is where the kernel lists the pre-allocated huge pages.
-const hugepagesDir = "/sys/kernel/mm/hugepages/"
-
-// MachineCapacity reads the machine with cAdvisor's machine-info helpers
-// (the pieces of machine.Info the kubelet's capacity comes from: NumCores,
-// MemoryCapacity, HugePages and the filesystem of the kubelet's root dir),
-// without starting cAdvisor's manager.
+// MachineCapacity reads the machine as nodelet-status does
+// (nodestatus.ReadCapacity: cAdvisor's MachineInfo and the filesystem of
+// the state dir), so that admission decides on the capacity the Node
+// reports.
 type MachineCapacity struct {
 	// Dir is the state dir; its filesystem's size is ephemeral-storage.
 	Dir string
 }
 
 // Capacity reads the machine. A filesystem that cannot be read leaves
-// ephemeral-storage out, as the kubelet does when cAdvisor has no root fs
-// info; cpu and memory are required.
+// ephemeral-storage out with a *nodestatus.FsError, as the kubelet does
+// when cAdvisor has no root fs info; cpu and memory are required.
 func (m MachineCapacity) Capacity() (corev1.ResourceList, error) {
-	sysFs := sysfs.NewRealSysFs()
-	// cAdvisor's machine.Info logs a topology error and keeps the core
-	// count it found; only no cores at all is fatal.
-	_, cores, err := machine.GetTopology(sysFs)
-	if cores <= 0 {
-		return nil, fmt.Errorf("read the number of cpus (cAdvisor topology): found none: %v", err)
-	}
-	memory, err := machine.GetMachineMemoryCapacity()
-	if err != nil {
-		return nil, fmt.Errorf("read the memory capacity (cAdvisor): %w", err)
-	}
-	out := corev1.ResourceList{
-		corev1.ResourceCPU:    *resource.NewMilliQuantity(int64(cores)*1000, resource.DecimalSI),
-		corev1.ResourceMemory: *resource.NewQuantity(int64(memory), resource.BinarySI),
-	}
-	pages, err := sysinfo.GetHugePagesInfo(sysFs, hugepagesDir)
-	if err != nil {
-		return nil, fmt.Errorf("read huge pages (cAdvisor): %w", err)
-	}
-	for _, hp := range pages {
-		size := resource.NewQuantity(int64(hp.PageSize)*1024, resource.BinarySI)
-		name := corev1.ResourceName(corev1.ResourceHugePagesPrefix + size.String())
-		out[name] = *resource.NewQuantity(int64(hp.NumPages*hp.PageSize*1024), resource.BinarySI)
-	}
-	if capacity, err := dirFsCapacity(m.Dir); err == nil {
-		out[corev1.ResourceEphemeralStorage] = *resource.NewQuantity(int64(capacity), resource.BinarySI)
-	} else {
-		return out, &fsError{dir: m.Dir, err: err}
-	}
-	return out, nil
-}
-
-// fsError says the state dir's filesystem could not be read; the capacity
-// returned with it is still good for cpu and memory.
-type fsError struct {
-	dir string
-	err error
-}
-
-func (e *fsError) Error() string {
-	return fmt.Sprintf("ephemeral-storage: filesystem of %s (node.stateDir): %v", e.dir, e.err)
-}
-
-func (e *fsError) Unwrap() error { return e.err }
-
-// dirFsCapacity is the size of the filesystem holding dir, found the way
-// cAdvisor finds the kubelet's root filesystem.
-func dirFsCapacity(dir string) (uint64, error) {
-	info, err := fs.NewFsInfo(fs.Context{})
-	if err != nil {
-		return 0, err
-	}
-	dev, err := info.GetDirFsDevice(dir)
-	if err != nil {
-		return 0, err
-	}
-	mountpoint, err := info.GetMountpointForDevice(dev.Device)
-	if err != nil {
-		return 0, err
-	}
-	filesystems, err := info.GetFsInfoForPath(map[string]struct{}{mountpoint: {}})
-	if err != nil {
-		return 0, err
-	}
-	for _, f := range filesystems {
-		if f.Device == dev.Device {
-			return f.Capacity, nil
-		}
-	}
-	return 0, fmt.Errorf("cAdvisor has no statistics for device %s mounted on %s", dev.Device, mountpoint)
+	return nodestatus.ReadCapacity(&hostinfo.Machine{}, m.Dir)
 }
 
 // NodeFromConfig builds the node object admission checks pods against: the
 // node's name, labels (kubernetes.io/hostname, os and arch, then
 // node.labels, which win as the kubelet's --node-labels do), taints
 // (node.taints), capacity (capacity plus pods = node.maxPods) and
-// allocatable. nodelet-status publishes the same node, so it may call this
-// too.
+// allocatable (nodestatus.Resources, as nodelet-status reports them).
 func NodeFromConfig(cfg *config.Config, capacity corev1.ResourceList) (*corev1.Node, error) {
-	capacity = capacity.DeepCopy()
-	capacity[corev1.ResourcePods] = *resource.NewQuantity(int64(cfg.Node.MaxPods), resource.DecimalSI)
-	allocatable, err := Allocatable(cfg, capacity)
+	capacity, allocatable, err := nodestatus.Resources(cfg, capacity)
 	if err != nil {
 		return nil, err
 	}
@@ -165,10 +80,4 @@ func NodeFromConfig(cfg *config.Config, capacity corev1.ResourceList) (*corev1.N
 			NodeInfo: corev1.NodeSystemInfo{OperatingSystem: runtime.GOOS, Architecture: runtime.GOARCH},
 		},
 	}, nil
-}
-
-// Allocatable is the node's allocatable resources, hostinfo.Allocatable
-// (the kubelet's GetNodeAllocatableReservation and its node-status setter).
-func Allocatable(cfg *config.Config, capacity corev1.ResourceList) (corev1.ResourceList, error) {
-	return hostinfo.Allocatable(cfg, capacity)
 }

@@ -10,11 +10,11 @@ import (
 	cadvisorapi "github.com/google/cadvisor/lib/model"
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodelet/nodelet/internal/config"
 	"github.com/nodelet/nodelet/internal/hostinfo"
+	"github.com/nodelet/nodelet/internal/nodestatus"
 	"github.com/nodelet/nodelet/internal/version"
 	"github.com/nodelet/nodelet/schemas"
 )
@@ -118,8 +118,9 @@ type nodeEvent struct{ Type, Reason, Message string }
 
 // SetNodeStatus runs the kubelet's node status setters on node: addresses,
 // capacity and allocatable, node info, images, and the conditions. It
-// returns the events the kubelet would record for condition transitions.
-func SetNodeStatus(node *corev1.Node, in NodeInputs) []nodeEvent {
+// returns the events the kubelet would record for condition transitions,
+// or an error when allocatable cannot be computed (a bad reservation).
+func SetNodeStatus(node *corev1.Node, in NodeInputs) ([]nodeEvent, error) {
 	var events []nodeEvent
 	now := metav1.NewTime(in.Now)
 	// The kubelet's setVolumesInUse (nodestatus.VolumesInUse): what the
@@ -131,7 +132,7 @@ func SetNodeStatus(node *corev1.Node, in NodeInputs) []nodeEvent {
 		}
 	}
 	record := func(typ, reason string) {
-		events = append(events, nodeEvent{typ, reason, fmt.Sprintf("Node %s status is now: %s", in.Name, reason)})
+		events = append(events, nodeEvent{typ, reason, nodestatus.StatusMessage(in.Name, reason)})
 	}
 
 	// Addresses.
@@ -144,21 +145,17 @@ func SetNodeStatus(node *corev1.Node, in NodeInputs) []nodeEvent {
 	// the kubelet API (nodelet-server, server.port).
 	node.Status.DaemonEndpoints = corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: int32(in.Config.Server.Port)}}
 
-	// Capacity, from cAdvisor's MachineInfo.
+	// Capacity, from cAdvisor's MachineInfo; allocatable from it
+	// (nodestatus, which nodelet-admission decides on too).
 	if node.Status.Capacity == nil {
 		node.Status.Capacity = corev1.ResourceList{}
 	}
-	maxPods := int64(in.Config.Node.MaxPods)
-	if in.Machine == nil {
-		node.Status.Capacity[corev1.ResourceCPU] = *resource.NewMilliQuantity(0, resource.DecimalSI)
-		node.Status.Capacity[corev1.ResourceMemory] = resource.MustParse("0Gi")
-	} else {
-		info := in.Machine
+	for k, v := range nodestatus.MachineCapacity(in.Machine, in.RootFs) {
+		node.Status.Capacity[k] = v
+	}
+	if info := in.Machine; info != nil {
 		node.Status.NodeInfo.MachineID = info.MachineID
 		node.Status.NodeInfo.SystemUUID = info.SystemUUID
-		for k, v := range CapacityFromMachineInfo(info) {
-			node.Status.Capacity[k] = v
-		}
 		if node.Status.NodeInfo.BootID != "" && node.Status.NodeInfo.BootID != info.BootID {
 			events = append(events, nodeEvent{corev1.EventTypeWarning, EventNodeRebooted,
 				fmt.Sprintf("Node %s has been rebooted, boot id: %s", in.Name, info.BootID)})
@@ -169,34 +166,11 @@ func SetNodeStatus(node *corev1.Node, in NodeInputs) []nodeEvent {
 			node.Status.NodeInfo.Swap = &corev1.NodeSwapStatus{Capacity: &sc}
 		}
 	}
-	node.Status.Capacity[corev1.ResourcePods] = *resource.NewQuantity(maxPods, resource.DecimalSI)
-	if in.RootFs != nil {
-		node.Status.Capacity[corev1.ResourceEphemeralStorage] = *resource.NewQuantity(int64(in.RootFs.Capacity), resource.BinarySI)
+	capacity, allocatable, err := nodestatus.Resources(in.Config, node.Status.Capacity)
+	if err != nil {
+		return nil, err
 	}
-
-	// Allocatable = capacity - kubeReserved - systemReserved - hard eviction.
-	reservation := allocatableReservation(in.Config, node.Status.Capacity)
-	node.Status.Allocatable = corev1.ResourceList{}
-	for k, v := range node.Status.Capacity {
-		value := v.DeepCopy()
-		if r, ok := reservation[k]; ok {
-			value.Sub(r)
-		}
-		if value.Sign() < 0 {
-			value.Set(0)
-		}
-		node.Status.Allocatable[k] = value
-	}
-	for k, v := range node.Status.Capacity {
-		if strings.HasPrefix(string(k), corev1.ResourceHugePagesPrefix) {
-			mem := node.Status.Allocatable[corev1.ResourceMemory]
-			mem.Sub(v)
-			if mem.Sign() < 0 {
-				mem.Set(0)
-			}
-			node.Status.Allocatable[corev1.ResourceMemory] = mem
-		}
-	}
+	node.Status.Capacity, node.Status.Allocatable = capacity, allocatable
 
 	// Node info.
 	node.Status.NodeInfo.KernelVersion = in.KernelVersion
@@ -214,29 +188,21 @@ func SetNodeStatus(node *corev1.Node, in NodeInputs) []nodeEvent {
 	}
 
 	// Pressure conditions come from nodelet-gc; Ready last, as the kubelet does.
-	for _, p := range []struct {
-		t                       corev1.NodeConditionType
-		trueReason, falseReason string
-		trueMsg, falseMsg       string
-	}{
-		{corev1.NodeMemoryPressure, "KubeletHasInsufficientMemory", "KubeletHasSufficientMemory", "kubelet has insufficient memory available", "kubelet has sufficient memory available"},
-		{corev1.NodeDiskPressure, "KubeletHasDiskPressure", "KubeletHasNoDiskPressure", "kubelet has disk pressure", "kubelet has no disk pressure"},
-		{corev1.NodePIDPressure, "KubeletHasInsufficientPID", "KubeletHasSufficientPID", "kubelet has insufficient PID available", "kubelet has sufficient PID available"},
-	} {
-		cond := corev1.NodeCondition{Type: p.t, Status: corev1.ConditionFalse, Reason: p.falseReason, Message: p.falseMsg}
+	for _, p := range nodestatus.PressureConditions {
+		cond := p.Condition(false)
 		if in.Pressure != nil {
 			for _, c := range in.Pressure.Conditions {
-				if c.Type == p.t {
+				if c.Type == p.Type {
 					cond.Status = c.Status
 					cond.Reason, cond.Message = c.Reason, c.Message
 					if cond.Reason == "" && c.Status == corev1.ConditionTrue {
-						cond.Reason, cond.Message = p.trueReason, p.trueMsg
+						cond = p.Condition(true)
 					}
 				}
 			}
 		}
 		if setNodeCondition(node, cond, now) {
-			record(corev1.EventTypeNormal, eventForPressure(cond))
+			record(corev1.EventTypeNormal, p.Event(cond.Status))
 		}
 	}
 	ready := readyCondition(node, in)
@@ -247,26 +213,7 @@ func SetNodeStatus(node *corev1.Node, in NodeInputs) []nodeEvent {
 			record(corev1.EventTypeNormal, EventNodeNotReady)
 		}
 	}
-	return events
-}
-
-// eventForPressure is the kubelet's event reason for a pressure condition.
-func eventForPressure(c corev1.NodeCondition) string {
-	switch c.Reason {
-	case "KubeletHasInsufficientMemory":
-		return "NodeHasInsufficientMemory"
-	case "KubeletHasSufficientMemory":
-		return "NodeHasSufficientMemory"
-	case "KubeletHasDiskPressure":
-		return "NodeHasDiskPressure"
-	case "KubeletHasNoDiskPressure":
-		return "NodeHasNoDiskPressure"
-	case "KubeletHasInsufficientPID":
-		return "NodeHasInsufficientPID"
-	case "KubeletHasSufficientPID":
-		return "NodeHasSufficientPID"
-	}
-	return c.Reason
+	return events, nil
 }
 
 // readyCondition is the kubelet's Ready setter over the runtime's report.
@@ -330,59 +277,6 @@ func setNodeCondition(node *corev1.Node, c corev1.NodeCondition, now metav1.Time
 	c.LastTransitionTime = now
 	node.Status.Conditions = append(node.Status.Conditions, c)
 	return true
-}
-
-// CapacityFromMachineInfo is the kubelet's: cpu, memory and huge pages.
-func CapacityFromMachineInfo(info *cadvisorapi.MachineInfo) corev1.ResourceList {
-	c := corev1.ResourceList{
-		corev1.ResourceCPU:    *resource.NewMilliQuantity(int64(info.NumCores*1000), resource.DecimalSI),
-		corev1.ResourceMemory: *resource.NewQuantity(int64(info.MemoryCapacity), resource.BinarySI),
-	}
-	for _, hp := range info.HugePages {
-		size := int64(hp.PageSize * 1024)
-		q := resource.NewQuantity(size, resource.BinarySI)
-		c[corev1.ResourceName(corev1.ResourceHugePagesPrefix+q.String())] = *resource.NewQuantity(size*int64(hp.NumPages), resource.BinarySI)
-	}
-	return c
-}
-
-// allocatableReservation is kubeReserved + systemReserved + the hard
-// eviction thresholds for memory and nodefs (the kubelet's
-// GetNodeAllocatableReservation).
-func allocatableReservation(cfg *config.Config, capacity corev1.ResourceList) corev1.ResourceList {
-	out := corev1.ResourceList{}
-	add := func(name corev1.ResourceName, q resource.Quantity) {
-		v := out[name]
-		v.Add(q)
-		out[name] = v
-	}
-	for _, m := range []map[string]string{cfg.Node.KubeReserved, cfg.Node.SystemReserved} {
-		for k, v := range m {
-			q, err := resource.ParseQuantity(v)
-			if err != nil || k == "pid" {
-				continue
-			}
-			add(corev1.ResourceName(k), q)
-		}
-	}
-	for signal, res := range map[string]corev1.ResourceName{"memory.available": corev1.ResourceMemory, "nodefs.available": corev1.ResourceEphemeralStorage} {
-		v, ok := cfg.GC.EvictionHard[signal]
-		if !ok {
-			continue
-		}
-		q, frac, err := config.ParseThreshold(v)
-		if err != nil {
-			continue
-		}
-		if q != nil {
-			add(res, *q)
-			continue
-		}
-		if c, ok := capacity[res]; ok {
-			add(res, *resource.NewQuantity(int64(frac*float64(c.Value())), resource.BinarySI))
-		}
-	}
-	return out
 }
 
 // nodeStatusHasChanged compares two statuses ignoring heartbeat times.

@@ -8,7 +8,6 @@ import (
 
 	cadvisorapi "github.com/google/cadvisor/lib/model"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/nodelet/nodelet/internal/config"
 	"github.com/nodelet/nodelet/internal/hostinfo"
@@ -192,7 +191,7 @@ func TestSetNodeStatus(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			n, _ := InitialNode(tc.in)
-			events := SetNodeStatus(n, tc.in)
+			events := mustSetNodeStatus(t, n, tc.in)
 			tc.check(t, n, events)
 		})
 	}
@@ -201,12 +200,12 @@ func TestSetNodeStatus(t *testing.T) {
 func TestNodeStatusTransitions(t *testing.T) {
 	in := nodeInputs(nil)
 	n, _ := InitialNode(in)
-	SetNodeStatus(n, in)
+	mustSetNodeStatus(t, n, in)
 	first := n.DeepCopy()
 
 	// Ten seconds later with nothing new: only heartbeats move.
 	in.Now = t0.Add(10 * time.Second)
-	events := SetNodeStatus(n, in)
+	events := mustSetNodeStatus(t, n, in)
 	if len(events) != 0 {
 		t.Errorf("events without a transition: %v", events)
 	}
@@ -219,7 +218,7 @@ func TestNodeStatusTransitions(t *testing.T) {
 	// The runtime goes down: a change, a NodeNotReady event, a new transition time.
 	in.Now = t0.Add(20 * time.Second)
 	in.Runtime = &schemas.RuntimeState{RuntimeReady: false, NetworkReady: true, Reason: "Down", Message: "socket gone"}
-	events = SetNodeStatus(n, in)
+	events = mustSetNodeStatus(t, n, in)
 	if !nodeStatusHasChanged(&first.Status, &n.Status) {
 		t.Error("Ready going False is not a change")
 	}
@@ -231,7 +230,7 @@ func TestNodeStatusTransitions(t *testing.T) {
 	// A new boot ID: the kubelet's Rebooted warning.
 	in.Machine = testMachine()
 	in.Machine.BootID = "b2"
-	events = SetNodeStatus(n, in)
+	events = mustSetNodeStatus(t, n, in)
 	if len(events) != 1 || events[0].Reason != EventNodeRebooted || events[0].Type != corev1.EventTypeWarning {
 		t.Errorf("events after reboot = %v", events)
 	}
@@ -249,14 +248,6 @@ func TestImagesForNode(t *testing.T) {
 	expect(t, out[0].Names[0], "d1", "digests first")
 }
 
-func TestCapacityQuantities(t *testing.T) {
-	c := CapacityFromMachineInfo(testMachine())
-	want := resource.MustParse("2")
-	if c.Cpu().Cmp(want) != 0 {
-		t.Errorf("cpu = %v", c.Cpu())
-	}
-}
-
 // The runtime's volumes in use become the Node's status.volumesInUse (the
 // kubelet's setVolumesInUse); none when the record is gone.
 func TestNodeVolumesInUse(t *testing.T) {
@@ -264,13 +255,23 @@ func TestNodeVolumesInUse(t *testing.T) {
 		in.VolumesInUse = &schemas.VolumesInUse{Names: []string{"kubernetes.io/csi/d^a", "kubernetes.io/csi/d^b"}}
 	})
 	n, _ := InitialNode(in)
-	SetNodeStatus(n, in)
+	mustSetNodeStatus(t, n, in)
 	if len(n.Status.VolumesInUse) != 2 || n.Status.VolumesInUse[1] != "kubernetes.io/csi/d^b" {
 		t.Fatalf("volumesInUse %v", n.Status.VolumesInUse)
 	}
 	in.VolumesInUse = nil
-	SetNodeStatus(n, in)
+	mustSetNodeStatus(t, n, in)
 	if n.Status.VolumesInUse != nil {
 		t.Fatalf("volumesInUse %v after the record went", n.Status.VolumesInUse)
 	}
+}
+
+// mustSetNodeStatus is SetNodeStatus for inputs that must succeed.
+func mustSetNodeStatus(t *testing.T, n *corev1.Node, in NodeInputs) []nodeEvent {
+	t.Helper()
+	events, err := SetNodeStatus(n, in)
+	if err != nil {
+		t.Fatalf("SetNodeStatus: %v", err)
+	}
+	return events
 }

@@ -256,7 +256,10 @@ func (n *nodeSync) update(ctx context.Context) error {
 		original.Spec.PodCIDR = original.Spec.PodCIDRs[0]
 	}
 	node := original.DeepCopy()
-	events := SetNodeStatus(node, in)
+	events, err := SetNodeStatus(node, in)
+	if err != nil {
+		return fmt.Errorf("node status: %w", err)
+	}
 	n.mu.Lock()
 	due := n.lastReport.IsZero() || s.clock.Since(n.lastReport) >= s.cfg.Status.NodeStatusReportFrequency
 	n.mu.Unlock()
