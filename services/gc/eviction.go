@@ -13,6 +13,7 @@ import (
 
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/internal/config"
+	"github.com/nodelet/nodelet/internal/nodestatus"
 	"github.com/nodelet/nodelet/internal/podutil"
 	"github.com/nodelet/nodelet/schemas"
 )
@@ -58,22 +59,6 @@ var signalToResource = map[string]corev1.ResourceName{
 	SignalImageFsInodesFree: resourceInodes,
 	SignalPIDAvailable:      resourcePIDs,
 }
-
-// conditionWording is what the kubelet's node status setters say for each
-// condition: reason and message when True, then when False; and the node
-// events it records on a change.
-var conditionWording = map[corev1.NodeConditionType]struct {
-	trueReason, trueMessage, falseReason, falseMessage, trueEvent, falseEvent string
-}{
-	corev1.NodeMemoryPressure: {"KubeletHasInsufficientMemory", "kubelet has insufficient memory available",
-		"KubeletHasSufficientMemory", "kubelet has sufficient memory available", "NodeHasInsufficientMemory", "NodeHasSufficientMemory"},
-	corev1.NodeDiskPressure: {"KubeletHasDiskPressure", "kubelet has disk pressure",
-		"KubeletHasNoDiskPressure", "kubelet has no disk pressure", "NodeHasDiskPressure", "NodeHasNoDiskPressure"},
-	corev1.NodePIDPressure: {"KubeletHasInsufficientPID", "kubelet has insufficient PID available",
-		"KubeletHasSufficientPID", "kubelet has sufficient PID available", "NodeHasInsufficientPID", "NodeHasSufficientPID"},
-}
-
-var pressureConditions = []corev1.NodeConditionType{corev1.NodeMemoryPressure, corev1.NodeDiskPressure, corev1.NodePIDPressure}
 
 // threshold is one eviction threshold: signal < value, met for GracePeriod.
 type threshold struct {
@@ -422,24 +407,22 @@ func (g *GC) publishPressure(ctx context.Context, pressure map[corev1.NodeCondit
 		}
 	}
 	np := &schemas.NodePressure{ShuttingDown: e.shuttingDown}
-	for _, t := range pressureConditions {
-		w := conditionWording[t]
-		c := corev1.NodeCondition{Type: t, Status: corev1.ConditionFalse, Reason: w.falseReason, Message: w.falseMessage}
-		event := w.falseEvent
+	for _, p := range nodestatus.PressureConditions {
+		t := p.Type
+		c := p.Condition(pressure[t])
 		if pressure[t] {
-			c.Status, c.Reason, c.Message, event = corev1.ConditionTrue, w.trueReason, w.trueMessage, w.trueEvent
 			nodePressure.WithLabelValues(string(t)).Set(1)
 		} else {
 			nodePressure.WithLabelValues(string(t)).Set(0)
 		}
-		if p, ok := prev[t]; ok && p.Status == c.Status {
-			c.LastTransitionTime = p.LastTransitionTime
+		if prevC, ok := prev[t]; ok && prevC.Status == c.Status {
+			c.LastTransitionTime = prevC.LastTransitionTime
 		} else {
 			c.LastTransitionTime = metav1.NewTime(now.UTC().Truncate(time.Second))
 			if ok || c.Status == corev1.ConditionTrue {
-				// The kubelet records a node event when a condition changes.
-				typ := corev1.EventTypeNormal
-				g.nodeEvent(typ, event, fmt.Sprintf("Node %s status is now: %s", g.cfg.Node.Name, event))
+				// nodelet-status records the kubelet's node event
+				// (NodeHasInsufficientMemory, …) when it sets the condition
+				// on the Node, as the kubelet's setter does.
 				g.log.Info("Node condition changed", "condition", t, "status", c.Status, "reason", c.Reason)
 			}
 		}

@@ -36,9 +36,9 @@
 //
 // Events carry the kubelet's reasons: ContainerGCFailed, ImageGCFailed,
 // FreeDiskSpaceFailed and InvalidDiskCapacity on the node; EvictionThresholdMet
-// on the node and Evicted on the pod; NodeHasInsufficientMemory,
-// NodeHasSufficientMemory, NodeHasDiskPressure, NodeHasNoDiskPressure,
-// NodeHasInsufficientPID and NodeHasSufficientPID when a condition changes.
+// on the node and Evicted on the pod. The pressure conditions' events
+// (NodeHasInsufficientMemory, …) are nodelet-status's, recorded when it sets
+// the condition on the Node (nodestatus.PressureConditions has the wording).
 // Like the kubelet, single removals (a container, sandbox, image, log file or
 // directory) are not events but log lines, and counted in the metrics (see
 // Gatherer).

@@ -26,9 +26,10 @@ func testManager(t *testing.T) *Manager {
 	return &Manager{
 		cfg: cfg,
 		configSources: configSources{
-			hostIPs:  []string{"192.0.2.10"},
-			capacity: nodeCapacity{CPU: resource.MustParse("4"), Memory: resource.MustParse("8Gi")},
-			dns:      dnsSettings{ClusterDNS: []string{"10.96.0.10"}, ClusterDomain: "cluster.local", ResolvConf: resolv},
+			hostIPs: []string{"192.0.2.10"},
+			capacity: nodeCapacity{CPU: resource.MustParse("4"), Memory: resource.MustParse("8Gi"), Allocatable: corev1.ResourceList{
+				corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("8Gi")}},
+			dns: dnsSettings{ClusterDNS: []string{"10.96.0.10"}, ClusterDomain: "cluster.local", ResolvConf: resolv},
 			objects: StaticObjects{
 				ConfigMaps: map[string]*corev1.ConfigMap{"default/cm": {Data: map[string]string{"color": "blue", "size": "L"}}},
 				Secrets:    map[string]*corev1.Secret{"default/sec": {Data: map[string][]byte{"token": []byte("t0k")}}},

@@ -14,7 +14,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodelet/nodelet/internal/cgroups"
-	"github.com/nodelet/nodelet/internal/hostinfo"
+	"github.com/nodelet/nodelet/internal/nodestatus"
 	"github.com/nodelet/nodelet/schemas"
 )
 
@@ -247,7 +247,7 @@ func (m *Manager) resizeFits(pod *corev1.Pod) (reason, message string) {
 		return corev1.PodReasonInfeasible, "Memory-backed emptyDir volume resize is not supported on cgroups v1"
 	}
 	capacity := corev1.ResourceList{corev1.ResourceCPU: m.capacity.CPU, corev1.ResourceMemory: m.capacity.Memory}
-	allocatable, err := hostinfo.Allocatable(m.cfg, capacity)
+	allocatable, err := nodestatus.Allocatable(m.cfg, capacity)
 	if err != nil {
 		return corev1.PodReasonDeferred, err.Error()
 	}

@@ -1,14 +1,16 @@
 package runtime
 
 import (
-	"bufio"
-	"os"
-	"strconv"
-	"strings"
+	"errors"
+	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodelet/nodelet/internal/config"
+	"github.com/nodelet/nodelet/internal/hostinfo"
+	"github.com/nodelet/nodelet/internal/nodestatus"
 )
 
 // CPU constants of the kubelet's cgroup conversion.
@@ -137,38 +139,37 @@ func containerResources(pod *corev1.Pod, c *corev1.Container, memoryCapacity int
 	return r
 }
 
-// nodeCapacity is what resourceFieldRef limits default to when a
-// container sets none: the node's CPUs and memory.
+// nodeCapacity is the node's resources as the runtime needs them, read
+// through nodestatus so they are the ones nodelet-status reports.
 type nodeCapacity struct {
-	CPU    resource.Quantity
+	// CPU is the machine's cores (node allocatable cgroups, resize).
+	CPU resource.Quantity
+	// Memory is the machine's memory capacity, the OOM score adjustment's
+	// scale (the kubelet's machineInfo.MemoryCapacity).
 	Memory resource.Quantity
-	// EphemeralStorage is left zero: nodelet-gc measures the node's disk.
-	EphemeralStorage resource.Quantity
+	// Allocatable is what resourceFieldRef limits and memory-backed
+	// volumes default to when a container sets none: the node's
+	// allocatable, as the kubelet's defaultPodLimitsForDownwardAPI.
+	Allocatable corev1.ResourceList
 }
 
-// resourceList is the capacity as resources (what downward API limits and
-// memory-backed volumes default to).
-func (c nodeCapacity) resourceList() corev1.ResourceList {
-	l := corev1.ResourceList{corev1.ResourceCPU: c.CPU, corev1.ResourceMemory: c.Memory}
-	if !c.EphemeralStorage.IsZero() {
-		l[corev1.ResourceEphemeralStorage] = c.EphemeralStorage
-	}
-	return l
-}
+// resourceList is what downward API limits and memory-backed volumes
+// default to.
+func (c nodeCapacity) resourceList() corev1.ResourceList { return c.Allocatable }
 
-func readNodeCapacity(cpus int) nodeCapacity {
-	c := nodeCapacity{CPU: *resource.NewQuantity(int64(cpus), resource.DecimalSI)}
-	if f, err := os.Open("/proc/meminfo"); err == nil {
-		defer f.Close()
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			fields := strings.Fields(sc.Text())
-			if len(fields) >= 2 && fields[0] == "MemTotal:" {
-				if kb, err := strconv.ParseInt(fields[1], 10, 64); err == nil {
-					c.Memory = *resource.NewQuantity(kb*1024, resource.BinarySI)
-				}
-			}
-		}
+// readNodeCapacity reads the machine (cAdvisor's MachineInfo and the state
+// dir's filesystem) and computes allocatable as nodelet-status does. A
+// state dir whose filesystem cannot be measured leaves ephemeral-storage
+// out.
+func readNodeCapacity(cfg *config.Config) (nodeCapacity, error) {
+	machine, err := nodestatus.ReadCapacity(&hostinfo.Machine{}, cfg.Node.StateDir)
+	var fsErr *nodestatus.FsError
+	if err != nil && !errors.As(err, &fsErr) {
+		return nodeCapacity{}, fmt.Errorf("node capacity: %w", err)
 	}
-	return c
+	capacity, allocatable, err := nodestatus.Resources(cfg, machine)
+	if err != nil {
+		return nodeCapacity{}, err
+	}
+	return nodeCapacity{CPU: capacity[corev1.ResourceCPU], Memory: capacity[corev1.ResourceMemory], Allocatable: allocatable}, nil
 }

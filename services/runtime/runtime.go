@@ -105,7 +105,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	goruntime "runtime"
 	"sync"
 	"time"
 
@@ -309,7 +308,10 @@ func New(opts Options) (*Manager, error) {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	capacity := readNodeCapacity(goruntime.NumCPU())
+	capacity, err := readNodeCapacity(cfg)
+	if err != nil {
+		return nil, err
+	}
 	if opts.Volumes == nil {
 		opts.Volumes = newVolumeManager(opts, capacity)
 	}
@@ -353,7 +355,6 @@ func New(opts Options) (*Manager, error) {
 	}
 	m.observed = newObservedWriter(opts.Bus, m.log)
 	m.network = newNetworkState(m, opts.NodePodCIDR)
-	var err error
 	if m.cgroups, err = newPodCgroupNames(cfg); err != nil {
 		return nil, fmt.Errorf("runtime.cgroupRoot: %w", err)
 	}
