@@ -11,6 +11,7 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/nodelet/nodelet/internal/cri"
 	"github.com/nodelet/nodelet/internal/podutil"
 )
 
@@ -83,7 +84,7 @@ func (g *GC) garbageCollectContainers(ctx context.Context, evictNonDeletedPods b
 // evictableContainers lists the managed containers that are not running and
 // were created before newestGCTime, by pod container.
 func (g *GC) evictableContainers(ctx context.Context, newestGCTime time.Time) (containersByEvictUnit, error) {
-	containers, err := g.rt.ListContainers(ctx, &runtimeapi.ContainerFilter{LabelSelector: managedSelector()})
+	containers, err := g.rt.ListContainers(ctx, &runtimeapi.ContainerFilter{LabelSelector: cri.ManagedSelector()})
 	if err != nil {
 		return nil, fmt.Errorf("list containers: %w", err)
 	}
@@ -98,8 +99,8 @@ func (g *GC) evictableContainers(ctx context.Context, newestGCTime time.Time) (c
 		}
 		info := containerGCInfo{
 			id: c.GetId(), name: c.GetMetadata().GetName(),
-			podUID: c.GetLabels()[labelPodUID], podName: c.GetLabels()[labelPodName],
-			podNamespace: c.GetLabels()[labelPodNamespace],
+			podUID: c.GetLabels()[cri.LabelPodUID], podName: c.GetLabels()[cri.LabelPodName],
+			podNamespace: c.GetLabels()[cri.LabelPodNamespace],
 			created:      created, attempt: c.GetMetadata().GetAttempt(),
 			unknown: c.GetState() == runtimeapi.ContainerState_CONTAINER_UNKNOWN,
 		}
@@ -232,11 +233,11 @@ type sandboxGCInfo struct {
 // evictSandboxes removes sandboxes that are not ready and hold no
 // containers: all of them for a removed pod, all but the newest otherwise.
 func (g *GC) evictSandboxes(ctx context.Context, evictNonDeletedPods bool, res *containerGCResult) error {
-	containers, err := g.rt.ListContainers(ctx, &runtimeapi.ContainerFilter{LabelSelector: managedSelector()})
+	containers, err := g.rt.ListContainers(ctx, &runtimeapi.ContainerFilter{LabelSelector: cri.ManagedSelector()})
 	if err != nil {
 		return fmt.Errorf("list containers: %w", err)
 	}
-	sandboxes, err := g.rt.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{LabelSelector: managedSelector()})
+	sandboxes, err := g.rt.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{LabelSelector: cri.ManagedSelector()})
 	if err != nil {
 		return fmt.Errorf("list pod sandboxes: %w", err)
 	}
@@ -342,14 +343,14 @@ func (g *GC) evictPodLogDirs(ctx context.Context, res *containerGCResult) error 
 // sandbox.
 func (g *GC) podsInRuntime(ctx context.Context) (map[string]bool, error) {
 	out := map[string]bool{}
-	containers, err := g.rt.ListContainers(ctx, &runtimeapi.ContainerFilter{LabelSelector: managedSelector()})
+	containers, err := g.rt.ListContainers(ctx, &runtimeapi.ContainerFilter{LabelSelector: cri.ManagedSelector()})
 	if err != nil {
 		return nil, fmt.Errorf("list containers: %w", err)
 	}
 	for _, c := range containers {
-		out[c.GetLabels()[labelPodUID]] = true
+		out[c.GetLabels()[cri.LabelPodUID]] = true
 	}
-	sandboxes, err := g.rt.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{LabelSelector: managedSelector()})
+	sandboxes, err := g.rt.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{LabelSelector: cri.ManagedSelector()})
 	if err != nil {
 		return nil, fmt.Errorf("list pod sandboxes: %w", err)
 	}

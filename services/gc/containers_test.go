@@ -15,6 +15,7 @@ import (
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/bus/bustest"
 	"github.com/nodelet/nodelet/internal/config"
+	"github.com/nodelet/nodelet/internal/cri"
 )
 
 // A container that crashed four times keeps exactly its last dead instance
@@ -222,9 +223,9 @@ func TestContainerGCPolicy(t *testing.T) {
 			rt := critest.NewFakeRuntimeService()
 			var fakes []*critest.FakeContainer
 			for _, c := range tc.containers {
-				labels := map[string]string{labelPodUID: c.uid, labelContainer: c.name}
+				labels := map[string]string{cri.LabelPodUID: c.uid, cri.LabelContainerName: c.name}
 				if !c.unmanaged {
-					labels[LabelManaged] = "true"
+					labels[cri.LabelManaged] = "true"
 				}
 				fakes = append(fakes, &critest.FakeContainer{ContainerStatus: runtimeapi.ContainerStatus{
 					Id: c.id, Metadata: &runtimeapi.ContainerMetadata{Name: c.name, Attempt: c.attempt},

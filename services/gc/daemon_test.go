@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/nodelet/nodelet/internal/cri"
 	"github.com/nodelet/nodelet/internal/daemon"
 	"github.com/nodelet/nodelet/internal/testenv"
 )
@@ -75,7 +76,7 @@ gc:
 	dead := func() int {
 		cs, err := e.cri.Runtime.ListContainers(context.Background(), &runtimeapi.ContainerFilter{
 			State:         &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_EXITED},
-			LabelSelector: map[string]string{labelPodUID: string(live.UID)}})
+			LabelSelector: map[string]string{cri.LabelPodUID: string(live.UID)}})
 		if err != nil {
 			t.Fatal(err)
 		}

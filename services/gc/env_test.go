@@ -129,8 +129,8 @@ func (e *testEnv) runSandbox(pod *corev1.Pod, attempt uint32) *testPod {
 	sbConfig := &runtimeapi.PodSandboxConfig{
 		Metadata:     &runtimeapi.PodSandboxMetadata{Name: pod.Name, Namespace: pod.Namespace, Uid: uid, Attempt: attempt},
 		LogDirectory: logDir,
-		Labels: map[string]string{labelPodName: pod.Name, labelPodNamespace: pod.Namespace,
-			labelPodUID: uid, LabelManaged: "true"},
+		Labels: map[string]string{cri.LabelPodName: pod.Name, cri.LabelPodNamespace: pod.Namespace,
+			cri.LabelPodUID: uid, cri.LabelManaged: "true"},
 		Linux: &runtimeapi.LinuxPodSandboxConfig{SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{
 			NamespaceOptions: &runtimeapi.NamespaceOption{Network: runtimeapi.NamespaceMode_NODE}}},
 	}
@@ -155,8 +155,8 @@ func (e *testEnv) startContainer(p *testPod, name string, attempt uint32, cmd ..
 		Image:    &runtimeapi.ImageSpec{Image: images.BusyboxImage},
 		Command:  cmd,
 		LogPath:  filepath.Join(name, strconv.Itoa(int(attempt))+".log"),
-		Labels: map[string]string{labelPodName: p.pod.Name, labelPodNamespace: p.pod.Namespace,
-			labelPodUID: uid, labelContainer: name, LabelManaged: "true"},
+		Labels: map[string]string{cri.LabelPodName: p.pod.Name, cri.LabelPodNamespace: p.pod.Namespace,
+			cri.LabelPodUID: uid, cri.LabelContainerName: name, cri.LabelManaged: "true"},
 		Annotations: map[string]string{"io.kubernetes.container.restartCount": strconv.Itoa(int(attempt))},
 	}, p.sbConfig)
 	if err != nil {
@@ -202,7 +202,7 @@ func (e *testEnv) stopPod(p *testPod) {
 // containersOf lists the pod's containers, any state.
 func (e *testEnv) containersOf(uid string) []*runtimeapi.Container {
 	e.t.Helper()
-	cs, err := e.cri.Runtime.ListContainers(testCtx(e.t), &runtimeapi.ContainerFilter{LabelSelector: map[string]string{labelPodUID: uid}})
+	cs, err := e.cri.Runtime.ListContainers(testCtx(e.t), &runtimeapi.ContainerFilter{LabelSelector: map[string]string{cri.LabelPodUID: uid}})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -211,7 +211,7 @@ func (e *testEnv) containersOf(uid string) []*runtimeapi.Container {
 
 func (e *testEnv) sandboxesOf(uid string) []*runtimeapi.PodSandbox {
 	e.t.Helper()
-	sbs, err := e.cri.Runtime.ListPodSandbox(testCtx(e.t), &runtimeapi.PodSandboxFilter{LabelSelector: map[string]string{labelPodUID: uid}})
+	sbs, err := e.cri.Runtime.ListPodSandbox(testCtx(e.t), &runtimeapi.PodSandboxFilter{LabelSelector: map[string]string{cri.LabelPodUID: uid}})
 	if err != nil {
 		e.t.Fatal(err)
 	}

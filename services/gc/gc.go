@@ -59,7 +59,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	internalapi "k8s.io/cri-api/pkg/apis"
-	kubetypes "k8s.io/kubelet/pkg/types"
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/bus"
@@ -67,16 +66,6 @@ import (
 	"github.com/nodelet/nodelet/internal/cri"
 	"github.com/nodelet/nodelet/internal/daemon"
 	"github.com/nodelet/nodelet/schemas"
-)
-
-// CRI labels nodelet-runtime puts on what it creates (the kubelet's keys),
-// and the label that marks nodelet's own objects.
-const (
-	LabelManaged      = "io.nodelet.managed"
-	labelPodName      = kubetypes.KubernetesPodNameLabel
-	labelPodNamespace = kubetypes.KubernetesPodNamespaceLabel
-	labelPodUID       = kubetypes.KubernetesPodUIDLabel
-	labelContainer    = kubetypes.KubernetesContainerNameLabel
 )
 
 // Spec describes nodelet-gc to the daemon frame.
@@ -301,9 +290,6 @@ func (g *GC) podEvent(pod *corev1.Pod, typ, reason, message string) {
 		Type:   typ, Reason: reason, Message: message, Time: g.clock.Now().UTC(),
 	})
 }
-
-// managedSelector selects nodelet's own sandboxes and containers.
-func managedSelector() map[string]string { return map[string]string{LabelManaged: "true"} }
 
 // podLogDir is the kubelet's pod log directory, <podLogsDir>/<ns>_<name>_<uid>.
 func podLogDir(root, namespace, name, uid string) string {

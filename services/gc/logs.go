@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodelet/nodelet/internal/cri"
 )
 
 // The kubelet's container log manager (pkg/kubelet/logs): the current log
@@ -32,7 +34,7 @@ func (g *GC) rotateLogs(ctx context.Context) error {
 	defer g.logMu.Unlock()
 	containers, err := g.rt.ListContainers(ctx, &runtimeapi.ContainerFilter{
 		State:         &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING},
-		LabelSelector: managedSelector(),
+		LabelSelector: cri.ManagedSelector(),
 	})
 	if err != nil {
 		return fmt.Errorf("list containers: %w", err)

@@ -18,6 +18,8 @@ import (
 	internalapi "k8s.io/cri-api/pkg/apis"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/internal/cri"
 )
 
 // FsStats is one filesystem as statfs sees it.
@@ -190,13 +192,13 @@ func (m *nodeMeasurer) PodUsage(ctx context.Context, pods []*corev1.Pod) (map[st
 		}
 		return u
 	}
-	stats, err := m.runtime.ListContainerStats(ctx, &runtimeapi.ContainerStatsFilter{LabelSelector: managedSelector()})
+	stats, err := m.runtime.ListContainerStats(ctx, &runtimeapi.ContainerStatsFilter{LabelSelector: cri.ManagedSelector()})
 	if err != nil {
 		return nil, fmt.Errorf("CRI ListContainerStats: %w", err)
 	}
 	for _, s := range stats {
 		attrs := s.GetAttributes()
-		uid := attrs.GetLabels()[labelPodUID]
+		uid := attrs.GetLabels()[cri.LabelPodUID]
 		if want[uid] == nil {
 			continue
 		}
@@ -210,7 +212,7 @@ func (m *nodeMeasurer) PodUsage(ctx context.Context, pods []*corev1.Pod) (map[st
 		cu.RootfsInodes = int64(s.GetWritableLayer().GetInodesUsed().GetValue())
 		get(uid).Containers[name] = cu
 	}
-	if sbStats, err := m.runtime.ListPodSandboxStats(ctx, &runtimeapi.PodSandboxStatsFilter{LabelSelector: managedSelector()}); err == nil {
+	if sbStats, err := m.runtime.ListPodSandboxStats(ctx, &runtimeapi.PodSandboxStatsFilter{LabelSelector: cri.ManagedSelector()}); err == nil {
 		for _, s := range sbStats {
 			uid := s.GetAttributes().GetMetadata().GetUid()
 			if want[uid] != nil {

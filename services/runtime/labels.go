@@ -6,18 +6,18 @@ import (
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
-	kubetypes "k8s.io/kubelet/pkg/types"
 
+	"github.com/nodelet/nodelet/internal/cri"
 	"github.com/nodelet/nodelet/schemas"
 )
 
 // The kubelet's CRI labels and annotations, so that crictl and other tools
 // read nodelet's pods as they read the kubelet's.
 const (
-	labelPodName       = kubetypes.KubernetesPodNameLabel
-	labelPodNamespace  = kubetypes.KubernetesPodNamespaceLabel
-	labelPodUID        = kubetypes.KubernetesPodUIDLabel
-	labelContainerName = kubetypes.KubernetesContainerNameLabel
+	labelPodName       = cri.LabelPodName
+	labelPodNamespace  = cri.LabelPodNamespace
+	labelPodUID        = cri.LabelPodUID
+	labelContainerName = cri.LabelContainerName
 
 	annotationPodDeletionGracePeriod    = "io.kubernetes.pod.deletionGracePeriod"
 	annotationPodTerminationGracePeriod = "io.kubernetes.pod.terminationGracePeriod"
@@ -29,12 +29,12 @@ const (
 	annotationContainerPorts            = "io.kubernetes.container.ports"
 )
 
-// nodelet's own marks. Only sandboxes and containers carrying LabelManaged
-// are ever treated as orphans and killed: a pod started by another tool on
-// the same containerd is left alone.
+// nodelet's own marks. Only sandboxes and containers carrying
+// cri.LabelManaged are ever treated as orphans and killed: a pod started by
+// another tool on the same containerd is left alone.
 const (
 	// LabelManaged marks every sandbox and container nodelet creates.
-	LabelManaged = "io.nodelet.managed"
+	LabelManaged = cri.LabelManaged
 	// annotationContainerType says whether a container is an init
 	// container, a sidecar or an app container (schemas.ContainerKind*), so
 	// a kill without the spec (the pod left the sources) can still stop
@@ -43,7 +43,7 @@ const (
 )
 
 // managedFilter selects nodelet's sandboxes and containers in CRI list calls.
-var managedFilter = map[string]string{LabelManaged: "true"}
+var managedFilter = cri.ManagedSelector()
 
 func podLabels(pod *corev1.Pod) map[string]string {
 	l := make(map[string]string, len(pod.Labels)+4)
