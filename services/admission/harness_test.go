@@ -8,13 +8,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/bus/bustest"
 	"github.com/nodelet/nodelet/internal/config"
 	"github.com/nodelet/nodelet/internal/daemon"
+	"github.com/nodelet/nodelet/internal/testenv"
 	"github.com/nodelet/nodelet/internal/testenv/eventually"
 	"github.com/nodelet/nodelet/schemas"
 )
@@ -37,8 +37,8 @@ type harness struct {
 	mu     sync.Mutex
 	events []schemas.Event
 
-	cancel context.CancelFunc
-	done   chan error
+	// stopRun ends the running daemon; nil when none runs.
+	stopRun func()
 	// volumes, when set, is the daemon's VolumeSource.
 	volumes VolumeSource
 }
@@ -51,24 +51,11 @@ func newHarness(t *testing.T, mutate ...func(*config.Config)) *harness {
 		sources: b.Connect(bus.Sources), runtime: b.Connect(bus.Runtime), gc: b.Connect(bus.GC), reader: b.Connect(bus.Status),
 	}
 	h.cfg.Node.StateDir = b.StateDir
-	tap := b.Connect(bus.Tap)
-	sub, err := tap.NC.Subscribe(bus.Prefix+"events."+bus.Admission+".>", func(m *nats.Msg) {
-		_, ev, err := schemas.Decode[schemas.Event](m.Data)
-		if err != nil {
-			t.Errorf("event on %s does not decode: %v", m.Subject, err)
-			return
-		}
+	bustest.OnEvents(t, b.Connect(bus.Tap), bus.EventSubject(bus.Admission, ">"), func(ev schemas.Event) {
 		h.mu.Lock()
-		h.events = append(h.events, *ev)
+		h.events = append(h.events, ev)
 		h.mu.Unlock()
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	if err := tap.NC.Flush(); err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(h.stop)
 	return h
 }
@@ -76,31 +63,21 @@ func newHarness(t *testing.T, mutate ...func(*config.Config)) *harness {
 // start runs the daemon on a new connection, as a new process would.
 func (h *harness) start() {
 	h.t.Helper()
-	if h.cancel != nil {
+	if h.stopRun != nil {
 		h.t.Fatal("already running")
 	}
 	conn := h.b.Connect(bus.Admission)
 	env := &daemon.Env{Config: h.cfg, Log: bustest.Logger(), Bus: conn, Component: bus.Admission, Started: time.Now()}
-	ctx, cancel := context.WithCancel(context.Background())
-	h.cancel, h.done = cancel, make(chan error, 1)
-	go func() { h.done <- Options{Capacity: twoCPU, Volumes: h.volumes}.Run(ctx, env) }()
+	opts := Options{Capacity: twoCPU, Volumes: h.volumes}
+	h.stopRun = testenv.Start(h.t, func(ctx context.Context) error { return opts.Run(ctx, env) })
 }
 
 // stop cancels the daemon and waits for Run to return.
 func (h *harness) stop() {
-	if h.cancel == nil {
-		return
+	if h.stopRun != nil {
+		h.stopRun()
+		h.stopRun = nil
 	}
-	h.cancel()
-	select {
-	case err := <-h.done:
-		if err != nil {
-			h.t.Errorf("Run: %v", err)
-		}
-	case <-time.After(waitFor):
-		h.t.Error("Run did not return after its context was cancelled")
-	}
-	h.cancel = nil
 }
 
 func (h *harness) put(p *corev1.Pod) uint64 {

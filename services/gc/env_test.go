@@ -18,7 +18,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/types"
-	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
@@ -313,24 +312,11 @@ type eventLog struct {
 func subscribeEvents(t *testing.T, b *bustest.Bus) *eventLog {
 	t.Helper()
 	l := &eventLog{}
-	tap := b.Connect(bus.Tap)
-	sub, err := tap.NC.Subscribe(bus.SubjectEventsAll, func(m *nats.Msg) {
-		var ev schemas.Event
-		if err := schemas.DecodeInto(m.Data, &ev); err != nil {
-			t.Errorf("event on %s does not decode: %v", m.Subject, err)
-			return
-		}
+	bustest.OnEvents(t, b.Connect(bus.Tap), bus.SubjectEventsAll, func(ev schemas.Event) {
 		l.mu.Lock()
 		l.events = append(l.events, ev)
 		l.mu.Unlock()
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := tap.NC.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
 	return l
 }
 

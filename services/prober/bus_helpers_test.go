@@ -8,11 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/bus/bustest"
+	"github.com/nodelet/nodelet/internal/testenv"
 	"github.com/nodelet/nodelet/schemas"
 )
 
@@ -63,23 +63,11 @@ func newBusEnv(t *testing.T) *busEnv {
 			}
 		})
 	}()
-	sub, err := e.tap.NC.Subscribe(bus.EventSubject(bus.Prober, "*"), func(m *nats.Msg) {
-		_, ev, err := schemas.Decode[schemas.Event](m.Data)
-		if err != nil {
-			t.Errorf("event on %s does not decode: %v", m.Subject, err)
-			return
-		}
+	bustest.OnEvents(t, e.tap, bus.EventSubject(bus.Prober, "*"), func(ev schemas.Event) {
 		e.mu.Lock()
-		e.events = append(e.events, *ev)
+		e.events = append(e.events, ev)
 		e.mu.Unlock()
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	if err := e.tap.NC.Flush(); err != nil {
-		t.Fatal(err)
-	}
 	select {
 	case <-synced:
 	case <-time.After(30 * time.Second):
@@ -124,25 +112,7 @@ func (e *busEnv) startProber(o Options, r runner) (m *Manager, stop func()) {
 		m = newManager(o, r, conn)
 		m.conn = conn
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- m.Run(ctx) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					e.t.Errorf("Run: %v", err)
-				}
-			case <-time.After(30 * time.Second):
-				e.t.Error("Run did not return")
-			}
-		})
-	}
-	e.t.Cleanup(stop)
-	return m, stop
+	return m, testenv.Start(e.t, m.Run)
 }
 
 func (e *busEnv) get(key string) (schemas.ProbeResult, bool) {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -121,11 +123,7 @@ func (r *results) remove(k probeKey) {
 func (r *results) keys() []probeKey {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make([]probeKey, 0, len(r.cur))
-	for k := range r.cur {
-		out = append(out, k)
-	}
-	return out
+	return slices.Collect(maps.Keys(r.cur))
 }
 
 // republish marks every result for writing: the bucket was recreated under

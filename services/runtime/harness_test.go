@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/nats-io/nats.go"
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -482,22 +481,11 @@ type eventLog struct {
 
 func recordEvents(t *testing.T, tap *bus.Conn) *eventLog {
 	l := &eventLog{}
-	sub, err := tap.NC.Subscribe(bus.EventSubject(bus.Runtime, "*"), func(msg *nats.Msg) {
-		_, ev, err := schemas.Decode[schemas.Event](msg.Data)
-		if err != nil {
-			return
-		}
+	bustest.OnEvents(t, tap, bus.EventSubject(bus.Runtime, "*"), func(ev schemas.Event) {
 		l.mu.Lock()
-		l.events = append(l.events, *ev)
+		l.events = append(l.events, ev)
 		l.mu.Unlock()
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := tap.NC.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
 	return l
 }
 

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"reflect"
+	"slices"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -125,11 +127,7 @@ func (o *observedWriter) delete(ctx context.Context, uid string) error {
 func (o *observedWriter) uids() []string {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	out := make([]string, 0, len(o.last))
-	for k := range o.last {
-		out = append(out, k)
-	}
-	return out
+	return slices.Collect(maps.Keys(o.last))
 }
 
 // buildObserved is the pod's observed state from what CRI has (pr), the

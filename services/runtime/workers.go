@@ -2,6 +2,8 @@ package runtime
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -105,11 +107,7 @@ func (p *podWorkers) requeueLocked(uid string, w *podWorker, d time.Duration) {
 func (p *podWorkers) Known() []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := make([]string, 0, len(p.workers))
-	for uid := range p.workers {
-		out = append(out, uid)
-	}
-	return out
+	return slices.Collect(maps.Keys(p.workers))
 }
 
 // Wait returns once every running sync has returned (after ctx is done).

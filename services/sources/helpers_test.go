@@ -80,8 +80,8 @@ type harness struct {
 	events []schemas.Event
 	flushd []bool
 
-	cancel context.CancelFunc
-	done   chan error
+	// stopRun ends the running daemon; nil when none runs.
+	stopRun func()
 }
 
 func newHarness(t *testing.T, configure func(*config.Config)) *harness {
@@ -129,8 +129,6 @@ func (h *harness) start() {
 	conn := h.bus.Connect(bus.Sources)
 	env := &daemon.Env{Config: h.cfg, Log: discardLogger().With("component", bus.Sources), Bus: conn,
 		Component: bus.Sources, Started: time.Now()}
-	ctx, cancel := context.WithCancel(context.Background())
-	h.cancel, h.done = cancel, make(chan error, 1)
 	opts := h.opts
 	opts.Config, opts.Log, opts.Bus, opts.Health = h.cfg, env.Log, conn, env.SetHealth
 	opts.OnFlush = func(all bool) {
@@ -145,25 +143,15 @@ func (h *harness) start() {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	go func() { h.done <- d.Run(ctx) }()
-	h.t.Cleanup(h.stop)
+	h.stopRun = testenv.Start(h.t, d.Run)
 }
 
 // stop cancels Run and waits for it to return.
 func (h *harness) stop() {
-	if h.cancel == nil {
-		return
+	if h.stopRun != nil {
+		h.stopRun()
+		h.stopRun = nil
 	}
-	h.cancel()
-	select {
-	case err := <-h.done:
-		if err != nil {
-			h.t.Errorf("run returned %v", err)
-		}
-	case <-time.After(waitTimeout):
-		h.t.Errorf("run did not return after its context was cancelled")
-	}
-	h.cancel = nil
 }
 
 // waitAllReadyFlush waits until Run has published with every source's first

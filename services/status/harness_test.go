@@ -16,6 +16,7 @@ import (
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/bus/bustest"
 	"github.com/nodelet/nodelet/internal/config"
+	"github.com/nodelet/nodelet/internal/testenv"
 	"github.com/nodelet/nodelet/internal/testenv/eventually"
 	"github.com/nodelet/nodelet/schemas"
 )
@@ -64,27 +65,7 @@ func (h *harness) start(mut func(*Options)) *runningSvc {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	stopped := false
-	stop := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				h.t.Errorf("Run: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			h.t.Error("Run did not return 30s after its context ended")
-		}
-	}
-	h.t.Cleanup(stop)
-	return &runningSvc{Service: s, stop: stop}
+	return &runningSvc{Service: s, stop: testenv.Start(h.t, s.Run)}
 }
 
 func (h *harness) put(c *bus.Conn, bucket, key string, m schemas.Message) {
