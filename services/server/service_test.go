@@ -24,7 +24,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
 	"github.com/nodelet/nodelet/bus"
@@ -32,7 +31,6 @@ import (
 	"github.com/nodelet/nodelet/internal/config"
 	"github.com/nodelet/nodelet/internal/cri"
 	"github.com/nodelet/nodelet/internal/daemon"
-	"github.com/nodelet/nodelet/internal/images"
 	"github.com/nodelet/nodelet/internal/podutil"
 	"github.com/nodelet/nodelet/internal/testenv"
 	"github.com/nodelet/nodelet/schemas"
@@ -439,35 +437,7 @@ func TestContainerdReadOnlyAPI(t *testing.T) {
 	}
 	cfg := testConfig(t)
 	const ns, name, uid = "default", "stats", "uid-stats"
-	logDir := filepath.Join(cfg.Node.PodLogsDir, ns+"_"+name+"_"+uid)
-	sbConfig := &runtimeapi.PodSandboxConfig{
-		Metadata:     &runtimeapi.PodSandboxMetadata{Name: name, Namespace: ns, Uid: uid},
-		Hostname:     name,
-		LogDirectory: logDir,
-		Labels:       map[string]string{"io.kubernetes.pod.name": name, "io.kubernetes.pod.namespace": ns, "io.kubernetes.pod.uid": uid},
-		Linux:        &runtimeapi.LinuxPodSandboxConfig{},
-	}
-	sb, err := clients.Runtime.RunPodSandbox(ctx, sbConfig, "")
-	if err != nil {
-		t.Fatalf("RunPodSandbox: %v", err)
-	}
-	if err := os.MkdirAll(filepath.Join(logDir, "app"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	cid, err := clients.Runtime.CreateContainer(ctx, sb, &runtimeapi.ContainerConfig{
-		Metadata: &runtimeapi.ContainerMetadata{Name: "app"},
-		Image:    &runtimeapi.ImageSpec{Image: images.BusyboxImage},
-		Command:  []string{"sh", "-c", "echo hello; while true; do sleep 1; done"},
-		LogPath:  "app/0.log",
-		Labels: map[string]string{"io.kubernetes.container.name": "app", "io.kubernetes.pod.uid": uid,
-			"io.kubernetes.pod.name": name, "io.kubernetes.pod.namespace": ns},
-	}, sbConfig)
-	if err != nil {
-		t.Fatalf("CreateContainer: %v", err)
-	}
-	if err := clients.Runtime.StartContainer(ctx, cid); err != nil {
-		t.Fatalf("StartContainer: %v", err)
-	}
+	cid := testenv.RunBusyboxPod(ctx, t, clients.Runtime, cfg.Node.PodLogsDir, ns, name, uid)
 	ts := startServer(t, cfg, clients, nil)
 
 	var sum statsapi.Summary

@@ -2,17 +2,12 @@ package status
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
-
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/internal/cri"
-	"github.com/nodelet/nodelet/internal/images"
 	"github.com/nodelet/nodelet/internal/testenv"
 	"github.com/nodelet/nodelet/schemas"
 )
@@ -32,37 +27,8 @@ func TestContainerdNodeInfo(t *testing.T) {
 	}
 
 	h := newHarness(t)
-	const (
-		ns, name, uid = "default", "stats", "uid-stats"
-	)
-	logDir := filepath.Join(h.cfg.Node.PodLogsDir, ns+"_"+name+"_"+uid)
-	sbConfig := &runtimeapi.PodSandboxConfig{
-		Metadata:     &runtimeapi.PodSandboxMetadata{Name: name, Namespace: ns, Uid: uid},
-		Hostname:     name,
-		LogDirectory: logDir,
-		Labels:       map[string]string{"io.kubernetes.pod.name": name, "io.kubernetes.pod.namespace": ns, "io.kubernetes.pod.uid": uid},
-		Linux:        &runtimeapi.LinuxPodSandboxConfig{},
-	}
-	sb, err := clients.Runtime.RunPodSandbox(ctx, sbConfig, "")
-	if err != nil {
-		t.Fatalf("RunPodSandbox: %v", err)
-	}
-	if err := os.MkdirAll(filepath.Join(logDir, "app"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	cid, err := clients.Runtime.CreateContainer(ctx, sb, &runtimeapi.ContainerConfig{
-		Metadata: &runtimeapi.ContainerMetadata{Name: "app"},
-		Image:    &runtimeapi.ImageSpec{Image: images.BusyboxImage},
-		Command:  []string{"sh", "-c", "echo hello; while true; do sleep 1; done"},
-		LogPath:  "app/0.log",
-		Labels:   map[string]string{"io.kubernetes.container.name": "app", "io.kubernetes.pod.uid": uid},
-	}, sbConfig)
-	if err != nil {
-		t.Fatalf("CreateContainer: %v", err)
-	}
-	if err := clients.Runtime.StartContainer(ctx, cid); err != nil {
-		t.Fatalf("StartContainer: %v", err)
-	}
+	const ns, name, uid = "default", "stats", "uid-stats"
+	testenv.RunBusyboxPod(ctx, t, clients.Runtime, h.cfg.Node.PodLogsDir, ns, name, uid)
 
 	s := h.start(func(o *Options) { o.CRI = clients })
 
