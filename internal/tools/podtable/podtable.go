@@ -88,6 +88,8 @@ func LoadPods(ctx context.Context, c *bus.Conn) ([]corev1.Pod, error) {
 	}
 	var pods []corev1.Pod
 	for uid, d := range desired {
+		// The mirror pods status creates in the API server are not the
+		// node's own pods (the static pods they mirror are).
 		if d.Pod == nil || podutil.IsMirrorPod(d.Pod) {
 			continue
 		}
@@ -274,8 +276,6 @@ func podRow(pod *corev1.Pod, now time.Time) PodRow {
 	}
 }
 
-// isMirror: the mirror pods status creates in the API server are not the
-// node's own pods (the static pods they mirror are).
 // kubectl's printPod has its own copies of these pod rules; so does the table.
 const reasonPodInitializing = "PodInitializing"
 
