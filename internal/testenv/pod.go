@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	internalapi "k8s.io/cri-api/pkg/apis"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -54,4 +55,15 @@ func RunBusyboxPod(ctx context.Context, t testing.TB, rs internalapi.RuntimeServ
 		t.Fatalf("StartContainer: %v", err)
 	}
 	return cid
+}
+
+// Clients connects the daemons' CRI client (internal/cri) to c, each call
+// bounded by 30s, failing t when it cannot.
+func (c *Containerd) Clients(ctx context.Context, t testing.TB) *cri.Clients {
+	t.Helper()
+	clients, err := cri.Connect(ctx, c.Endpoint, "", 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return clients
 }

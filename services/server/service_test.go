@@ -431,10 +431,7 @@ func TestContainerdReadOnlyAPI(t *testing.T) {
 	ctrd := testenv.NewContainerd(t, testenv.ContainerdOptions{})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	clients, err := cri.Connect(ctx, ctrd.Endpoint, "", 30*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	clients := ctrd.Clients(ctx, t)
 	cfg := testConfig(t)
 	const ns, name, uid = "default", "stats", "uid-stats"
 	cid := testenv.RunBusyboxPod(ctx, t, clients.Runtime, cfg.Node.PodLogsDir, ns, name, uid)

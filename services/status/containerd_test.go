@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/nodelet/nodelet/bus"
-	"github.com/nodelet/nodelet/internal/cri"
 	"github.com/nodelet/nodelet/internal/testenv"
 	"github.com/nodelet/nodelet/schemas"
 )
@@ -21,10 +20,7 @@ func TestContainerdNodeInfo(t *testing.T) {
 	ctrd := testenv.NewContainerd(t, testenv.ContainerdOptions{})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	clients, err := cri.Connect(ctx, ctrd.Endpoint, "", 30*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	clients := ctrd.Clients(ctx, t)
 
 	h := newHarness(t)
 	const ns, name, uid = "default", "stats", "uid-stats"
