@@ -17,14 +17,12 @@ import (
 // TestContainerdReadOnlyAPI.)
 func TestContainerdNodeInfo(t *testing.T) {
 	testenv.RequiresRoot(t)
+	h := newHarness(t)
 	ctrd := testenv.NewContainerd(t, testenv.ContainerdOptions{})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	clients := ctrd.Clients(ctx, t)
-
-	h := newHarness(t)
-	const ns, name, uid = "default", "stats", "uid-stats"
-	testenv.RunBusyboxPod(ctx, t, clients.Runtime, h.cfg.Node.PodLogsDir, ns, name, uid)
+	testenv.RunBusyboxPod(ctx, t, clients.Runtime, h.cfg.Node.PodLogsDir, "default", "stats", "uid-stats")
 
 	s := h.start(func(o *Options) { o.CRI = clients })
 
