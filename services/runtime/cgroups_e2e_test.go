@@ -364,7 +364,10 @@ func TestNodeAllocatableEnforced(t *testing.T) {
 		c.Runtime.KubeReservedCgroup = kubeCgroup
 	}})
 	root := h.cfg.Runtime.CgroupRoot
-	capacity := readNodeCapacity(1)
+	capacity, err := readNodeCapacity(h.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	want := capacity.Memory.Value() - (1<<30 + 512<<20)
 	waitFor(t, time.Minute, "node allocatable on the cgroup root", func() (bool, string) {
 		b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/memory", root, "memory.limit_in_bytes"))

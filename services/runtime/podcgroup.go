@@ -61,13 +61,13 @@ func (m *Manager) setupCgroups(ctx context.Context) error {
 	if n := cgroups.PidMax(); n > 0 {
 		capacity["pid"] = *resource.NewQuantity(n, resource.DecimalSI)
 	}
-	kube, err := quantities(m.cfg.Node.KubeReserved)
+	kube, err := config.ParseReserved("node.kubeReserved", m.cfg.Node.KubeReserved)
 	if err != nil {
-		return fmt.Errorf("node.kubeReserved: %w", err)
+		return err
 	}
-	system, err := quantities(m.cfg.Node.SystemReserved)
+	system, err := config.ParseReserved("node.systemReserved", m.cfg.Node.SystemReserved)
 	if err != nil {
-		return fmt.Errorf("node.systemReserved: %w", err)
+		return err
 	}
 	allocatable := capacity
 	if enforce["pods"] {
@@ -119,18 +119,6 @@ func (m *Manager) setupCgroups(ctx context.Context) error {
 	m.log.Info("Pod cgroups ready", "cgroupDriver", mgr.Driver(), "cgroupV2", mgr.V2(), "cgroupRoot", m.cfg.Runtime.CgroupRoot,
 		"podPidsLimit", m.cfg.Runtime.PodPidsLimit, "enforceNodeAllocatable", m.cfg.Runtime.EnforceNodeAllocatable)
 	return nil
-}
-
-func quantities(in map[string]string) (corev1.ResourceList, error) {
-	out := corev1.ResourceList{}
-	for k, v := range in {
-		q, err := resource.ParseQuantity(v)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", k, err)
-		}
-		out[corev1.ResourceName(k)] = q
-	}
-	return out, nil
 }
 
 // runtimeCgroupDriver asks the runtime which cgroup driver it uses: CRI's
