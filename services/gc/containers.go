@@ -63,7 +63,7 @@ type containerGCResult struct {
 // directories of removed pods. evictNonDeletedPods (under disk pressure)
 // also removes every dead container and sandbox of pods whose runtime is
 // final though the pod still exists.
-func (g *GC) garbageCollectContainers(ctx context.Context, evictNonDeletedPods bool) (containerGCResult, error) {
+func (g *Daemon) garbageCollectContainers(ctx context.Context, evictNonDeletedPods bool) (containerGCResult, error) {
 	g.containerMu.Lock()
 	defer g.containerMu.Unlock()
 	var res containerGCResult
@@ -83,7 +83,7 @@ func (g *GC) garbageCollectContainers(ctx context.Context, evictNonDeletedPods b
 
 // evictableContainers lists the managed containers that are not running and
 // were created before newestGCTime, by pod container.
-func (g *GC) evictableContainers(ctx context.Context, newestGCTime time.Time) (containersByEvictUnit, error) {
+func (g *Daemon) evictableContainers(ctx context.Context, newestGCTime time.Time) (containersByEvictUnit, error) {
 	containers, err := g.rt.ListContainers(ctx, &runtimeapi.ContainerFilter{LabelSelector: cri.ManagedSelector()})
 	if err != nil {
 		return nil, fmt.Errorf("list containers: %w", err)
@@ -114,7 +114,7 @@ func (g *GC) evictableContainers(ctx context.Context, newestGCTime time.Time) (c
 	return units, nil
 }
 
-func (g *GC) evictContainers(ctx context.Context, evictNonDeletedPods bool, res *containerGCResult) error {
+func (g *Daemon) evictContainers(ctx context.Context, evictNonDeletedPods bool, res *containerGCResult) error {
 	policy := g.cfg.GC
 	units, err := g.evictableContainers(ctx, g.clock.Now().Add(-policy.MinAge))
 	if err != nil {
@@ -154,7 +154,7 @@ func (g *GC) evictContainers(ctx context.Context, evictNonDeletedPods bool, res 
 	return nil
 }
 
-func (g *GC) enforceMaxPerUnit(ctx context.Context, units containersByEvictUnit, keep int, res *containerGCResult) {
+func (g *Daemon) enforceMaxPerUnit(ctx context.Context, units containersByEvictUnit, keep int, res *containerGCResult) {
 	for key, unit := range units {
 		if toRemove := len(unit) - keep; toRemove > 0 {
 			units[key] = g.removeOldestN(ctx, unit, toRemove, res)
@@ -165,7 +165,7 @@ func (g *GC) enforceMaxPerUnit(ctx context.Context, units containersByEvictUnit,
 // removeOldestN removes the toRemove oldest of containers and returns the
 // rest. Failures are logged and the container counted as removed, as the
 // kubelet does, so one stuck container does not make the pass aggressive.
-func (g *GC) removeOldestN(ctx context.Context, containers []containerGCInfo, toRemove int, res *containerGCResult) []containerGCInfo {
+func (g *Daemon) removeOldestN(ctx context.Context, containers []containerGCInfo, toRemove int, res *containerGCResult) []containerGCInfo {
 	numToKeep := len(containers) - toRemove
 	if numToKeep > 0 {
 		byAttempt(containers)
@@ -193,7 +193,7 @@ func (g *GC) removeOldestN(ctx context.Context, containers []containerGCInfo, to
 // removeContainer removes the container's log files (rotated ones too), then
 // the container, as the kubelet's removeContainer. A container already gone
 // counts as removed: a pass cut short is simply finished by the next one.
-func (g *GC) removeContainer(ctx context.Context, c containerGCInfo) error {
+func (g *Daemon) removeContainer(ctx context.Context, c containerGCInfo) error {
 	st, err := g.rt.ContainerStatus(ctx, c.id, false)
 	if err != nil {
 		if isNotFound(err) {
@@ -232,7 +232,7 @@ type sandboxGCInfo struct {
 
 // evictSandboxes removes sandboxes that are not ready and hold no
 // containers: all of them for a removed pod, all but the newest otherwise.
-func (g *GC) evictSandboxes(ctx context.Context, evictNonDeletedPods bool, res *containerGCResult) error {
+func (g *Daemon) evictSandboxes(ctx context.Context, evictNonDeletedPods bool, res *containerGCResult) error {
 	containers, err := g.rt.ListContainers(ctx, &runtimeapi.ContainerFilter{LabelSelector: cri.ManagedSelector()})
 	if err != nil {
 		return fmt.Errorf("list containers: %w", err)
@@ -267,7 +267,7 @@ func (g *GC) evictSandboxes(ctx context.Context, evictNonDeletedPods bool, res *
 	return nil
 }
 
-func (g *GC) removeOldestNSandboxes(ctx context.Context, uid string, sbs []sandboxGCInfo, toRemove int, res *containerGCResult) {
+func (g *Daemon) removeOldestNSandboxes(ctx context.Context, uid string, sbs []sandboxGCInfo, toRemove int, res *containerGCResult) {
 	numToKeep := len(sbs) - toRemove
 	if numToKeep > 0 {
 		sort.SliceStable(sbs, func(i, j int) bool {
@@ -301,7 +301,7 @@ func (g *GC) removeOldestNSandboxes(ctx context.Context, uid string, sbs []sandb
 // evictPodLogDirs removes the log directories of removed pods, once every
 // source is ready. A directory whose pod still has a container or sandbox
 // in the runtime stays until those are gone.
-func (g *GC) evictPodLogDirs(ctx context.Context, res *containerGCResult) error {
+func (g *Daemon) evictPodLogDirs(ctx context.Context, res *containerGCResult) error {
 	if !g.state.allSourcesReady() {
 		return nil
 	}
@@ -341,7 +341,7 @@ func (g *GC) evictPodLogDirs(ctx context.Context, res *containerGCResult) error 
 
 // podsInRuntime lists the pod UIDs that still have a managed container or
 // sandbox.
-func (g *GC) podsInRuntime(ctx context.Context) (map[string]bool, error) {
+func (g *Daemon) podsInRuntime(ctx context.Context) (map[string]bool, error) {
 	out := map[string]bool{}
 	containers, err := g.rt.ListContainers(ctx, &runtimeapi.ContainerFilter{LabelSelector: cri.ManagedSelector()})
 	if err != nil {

@@ -75,7 +75,7 @@ func newTestEnv(t *testing.T) *testEnv {
 
 // newGC builds a GC on the env's config and runs its state watch; it
 // returns once the watch has loaded every bucket.
-func (e *testEnv) newGC(opts ...func(*Options)) (*GC, context.CancelFunc) {
+func (e *testEnv) newGC(opts ...func(*Options)) (*Daemon, context.CancelFunc) {
 	e.t.Helper()
 	o := Options{Config: e.cfg, Log: bustest.Logger().With("component", "gc"), Bus: e.bus.Connect(bus.GC),
 		Runtime: e.cri.Runtime, Images: e.cri.Image}
@@ -403,7 +403,7 @@ func newUnitEnv(t *testing.T) (*bustest.Bus, *config.Config, *clocktesting.FakeC
 
 // newUnitGC builds a GC over the cri-api fake runtime and runs its state
 // watch until the test ends.
-func newUnitGC(t *testing.T, b *bustest.Bus, cfg *config.Config, clk *clocktesting.FakeClock, m Measurer) *GC {
+func newUnitGC(t *testing.T, b *bustest.Bus, cfg *config.Config, clk *clocktesting.FakeClock, m Measurer) *Daemon {
 	t.Helper()
 	g, err := New(Options{Config: cfg, Log: bustest.Logger(), Bus: b.Connect(bus.GC), Clock: clk, Measurer: m,
 		Runtime: critest.NewFakeRuntimeService(), Images: critest.NewFakeImageService()})

@@ -200,7 +200,7 @@ func (e *evictionState) init(c config.GCConfig) error {
 // out the node conditions and publish them, enforce local storage limits,
 // and when a threshold is met past its grace period, reclaim node-level
 // resources first and else evict one pod. It returns the pods it evicted.
-func (g *GC) synchronize(ctx context.Context) ([]*corev1.Pod, error) {
+func (g *Daemon) synchronize(ctx context.Context) ([]*corev1.Pod, error) {
 	e := &g.ev
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -300,7 +300,7 @@ func (g *GC) synchronize(ctx context.Context) ([]*corev1.Pod, error) {
 // (dead containers, then unused images, for disk signals) and says whether
 // that ended every threshold without evicting a pod. With a separate image
 // filesystem, nodefs pressure has nothing to reclaim at node level.
-func (g *GC) reclaimNodeLevelResources(ctx context.Context, signal string, res corev1.ResourceName, withImageFs bool) bool {
+func (g *Daemon) reclaimNodeLevelResources(ctx context.Context, signal string, res corev1.ResourceName, withImageFs bool) bool {
 	disk := res == corev1.ResourceEphemeralStorage || res == resourceInodes
 	nodefs := signal == SignalNodeFsAvailable || signal == SignalNodeFsInodesFree
 	if !disk || (withImageFs && nodefs) {
@@ -327,7 +327,7 @@ func (g *GC) reclaimNodeLevelResources(ctx context.Context, signal string, res c
 // evictPod asks the runtime to kill pod and status to fail it: a record in
 // the evictions bucket, an Evicted event. Critical pods (static, mirror, or
 // system-critical priority) are never evicted.
-func (g *GC) evictPod(ctx context.Context, pod *corev1.Pod, grace *int64, message, signal string) bool {
+func (g *Daemon) evictPod(ctx context.Context, pod *corev1.Pod, grace *int64, message, signal string) bool {
 	if podutil.IsCriticalPod(pod) {
 		g.log.Error("Eviction manager: cannot evict a critical pod", "pod", podutil.Ref(pod.Namespace, pod.Name), "podUID", pod.UID)
 		return false
@@ -347,7 +347,7 @@ func (g *GC) evictPod(ctx context.Context, pod *corev1.Pod, grace *int64, messag
 
 // waitForPodsCleanup waits until the runtime reports the evicted pods final,
 // or podCleanupTimeout, before the next eviction pass.
-func (g *GC) waitForPodsCleanup(ctx context.Context, pods []*corev1.Pod) {
+func (g *Daemon) waitForPodsCleanup(ctx context.Context, pods []*corev1.Pod) {
 	deadline := g.clock.Now().Add(podCleanupTimeout)
 	for g.clock.Now().Before(deadline) {
 		done := true
@@ -369,7 +369,7 @@ func (g *GC) waitForPodsCleanup(ctx context.Context, pods []*corev1.Pod) {
 // loadPressure reads back the conditions published before a restart, so
 // that their transition times survive it and a condition that was True is
 // held for another transition period rather than dropped at once.
-func (g *GC) loadPressure(ctx context.Context, now time.Time) error {
+func (g *Daemon) loadPressure(ctx context.Context, now time.Time) error {
 	e := &g.ev
 	if e.loaded {
 		return nil
@@ -398,7 +398,7 @@ func (g *GC) loadPressure(ctx context.Context, now time.Time) error {
 // transition time while its status holds. Heartbeat time equals transition
 // time: the bucket changes only when a condition does, and nodelet-status
 // stamps its own heartbeats. Callers hold ev.mu.
-func (g *GC) publishPressure(ctx context.Context, pressure map[corev1.NodeConditionType]bool, now time.Time) error {
+func (g *Daemon) publishPressure(ctx context.Context, pressure map[corev1.NodeConditionType]bool, now time.Time) error {
 	e := &g.ev
 	prev := map[corev1.NodeConditionType]corev1.NodeCondition{}
 	if e.published != nil {
@@ -438,7 +438,7 @@ func (g *GC) publishPressure(ctx context.Context, pressure map[corev1.NodeCondit
 
 // rewriteEvictions writes every eviction again after the bus's store was
 // wiped.
-func (g *GC) rewriteEvictions() error {
+func (g *Daemon) rewriteEvictions() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for _, ev := range g.state.evictionsSnapshot() {
@@ -450,7 +450,7 @@ func (g *GC) rewriteEvictions() error {
 }
 
 // forgetStaleEvictions deletes the evictions of pods that are gone.
-func (g *GC) forgetStaleEvictions(ctx context.Context) {
+func (g *Daemon) forgetStaleEvictions(ctx context.Context) {
 	for _, uid := range g.state.staleEvictions() {
 		if _, err := g.evictionsW.Delete(ctx, uid); err != nil {
 			g.log.Error("Failed to delete eviction of a removed pod", "podUID", uid, "err", err)

@@ -103,8 +103,8 @@ type Options struct {
 	SetHealth func(ready bool, message string)
 }
 
-// GC is one nodelet-gc.
-type GC struct {
+// Daemon is one nodelet-gc.
+type Daemon struct {
 	cfg       *config.Config
 	log       *slog.Logger
 	bus       *bus.Conn
@@ -134,11 +134,11 @@ type GC struct {
 }
 
 // New builds a GC; it does nothing until Run (or a pass) is called.
-func New(o Options) (*GC, error) {
+func New(o Options) (*Daemon, error) {
 	if o.Config == nil || o.Bus == nil || o.Runtime == nil || o.Images == nil {
 		return nil, fmt.Errorf("gc: Config, Bus, Runtime and Images are required")
 	}
-	g := &GC{
+	g := &Daemon{
 		cfg: o.Config, log: o.Log, bus: o.Bus, rt: o.Runtime, img: o.Images,
 		clock: o.Clock, measure: o.Measurer, setHealth: o.SetHealth,
 		state:        newPodState(),
@@ -191,7 +191,7 @@ func New(o Options) (*GC, error) {
 
 // Run starts the state watch and the four loops — container GC, image GC,
 // log rotation and eviction — and returns when ctx is done.
-func (g *GC) Run(ctx context.Context) error {
+func (g *Daemon) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { g.state.run(ctx, g.bus) })
 	if g.cfg.GC.ShutdownGracePeriod > 0 {
@@ -236,7 +236,7 @@ func (g *GC) Run(ctx context.Context) error {
 // every runs pass now and then every period until ctx is done, like the
 // kubelet's wait.Until loops. The first pass waits for the bus state so a
 // freshly started gc does not decide on an empty picture.
-func (g *GC) every(ctx context.Context, name string, period time.Duration, pass func(context.Context) error) {
+func (g *Daemon) every(ctx context.Context, name string, period time.Duration, pass func(context.Context) error) {
 	for !g.state.synced() {
 		select {
 		case <-ctx.Done():
@@ -266,7 +266,7 @@ func (g *GC) every(ctx context.Context, name string, period time.Duration, pass 
 // passHealth reports gc unready when a pass could not reach the runtime,
 // and ready again as soon as a pass succeeds: the latest outcome wins, so a
 // loop with a long period does not hold a stale verdict.
-func (g *GC) passHealth(err error) {
+func (g *Daemon) passHealth(err error) {
 	switch {
 	case err == nil:
 		g.setHealth(true, "")
@@ -276,7 +276,7 @@ func (g *GC) passHealth(err error) {
 }
 
 // nodeEvent emits an event about the node.
-func (g *GC) nodeEvent(typ, reason, message string) {
+func (g *Daemon) nodeEvent(typ, reason, message string) {
 	g.bus.Emit(schemas.Event{
 		Object: corev1.ObjectReference{Kind: "Node", Name: g.cfg.Node.Name},
 		Type:   typ, Reason: reason, Message: message, Time: g.clock.Now().UTC(),
@@ -284,7 +284,7 @@ func (g *GC) nodeEvent(typ, reason, message string) {
 }
 
 // podEvent emits an event about a pod.
-func (g *GC) podEvent(pod *corev1.Pod, typ, reason, message string) {
+func (g *Daemon) podEvent(pod *corev1.Pod, typ, reason, message string) {
 	g.bus.Emit(schemas.Event{
 		Object: corev1.ObjectReference{Kind: "Pod", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, APIVersion: "v1"},
 		Type:   typ, Reason: reason, Message: message, Time: g.clock.Now().UTC(),
@@ -304,7 +304,7 @@ func podUIDFromLogDir(name string) string {
 
 // emptyDirsOf is where nodelet-runtime keeps a pod's emptyDir volumes (the
 // kubelet's layout).
-func (g *GC) emptyDirsOf(uid string) string {
+func (g *Daemon) emptyDirsOf(uid string) string {
 	return filepath.Join(g.cfg.Node.StateDir, "pods", uid, "volumes", "kubernetes.io~empty-dir")
 }
 

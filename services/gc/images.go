@@ -47,7 +47,7 @@ func ImageRecordKey(id string) string {
 
 // loadImageRecords reads the images bucket once (and again after the bus's
 // store was wiped). Callers hold imageMu.
-func (g *GC) loadImageRecords(ctx context.Context) error {
+func (g *Daemon) loadImageRecords(ctx context.Context) error {
 	if g.imageRecordsReady {
 		return nil
 	}
@@ -80,7 +80,7 @@ func (g *GC) loadImageRecords(ctx context.Context) error {
 // images that are gone are dropped. Records are written to the images
 // bucket only when they changed. It returns the images in use and the
 // runtime's images by ID.
-func (g *GC) detectImages(ctx context.Context, now time.Time) (map[string]bool, map[string]*runtimeapi.Image, error) {
+func (g *Daemon) detectImages(ctx context.Context, now time.Time) (map[string]bool, map[string]*runtimeapi.Image, error) {
 	if err := g.loadImageRecords(ctx); err != nil {
 		return nil, nil, err
 	}
@@ -142,7 +142,7 @@ func (g *GC) detectImages(ctx context.Context, now time.Time) (map[string]bool, 
 // imagesInEvictionOrder lists the images that may be removed — not in use,
 // not pinned by the runtime, not the sandbox image — least recently used
 // first, ties broken by first seen.
-func (g *GC) imagesInEvictionOrder(ctx context.Context, now time.Time) ([]imageEvictionInfo, error) {
+func (g *Daemon) imagesInEvictionOrder(ctx context.Context, now time.Time) ([]imageEvictionInfo, error) {
 	inUse, byID, err := g.detectImages(ctx, now)
 	if err != nil {
 		return nil, err
@@ -172,7 +172,7 @@ func (g *GC) imagesInEvictionOrder(ctx context.Context, now time.Time) ([]imageE
 // images unused for longer than imageMaximumGCAge go first; then, when the
 // image filesystem is at or above imageGCHighThresholdPercent, unused images
 // go least recently used first until it is at imageGCLowThresholdPercent.
-func (g *GC) garbageCollectImages(ctx context.Context) (imageGCResult, error) {
+func (g *Daemon) garbageCollectImages(ctx context.Context) (imageGCResult, error) {
 	g.imageMu.Lock()
 	defer g.imageMu.Unlock()
 	res, err := g.garbageCollectImagesLocked(ctx)
@@ -192,7 +192,7 @@ func (g *GC) garbageCollectImages(ctx context.Context) (imageGCResult, error) {
 	return res, nil
 }
 
-func (g *GC) garbageCollectImagesLocked(ctx context.Context) (imageGCResult, error) {
+func (g *Daemon) garbageCollectImagesLocked(ctx context.Context) (imageGCResult, error) {
 	var res imageGCResult
 	freeTime := g.clock.Now()
 	images, err := g.imagesInEvictionOrder(ctx, freeTime)
@@ -239,7 +239,7 @@ func (g *GC) garbageCollectImagesLocked(ctx context.Context) (imageGCResult, err
 
 // deleteUnusedImages removes every unused image old enough: the eviction
 // manager's reclaim under disk pressure.
-func (g *GC) deleteUnusedImages(ctx context.Context) (imageGCResult, error) {
+func (g *Daemon) deleteUnusedImages(ctx context.Context) (imageGCResult, error) {
 	g.imageMu.Lock()
 	defer g.imageMu.Unlock()
 	var res imageGCResult
@@ -254,7 +254,7 @@ func (g *GC) deleteUnusedImages(ctx context.Context) (imageGCResult, error) {
 
 // freeOldImages removes images unused for longer than imageMaximumGCAge, once
 // gc itself has run that long (before, lastUsed may be older than the truth).
-func (g *GC) freeOldImages(ctx context.Context, images []imageEvictionInfo, freeTime time.Time, res *imageGCResult) ([]imageEvictionInfo, error) {
+func (g *Daemon) freeOldImages(ctx context.Context, images []imageEvictionInfo, freeTime time.Time, res *imageGCResult) ([]imageEvictionInfo, error) {
 	maxAge := g.cfg.GC.ImageMaximumGCAge
 	if maxAge == 0 || freeTime.Sub(g.began) <= maxAge {
 		return images, nil
@@ -280,7 +280,7 @@ func (g *GC) freeOldImages(ctx context.Context, images []imageEvictionInfo, free
 // freeSpace removes images in order until bytesToFree are freed, skipping
 // those first seen less than imageMinimumGCAge ago (just pulled, about to be
 // used).
-func (g *GC) freeSpace(ctx context.Context, bytesToFree int64, freeTime time.Time, images []imageEvictionInfo, res *imageGCResult) (int64, error) {
+func (g *Daemon) freeSpace(ctx context.Context, bytesToFree int64, freeTime time.Time, images []imageEvictionInfo, res *imageGCResult) (int64, error) {
 	var errs []error
 	var freed int64
 	for _, img := range images {
@@ -305,7 +305,7 @@ func (g *GC) freeSpace(ctx context.Context, bytesToFree int64, freeTime time.Tim
 	return freed, nil
 }
 
-func (g *GC) freeImage(ctx context.Context, img imageEvictionInfo, reason string, res *imageGCResult) error {
+func (g *Daemon) freeImage(ctx context.Context, img imageEvictionInfo, reason string, res *imageGCResult) error {
 	g.log.Info("Removing image to free bytes", "imageID", img.id, "repoTags", img.tags, "size", img.size, "lastUsed", img.lastUsed, "reason", reason)
 	if err := g.img.RemoveImage(ctx, &runtimeapi.ImageSpec{Image: img.id}); err != nil && !isNotFound(err) {
 		return fmt.Errorf("remove image %s: %w", img.id, err)

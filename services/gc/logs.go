@@ -29,7 +29,7 @@ const (
 
 // rotateLogs checks every running managed container's log and rotates the
 // ones at or above containerLogMaxSize.
-func (g *GC) rotateLogs(ctx context.Context) error {
+func (g *Daemon) rotateLogs(ctx context.Context) error {
 	g.logMu.Lock()
 	defer g.logMu.Unlock()
 	containers, err := g.rt.ListContainers(ctx, &runtimeapi.ContainerFilter{
@@ -85,7 +85,7 @@ func (g *GC) rotateLogs(ctx context.Context) error {
 	return nil
 }
 
-func (g *GC) rotateLog(ctx context.Context, id, log string) error {
+func (g *Daemon) rotateLog(ctx context.Context, id, log string) error {
 	logs, err := filepath.Glob(log + ".*")
 	if err != nil {
 		return fmt.Errorf("failed to list all log files with pattern %q: %w", log+".*", err)
@@ -109,7 +109,7 @@ func (g *GC) rotateLog(ctx context.Context, id, log string) error {
 
 // cleanupUnusedLogs removes what an earlier rotation cut short left:
 // temporary files, and uncompressed files whose .gz is complete.
-func (g *GC) cleanupUnusedLogs(logs []string) ([]string, error) {
+func (g *Daemon) cleanupUnusedLogs(logs []string) ([]string, error) {
 	inuse, unused := filterUnusedLogs(logs)
 	for _, l := range unused {
 		if err := os.Remove(l); err != nil && !os.IsNotExist(err) {
@@ -150,7 +150,7 @@ func isLogInUse(l string, logs []string) bool {
 // with the file about to be rotated and the new current one, that makes
 // containerLogMaxFiles. The oldest go first, so a reader following the
 // newest files is not disturbed.
-func (g *GC) removeExcessLogs(logs []string) ([]string, error) {
+func (g *Daemon) removeExcessLogs(logs []string) ([]string, error) {
 	sort.Strings(logs)
 	maxRotated := max(g.cfg.GC.ContainerLogMaxFiles-2, 0)
 	i := 0
@@ -202,7 +202,7 @@ func compressLog(log string) error {
 
 // rotateLatestLog renames the current log aside and has the runtime reopen
 // it; if the reopen fails the rename is undone so the next pass can retry.
-func (g *GC) rotateLatestLog(ctx context.Context, id, log string) error {
+func (g *Daemon) rotateLatestLog(ctx context.Context, id, log string) error {
 	rotated := log + "." + g.clock.Now().Format(logTimestampFormat)
 	if _, err := os.Stat(rotated); err == nil {
 		// Rotated twice within a second: renaming would overwrite the

@@ -240,7 +240,7 @@ func evictionMessage(res corev1.ResourceName, pod *corev1.Pod, u *PodUsage, met 
 // sizeLimit, whose ephemeral storage exceeds the sum of its containers'
 // limits, or with a container over its own ephemeral-storage limit, is
 // evicted whatever the node's pressure.
-func (g *GC) localStorageEviction(ctx context.Context, pods []*corev1.Pod, usage map[string]*PodUsage) []*corev1.Pod {
+func (g *Daemon) localStorageEviction(ctx context.Context, pods []*corev1.Pod, usage map[string]*PodUsage) []*corev1.Pod {
 	var evicted []*corev1.Pod
 	var zero int64
 	for _, pod := range pods {

@@ -75,7 +75,7 @@ func shutdownGroups(total, critical time.Duration, pods []*corev1.Pod) []shutdow
 
 // shutdownManager watches logind for the gc daemon.
 type shutdownManager struct {
-	g       *GC
+	g       *Daemon
 	connect func() (inhibiter, error)
 
 	mu           sync.Mutex
@@ -84,7 +84,7 @@ type shutdownManager struct {
 	shuttingDown bool
 }
 
-func newShutdownManager(g *GC, connect func() (inhibiter, error)) *shutdownManager {
+func newShutdownManager(g *Daemon, connect func() (inhibiter, error)) *shutdownManager {
 	return &shutdownManager{g: g, connect: connect}
 }
 
@@ -280,7 +280,7 @@ func (s *shutdownManager) killPods(ctx context.Context) {
 
 // republishPressure writes the pressure record again with shuttingDown,
 // keeping the conditions last published.
-func (g *GC) republishPressure(ctx context.Context, shuttingDown bool) {
+func (g *Daemon) republishPressure(ctx context.Context, shuttingDown bool) {
 	e := &g.ev
 	e.mu.Lock()
 	defer e.mu.Unlock()

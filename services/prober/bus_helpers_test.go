@@ -99,7 +99,7 @@ func (e *busEnv) putObserved(o *schemas.PodObserved) {
 
 // startProber runs a nodelet-prober (in this process) until the returned
 // stop is called.
-func (e *busEnv) startProber(o Options, r runner) (m *Manager, stop func()) {
+func (e *busEnv) startProber(o Options, r runner) (m *Daemon, stop func()) {
 	e.t.Helper()
 	conn := e.b.Connect(bus.Prober)
 	o.Bus = conn

@@ -79,7 +79,7 @@ func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, n
 type harness struct {
 	t      *testing.T
 	clock  *clocktesting.FakeClock
-	m      *Manager
+	m      *Daemon
 	runner *scriptRunner
 	events *eventRecorder
 }

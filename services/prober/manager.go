@@ -38,7 +38,7 @@ type eventSink interface {
 	Emit(schemas.Event)
 }
 
-// Options configure a Manager.
+// Options configure a Daemon.
 type Options struct {
 	// Bus is the connection as bus.Prober.
 	Bus *bus.Conn
@@ -56,12 +56,12 @@ type Options struct {
 	SetHealth func(ready bool, message string)
 }
 
-// Manager is the kubelet's probe manager as a bus client: it watches the
+// Daemon is the kubelet's probe manager as a bus client: it watches the
 // desired pods (probe specs) and the observed runtime state (which
 // containers run, their IDs, the pod IP), keeps one worker per probe of
 // every running container, and publishes each probe's result to the probes
 // bucket when it changes.
-type Manager struct {
+type Daemon struct {
 	log     *slog.Logger
 	clock   clock.WithTicker
 	conn    *bus.Conn
@@ -91,7 +91,7 @@ type podState struct {
 }
 
 // New returns a manager; Run starts it.
-func New(o Options) *Manager {
+func New(o Options) *Daemon {
 	m := newManager(o, newHandlers(o.Runtime), nil)
 	m.conn = o.Bus
 	if o.Bus != nil {
@@ -100,14 +100,14 @@ func New(o Options) *Manager {
 	return m
 }
 
-func newManager(o Options, r runner, ev eventSink) *Manager {
+func newManager(o Options, r runner, ev eventSink) *Daemon {
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
 	}
-	m := &Manager{
+	m := &Daemon{
 		log:     o.Log,
 		clock:   o.Clock,
 		runner:  r,
@@ -130,7 +130,7 @@ func newManager(o Options, r runner, ev eventSink) *Manager {
 // starting point: nothing is reset or re-probed into a failure because the
 // prober restarted), then follows the desired and observed buckets until
 // ctx is done. Stopping publishes what is pending and deletes nothing.
-func (m *Manager) Run(parent context.Context) error {
+func (m *Daemon) Run(parent context.Context) error {
 	if m.conn == nil {
 		return errors.New("prober: no bus connection")
 	}
@@ -171,7 +171,7 @@ func (m *Manager) Run(parent context.Context) error {
 
 // loadResults seeds the results from the probes bucket. A key or value
 // that does not parse is deleted: a worker publishes a fresh one.
-func (m *Manager) loadResults(ctx context.Context, w *bus.Writer) error {
+func (m *Daemon) loadResults(ctx context.Context, w *bus.Writer) error {
 	keys, err := w.Keys(ctx)
 	if err != nil {
 		return fmt.Errorf("prober: read %s: %w", bus.BucketProbes, err)
@@ -199,7 +199,7 @@ func (m *Manager) loadResults(ctx context.Context, w *bus.Writer) error {
 	return nil
 }
 
-func (m *Manager) onDesired(u bus.Update[schemas.PodDesired]) {
+func (m *Daemon) onDesired(u bus.Update[schemas.PodDesired]) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	switch u.Kind {
@@ -226,7 +226,7 @@ func (m *Manager) onDesired(u bus.Update[schemas.PodDesired]) {
 	}
 }
 
-func (m *Manager) onObserved(u bus.Update[schemas.PodObserved]) {
+func (m *Daemon) onObserved(u bus.Update[schemas.PodObserved]) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	switch u.Kind {
@@ -258,7 +258,7 @@ func (m *Manager) onObserved(u bus.Update[schemas.PodObserved]) {
 	}
 }
 
-func (m *Manager) pod(uid string) *podState {
+func (m *Daemon) pod(uid string) *podState {
 	ps, ok := m.pods[uid]
 	if !ok {
 		ps = &podState{workers: map[probeKey]*worker{}}
@@ -267,12 +267,12 @@ func (m *Manager) pod(uid string) *podState {
 	return ps
 }
 
-func (m *Manager) synced() bool { return m.desiredSynced && m.observedSynced }
+func (m *Daemon) synced() bool { return m.desiredSynced && m.observedSynced }
 
 // reconcileAllLocked reconciles every pod known from the buckets or from a
 // stored result (so results of pods that went away while the prober was
 // down are deleted).
-func (m *Manager) reconcileAllLocked() {
+func (m *Daemon) reconcileAllLocked() {
 	if !m.synced() {
 		return
 	}
@@ -289,7 +289,7 @@ func (m *Manager) reconcileAllLocked() {
 // workers of containers and pods that are gone, and deletes their results.
 // A pod that left the desired bucket but still runs (terminating) keeps the
 // workers it has and gets no new ones.
-func (m *Manager) reconcileLocked(uid string) {
+func (m *Daemon) reconcileLocked(uid string) {
 	if !m.synced() {
 		return
 	}
@@ -353,7 +353,7 @@ func (m *Manager) reconcileLocked(uid string) {
 	}
 }
 
-func (m *Manager) triggerLocked(uid, container string, kinds ...string) {
+func (m *Daemon) triggerLocked(uid, container string, kinds ...string) {
 	ps := m.pods[uid]
 	if ps == nil {
 		return
@@ -369,7 +369,7 @@ func (m *Manager) triggerLocked(uid, container string, kinds ...string) {
 	}
 }
 
-func (m *Manager) trigger(uid, container string, kinds ...string) {
+func (m *Daemon) trigger(uid, container string, kinds ...string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.triggerLocked(uid, container, kinds...)
@@ -385,7 +385,7 @@ type view struct {
 	deleting bool
 }
 
-func (m *Manager) view(k probeKey) (view, bool) {
+func (m *Daemon) view(k probeKey) (view, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	ps := m.pods[k.uid]
@@ -410,7 +410,7 @@ func (m *Manager) view(k probeKey) (view, bool) {
 
 // started says whether the container passed its startup probe (or has
 // none): liveness and readiness wait for it.
-func (m *Manager) started(k probeKey, c *corev1.Container, containerID string) bool {
+func (m *Daemon) started(k probeKey, c *corev1.Container, containerID string) bool {
 	if c.StartupProbe == nil {
 		return true
 	}
@@ -420,7 +420,7 @@ func (m *Manager) started(k probeKey, c *corev1.Container, containerID string) b
 
 // emit sends a Warning event about w's container, within the pod's event
 // budget unless force.
-func (m *Manager) emit(w *worker, reason, message string, force bool) {
+func (m *Daemon) emit(w *worker, reason, message string, force bool) {
 	if m.events == nil {
 		return
 	}
@@ -456,7 +456,7 @@ func (m *Manager) emit(w *worker, reason, message string, force bool) {
 }
 
 // workerCount is the number of running workers (for tests).
-func (m *Manager) workerCount() int {
+func (m *Daemon) workerCount() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	n := 0

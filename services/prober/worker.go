@@ -27,7 +27,7 @@ const (
 // lockstep), turns runs of successThreshold successes or failureThreshold
 // failures into a result, and starts over when the container is replaced.
 type worker struct {
-	m         *Manager
+	m         *Daemon
 	key       probeKey
 	pod       *corev1.Pod       // the desired pod the worker was made for
 	container *corev1.Container // its spec (probes cannot change)
@@ -54,7 +54,7 @@ type worker struct {
 	quiet bool
 }
 
-func newWorker(m *Manager, k probeKey, pod *corev1.Pod, c *corev1.Container) *worker {
+func newWorker(m *Daemon, k probeKey, pod *corev1.Pod, c *corev1.Container) *worker {
 	w := &worker{m: m, key: k, pod: pod, container: c, pokeCh: make(chan struct{}, 1)}
 	switch k.kind {
 	case schemas.ProbeReadiness:

@@ -72,7 +72,7 @@ type probeLookup func(container, kind, id string) *schemas.ProbeResult
 
 // actionsFor is computePodActions with the prober's latest results (the
 // probes bucket, as the store holds it).
-func (m *Manager) actionsFor(pod *corev1.Pod, pr *podRuntime) podActions {
+func (m *Daemon) actionsFor(pod *corev1.Pod, pr *podRuntime) podActions {
 	uid := string(pod.UID)
 	return computePodActions(pod, pr, func(container, kind, id string) *schemas.ProbeResult {
 		return m.store.probe(uid, container, kind, id)

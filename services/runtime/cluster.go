@@ -77,7 +77,7 @@ var errRuntimeClassesNotSynced = errors.New("RuntimeClasses have not been read y
 // get its environment (the kubelet's makeEnvironmentVariables: a client of
 // the API must not start without KUBERNETES_SERVICE_HOST); a static pod
 // takes what is there.
-func (m *Manager) serviceEnv(pod *corev1.Pod) (map[string]string, error) {
+func (m *Daemon) serviceEnv(pod *corev1.Pod) (map[string]string, error) {
 	env := map[string]string{}
 	co := m.cluster
 	if co == nil {
@@ -104,7 +104,7 @@ func (m *Manager) serviceEnv(pod *corev1.Pod) (map[string]string, error) {
 // (there is no object to read; the kubelet without an API server would
 // ignore the name and run the default handler, which silently runs a pod
 // asking for a sandboxed runtime with runc).
-func (m *Manager) runtimeHandler(pod *corev1.Pod) (string, error) {
+func (m *Daemon) runtimeHandler(pod *corev1.Pod) (string, error) {
 	name := pod.Spec.RuntimeClassName
 	if name == nil || *name == "" {
 		return "", nil

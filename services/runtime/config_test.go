@@ -15,7 +15,7 @@ import (
 	"github.com/nodelet/nodelet/internal/config"
 )
 
-func testManager(t *testing.T) *Manager {
+func testManager(t *testing.T) *Daemon {
 	cfg := config.Defaults()
 	cfg.Node.StateDir = t.TempDir()
 	cfg.Node.PodLogsDir = "/var/log/pods"
@@ -23,7 +23,7 @@ func testManager(t *testing.T) *Manager {
 	if err := os.WriteFile(resolv, []byte("# node\nnameserver 192.0.2.53\nsearch corp.example\noptions edns0\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return &Manager{
+	return &Daemon{
 		cfg: cfg,
 		configSources: configSources{
 			hostIPs: []string{"192.0.2.10"},

@@ -33,7 +33,7 @@ type containerInputs struct {
 }
 
 // containerConfig is the kubelet's generateContainerConfig.
-func (m *Manager) containerConfig(ctx context.Context, pod *corev1.Pod, c *corev1.Container, in containerInputs) (*runtimeapi.ContainerConfig, error) {
+func (m *Daemon) containerConfig(ctx context.Context, pod *corev1.Pod, c *corev1.Container, in containerInputs) (*runtimeapi.ContainerConfig, error) {
 	if err := verifyRunAsNonRoot(pod, c, in.Image); err != nil {
 		return nil, err
 	}
@@ -150,7 +150,7 @@ func terminationMessageFile(stateDir string, pod *corev1.Pod, c *corev1.Containe
 // startContainer is the kubelet's startContainer: back-off, image, config,
 // CreateContainer, StartContainer, PostStart. It returns why the container
 // waits when it could not start it.
-func (m *Manager) startContainer(ctx context.Context, pod *corev1.Pod, ts containerToStart, sb *sandboxInfo,
+func (m *Daemon) startContainer(ctx context.Context, pod *corev1.Pod, ts containerToStart, sb *sandboxInfo,
 	sbConfig *runtimeapi.PodSandboxConfig, volumes map[string]string, pr *podRuntime) *waitError {
 	c := ts.Spec
 	event := func(typ, reason, msg string) { m.event(pod, c, ts.Kind, typ, reason, msg) }
@@ -261,7 +261,7 @@ func (m *Manager) startContainer(ctx context.Context, pod *corev1.Pod, ts contai
 // is replaced without back-off.
 const maxReplacements = 3
 
-func (m *Manager) configError(event func(typ, reason, msg string), err error) *waitError {
+func (m *Daemon) configError(event func(typ, reason, msg string), err error) *waitError {
 	event(corev1.EventTypeWarning, "Failed", "Error: "+err.Error())
 	return &waitError{Reason: reasonCreateConfigError, Message: err.Error(), Retry: 5 * time.Second}
 }
@@ -269,7 +269,7 @@ func (m *Manager) configError(event func(typ, reason, msg string), err error) *w
 // etcHosts writes the pod's managed /etc/hosts, unless the container
 // runtime must not touch it (a pod that mounts its own is handled per
 // container).
-func (m *Manager) etcHosts(pod *corev1.Pod, sb *sandboxInfo) (string, error) {
+func (m *Daemon) etcHosts(pod *corev1.Pod, sb *sandboxInfo) (string, error) {
 	host, err := podHostname(pod, m.dns.ClusterDomain)
 	if err != nil {
 		return "", err

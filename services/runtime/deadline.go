@@ -23,7 +23,7 @@ const startTimeRecheck = time.Second
 // bucket), else the API's (pod.Status), as the kubelet's podStatusProvider
 // with its fallback. Once past, the pod stays past: the deadline can only
 // be lowered.
-func (m *Manager) activeDeadline(ctx context.Context, pod *corev1.Pod, st *podState) (bool, time.Duration) {
+func (m *Daemon) activeDeadline(ctx context.Context, pod *corev1.Pod, st *podState) (bool, time.Duration) {
 	if pod.Spec.ActiveDeadlineSeconds == nil {
 		return false, 0
 	}
@@ -50,7 +50,7 @@ func (m *Manager) activeDeadline(ctx context.Context, pod *corev1.Pod, st *podSt
 
 // podStartTime is the pod's status.startTime: nodelet-status's, else the
 // API server's; zero when neither has one yet.
-func (m *Manager) podStartTime(ctx context.Context, pod *corev1.Pod) time.Time {
+func (m *Daemon) podStartTime(ctx context.Context, pod *corev1.Pod) time.Time {
 	rec, _, err := bus.Get[schemas.PodStatusRecord](ctx, m.bus, bus.BucketStatus, string(pod.UID))
 	if err != nil {
 		m.log.Warn("Cannot read pod status for its start time", "pod", podRef(pod), "podUID", pod.UID, "err", err)
@@ -67,7 +67,7 @@ func (m *Manager) podStartTime(ctx context.Context, pod *corev1.Pod) time.Time {
 // syncWithDeadline runs a pod that should run under its active deadline:
 // past it, the pod is killed and reports DeadlineExceeded; before it, the
 // pod's worker is woken when it falls due.
-func (m *Manager) syncWithDeadline(ctx context.Context, pod *corev1.Pod, pr *podRuntime, st *podState) syncResult {
+func (m *Daemon) syncWithDeadline(ctx context.Context, pod *corev1.Pod, pr *podRuntime, st *podState) syncResult {
 	past, left := m.activeDeadline(ctx, pod, st)
 	if past {
 		st.setPodReason(podutil.ReasonDeadlineExceeded, podutil.MessageDeadlineExceeded)

@@ -23,7 +23,7 @@ func TestActiveDeadlineOnFakeClock(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	clk := testingclock.NewFakeClock(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
-	m := &Manager{bus: b.Connect(bus.Runtime), clock: clk, log: bustest.Logger(), pods: newPodStates()}
+	m := &Daemon{bus: b.Connect(bus.Runtime), clock: clk, log: bustest.Logger(), pods: newPodStates()}
 
 	pod := newPod("deadline", busybox("app", ""))
 	start := metav1.NewTime(clk.Now().Add(-10 * time.Second))

@@ -110,7 +110,7 @@ type harness struct {
 	mu     sync.Mutex
 	cancel context.CancelFunc
 	done   chan struct{}
-	m      *Manager
+	m      *Daemon
 }
 
 type harnessOptions struct {
@@ -156,7 +156,7 @@ func newHarness(t *testing.T, ho harnessOptions) *harness {
 	return h
 }
 
-// start runs a Manager in this process until the test ends (or stop).
+// start runs a Daemon in this process until the test ends (or stop).
 func (h *harness) start(opt func(*Options)) {
 	h.t.Helper()
 	clients, err := cri.Connect(h.ctx, h.cfg.Runtime.EndpointURL(), "", h.cfg.Runtime.RuntimeRequestTimeout)

@@ -19,7 +19,7 @@ import (
 // runHook runs a lifecycle handler (PostStart or PreStop) of container id:
 // exec through CRI ExecSync, an HTTP GET to the pod, or a sleep. On failure
 // it returns the kubelet's message for the event with the error.
-func (m *Manager) runHook(ctx context.Context, pod *corev1.Pod, c *corev1.Container, id string, h *corev1.LifecycleHandler, podIPs []string) (string, error) {
+func (m *Daemon) runHook(ctx context.Context, pod *corev1.Pod, c *corev1.Container, id string, h *corev1.LifecycleHandler, podIPs []string) (string, error) {
 	switch {
 	case h.Exec != nil:
 		stdout, stderr, err := m.rs.ExecSync(ctx, id, h.Exec.Command, 0)
@@ -50,7 +50,7 @@ func (m *Manager) runHook(ctx context.Context, pod *corev1.Pod, c *corev1.Contai
 	return fmt.Sprintf("Lifecycle hook for Container %q in Pod %q failed - error: %v", c.Name, podString(pod), err), err
 }
 
-func (m *Manager) runHTTPHook(ctx context.Context, c *corev1.Container, g *corev1.HTTPGetAction, podIPs []string) error {
+func (m *Daemon) runHTTPHook(ctx context.Context, c *corev1.Container, g *corev1.HTTPGetAction, podIPs []string) error {
 	host := g.Host
 	if host == "" {
 		if len(podIPs) == 0 {

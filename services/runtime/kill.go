@@ -69,7 +69,7 @@ func specOf(pod *corev1.Pod, name string) *corev1.Container {
 // left of it (at least 2 s, unless the grace period is forced). pod may be
 // nil (the pod left the sources and nodelet-runtime restarted since):
 // hooks then come from the container's annotations.
-func (m *Manager) killContainer(ctx context.Context, pod *corev1.Pod, c *containerInfo, grace int64, forced bool, message, reason string) error {
+func (m *Daemon) killContainer(ctx context.Context, pod *corev1.Pod, c *containerInfo, grace int64, forced bool, message, reason string) error {
 	spec := specOf(pod, c.Name)
 	kind := c.Kind
 	if pod != nil {
@@ -130,7 +130,7 @@ func (m *Manager) killContainer(ctx context.Context, pod *corev1.Pod, c *contain
 }
 
 // podIPsOf is a sandbox's IPs (for a PreStop HTTP hook), nil when unknown.
-func (m *Manager) podIPsOf(ctx context.Context, sandboxID string) []string {
+func (m *Daemon) podIPsOf(ctx context.Context, sandboxID string) []string {
 	resp, err := m.rs.PodSandboxStatus(ctx, sandboxID, false)
 	if err != nil {
 		return nil
@@ -146,7 +146,7 @@ func (m *Manager) podIPsOf(ctx context.Context, sandboxID string) []string {
 // containers in parallel first, then sidecars one by one in reverse order
 // with what is left of the grace period — and then the pod's sandboxes.
 // grace overrides the containers' grace periods when not nil.
-func (m *Manager) killPod(ctx context.Context, pod *corev1.Pod, pr *podRuntime, grace *int64) error {
+func (m *Daemon) killPod(ctx context.Context, pod *corev1.Pod, pr *podRuntime, grace *int64) error {
 	var apps, sidecars []*containerInfo
 	for _, c := range pr.active() {
 		kind := c.Kind
@@ -228,7 +228,7 @@ func (m *Manager) killPod(ctx context.Context, pod *corev1.Pod, pr *podRuntime, 
 // the kubelet's SyncTerminatedPod and pod cleanup do: its sandboxes (and
 // with them its containers), then its volumes, directories and logs, and
 // last its cgroup.
-func (m *Manager) removePod(ctx context.Context, uid string, pod *corev1.Pod, pr *podRuntime) error {
+func (m *Daemon) removePod(ctx context.Context, uid string, pod *corev1.Pod, pr *podRuntime) error {
 	if err := m.removeSandboxes(ctx, pr); err != nil {
 		return err
 	}
@@ -242,7 +242,7 @@ func (m *Manager) removePod(ctx context.Context, uid string, pod *corev1.Pod, pr
 
 // removeSandboxes removes the pod's sandboxes and the containers of none
 // (left by a failed sandbox creation).
-func (m *Manager) removeSandboxes(ctx context.Context, pr *podRuntime) error {
+func (m *Daemon) removeSandboxes(ctx context.Context, pr *podRuntime) error {
 	var errs []error
 	for _, sb := range pr.Sandboxes {
 		if err := m.rs.RemovePodSandbox(ctx, sb.ID); err != nil && !isNotFound(err) {
@@ -259,7 +259,7 @@ func (m *Manager) removeSandboxes(ctx context.Context, pr *podRuntime) error {
 
 // removePodDirs removes the pod's directory under the state dir and its
 // log directory.
-func (m *Manager) removePodDirs(uid string, pod *corev1.Pod, pr *podRuntime) {
+func (m *Daemon) removePodDirs(uid string, pod *corev1.Pod, pr *podRuntime) {
 	_ = volumes.RemoveAll(podDir(m.cfg.Node.StateDir, uid))
 	ns, name := pr.Namespace, pr.Name
 	if pod != nil {
@@ -271,7 +271,7 @@ func (m *Manager) removePodDirs(uid string, pod *corev1.Pod, pr *podRuntime) {
 }
 
 // stopSandboxes stops ready sandboxes that are not the pod's current one.
-func (m *Manager) stopSandboxes(ctx context.Context, sbs []*sandboxInfo) error {
+func (m *Daemon) stopSandboxes(ctx context.Context, sbs []*sandboxInfo) error {
 	for _, sb := range sbs {
 		if err := m.rs.StopPodSandbox(ctx, sb.ID); err != nil && !isNotFound(err) {
 			return fmt.Errorf("stop sandbox %s: %w", sb.ID, err)

@@ -36,7 +36,7 @@ const cniRecheck = 30 * time.Second
 // networkState owns the node's CNI configuration and publishes the
 // runtime's and the network's readiness (the runtime bucket).
 type networkState struct {
-	m *Manager
+	m *Daemon
 	w *bus.Writer
 	// podCIDR, when set, is the pod CIDR an API server assigned to the
 	// node ("" when none yet).
@@ -57,7 +57,7 @@ type networkState struct {
 	firstOnce  sync.Once
 }
 
-func newNetworkState(m *Manager, podCIDR func(context.Context) string) *networkState {
+func newNetworkState(m *Daemon, podCIDR func(context.Context) string) *networkState {
 	n := &networkState{m: m, podCIDR: podCIDR, firstCheck: make(chan struct{})}
 	n.w = bus.NewWriter(m.bus, bus.BucketRuntime, func() error {
 		n.mu.Lock()

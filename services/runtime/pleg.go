@@ -14,7 +14,7 @@ import (
 // removed or appeared). The first list wakes every pod CRI, the buckets
 // or the observed state know, which is how a restarted nodelet-runtime
 // takes over its pods.
-func (m *Manager) relistLoop(ctx context.Context) {
+func (m *Daemon) relistLoop(ctx context.Context) {
 	period := m.cfg.Runtime.RelistPeriod
 	if period <= 0 {
 		period = time.Second
@@ -111,7 +111,7 @@ func stillRunning(v string) bool {
 }
 
 // relistNow asks for a relist at once.
-func (m *Manager) relistNow() {
+func (m *Daemon) relistNow() {
 	select {
 	case m.pleg.wake <- struct{}{}:
 	default:
@@ -162,7 +162,7 @@ func changedPods(last, cur map[string]string) map[string]bool {
 // runtime offers it (containerd 2.x); each event wakes its pod's worker at
 // once. Events are hints: the relist stays the truth. containerd 1.6
 // answers Unimplemented, and the relist alone does the work.
-func (m *Manager) watchContainerEvents(ctx context.Context) {
+func (m *Daemon) watchContainerEvents(ctx context.Context) {
 	if m.runtime.name == "containerd" && majorVersion(m.runtime.version) == 1 {
 		// Known not to stream CRI events: asking would only make
 		// cri-client log an error at every start.

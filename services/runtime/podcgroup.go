@@ -41,7 +41,7 @@ func newPodCgroupNames(cfg *config.Config) (*cgroups.Pods, error) {
 // makes the node allocatable and QoS cgroups (the kubelet's
 // setupNode: createNodeAllocatableCgroups, qosContainerManager.Start,
 // enforceNodeAllocatableCgroups).
-func (m *Manager) setupCgroups(ctx context.Context) error {
+func (m *Daemon) setupCgroups(ctx context.Context) error {
 	names := m.cgroups
 	if err := m.checkCgroupDriver(ctx, names.Driver()); err != nil {
 		return err
@@ -126,7 +126,7 @@ func (m *Manager) setupCgroups(ctx context.Context) error {
 // is not implemented (containerd 1.x), the SystemdCgroup option of the
 // default runtime in the CRI plugin's config (Status verbose). "" when
 // the runtime tells neither.
-func (m *Manager) runtimeCgroupDriver(ctx context.Context) (driver, setting string, err error) {
+func (m *Daemon) runtimeCgroupDriver(ctx context.Context) (driver, setting string, err error) {
 	rc, err := m.rs.RuntimeConfig(ctx)
 	if err == nil && rc.GetLinux() != nil {
 		switch rc.GetLinux().GetCgroupDriver() {
@@ -173,7 +173,7 @@ func (m *Manager) runtimeCgroupDriver(ctx context.Context) (driver, setting stri
 
 // checkCgroupDriver refuses to start when runtime.cgroupDriver is not the
 // runtime's: pods would get cgroups the runtime does not look for.
-func (m *Manager) checkCgroupDriver(ctx context.Context, driver string) error {
+func (m *Daemon) checkCgroupDriver(ctx context.Context, driver string) error {
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.Runtime.RuntimeRequestTimeout)
 	defer cancel()
 	theirs, setting, err := m.runtimeCgroupDriver(ctx)
@@ -193,10 +193,10 @@ func (m *Manager) checkCgroupDriver(ctx context.Context, driver string) error {
 
 // cgroupParent is the pod's cgroup as CRI's CgroupParent names it (the
 // kubelet's GetPodContainerNameForDriver).
-func (m *Manager) cgroupParent(pod *corev1.Pod) string {
+func (m *Daemon) cgroupParent(pod *corev1.Pod) string {
 	pc := m.cgroups
 	if pc == nil {
-		// A Manager not made by New (unit tests): names from the config.
+		// A Daemon not made by New (unit tests): names from the config.
 		var err error
 		if pc, err = newPodCgroupNames(m.cfg); err != nil {
 			return ""
@@ -207,8 +207,8 @@ func (m *Manager) cgroupParent(pod *corev1.Pod) string {
 
 // ensurePodCgroup makes the pod's cgroup with its limits before its
 // sandbox (the kubelet's SyncPod: pcm.EnsureExists). A pod without one
-// (a Manager that was never Run) is left to the runtime's defaults.
-func (m *Manager) ensurePodCgroup(pod *corev1.Pod) error {
+// (a Daemon that was never Run) is left to the runtime's defaults.
+func (m *Daemon) ensurePodCgroup(pod *corev1.Pod) error {
 	if m.cgroups.Manager() == nil {
 		return nil
 	}
@@ -229,7 +229,7 @@ func (m *Manager) ensurePodCgroup(pod *corev1.Pod) error {
 
 // removePodCgroup kills what is left in the pod's cgroup and removes it,
 // whatever its QoS class was (the spec may be gone).
-func (m *Manager) removePodCgroup(uid string, _ *corev1.Pod) {
+func (m *Daemon) removePodCgroup(uid string, _ *corev1.Pod) {
 	m.forgetResize(uid)
 	if m.cgroups.Manager() == nil {
 		return
@@ -258,7 +258,7 @@ func (m *Manager) removePodCgroup(uid string, _ *corev1.Pod) {
 // no container of the runtime knows (the kubelet's
 // cleanupOrphanedPodCgroups), e.g. left by a pod removed while
 // nodelet-runtime was down.
-func (m *Manager) cleanupOrphanedPodCgroups(ctx context.Context) {
+func (m *Daemon) cleanupOrphanedPodCgroups(ctx context.Context) {
 	if m.cgroups.Manager() == nil || !m.store.sourcesReady() {
 		return
 	}
@@ -285,7 +285,7 @@ func (m *Manager) cleanupOrphanedPodCgroups(ctx context.Context) {
 // updateQOSCgroups gives the burstable cgroup the summed CPU requests of
 // the burstable pods as shares (the kubelet's qosContainerManager
 // UpdateCgroups, CPU part).
-func (m *Manager) updateQOSCgroups() {
+func (m *Daemon) updateQOSCgroups() {
 	if m.cgroups.Manager() == nil {
 		return
 	}

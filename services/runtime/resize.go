@@ -79,7 +79,7 @@ func resizable(pod *corev1.Pod) []*corev1.Container {
 
 // podResizeOf returns the pod's resize state, made from its last observed
 // state (after a restart) or its spec (a new pod).
-func (m *Manager) podResizeOf(pod *corev1.Pod) *podResize {
+func (m *Daemon) podResizeOf(pod *corev1.Pod) *podResize {
 	uid := string(pod.UID)
 	m.resize.mu.Lock()
 	defer m.resize.mu.Unlock()
@@ -131,7 +131,7 @@ func rawID(id string) string {
 }
 
 // forgetResize drops a removed pod's resize state.
-func (m *Manager) forgetResize(uid string) {
+func (m *Daemon) forgetResize(uid string) {
 	m.resize.mu.Lock()
 	delete(m.resize.pods, uid)
 	m.resize.mu.Unlock()
@@ -139,7 +139,7 @@ func (m *Manager) forgetResize(uid string) {
 
 // allocatedPod is pod with its allocated resources (the kubelet's
 // UpdatePodFromAllocation): what its cgroups and new containers get.
-func (m *Manager) allocatedPod(pod *corev1.Pod) *corev1.Pod {
+func (m *Daemon) allocatedPod(pod *corev1.Pod) *corev1.Pod {
 	m.resize.mu.Lock()
 	r := m.resize.pods[string(pod.UID)]
 	var alloc map[string]corev1.ResourceRequirements
@@ -174,7 +174,7 @@ func (m *Manager) allocatedPod(pod *corev1.Pod) *corev1.Pod {
 // admitResize decides a pending resize of a running pod (the kubelet's
 // handlePodResourcesResize and its podResizesAdmitHandler) and returns the
 // pod with its allocated resources.
-func (m *Manager) admitResize(ctx context.Context, pod *corev1.Pod, pr *podRuntime) *corev1.Pod {
+func (m *Daemon) admitResize(ctx context.Context, pod *corev1.Pod, pr *podRuntime) *corev1.Pod {
 	r := m.podResizeOf(pod)
 	m.resize.mu.Lock()
 	// A running container this process has not seen yet was started with
@@ -241,7 +241,7 @@ func (m *Manager) admitResize(ctx context.Context, pod *corev1.Pod, pr *podRunti
 // other pods' allocations, else Deferred with the scheduler's
 // InsufficientResourceError message, or Infeasible when it can never be
 // carried out here.
-func (m *Manager) resizeFits(pod *corev1.Pod) (reason, message string) {
+func (m *Daemon) resizeFits(pod *corev1.Pod) (reason, message string) {
 	if m.cgroups.Manager() != nil && !m.cgroups.Manager().V2() && memoryBackedVolumeResize(pod, m.allocatedPod(pod)) {
 		// The kubelet's disallowResizeForMemoryBackedVolumes.
 		return corev1.PodReasonInfeasible, "Memory-backed emptyDir volume resize is not supported on cgroups v1"
@@ -335,7 +335,7 @@ func resizeMessage(pod *corev1.Pod, generation int64, errMsg, prefix string) str
 // resources) what they were allocated, in the kubelet's
 // doPodResizeAction order: the pod cgroup's limits grow (and its shares
 // shrink) before the containers are updated, and shrink (grow) after.
-func (m *Manager) syncResize(ctx context.Context, pod *corev1.Pod, pr *podRuntime, st *podState) {
+func (m *Daemon) syncResize(ctx context.Context, pod *corev1.Pod, pr *podRuntime, st *podState) {
 	r := m.podResizeOf(pod)
 	type update struct {
 		c  *corev1.Container
@@ -421,7 +421,7 @@ func (m *Manager) syncResize(ctx context.Context, pod *corev1.Pod, pr *podRuntim
 
 // finishResize clears PodResizeInProgress once everything has its
 // allocation (the kubelet's ResizeCompleted).
-func (m *Manager) finishResize(pod *corev1.Pod, r *podResize) {
+func (m *Daemon) finishResize(pod *corev1.Pod, r *podResize) {
 	m.resize.mu.Lock()
 	had := r.inProgress != nil
 	r.inProgress = nil
@@ -464,7 +464,7 @@ func widen(cur, want *cgroups.ResourceConfig) *cgroups.ResourceConfig {
 
 // currentPodCgroup reads the pod cgroup's memory limit, CPU quota and
 // shares (the kubelet's GetPodCgroupConfig); unreadable values stay nil.
-func (m *Manager) currentPodCgroup(pod *corev1.Pod, qos corev1.PodQOSClass) *cgroups.ResourceConfig {
+func (m *Daemon) currentPodCgroup(pod *corev1.Pod, qos corev1.PodQOSClass) *cgroups.ResourceConfig {
 	mgr := m.cgroups.Manager()
 	n := m.cgroups.PodName(string(pod.UID), qos)
 	rc := &cgroups.ResourceConfig{}
@@ -494,7 +494,7 @@ func (m *Manager) currentPodCgroup(pod *corev1.Pod, qos corev1.PodQOSClass) *cgr
 }
 
 // podMemoryUsage is the pod cgroup's memory usage (0 when unreadable).
-func (m *Manager) podMemoryUsage(pod *corev1.Pod, qos corev1.PodQOSClass) int64 {
+func (m *Daemon) podMemoryUsage(pod *corev1.Pod, qos corev1.PodQOSClass) int64 {
 	mgr := m.cgroups.Manager()
 	n := m.cgroups.PodName(string(pod.UID), qos)
 	file, ctrl := "memory.usage_in_bytes", "memory"
@@ -511,7 +511,7 @@ func (m *Manager) podMemoryUsage(pod *corev1.Pod, qos corev1.PodQOSClass) int64 
 // resizeObserved adds to o what the resize state knows: each container's
 // allocated resources, what its running instance was given, and the
 // resize conditions.
-func (m *Manager) resizeObserved(pod *corev1.Pod, o *schemas.PodObserved) {
+func (m *Daemon) resizeObserved(pod *corev1.Pod, o *schemas.PodObserved) {
 	if pod == nil {
 		return
 	}

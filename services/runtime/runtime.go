@@ -193,7 +193,7 @@ type Clock interface {
 	AfterFunc(d time.Duration, f func()) clock.Timer
 }
 
-// Options build a Manager.
+// Options build a Daemon.
 type Options struct {
 	Config  *config.Config
 	Log     *slog.Logger
@@ -222,11 +222,11 @@ type Options struct {
 	VolumeStatsPeriod time.Duration
 }
 
-// Manager runs the node's pods. It holds what the pod workers share: the
+// Daemon runs the node's pods. It holds what the pod workers share: the
 // connections (bus, CRI), the inputs as the bus delivers them, the workers
 // and their per-pod memory, the outputs, and the helpers the sync steps
 // use. A pod's sync is a sequence of steps over one pod (sync.go, steps.go).
-type Manager struct {
+type Daemon struct {
 	cfg   *config.Config
 	log   *slog.Logger
 	bus   *bus.Conn
@@ -270,7 +270,7 @@ type runtimeInfo struct {
 
 // configSources is what a pod's sandbox and container configs are built
 // from besides the pod: the node, its DNS settings and the cluster's
-// objects. Manager embeds it: the config builders (sandbox.go,
+// objects. Daemon embeds it: the config builders (sandbox.go,
 // containers.go, cluster.go) read these fields through it.
 type configSources struct {
 	hostIPs  []string
@@ -296,8 +296,8 @@ type plegSignals struct {
 	exits chan string
 }
 
-// New checks opts and builds a Manager; Run starts it.
-func New(opts Options) (*Manager, error) {
+// New checks opts and builds a Daemon; Run starts it.
+func New(opts Options) (*Daemon, error) {
 	if opts.Config == nil || opts.Bus == nil || opts.Runtime == nil || opts.Image == nil {
 		return nil, fmt.Errorf("runtime: Config, Bus, Runtime and Image are required")
 	}
@@ -325,7 +325,7 @@ func New(opts Options) (*Manager, error) {
 	if maxBackOff <= 0 {
 		maxBackOff = 300 * time.Second
 	}
-	m := &Manager{
+	m := &Daemon{
 		cfg: cfg, log: opts.Log, bus: opts.Bus, rs: opts.Runtime, clock: opts.Clock,
 		runtime: runtimeInfo{name: "containerd"},
 		health:  opts.SetHealth,
@@ -362,7 +362,7 @@ func New(opts Options) (*Manager, error) {
 }
 
 // Run runs the pods until ctx is done. Pods keep running after it returns.
-func (m *Manager) Run(ctx context.Context) error {
+func (m *Daemon) Run(ctx context.Context) error {
 	vctx, cancel := context.WithTimeout(ctx, m.cfg.Runtime.RuntimeRequestTimeout)
 	v, err := m.rs.Version(vctx, "v1")
 	cancel()
@@ -430,7 +430,7 @@ func (m *Manager) Run(ctx context.Context) error {
 
 // resyncLoop syncs every known pod now and then, as the kubelet's
 // syncFrequency: a safety net for anything a watch or relist missed.
-func (m *Manager) resyncLoop(ctx context.Context) {
+func (m *Daemon) resyncLoop(ctx context.Context) {
 	t := m.clock.NewTicker(30 * time.Second)
 	defer t.Stop()
 	for {
@@ -453,7 +453,7 @@ func (m *Manager) resyncLoop(ctx context.Context) {
 // between the sandbox's removal and the volumes' teardown, or lost with a
 // wiped bus store — gets a worker, which tears its volumes down once the
 // sources are ready (syncOrphan).
-func (m *Manager) syncOrphanedPodDirs() {
+func (m *Daemon) syncOrphanedPodDirs() {
 	entries, err := os.ReadDir(filepath.Join(m.cfg.Node.StateDir, "pods"))
 	if err != nil {
 		return
@@ -467,7 +467,7 @@ func (m *Manager) syncOrphanedPodDirs() {
 
 // event emits a lifecycle event about pod (and container c, when given)
 // with the kubelet's reason.
-func (m *Manager) event(pod *corev1.Pod, c *corev1.Container, kind, typ, reason, msg string) {
+func (m *Daemon) event(pod *corev1.Pod, c *corev1.Container, kind, typ, reason, msg string) {
 	if pod == nil {
 		return
 	}

@@ -20,7 +20,7 @@ func podLogDirOf(root, ns, name, uid string) string {
 }
 
 // sandboxConfig is the kubelet's generatePodSandboxConfig.
-func (m *Manager) sandboxConfig(pod *corev1.Pod, attempt uint32) (*runtimeapi.PodSandboxConfig, error) {
+func (m *Daemon) sandboxConfig(pod *corev1.Pod, attempt uint32) (*runtimeapi.PodSandboxConfig, error) {
 	cfg := &runtimeapi.PodSandboxConfig{
 		Metadata: &runtimeapi.PodSandboxMetadata{
 			Name: pod.Name, Namespace: pod.Namespace, Uid: string(pod.UID), Attempt: attempt,
@@ -98,7 +98,7 @@ func protocol(p corev1.Protocol) runtimeapi.Protocol {
 
 // createSandbox creates the pod's log directory and runs its sandbox with
 // the handler of its RuntimeClass (the kubelet's createPodSandbox).
-func (m *Manager) createSandbox(ctx context.Context, pod *corev1.Pod, attempt uint32) (string, *runtimeapi.PodSandboxConfig, error) {
+func (m *Daemon) createSandbox(ctx context.Context, pod *corev1.Pod, attempt uint32) (string, *runtimeapi.PodSandboxConfig, error) {
 	cfg, err := m.sandboxConfig(pod, attempt)
 	if err != nil {
 		return "", nil, err

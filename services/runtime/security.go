@@ -167,7 +167,7 @@ func appArmorProfile(pod *corev1.Pod, c *corev1.Container) (*runtimeapi.Security
 // determineEffectiveSecurityContext: seccomp (Localhost under
 // runtime.seccompProfileRoot, RuntimeDefault by default with
 // runtime.seccompDefault), AppArmor, and the pod's user namespace.
-func (m *Manager) containerProfiles(pod *corev1.Pod, c *corev1.Container, sc *runtimeapi.LinuxContainerSecurityContext) error {
+func (m *Daemon) containerProfiles(pod *corev1.Pod, c *corev1.Container, sc *runtimeapi.LinuxContainerSecurityContext) error {
 	var err error
 	if sc.Seccomp, err = fieldSeccompProfile(effectiveSecurityContext(pod, c).SeccompProfile,
 		m.cfg.SeccompRoot(), m.cfg.Runtime.SeccompDefault); err != nil {
@@ -184,7 +184,7 @@ func (m *Manager) containerProfiles(pod *corev1.Pod, c *corev1.Container, sc *ru
 // kubelet's generatePodSandboxLinuxConfig: the pause container always
 // runs under RuntimeDefault seccomp (so pods may use stricter profiles),
 // the pod's SELinux options, and its user namespace.
-func (m *Manager) sandboxProfiles(pod *corev1.Pod, lsc *runtimeapi.LinuxSandboxSecurityContext) error {
+func (m *Daemon) sandboxProfiles(pod *corev1.Pod, lsc *runtimeapi.LinuxSandboxSecurityContext) error {
 	lsc.Seccomp = &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_RuntimeDefault}
 	if psc := pod.Spec.SecurityContext; psc != nil && psc.SELinuxOptions != nil {
 		o := psc.SELinuxOptions

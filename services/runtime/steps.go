@@ -19,7 +19,7 @@ import (
 // resize, ephemeral, init and app containers). Each step returns what it
 // made, or the syncResult that ends this pass (the pod waits for
 // something, or syncs again after a back-off).
-func (m *Manager) syncRunning(ctx context.Context, pod *corev1.Pod, pr *podRuntime, st *podState) syncResult {
+func (m *Daemon) syncRunning(ctx context.Context, pod *corev1.Pod, pr *podRuntime, st *podState) syncResult {
 	// The pod with its allocated resources: a resize that does not fit
 	// waits (resize.go, the kubelet's allocation manager).
 	pod = m.admitResize(ctx, pod, pr)
@@ -76,7 +76,7 @@ func (m *Manager) syncRunning(ctx context.Context, pod *corev1.Pod, pr *podRunti
 // podSync is one pass of syncRunning over a pod: the inputs of its steps
 // and what CRI has of the pod (re-read once a sandbox was created).
 type podSync struct {
-	m       *Manager
+	m       *Daemon
 	pod     *corev1.Pod
 	uid     string
 	st      *podState
@@ -336,7 +336,7 @@ func startEach(list []containerToStart, st *podState, start func(containerToStar
 // are stopped and hold no containers (left by a creation that was cut
 // short, or replaced): as the kubelet's sandbox GC does for pods that
 // still exist, so that a pod has exactly one sandbox.
-func (m *Manager) removeDeadSandboxes(ctx context.Context, pod *corev1.Pod, pr *podRuntime, current *sandboxInfo) {
+func (m *Daemon) removeDeadSandboxes(ctx context.Context, pod *corev1.Pod, pr *podRuntime, current *sandboxInfo) {
 	for _, sb := range pr.Sandboxes {
 		if sb == current || sb.ID == current.ID || sb.Ready {
 			continue

@@ -33,7 +33,7 @@ func (v *stepVolumes) Setup(context.Context, *corev1.Pod) (map[string]string, er
 func (v *stepVolumes) Teardown(context.Context, string) error { return nil }
 
 type stepEnv struct {
-	m     *Manager
+	m     *Daemon
 	cri   *critest.FakeRuntimeService
 	clock *testingclock.FakeClock
 	vols  *stepVolumes

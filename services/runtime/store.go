@@ -147,7 +147,7 @@ func (s *store) waitSynced(ctx context.Context) error {
 // watchInputs mirrors the input buckets until ctx is done (a lost watch is
 // re-established and reported by bus.Mirror). Every change wakes the pod's
 // worker.
-func (m *Manager) watchInputs(ctx context.Context) {
+func (m *Daemon) watchInputs(ctx context.Context) {
 	bus.RunAll(ctx,
 		bus.NewMirror(m.bus, bus.BucketDesired, ">", func(u bus.Update[schemas.PodDesired]) { m.onDesired(ctx, u) }),
 		bus.NewMirror(m.bus, bus.BucketAdmission, ">", m.onVerdict),
@@ -158,13 +158,13 @@ func (m *Manager) watchInputs(ctx context.Context) {
 }
 
 // wakeWorker wakes uid's worker once every input bucket is loaded.
-func (m *Manager) wakeWorker(uid string) {
+func (m *Daemon) wakeWorker(uid string) {
 	if m.workers != nil && m.store.allSynced() {
 		m.workers.Update(uid)
 	}
 }
 
-func (m *Manager) onDesired(ctx context.Context, u bus.Update[schemas.PodDesired]) {
+func (m *Daemon) onDesired(ctx context.Context, u bus.Update[schemas.PodDesired]) {
 	s := m.store
 	switch u.Kind {
 	case bus.Put:
@@ -207,7 +207,7 @@ func (m *Manager) onDesired(ctx context.Context, u bus.Update[schemas.PodDesired
 	}
 }
 
-func (m *Manager) onVerdict(u bus.Update[schemas.AdmissionVerdict]) {
+func (m *Daemon) onVerdict(u bus.Update[schemas.AdmissionVerdict]) {
 	s := m.store
 	switch u.Kind {
 	case bus.Put:
@@ -234,7 +234,7 @@ func (m *Manager) onVerdict(u bus.Update[schemas.AdmissionVerdict]) {
 	}
 }
 
-func (m *Manager) onEviction(u bus.Update[schemas.PodEviction]) {
+func (m *Daemon) onEviction(u bus.Update[schemas.PodEviction]) {
 	s := m.store
 	switch u.Kind {
 	case bus.Put:
@@ -255,7 +255,7 @@ func (m *Manager) onEviction(u bus.Update[schemas.PodEviction]) {
 	}
 }
 
-func (m *Manager) onProbeResult(u bus.Update[schemas.ProbeResult]) {
+func (m *Daemon) onProbeResult(u bus.Update[schemas.ProbeResult]) {
 	s := m.store
 	switch u.Kind {
 	case bus.Put, bus.Deleted:
@@ -287,7 +287,7 @@ func (m *Manager) onProbeResult(u bus.Update[schemas.ProbeResult]) {
 	}
 }
 
-func (m *Manager) onSourcesReady(u bus.Update[schemas.SourcesReady]) {
+func (m *Daemon) onSourcesReady(u bus.Update[schemas.SourcesReady]) {
 	s := m.store
 	switch u.Kind {
 	case bus.Put:
@@ -321,7 +321,7 @@ func (m *Manager) onSourcesReady(u bus.Update[schemas.SourcesReady]) {
 // when the value's was), so that it survives the wipe of another bucket;
 // checked is the value's stream time it judged (a newer value that
 // arrives meanwhile is from the current store).
-func (m *Manager) sourcesFromCurrentStore(ctx context.Context) (checked time.Time, fresh bool) {
+func (m *Daemon) sourcesFromCurrentStore(ctx context.Context) (checked time.Time, fresh bool) {
 	m.store.mu.Lock()
 	had, at := m.store.sources != nil, m.store.sourcesCreated
 	m.store.mu.Unlock()

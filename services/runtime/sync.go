@@ -21,7 +21,7 @@ const (
 
 // syncPod is one pass of a pod's worker: it reads the newest inputs and
 // what CRI has, and drives the pod towards its spec or kills it.
-func (m *Manager) syncPod(ctx context.Context, uid string) syncResult {
+func (m *Daemon) syncPod(ctx context.Context, uid string) syncResult {
 	if !m.store.allSynced() {
 		// An input is reloading (the bus store was wiped): decide nothing.
 		return syncResult{RequeueAfter: time.Second}
@@ -79,7 +79,7 @@ func (m *Manager) syncPod(ctx context.Context, uid string) syncResult {
 
 // syncOrphan handles a pod that only CRI knows: once the sources are
 // ready, it is killed and removed; before, it is left alone.
-func (m *Manager) syncOrphan(ctx context.Context, uid string, pr *podRuntime, st *podState) syncResult {
+func (m *Daemon) syncOrphan(ctx context.Context, uid string, pr *podRuntime, st *podState) syncResult {
 	if !m.store.sourcesReady() {
 		if !pr.empty() {
 			m.publish(ctx, nil, pr, st, nil)
@@ -99,7 +99,7 @@ func (m *Manager) syncOrphan(ctx context.Context, uid string, pr *podRuntime, st
 // being gone: the watches of the desired and sources buckets run apart, so
 // "sources ready" may be seen before the pods the sources put just before
 // it.
-func (m *Manager) confirmGone(ctx context.Context, uid string) bool {
+func (m *Daemon) confirmGone(ctx context.Context, uid string) bool {
 	d, _, err := bus.Get[schemas.PodDesired](ctx, m.bus, bus.BucketDesired, uid)
 	if err != nil {
 		m.log.Warn("Cannot read desired pod, not killing it yet", "podUID", uid, "err", err)
@@ -110,7 +110,7 @@ func (m *Manager) confirmGone(ctx context.Context, uid string) bool {
 
 // syncGone kills a pod that left the sources, publishes its final state,
 // removes it from the runtime and then deletes its observed state.
-func (m *Manager) syncGone(ctx context.Context, uid string, pod *corev1.Pod, pr *podRuntime, st *podState) syncResult {
+func (m *Daemon) syncGone(ctx context.Context, uid string, pod *corev1.Pod, pr *podRuntime, st *podState) syncResult {
 	if !pr.empty() {
 		if res := m.syncTerminating(ctx, pod, pr, st, nil); res.RequeueAfter > 0 {
 			return res
@@ -140,7 +140,7 @@ func (m *Manager) syncGone(ctx context.Context, uid string, pod *corev1.Pod, pr 
 
 // forgetPod drops what the runtime remembers of a pod that is gone: its
 // worker's memory, back-off, pulls and bus record.
-func (m *Manager) forgetPod(uid string) {
+func (m *Daemon) forgetPod(uid string) {
 	m.pods.forget(uid)
 	m.backoff.Forget(uid + "_")
 	m.images.forgetPod(uid)
@@ -150,7 +150,7 @@ func (m *Manager) forgetPod(uid string) {
 // syncTerminating kills what still runs of the pod and stops its
 // sandboxes, publishing Terminating while it does and Terminated once
 // everything is stopped.
-func (m *Manager) syncTerminating(ctx context.Context, pod *corev1.Pod, pr *podRuntime, st *podState, grace *int64) syncResult {
+func (m *Daemon) syncTerminating(ctx context.Context, pod *corev1.Pod, pr *podRuntime, st *podState, grace *int64) syncResult {
 	running := len(pr.active()) > 0
 	for _, sb := range pr.Sandboxes {
 		running = running || sb.Ready
@@ -179,7 +179,7 @@ func (m *Manager) syncTerminating(ctx context.Context, pod *corev1.Pod, pr *podR
 }
 
 // publish writes the pod's observed state when it changed.
-func (m *Manager) publish(ctx context.Context, pod *corev1.Pod, pr *podRuntime, st *podState, a *podActions) {
+func (m *Daemon) publish(ctx context.Context, pod *corev1.Pod, pr *podRuntime, st *podState, a *podActions) {
 	if a == nil && pod != nil {
 		x := m.actionsFor(pod, pr)
 		a = &x

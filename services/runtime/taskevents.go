@@ -31,7 +31,7 @@ const (
 // CRI plugin handles the same event asynchronously, so the first relist
 // may still see it running). Events are hints: the periodic relist stays
 // the truth, and a lost event costs at most one relist period.
-func (m *Manager) watchTaskEvents(ctx context.Context) {
+func (m *Daemon) watchTaskEvents(ctx context.Context) {
 	conn, err := grpc.NewClient(m.cfg.Runtime.EndpointURL(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		m.log.Info("Cannot follow containerd's task events, relisting only", "err", err)
@@ -57,7 +57,7 @@ func (m *Manager) watchTaskEvents(ctx context.Context) {
 	}
 }
 
-func (m *Manager) followTaskEvents(ctx context.Context, client eventsapi.EventsClient) error {
+func (m *Daemon) followTaskEvents(ctx context.Context, client eventsapi.EventsClient) error {
 	var filters []string
 	for _, t := range []string{topicTaskExit, topicTaskOOM} {
 		filters = append(filters, fmt.Sprintf("topic==%q,namespace==%q", t, criNamespace))
@@ -106,7 +106,7 @@ func exitedContainer(env *eventsapi.Envelope) string {
 }
 
 // containerExited hands a container exit to the PLEG.
-func (m *Manager) containerExited(id string) {
+func (m *Daemon) containerExited(id string) {
 	select {
 	case m.pleg.exits <- id:
 	default:

@@ -49,7 +49,7 @@ type usernsIDMapping struct {
 // the UserNamespacesSupport feature on, its default): the node's user
 // namespace unless spec.hostUsers is false; then the pod's own mappings if
 // its runtime handler supports user namespaces, else an error.
-func (m *Manager) usernsOptions(pod *corev1.Pod) (*runtimeapi.UserNamespace, error) {
+func (m *Daemon) usernsOptions(pod *corev1.Pod) (*runtimeapi.UserNamespace, error) {
 	if pod.Spec.HostUsers == nil || *pod.Spec.HostUsers {
 		return &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_NODE}, nil
 	}

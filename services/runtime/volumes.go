@@ -37,7 +37,7 @@ func podDir(stateDir, uid string) string { return volumes.PodDir(stateDir, uid) 
 // volumes always read-only; mountPropagation), /etc/hosts and the
 // termination message file. env is the container's environment, for
 // subPathExpr.
-func (m *Manager) containerMounts(pod *corev1.Pod, c *corev1.Container, vols map[string]string, env map[string]string, etcHosts, termFile string) ([]*runtimeapi.Mount, error) {
+func (m *Daemon) containerMounts(pod *corev1.Pod, c *corev1.Container, vols map[string]string, env map[string]string, etcHosts, termFile string) ([]*runtimeapi.Mount, error) {
 	var out []*runtimeapi.Mount
 	mountsHosts := false
 	for i, vm := range c.VolumeMounts {

@@ -71,7 +71,7 @@ func TestExpandSubPathExpr(t *testing.T) {
 // configMap, secret, downwardAPI and projected volumes are mounted
 // read-only whatever the volumeMount says; others as it says.
 func TestContainerMountsReadOnly(t *testing.T) {
-	m := &Manager{cfg: config.Defaults(), log: slog.New(slog.DiscardHandler)}
+	m := &Daemon{cfg: config.Defaults(), log: slog.New(slog.DiscardHandler)}
 	pod := newPod("ro", busybox("c", ""))
 	pod.Spec.Volumes = []corev1.Volume{
 		{Name: "cfg", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{}}},

@@ -203,7 +203,7 @@ func requestAttributes(nodeName string, u user.Info, r *http.Request) []authoriz
 // withAuth is the kubelet's InstallAuthFilter: authenticate (401
 // "Unauthorized"), then authorize each attribute set until one is allowed
 // (403 "Forbidden (user=…, verb=…, resource=…, subresource(s)=[…])").
-func (s *Service) withAuth(next http.Handler) http.Handler {
+func (s *Daemon) withAuth(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		resp, ok, err := s.authn.AuthenticateRequest(r)
 		if err != nil {

@@ -16,7 +16,7 @@ import (
 // the kubelet's paths (pkg/kubelet/server/server.go
 // InstallAuthNotRequiredHandlers, InstallAuthRequiredHandlers and
 // InstallSystemLogHandler).
-func (s *Service) Handler() http.Handler {
+func (s *Daemon) Handler() http.Handler {
 	mux := http.NewServeMux()
 	s.readOnlyRoutes(mux)
 	mux.HandleFunc("GET /configz", s.serveConfigz)
@@ -42,7 +42,7 @@ func (s *Service) Handler() http.Handler {
 // readOnlyHandler serves the read-only port (server.readOnlyPort): the
 // read-only paths without authentication, as the kubelet's
 // ListenAndServeKubeletReadOnlyServer, and nothing else.
-func (s *Service) readOnlyHandler() http.Handler {
+func (s *Daemon) readOnlyHandler() http.Handler {
 	mux := http.NewServeMux()
 	s.readOnlyRoutes(mux)
 	return s.limited(mux)
@@ -50,7 +50,7 @@ func (s *Service) readOnlyHandler() http.Handler {
 
 // readOnlyRoutes are the kubelet's InstallAuthNotRequiredHandlers (and
 // /spec/): served on both ports.
-func (s *Service) readOnlyRoutes(mux *http.ServeMux) {
+func (s *Daemon) readOnlyRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /healthz", s.serveHealthz)
 	mux.HandleFunc("GET /pods", s.servePods)
 	mux.HandleFunc("GET /pods/{$}", s.servePods)
@@ -92,7 +92,7 @@ func isStream(r *http.Request) bool {
 // limited bounds the requests in flight: limits.MaxStreams streams and
 // limits.MaxInflight others; beyond, 429 with Retry-After, as
 // kube-apiserver's max-in-flight filter answers.
-func (s *Service) limited(next http.Handler) http.Handler {
+func (s *Daemon) limited(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		sem, what := s.inflight, "requests"
 		if isStream(r) {
@@ -112,7 +112,7 @@ func (s *Service) limited(next http.Handler) http.Handler {
 // serveConfigz is the kubelet's /configz: the effective configuration, in
 // the kubelet's envelope ({"kubeletconfig": …}), header values of the
 // manifest URL redacted.
-func (s *Service) serveConfigz(w http.ResponseWriter, r *http.Request) {
+func (s *Daemon) serveConfigz(w http.ResponseWriter, r *http.Request) {
 	m := config.ToMap(s.cfg)
 	if src, ok := m["sources"].(map[string]any); ok {
 		if h, ok := src["manifestURLHeader"].(map[string][]string); ok && len(h) > 0 {

@@ -123,7 +123,7 @@ func TestSlowClientsAreCutOff(t *testing.T) {
 // beyond it the answer is 429 with Retry-After, and the other class is not
 // affected.
 func TestInflightLimits(t *testing.T) {
-	s := &Service{}
+	s := &Daemon{}
 	s.streams, s.inflight = make(chan struct{}, 2), make(chan struct{}, 1)
 	release := make(chan struct{})
 	entered := make(chan struct{}, 10)

@@ -126,7 +126,7 @@ func criLogOptions(o *corev1.PodLogOptions, now time.Time) *crilogs.LogOptions {
 // log file read with cri-client's ReadLogs (the kubelet's own reader: the
 // CRI log format, partial lines joined, tail, since, limit, follow across
 // rotation until the container stops).
-func (s *Service) serveContainerLogs(w http.ResponseWriter, r *http.Request) {
+func (s *Daemon) serveContainerLogs(w http.ResponseWriter, r *http.Request) {
 	podID, containerName := r.PathValue("podID"), r.PathValue("containerName")
 	opts, err := parseLogOptions(r.URL.Query())
 	if err != nil {
@@ -187,7 +187,7 @@ func (s *Service) serveContainerLogs(w http.ResponseWriter, r *http.Request) {
 // logContainer picks the container whose log is read, as the kubelet's
 // validateContainerLogStatus does from the pod status: the newest attempt,
 // or with previous the one before it. The error texts are the kubelet's.
-func (s *Service) logContainer(ctx context.Context, pod *corev1.Pod, name string, previous bool) (*runtimeapi.Container, error) {
+func (s *Daemon) logContainer(ctx context.Context, pod *corev1.Pod, name string, previous bool) (*runtimeapi.Container, error) {
 	resp, err := s.cri.Runtime.ListContainers(ctx, &runtimeapi.ContainerFilter{LabelSelector: map[string]string{
 		kubelettypes.KubernetesPodUIDLabel:        string(pod.UID),
 		kubelettypes.KubernetesContainerNameLabel: name,

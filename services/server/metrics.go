@@ -26,7 +26,7 @@ import (
 // metricsHandler is the node's /metrics: nodelet-server's own process
 // metrics and every other daemon's nodelet_* metrics, read from their
 // metrics sockets (a daemon that is down contributes nothing).
-func (s *Service) metricsHandler() http.Handler {
+func (s *Daemon) metricsHandler() http.Handler {
 	own := prometheus.NewRegistry()
 	own.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	gatherers := prometheus.Gatherers{own}
@@ -65,7 +65,7 @@ func (p proberMetrics) Gather() ([]*dto.MetricFamily, error) {
 	return out, err
 }
 
-func (s *Service) probeMetricsHandler() http.Handler {
+func (s *Daemon) probeMetricsHandler() http.Handler {
 	g := proberMetrics{remote: daemon.NewRemoteGatherer(s.cfg.Node.StateDir, bus.Prober)}
 	return promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
 }
@@ -77,7 +77,7 @@ func (s *Service) probeMetricsHandler() http.Handler {
 // namespace, image, name, id). cAdvisor's container manager is not run:
 // the collector's info provider is the same CRI and procfs view
 // /stats/summary is built from (criInfoProvider).
-func (s *Service) cadvisorMetricsHandler() http.Handler {
+func (s *Daemon) cadvisorMetricsHandler() http.Handler {
 	included := container.MetricSet{
 		container.CpuUsageMetrics:     struct{}{},
 		container.MemoryUsageMetrics:  struct{}{},
@@ -118,7 +118,7 @@ func containerPrometheusLabels(c *cadvisorapi.ContainerInfo) map[string]string {
 // filesystem and network figures of /stats/summary. A container's id is
 // its CRI ID (cAdvisor's is the cgroup path), its name the same ID.
 type criInfoProvider struct {
-	s *Service
+	s *Daemon
 }
 
 func (p *criInfoProvider) GetVersionInfo() (*cadvisorapi.VersionInfo, error) {

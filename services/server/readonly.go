@@ -57,7 +57,7 @@ func newNodeView() *nodeView {
 // watchNode mirrors the desired, status and runtime buckets and follows the
 // heartbeats until ctx ends; the mirrors and subscriptions survive the
 // bus's restarts.
-func (s *Service) watchNode(ctx context.Context, wg *sync.WaitGroup) {
+func (s *Daemon) watchNode(ctx context.Context, wg *sync.WaitGroup) {
 	v := s.view
 	wg.Add(1)
 	go func() {
@@ -112,7 +112,7 @@ type healthCheck struct {
 // syncloop check (a loop that stopped turning is unhealthy) applied to each
 // daemon's heartbeat. A daemon never heard from counts as stale once
 // status.heartbeatStaleAfter has passed since nodelet-server started.
-func (s *Service) healthChecks() []healthCheck {
+func (s *Daemon) healthChecks() []healthCheck {
 	now := s.clock.Now()
 	stale := s.cfg.Status.HeartbeatStaleAfter
 	v := s.view
@@ -166,7 +166,7 @@ func joinNonEmpty(sep string, parts ...string) string {
 
 // serveHealthz answers "ok", or 500 naming each failing check, in the
 // format of k8s.io/apiserver's healthz (?verbose lists every check).
-func (s *Service) serveHealthz(w http.ResponseWriter, r *http.Request) {
+func (s *Daemon) serveHealthz(w http.ResponseWriter, r *http.Request) {
 	failed := false
 	var b strings.Builder
 	b.WriteString("[+]ping ok\n")
@@ -196,7 +196,7 @@ func (s *Service) serveHealthz(w http.ResponseWriter, r *http.Request) {
 // podList is the kubelet's GetPods: the node's pods (desired, mirror pods
 // left out) with their status as nodelet-status computed it, sorted by
 // namespace and name.
-func (s *Service) podList() *corev1.PodList {
+func (s *Daemon) podList() *corev1.PodList {
 	s.pods.mu.RLock()
 	out := make([]corev1.Pod, 0, len(s.pods.byKey))
 	for _, p := range s.pods.byKey {
@@ -229,11 +229,11 @@ func sortPods(out []corev1.Pod) {
 	})
 }
 
-func (s *Service) servePods(w http.ResponseWriter, r *http.Request) {
+func (s *Daemon) servePods(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, s.podList())
 }
 
-func (s *Service) serveSpec(w http.ResponseWriter, r *http.Request) {
+func (s *Daemon) serveSpec(w http.ResponseWriter, r *http.Request) {
 	info, err := s.machineInfo()
 	if err != nil {
 		writeErrorString(w, http.StatusInternalServerError, "machine info: "+err.Error())
@@ -245,7 +245,7 @@ func (s *Service) serveSpec(w http.ResponseWriter, r *http.Request) {
 // serveSummary is the kubelet's /stats/summary (pkg/kubelet/server/stats
 // handler.go handleSummary): only_cpu_and_memory=true trims it to what
 // metrics-server reads.
-func (s *Service) serveSummary(w http.ResponseWriter, r *http.Request) {
+func (s *Daemon) serveSummary(w http.ResponseWriter, r *http.Request) {
 	only := false
 	for k, v := range r.URL.Query() {
 		if k != "only_cpu_and_memory" {
@@ -283,7 +283,7 @@ func writeJSON(w http.ResponseWriter, v any) {
 // them (its runtime cache's GetPods(false): ready sandboxes and running
 // containers), each as kubecontainer.Pod.ToAPIPod makes it — UID, name,
 // namespace and the containers' names and images, nothing else.
-func (s *Service) runningPods(ctx context.Context) (*corev1.PodList, error) {
+func (s *Daemon) runningPods(ctx context.Context) (*corev1.PodList, error) {
 	sandboxes, err := criCall(ctx, func(ctx context.Context) ([]*runtimeapi.PodSandbox, error) {
 		return s.cri.Runtime.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{State: &runtimeapi.PodSandboxStateValue{State: runtimeapi.PodSandboxState_SANDBOX_READY}})
 	})
@@ -327,7 +327,7 @@ func (s *Service) runningPods(ctx context.Context) (*corev1.PodList, error) {
 	return &corev1.PodList{TypeMeta: metav1.TypeMeta{Kind: "PodList", APIVersion: "v1"}, Items: out}, nil
 }
 
-func (s *Service) serveRunningPods(w http.ResponseWriter, r *http.Request) {
+func (s *Daemon) serveRunningPods(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
 	defer cancel()
 	l, err := s.runningPods(ctx)
@@ -342,7 +342,7 @@ func (s *Service) serveRunningPods(w http.ResponseWriter, r *http.Request) {
 // NodeLogQuery gate): the files under /var/log, listed and read. With
 // server.enableSystemLogHandler false it answers as the kubelet's disabled
 // endpoint does.
-func (s *Service) serveSystemLogs() http.Handler {
+func (s *Daemon) serveSystemLogs() http.Handler {
 	if !s.cfg.Server.EnableSystemLogHandler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "logs endpoint is disabled.", http.StatusMethodNotAllowed)
@@ -357,7 +357,7 @@ func (s *Service) serveSystemLogs() http.Handler {
 func runtimeKey[T any, PT interface {
 	*T
 	schemas.Message
-}](s *Service, key string, set func(*T)) bus.Runner {
+}](s *Daemon, key string, set func(*T)) bus.Runner {
 	v := s.view
 	return bus.NewMirror[T, PT](s.bus, bus.BucketRuntime, key, func(u bus.Update[T]) {
 		v.mu.Lock()

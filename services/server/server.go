@@ -46,7 +46,7 @@ func Spec() daemon.Spec {
 	return daemon.Spec{Component: bus.KubeletServer, Run: Run}
 }
 
-// Options are what a Service runs with. Run builds them from the daemon's
+// Options are what a Daemon runs with. Run builds them from the daemon's
 // environment; tests build them directly.
 type Options struct {
 	Config *config.Config
@@ -118,8 +118,8 @@ func (l Limits) withDefaults() Limits {
 	return l
 }
 
-// Service is a running nodelet-server.
-type Service struct {
+// Daemon is a running nodelet-server.
+type Daemon struct {
 	cfg      *config.Config
 	log      *slog.Logger
 	bus      *bus.Conn
@@ -145,8 +145,8 @@ type Service struct {
 	roAddr   atomic.Value
 }
 
-// New builds a Service: authenticator and authorizer as configured.
-func New(o Options) (*Service, error) {
+// New builds a Daemon: authenticator and authorizer as configured.
+func New(o Options) (*Daemon, error) {
 	if o.Config == nil || o.Bus == nil || o.CRI == nil {
 		return nil, fmt.Errorf("server: Config, Bus and CRI are required")
 	}
@@ -170,7 +170,7 @@ func New(o Options) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Service{cfg: o.Config, log: o.Log, bus: o.Bus, cri: o.CRI, nodeName: o.Config.Node.Name,
+	s := &Daemon{cfg: o.Config, log: o.Log, bus: o.Bus, cri: o.CRI, nodeName: o.Config.Node.Name,
 		pods: newPodIndex(), view: newNodeView(), clock: o.Clock, started: o.Clock.Now(), daemons: o.Daemons,
 		machine: &hostinfo.Machine{}, machineF: o.Machine, logDir: o.SystemLogDir, limits: o.Limits.withDefaults(),
 		nodeKube: o.NodeKube}
@@ -196,7 +196,7 @@ func New(o Options) (*Service, error) {
 }
 
 // machineInfo is cAdvisor's MachineInfo, read once.
-func (s *Service) machineInfo() (*cadvisorapi.MachineInfo, error) {
+func (s *Daemon) machineInfo() (*cadvisorapi.MachineInfo, error) {
 	if s.machineF != nil {
 		return s.machineF()
 	}
@@ -204,19 +204,19 @@ func (s *Service) machineInfo() (*cadvisorapi.MachineInfo, error) {
 }
 
 // Addr is the address the kubelet API listens on, once it does.
-func (s *Service) Addr() string {
+func (s *Daemon) Addr() string {
 	v, _ := s.addr.Load().(string)
 	return v
 }
 
 // ReadOnlyAddr is the address of the read-only port, once it listens.
-func (s *Service) ReadOnlyAddr() string {
+func (s *Daemon) ReadOnlyAddr() string {
 	v, _ := s.roAddr.Load().(string)
 	return v
 }
 
 // Run serves until ctx ends.
-func (s *Service) Run(ctx context.Context) error {
+func (s *Daemon) Run(ctx context.Context) error {
 	// The kubelet asks for a client certificate without requiring one; the
 	// x509 authenticator verifies it against server.authentication.x509.clientCAFile.
 	tlsCfg := &tls.Config{MinVersion: tls.VersionTLS12, ClientAuth: tls.RequestClientCert, NextProtos: []string{"http/1.1"}}
@@ -287,7 +287,7 @@ func (s *Service) Run(ctx context.Context) error {
 }
 
 // httpServer is an HTTP server for h within the limits.
-func (s *Service) httpServer(h http.Handler) *http.Server {
+func (s *Daemon) httpServer(h http.Handler) *http.Server {
 	l := s.limits
 	return &http.Server{Handler: h, ReadHeaderTimeout: l.ReadHeaderTimeout, IdleTimeout: l.IdleTimeout,
 		ReadTimeout: l.ReadWriteTimeout, WriteTimeout: l.ReadWriteTimeout, MaxHeaderBytes: l.MaxHeaderBytes,

@@ -37,10 +37,10 @@ import (
 	"github.com/nodelet/nodelet/services/server/client"
 )
 
-// testServer is a running Service on a real bus, with a client that holds
+// testServer is a running Daemon on a real bus, with a client that holds
 // the node-local admin certificate (allowed whatever the authorization mode).
 type testServer struct {
-	*Service
+	*Daemon
 	t      *testing.T
 	b      *bustest.Bus
 	cfg    *config.Config
@@ -59,7 +59,7 @@ func testConfig(t *testing.T) *config.Config {
 	return cfg
 }
 
-// startServer runs a Service until the test ends. clients may be an empty
+// startServer runs a Daemon until the test ends. clients may be an empty
 // cri.Clients for tests that never reach the runtime.
 func startServer(t *testing.T, cfg *config.Config, clients *cri.Clients, mut func(*Options)) *testServer {
 	t.Helper()
@@ -94,7 +94,7 @@ func startServer(t *testing.T, cfg *config.Config, clients *cri.Clients, mut fun
 	}
 	c := &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{InsecureSkipVerify: true, Certificates: []tls.Certificate{crt}}}}
-	return &testServer{Service: s, t: t, b: b, cfg: cfg, client: c}
+	return &testServer{Daemon: s, t: t, b: b, cfg: cfg, client: c}
 }
 
 // get fetches path from the kubelet API (base "") or from base (the

@@ -18,7 +18,7 @@ import (
 // the current one of a certificate manager that requests it from a
 // kubernetes.io/kubelet-serving CSR and renews it; else the configured or
 // self-signed one (tls.go).
-func (s *Service) setServingCertificate(ctx context.Context, tlsCfg *tls.Config) error {
+func (s *Daemon) setServingCertificate(ctx context.Context, tlsCfg *tls.Config) error {
 	if !s.cfg.Server.ServerTLSBootstrap {
 		cert, err := servingCertificate(s.cfg)
 		if err != nil {
@@ -61,7 +61,7 @@ type observedAddresses struct {
 // second until the node has registered some.
 const addressesPeriod = 10 * time.Second
 
-func (o *observedAddresses) run(ctx context.Context, s *Service) {
+func (o *observedAddresses) run(ctx context.Context, s *Daemon) {
 	for {
 		node, err := s.nodeKube.CoreV1().Nodes().Get(ctx, s.nodeName, metav1.GetOptions{})
 		if err != nil {

@@ -19,7 +19,7 @@ import (
 )
 
 // responder is the kubelet's: a proxy error is a 500 with its text.
-type responder struct{ s *Service }
+type responder struct{ s *Daemon }
 
 func (r responder) Error(w http.ResponseWriter, req *http.Request, err error) {
 	r.s.log.Error("Error while proxying request", "path", req.URL.Path, "err", err)
@@ -28,7 +28,7 @@ func (r responder) Error(w http.ResponseWriter, req *http.Request, err error) {
 
 // streamPod finds the request's pod for exec, attach, run and
 // port-forward; the 404 text is the kubelet's.
-func (s *Service) streamPod(w http.ResponseWriter, r *http.Request) (*corev1.Pod, bool) {
+func (s *Daemon) streamPod(w http.ResponseWriter, r *http.Request) (*corev1.Pod, bool) {
 	pod, ok := s.pods.get(r.Context(), r.PathValue("podNamespace"), r.PathValue("podID"))
 	if !ok {
 		writeErrorString(w, http.StatusNotFound, "pod does not exist")
@@ -39,7 +39,7 @@ func (s *Service) streamPod(w http.ResponseWriter, r *http.Request) (*corev1.Pod
 
 // runningContainer is the kubelet's findContainer: the newest running
 // instance of the pod's container.
-func (s *Service) runningContainer(ctx context.Context, pod *corev1.Pod, name string) (string, error) {
+func (s *Daemon) runningContainer(ctx context.Context, pod *corev1.Pod, name string) (string, error) {
 	resp, err := s.cri.Runtime.ListContainers(ctx, &runtimeapi.ContainerFilter{
 		State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING},
 		LabelSelector: map[string]string{
@@ -65,7 +65,7 @@ func (s *Service) runningContainer(ctx context.Context, pod *corev1.Pod, name st
 // connection to the runtime's streaming URL with UpgradeAwareHandler, and
 // for kubectl's WebSocket (v5.channel.k8s.io) translate it to SPDY towards
 // the runtime with the StreamTranslatorHandler.
-func (s *Service) proxyStream(w http.ResponseWriter, r *http.Request, u *url.URL, opts *remotecommandserver.Options) {
+func (s *Daemon) proxyStream(w http.ResponseWriter, r *http.Request, u *url.URL, opts *remotecommandserver.Options) {
 	var h http.Handler = proxy.NewUpgradeAwareHandler(u, nil /*transport*/, false /*wrapTransport*/, true /*upgradeRequired*/, responder{s})
 	if wsstream.IsWebSocketRequestWithStreamCloseProtocol(r) {
 		h = translator.NewStreamTranslatorHandler(u, nil, 0, translator.Options{
@@ -76,7 +76,7 @@ func (s *Service) proxyStream(w http.ResponseWriter, r *http.Request, u *url.URL
 }
 
 // serveExec is the kubelet's getExec: CRI Exec gives a streaming URL.
-func (s *Service) serveExec(w http.ResponseWriter, r *http.Request) {
+func (s *Daemon) serveExec(w http.ResponseWriter, r *http.Request) {
 	s.serveRemoteCommand(w, r, "Exec", func(ctx context.Context, id string, o *remotecommandserver.Options) (string, error) {
 		resp, err := s.cri.Runtime.Exec(ctx, &runtimeapi.ExecRequest{ContainerId: id,
 			Cmd: r.URL.Query()[corev1.ExecCommandParam], Tty: o.TTY, Stdin: o.Stdin, Stdout: o.Stdout, Stderr: o.Stderr})
@@ -85,7 +85,7 @@ func (s *Service) serveExec(w http.ResponseWriter, r *http.Request) {
 }
 
 // serveAttach is the kubelet's getAttach: CRI Attach gives a streaming URL.
-func (s *Service) serveAttach(w http.ResponseWriter, r *http.Request) {
+func (s *Daemon) serveAttach(w http.ResponseWriter, r *http.Request) {
 	s.serveRemoteCommand(w, r, "Attach", func(ctx context.Context, id string, o *remotecommandserver.Options) (string, error) {
 		resp, err := s.cri.Runtime.Attach(ctx, &runtimeapi.AttachRequest{ContainerId: id,
 			Tty: o.TTY, Stdin: o.Stdin, Stdout: o.Stdout, Stderr: o.Stderr})
@@ -96,7 +96,7 @@ func (s *Service) serveAttach(w http.ResponseWriter, r *http.Request) {
 // serveRemoteCommand is what exec and attach share: the options from the
 // request, the pod's running container, the streaming URL CRI gives for it
 // (streamURL), and the proxied stream.
-func (s *Service) serveRemoteCommand(w http.ResponseWriter, r *http.Request, what string,
+func (s *Daemon) serveRemoteCommand(w http.ResponseWriter, r *http.Request, what string,
 	streamURL func(ctx context.Context, containerID string, o *remotecommandserver.Options) (string, error)) {
 	opts, err := remotecommandserver.NewOptions(r)
 	if err != nil {
@@ -129,7 +129,7 @@ func (s *Service) serveRemoteCommand(w http.ResponseWriter, r *http.Request, wha
 // servePortForward is the kubelet's getPortForward: CRI PortForward on the
 // pod's sandbox; kubectl's WebSocket tunnel (SPDY over WebSocket) is
 // unwrapped by the TunnelingHandler.
-func (s *Service) servePortForward(w http.ResponseWriter, r *http.Request) {
+func (s *Daemon) servePortForward(w http.ResponseWriter, r *http.Request) {
 	tunnel := wsstream.IsWebSocketRequestWithTunnelingProtocol(r)
 	opts := &portforward.V4Options{}
 	if !tunnel {
@@ -178,7 +178,7 @@ func (s *Service) servePortForward(w http.ResponseWriter, r *http.Request) {
 
 // serveRun is the kubelet's getRun: ExecSync of the space-separated cmd
 // query parameter, stdout and stderr together in the answer.
-func (s *Service) serveRun(w http.ResponseWriter, r *http.Request) {
+func (s *Daemon) serveRun(w http.ResponseWriter, r *http.Request) {
 	pod, ok := s.streamPod(w, r)
 	if !ok {
 		return

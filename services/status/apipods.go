@@ -35,7 +35,7 @@ import (
 // client is rate limited by sources.kubeAPIQPS/kubeAPIBurst. The pods of
 // this node come from an informer (field selector spec.nodeName).
 type apiSync struct {
-	s      *Service
+	s      *Daemon
 	kube   kubernetes.Interface
 	lister corelisters.PodLister
 	synced cache.InformerSynced
@@ -46,7 +46,7 @@ type apiSync struct {
 	latest map[types.UID]*corev1.Pod
 }
 
-func newAPISync(s *Service, kube kubernetes.Interface) *apiSync {
+func newAPISync(s *Daemon, kube kubernetes.Interface) *apiSync {
 	return &apiSync{
 		s:    s,
 		kube: kube,
@@ -111,7 +111,7 @@ func (a *apiSync) run(ctx context.Context) {
 }
 
 // podKeys lists namespace/name of every desired pod and record.
-func (s *Service) podKeys() []string {
+func (s *Daemon) podKeys() []string {
 	s.st.mu.Lock()
 	defer s.st.mu.Unlock()
 	var out []string
@@ -137,7 +137,7 @@ type podInfo struct {
 // podsByName finds the desired pods called namespace/name (two while a pod
 // is replaced by another of the same name) and whether every input bucket
 // has been loaded. The caller must not hold s.st.mu.
-func (s *Service) podsByName(ns, name string) ([]podInfo, bool) {
+func (s *Daemon) podsByName(ns, name string) ([]podInfo, bool) {
 	s.st.mu.Lock()
 	defer s.st.mu.Unlock()
 	var out []podInfo

@@ -42,7 +42,7 @@ func TestContainerdNodeInfo(t *testing.T) {
 		return strings.HasPrefix(ni.ContainerRuntimeVersion, "containerd://") && hasBusybox
 	})
 
-	m := metricsText(t, s.Service)
+	m := metricsText(t, s.Daemon)
 	for _, want := range []string{`nodelet_runtime_operations_duration_seconds_count{operation_type="list_images"}`,
 		`nodelet_runtime_operations_total{operation_type="version"}`} {
 		if !strings.Contains(m, want) {

@@ -54,7 +54,7 @@ const (
 // handled again after a crash produces the same create (AlreadyExists) or
 // the same absolute count patch, never a second copy.
 type eventPoster struct {
-	s    *Service
+	s    *Daemon
 	sink record.EventSink
 	clk  *eventClock
 	corr *record.EventCorrelator
@@ -67,7 +67,7 @@ type eventPoster struct {
 	handled uint64
 }
 
-func newEventPoster(s *Service, kube kubernetes.Interface) *eventPoster {
+func newEventPoster(s *Daemon, kube kubernetes.Interface) *eventPoster {
 	clk := &eventClock{}
 	return &eventPoster{
 		s:    s,

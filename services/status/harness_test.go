@@ -49,9 +49,9 @@ func newHarness(t *testing.T) *harness {
 	}
 }
 
-// running is a started Service; stop cancels it and waits for Run.
+// running is a started Daemon; stop cancels it and waits for Run.
 type runningSvc struct {
-	*Service
+	*Daemon
 	stop func()
 }
 
@@ -65,7 +65,7 @@ func (h *harness) start(mut func(*Options)) *runningSvc {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	return &runningSvc{Service: s, stop: testenv.Start(h.t, s.Run)}
+	return &runningSvc{Daemon: s, stop: testenv.Start(h.t, s.Run)}
 }
 
 func (h *harness) put(c *bus.Conn, bucket, key string, m schemas.Message) {
@@ -154,7 +154,7 @@ func waitFor(t *testing.T, timeout time.Duration, what string, ok func() bool) {
 
 // metricsText is nodelet-status's metrics as nodelet-server scrapes them
 // from its metrics socket.
-func metricsText(t *testing.T, s *Service) string {
+func metricsText(t *testing.T, s *Daemon) string {
 	t.Helper()
 	fams, err := s.Gatherer().Gather()
 	if err != nil {

@@ -19,7 +19,7 @@ const NodeLeaseNamespace = corev1.NamespaceNodeLease
 // owned by the Node so it goes when the Node goes. It starts once the Node
 // is registered and runs until ctx ends. The Lease is not deleted on stop:
 // a stopped nodelet-status is a node whose heartbeat stopped.
-func (s *Service) runLease(ctx context.Context, kube kubernetes.Interface) {
+func (s *Daemon) runLease(ctx context.Context, kube kubernetes.Interface) {
 	select {
 	case <-ctx.Done():
 		return
@@ -36,7 +36,7 @@ func (s *Service) runLease(ctx context.Context, kube kubernetes.Interface) {
 
 // setNodeOwner makes the Node the Lease's owner (the kubelet's
 // setNodeOwnerFunc).
-func (s *Service) setNodeOwner(l *coordinationv1.Lease) error {
+func (s *Daemon) setNodeOwner(l *coordinationv1.Lease) error {
 	if len(l.OwnerReferences) > 0 {
 		return nil
 	}

@@ -24,7 +24,7 @@ import (
 // when it changed or nodeStatusReportFrequency passed, and writes it to the
 // node bucket in every mode.
 type nodeSync struct {
-	s    *Service
+	s    *Daemon
 	kube kubernetes.Interface
 
 	mu         sync.Mutex
@@ -37,7 +37,7 @@ type nodeSync struct {
 	criVersion string
 }
 
-func newNodeSync(s *Service, kube kubernetes.Interface) *nodeSync {
+func newNodeSync(s *Daemon, kube kubernetes.Interface) *nodeSync {
 	return &nodeSync{s: s, kube: kube, registered: make(chan struct{})}
 }
 
@@ -304,6 +304,6 @@ func nodeRef(name string) corev1.ObjectReference {
 
 // emitNodeEvent puts a node event on the bus; in API mode the events
 // consumer posts it like every other component's.
-func (s *Service) emitNodeEvent(typ, reason, msg string) {
+func (s *Daemon) emitNodeEvent(typ, reason, msg string) {
 	s.bus.Emit(schemas.Event{Object: nodeRef(s.nodeName), Type: typ, Reason: reason, Message: msg, Time: s.clock.Now().UTC()})
 }

@@ -172,7 +172,7 @@ func TestNodeRecordFollowsRuntime(t *testing.T) {
 		t.Errorf("node record: name %s capacity %v nodeInfo %+v", rec.Node.Name, rec.Node.Status.Capacity, rec.Node.Status.NodeInfo)
 	}
 	// nodelet-status's own metrics, which nodelet-server federates into /metrics.
-	m := metricsText(t, s.Service)
+	m := metricsText(t, s.Daemon)
 	for _, name := range []string{"nodelet_running_pods", "nodelet_running_containers", "go_goroutines", "process_cpu_seconds_total"} {
 		if !strings.Contains(m, name) {
 			t.Errorf("metrics lack %s", name)
@@ -191,7 +191,7 @@ func TestBusMetrics(t *testing.T) {
 	h.observe(pod, runningObserved(pod, "10.88.0.3", 1))
 	h.waitRecord(pod.UID, "Running", func(r *schemas.PodStatusRecord) bool { return r.Status.Phase == corev1.PodRunning })
 	waitFor(t, 10*time.Second, "metrics", func() bool {
-		m := metricsText(t, s.Service)
+		m := metricsText(t, s.Daemon)
 		return strings.Contains(m, "nodelet_pod_start_duration_seconds_count 1") &&
 			strings.Contains(m, "nodelet_running_pods 1") &&
 			strings.Contains(m, `nodelet_running_containers{container_state="running"} 2`) &&

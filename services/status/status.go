@@ -35,7 +35,7 @@ func Spec() daemon.Spec {
 	return daemon.Spec{Component: bus.Status, Run: Run}
 }
 
-// Options are what a Service runs with. Run builds them from the daemon's
+// Options are what a Daemon runs with. Run builds them from the daemon's
 // environment; tests build them directly.
 type Options struct {
 	Config *config.Config
@@ -58,8 +58,8 @@ type Options struct {
 // MachineInfoFunc returns the node's cAdvisor MachineInfo.
 type MachineInfoFunc func() (*cadvisorapi.MachineInfo, error)
 
-// Service is a running nodelet-status.
-type Service struct {
+// Daemon is a running nodelet-status.
+type Daemon struct {
 	cfg      *config.Config
 	log      *slog.Logger
 	bus      *bus.Conn
@@ -81,9 +81,9 @@ type Service struct {
 	events   *eventPoster
 }
 
-// New builds a Service. It checks what can be checked before running: the
+// New builds a Daemon. It checks what can be checked before running: the
 // node's address.
-func New(o Options) (*Service, error) {
+func New(o Options) (*Daemon, error) {
 	if o.Config == nil || o.Bus == nil {
 		return nil, fmt.Errorf("status: Config and Bus are required")
 	}
@@ -100,7 +100,7 @@ func New(o Options) (*Service, error) {
 	// node.name plays the kubelet's --hostname-override: the hostname label
 	// and address name the node as admission and the API know it.
 	hostname := o.Config.Node.Name
-	s := &Service{
+	s := &Daemon{
 		cfg: o.Config, log: o.Log, bus: o.Bus, cri: o.CRI, clock: o.Clock,
 		nodeName: o.Config.Node.Name, hostname: strings.ToLower(hostname), hostIPs: ips,
 		st:       newStore(),
@@ -130,7 +130,7 @@ func New(o Options) (*Service, error) {
 }
 
 // machineInfo is cAdvisor's MachineInfo, read once.
-func (s *Service) machineInfo() (*cadvisorapi.MachineInfo, error) {
+func (s *Daemon) machineInfo() (*cadvisorapi.MachineInfo, error) {
 	if s.machineF != nil {
 		return s.machineF()
 	}
@@ -139,10 +139,10 @@ func (s *Service) machineInfo() (*cadvisorapi.MachineInfo, error) {
 
 // Gatherer is nodelet-status's metrics registry, served on its metrics
 // socket for nodelet-server's /metrics.
-func (s *Service) Gatherer() prometheus.Gatherer { return s.registry }
+func (s *Daemon) Gatherer() prometheus.Gatherer { return s.registry }
 
 // Run serves until ctx ends.
-func (s *Service) Run(ctx context.Context) error {
+func (s *Daemon) Run(ctx context.Context) error {
 	// nodelet-server federates these into the node's /metrics.
 	if err := daemon.ServeMetrics(ctx, s.cfg.Node.StateDir, bus.Status, s.registry); err != nil {
 		s.log.Warn("Metrics not served", "err", err)

@@ -14,7 +14,7 @@ import (
 // status bucket, one pod at a time so that writes happen in order. The
 // writer stores only what changed, so recomputing after a restart writes
 // nothing when nothing happened.
-func (s *Service) statusLoop(ctx context.Context) {
+func (s *Daemon) statusLoop(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -53,7 +53,7 @@ func (s *Service) statusLoop(ctx context.Context) {
 
 // syncPodStatus computes one pod's status and writes it when it changed;
 // a pod gone from both the desired and the observed bucket loses its key.
-func (s *Service) syncPodStatus(ctx context.Context, uid string) error {
+func (s *Daemon) syncPodStatus(ctx context.Context, uid string) error {
 	start := s.clock.Now()
 	s.st.mu.Lock()
 	in, ok := s.st.podInputsLocked(uid)
@@ -135,7 +135,7 @@ func (s *Service) syncPodStatus(ctx context.Context, uid string) error {
 }
 
 // notifyKey tells the API syncer that the pod namespace/name changed.
-func (s *Service) notifyKey(key string) {
+func (s *Daemon) notifyKey(key string) {
 	if s.api != nil && key != "" {
 		s.api.queue.Add(key)
 	}
