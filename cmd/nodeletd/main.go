@@ -13,6 +13,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -20,6 +21,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/internal/busd"
 	"github.com/nodelet/nodelet/internal/daemon"
 	"github.com/nodelet/nodelet/internal/supervisor"
@@ -30,18 +32,21 @@ import (
 	"github.com/nodelet/nodelet/services/server"
 	"github.com/nodelet/nodelet/services/sources"
 	"github.com/nodelet/nodelet/services/status"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
-// daemons maps each component's name to its main.
+// daemons maps each component's name to its main: the daemon frame
+// (internal/daemon) around the package's Run, with its metrics when it has
+// any.
 var daemons = map[string]func(args []string, stderr io.Writer) int{
 	"bus":       busd.Run,
-	"sources":   spec(sources.Spec()),
-	"admission": spec(admission.Spec()),
-	"runtime":   spec(runtime.Spec()),
-	"prober":    spec(prober.Spec()),
-	"status":    spec(status.Spec()),
-	"server":    spec(server.Spec()),
-	"gc":        spec(gc.Spec()),
+	"sources":   frame(bus.Sources, sources.Run, nil),
+	"admission": frame(bus.Admission, admission.Run, nil),
+	"runtime":   frame(bus.Runtime, runtime.Run, nil),
+	"prober":    frame(bus.Prober, prober.Run, prober.Gatherer()),
+	"status":    frame(bus.Status, status.Run, nil),
+	"server":    frame(bus.KubeletServer, server.Run, nil),
+	"gc":        frame(bus.GC, gc.Run, gc.Gatherer()),
 }
 
 // tools are the other processes nodeletd runs: the supervisor (what
@@ -50,7 +55,8 @@ var tools = map[string]func(args []string, stderr io.Writer) int{
 	"supervisor": supervisor.Main,
 }
 
-func spec(s daemon.Spec) func([]string, io.Writer) int {
+func frame(component string, run func(context.Context, *daemon.Env) error, metrics prometheus.Gatherer) func([]string, io.Writer) int {
+	s := daemon.Spec{Component: component, Run: run, Metrics: metrics}
 	return func(args []string, stderr io.Writer) int { return daemon.Run(s, args, stderr) }
 }
 

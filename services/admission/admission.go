@@ -92,6 +92,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sort"
 	"strings"
 
@@ -100,36 +101,50 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/bus"
+	"github.com/nodelet/nodelet/internal/config"
 	"github.com/nodelet/nodelet/internal/daemon"
 	"github.com/nodelet/nodelet/internal/nodestatus"
 )
 
-// Spec describes nodelet-admission to the daemon frame.
-func Spec() daemon.Spec {
-	return daemon.Spec{Component: bus.Admission, Run: Run}
-}
-
-// Options adjust the daemon for tests; the zero value is production.
+// Options are what nodelet-admission runs with. Run builds them from the
+// daemon's environment; tests build them directly.
 type Options struct {
+	Config *config.Config
+	Log    *slog.Logger
+	Bus    *bus.Conn
+	// Health says whether the daemon is ready and why not; nil ignores it.
+	Health func(ready bool, message string)
 	// Capacity reports the machine's resources; nil reads them with
 	// cAdvisor (MachineCapacity on node.stateDir).
 	Capacity Capacity
 	// Clock stamps verdicts and events; nil is the real clock.
 	Clock clock.PassiveClock
 	// Volumes reads CSI attach limits and pods' CSI volumes; nil reads
-	// them from the API server when sources.kubeconfig is set (else no
+	// them from the API server when node.kubeconfig is set (else no
 	// attach limit is checked).
 	Volumes VolumeSource
 }
 
-// Run serves until ctx is done.
+// Run is nodelet-admission under the daemon frame.
 func Run(ctx context.Context, env *daemon.Env) error {
-	return Options{}.Run(ctx, env)
+	d, err := New(Options{Config: env.Config, Log: env.Log, Bus: env.Bus, Health: env.SetHealth})
+	if err != nil {
+		return err
+	}
+	return d.Run(ctx)
 }
 
-// Run serves until ctx is done, with o.
-func (o Options) Run(ctx context.Context, env *daemon.Env) error {
-	cfg := env.Config
+// Daemon is nodelet-admission: the node as admission sees it and the
+// controller that decides.
+type Daemon struct {
+	o Options
+	c *controller
+}
+
+// New reads the node's capacity, builds the node admission decides on and
+// checks admission's settings.
+func New(o Options) (*Daemon, error) {
+	cfg := o.Config
 	capSource := o.Capacity
 	if capSource == nil {
 		capSource = MachineCapacity{Dir: cfg.Node.StateDir}
@@ -138,33 +153,39 @@ func (o Options) Run(ctx context.Context, env *daemon.Env) error {
 	var fsErr *nodestatus.FsError
 	switch {
 	case errors.As(err, &fsErr):
-		env.Log.Warn("Node has no ephemeral-storage capacity: pods that request it will be refused", "err", err)
+		o.Log.Warn("Node has no ephemeral-storage capacity: pods that request it will be refused", "err", err)
 	case err != nil:
-		return fmt.Errorf("node capacity: %w", err)
+		return nil, fmt.Errorf("node capacity: %w", err)
 	}
 	node, err := NodeFromConfig(cfg, capacity)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	env.Log.Info("Admitting pods to node", "node", node.Name,
+	o.Log.Info("Admitting pods to node", "node", node.Name,
 		"allocatable", formatResources(node.Status.Allocatable), "taints", len(node.Spec.Taints), "disabled", cfg.Admission.Disabled)
-	clk := o.Clock
-	if clk == nil {
-		clk = clock.RealClock{}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	if o.Health == nil {
+		o.Health = func(bool, string) {}
 	}
 	sysctls, err := NewSysctlHandler(cfg.Admission.AllowedUnsafeSysctls, "")
 	if err != nil {
-		return fmt.Errorf("admission.allowedUnsafeSysctls: %w", err)
+		return nil, fmt.Errorf("admission.allowedUnsafeSysctls: %w", err)
 	}
-	c := newController(env.Log, env.Bus, env.SetHealth, clk, node, sysctls, cfg.Admission.Disabled)
-	vols := o.Volumes
-	if vols == nil && cfg.NodeKubeconfig() != "" {
-		vols = NewAPIVolumes(ctx, cfg, env.Log)
+	return &Daemon{o: o, c: newController(o.Log, o.Bus, o.Health, o.Clock, node, sysctls, cfg.Admission.Disabled)}, nil
+}
+
+// Run decides until ctx is done.
+func (d *Daemon) Run(ctx context.Context) error {
+	vols := d.o.Volumes
+	if vols == nil && d.o.Config.NodeKubeconfig() != "" {
+		vols = NewAPIVolumes(ctx, d.o.Config, d.o.Log)
 	}
 	if vols != nil {
-		c.admitter.handlers = append(c.admitter.handlers, &VolumeLimitsHandler{Source: vols, Log: env.Log})
+		d.c.admitter.handlers = append(d.c.admitter.handlers, &VolumeLimitsHandler{Source: vols, Log: d.o.Log})
 	}
-	return c.run(ctx)
+	return d.c.run(ctx)
 }
 
 // formatResources renders rl as "cpu=2,memory=4Gi,...", sorted by name.

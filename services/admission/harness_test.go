@@ -13,7 +13,6 @@ import (
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/bus/bustest"
 	"github.com/nodelet/nodelet/internal/config"
-	"github.com/nodelet/nodelet/internal/daemon"
 	"github.com/nodelet/nodelet/internal/testenv"
 	"github.com/nodelet/nodelet/internal/testenv/eventually"
 	"github.com/nodelet/nodelet/schemas"
@@ -67,9 +66,11 @@ func (h *harness) start() {
 		h.t.Fatal("already running")
 	}
 	conn := h.b.Connect(bus.Admission)
-	env := &daemon.Env{Config: h.cfg, Log: bustest.Logger(), Bus: conn, Component: bus.Admission, Started: time.Now()}
-	opts := Options{Capacity: twoCPU, Volumes: h.volumes}
-	h.stopRun = testenv.Start(h.t, func(ctx context.Context) error { return opts.Run(ctx, env) })
+	d, err := New(Options{Config: h.cfg, Log: bustest.Logger(), Bus: conn, Capacity: twoCPU, Volumes: h.volumes})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.stopRun = testenv.Start(h.t, d.Run)
 }
 
 // stop cancels the daemon and waits for Run to return.

@@ -68,11 +68,6 @@ import (
 	"github.com/nodelet/nodelet/schemas"
 )
 
-// Spec describes nodelet-gc to the daemon frame.
-func Spec() daemon.Spec {
-	return daemon.Spec{Component: bus.GC, Run: Run, Metrics: Gatherer()}
-}
-
 // Run serves until ctx is done.
 func Run(ctx context.Context, env *daemon.Env) error {
 	clients, err := cri.Dial(ctx, &env.Config.Runtime)

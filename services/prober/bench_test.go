@@ -121,7 +121,10 @@ func BenchmarkProber110Pods(b *testing.B) {
 		put(bus.BucketObserved, uid, o)
 		keys = append(keys, probeKey{uid: uid, container: "a", kind: schemas.ProbeReadiness})
 	}
-	m := New(Options{Bus: bb.Connect(bus.Prober), Log: bustest.Logger()})
+	m, err := New(Options{Bus: bb.Connect(bus.Prober), Log: bustest.Logger()})
+	if err != nil {
+		b.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- m.Run(ctx) }()

@@ -107,7 +107,10 @@ func (e *busEnv) startProber(o Options, r runner) (m *Daemon, stop func()) {
 		o.Log = bustest.Logger()
 	}
 	if r == nil {
-		m = New(o)
+		var err error
+		if m, err = New(o); err != nil {
+			e.t.Fatal(err)
+		}
 	} else {
 		m = newManager(o, r, conn)
 		m.conn = conn

@@ -90,14 +90,15 @@ type podState struct {
 	limiter  flowcontrol.PassiveRateLimiter
 }
 
-// New returns a manager; Run starts it.
-func New(o Options) *Daemon {
+// New builds nodelet-prober; Run starts it.
+func New(o Options) (*Daemon, error) {
+	if o.Bus == nil {
+		return nil, errors.New("prober: no bus connection")
+	}
 	m := newManager(o, newHandlers(o.Runtime), nil)
 	m.conn = o.Bus
-	if o.Bus != nil {
-		m.events = o.Bus
-	}
-	return m
+	m.events = o.Bus
+	return m, nil
 }
 
 func newManager(o Options, r runner, ev eventSink) *Daemon {

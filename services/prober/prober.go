@@ -26,15 +26,9 @@ import (
 
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 
-	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/internal/cri"
 	"github.com/nodelet/nodelet/internal/daemon"
 )
-
-// Spec describes nodelet-prober to the daemon frame.
-func Spec() daemon.Spec {
-	return daemon.Spec{Component: bus.Prober, Run: Run, Metrics: Gatherer()}
-}
 
 // Run serves until ctx is done.
 func Run(ctx context.Context, env *daemon.Env) error {
@@ -43,14 +37,18 @@ func Run(ctx context.Context, env *daemon.Env) error {
 	if err != nil {
 		return fmt.Errorf("exec probes need the runtime: %w", err)
 	}
-	return New(Options{
+	d, err := New(Options{
 		Bus:                 env.Bus,
 		Runtime:             clients.Runtime,
 		Log:                 env.Log,
 		HostIP:              hostIP(env.Config.Node.Address),
 		MaxConcurrentProbes: env.Config.Prober.MaxConcurrentProbes,
 		SetHealth:           env.SetHealth,
-	}).Run(ctx)
+	})
+	if err != nil {
+		return err
+	}
+	return d.Run(ctx)
 }
 
 // hostIP is the address probed for host-network pods: node.address, or

@@ -124,11 +124,6 @@ import (
 	"github.com/nodelet/nodelet/services/runtime/volumes"
 )
 
-// Spec describes nodelet-runtime to the daemon frame.
-func Spec() daemon.Spec {
-	return daemon.Spec{Component: bus.Runtime, Run: Run}
-}
-
 // Run serves until ctx is done.
 func Run(ctx context.Context, env *daemon.Env) error {
 	cfg := env.Config

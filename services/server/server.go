@@ -41,11 +41,6 @@ import (
 	"github.com/nodelet/nodelet/internal/kubeclient"
 )
 
-// Spec describes nodelet-server to the daemon frame.
-func Spec() daemon.Spec {
-	return daemon.Spec{Component: bus.KubeletServer, Run: Run}
-}
-
 // Options are what a Daemon runs with. Run builds them from the daemon's
 // environment; tests build them directly.
 type Options struct {

@@ -40,11 +40,6 @@ import (
 	"github.com/nodelet/nodelet/schemas"
 )
 
-// Spec describes nodelet-sources to the daemon frame.
-func Spec() daemon.Spec {
-	return daemon.Spec{Component: bus.Sources, Run: Run}
-}
-
 // Run is nodelet-sources under the daemon frame.
 func Run(ctx context.Context, env *daemon.Env) error {
 	d, err := New(Options{Config: env.Config, Log: env.Log, Bus: env.Bus, Health: env.SetHealth})

@@ -30,11 +30,6 @@ import (
 	"github.com/nodelet/nodelet/internal/kubeclient"
 )
 
-// Spec describes nodelet-status to the daemon frame.
-func Spec() daemon.Spec {
-	return daemon.Spec{Component: bus.Status, Run: Run}
-}
-
 // Options are what a Daemon runs with. Run builds them from the daemon's
 // environment; tests build them directly.
 type Options struct {
