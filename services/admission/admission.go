@@ -92,7 +92,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"sort"
 	"strings"
 
@@ -100,8 +99,6 @@ import (
 
 	"k8s.io/utils/clock"
 
-	"github.com/nodelet/nodelet/bus"
-	"github.com/nodelet/nodelet/internal/config"
 	"github.com/nodelet/nodelet/internal/daemon"
 	"github.com/nodelet/nodelet/internal/nodestatus"
 )
@@ -109,11 +106,7 @@ import (
 // Options are what nodelet-admission runs with. Run builds them from the
 // daemon's environment; tests build them directly.
 type Options struct {
-	Config *config.Config
-	Log    *slog.Logger
-	Bus    *bus.Conn
-	// Health says whether the daemon is ready and why not; nil ignores it.
-	Health func(ready bool, message string)
+	daemon.Deps
 	// Capacity reports the machine's resources; nil reads them with
 	// cAdvisor (MachineCapacity on node.stateDir).
 	Capacity Capacity
@@ -127,7 +120,7 @@ type Options struct {
 
 // Run is nodelet-admission under the daemon frame.
 func Run(ctx context.Context, env *daemon.Env) error {
-	d, err := New(Options{Config: env.Config, Log: env.Log, Bus: env.Bus, Health: env.SetHealth})
+	d, err := New(Options{Deps: env.Deps()})
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/bus/bustest"
 	"github.com/nodelet/nodelet/internal/config"
+	"github.com/nodelet/nodelet/internal/daemon"
 	"github.com/nodelet/nodelet/internal/testenv"
 	"github.com/nodelet/nodelet/internal/testenv/eventually"
 	"github.com/nodelet/nodelet/schemas"
@@ -66,7 +67,7 @@ func (h *harness) start() {
 		h.t.Fatal("already running")
 	}
 	conn := h.b.Connect(bus.Admission)
-	d, err := New(Options{Config: h.cfg, Log: bustest.Logger(), Bus: conn, Capacity: twoCPU, Volumes: h.volumes})
+	d, err := New(Options{Deps: daemon.Deps{Config: h.cfg, Log: bustest.Logger(), Bus: conn}, Capacity: twoCPU, Volumes: h.volumes})
 	if err != nil {
 		h.t.Fatal(err)
 	}

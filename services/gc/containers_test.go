@@ -16,6 +16,7 @@ import (
 	"github.com/nodelet/nodelet/bus/bustest"
 	"github.com/nodelet/nodelet/internal/config"
 	"github.com/nodelet/nodelet/internal/cri"
+	"github.com/nodelet/nodelet/internal/daemon"
 )
 
 // A container that crashed four times keeps exactly its last dead instance
@@ -236,7 +237,7 @@ func TestContainerGCPolicy(t *testing.T) {
 			cfg := config.Defaults()
 			cfg.Node.PodLogsDir = t.TempDir()
 			cfg.GC.MaxPerPodContainer, cfg.GC.MaxContainers, cfg.GC.MinAge = tc.maxPer, tc.max, tc.minAge
-			g, err := New(Options{Config: cfg, Log: bustest.Logger(), Bus: b.Connect(bus.GC), Runtime: rt, Images: critest.NewFakeImageService()})
+			g, err := New(Options{Deps: daemon.Deps{Config: cfg, Log: bustest.Logger(), Bus: b.Connect(bus.GC)}, Runtime: rt, Images: critest.NewFakeImageService()})
 			if err != nil {
 				t.Fatal(err)
 			}

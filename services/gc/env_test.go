@@ -1,6 +1,7 @@
 package gc
 
 import (
+	"github.com/nodelet/nodelet/internal/daemon"
 	"github.com/nodelet/nodelet/internal/testenv/eventually"
 
 	"context"
@@ -77,8 +78,11 @@ func newTestEnv(t *testing.T) *testEnv {
 // returns once the watch has loaded every bucket.
 func (e *testEnv) newGC(opts ...func(*Options)) (*Daemon, context.CancelFunc) {
 	e.t.Helper()
-	o := Options{Config: e.cfg, Log: bustest.Logger().With("component", "gc"), Bus: e.bus.Connect(bus.GC),
-		Runtime: e.cri.Runtime, Images: e.cri.Image}
+	o := Options{
+		Deps:    daemon.Deps{Config: e.cfg, Log: bustest.Logger().With("component", "gc"), Bus: e.bus.Connect(bus.GC)},
+		Runtime: e.cri.Runtime,
+		Images:  e.cri.Image,
+	}
 	for _, f := range opts {
 		f(&o)
 	}
@@ -405,8 +409,13 @@ func newUnitEnv(t *testing.T) (*bustest.Bus, *config.Config, *clocktesting.FakeC
 // watch until the test ends.
 func newUnitGC(t *testing.T, b *bustest.Bus, cfg *config.Config, clk *clocktesting.FakeClock, m Measurer) *Daemon {
 	t.Helper()
-	g, err := New(Options{Config: cfg, Log: bustest.Logger(), Bus: b.Connect(bus.GC), Clock: clk, Measurer: m,
-		Runtime: critest.NewFakeRuntimeService(), Images: critest.NewFakeImageService()})
+	g, err := New(Options{
+		Deps:     daemon.Deps{Config: cfg, Log: bustest.Logger(), Bus: b.Connect(bus.GC)},
+		Clock:    clk,
+		Measurer: m,
+		Runtime:  critest.NewFakeRuntimeService(),
+		Images:   critest.NewFakeImageService(),
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -74,8 +74,11 @@ func Run(ctx context.Context, env *daemon.Env) error {
 	if err != nil {
 		return err
 	}
-	g, err := New(Options{Config: env.Config, Log: env.Log, Bus: env.Bus,
-		Runtime: clients.Runtime, Images: clients.Image, SetHealth: env.SetHealth})
+	g, err := New(Options{
+		Deps:    env.Deps(),
+		Runtime: clients.Runtime,
+		Images:  clients.Image,
+	})
 	if err != nil {
 		return err
 	}
@@ -84,9 +87,7 @@ func Run(ctx context.Context, env *daemon.Env) error {
 
 // Options are what New needs. Config, Bus, Runtime and Images are required.
 type Options struct {
-	Config  *config.Config
-	Log     *slog.Logger
-	Bus     *bus.Conn
+	daemon.Deps
 	Runtime internalapi.RuntimeService
 	Images  internalapi.ImageManagerService
 	// Clock drives periods, ages and grace periods. Default: the real clock.
@@ -94,8 +95,6 @@ type Options struct {
 	// Measurer measures node and pod usage. Default: /proc, cgroups, statfs
 	// and CRI (see nodeMeasurer).
 	Measurer Measurer
-	// SetHealth reports whether gc can do its job (e.g. CRI reachable).
-	SetHealth func(ready bool, message string)
 }
 
 // Daemon is one nodelet-gc.

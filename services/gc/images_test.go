@@ -15,6 +15,7 @@ import (
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/bus/bustest"
 	"github.com/nodelet/nodelet/internal/config"
+	"github.com/nodelet/nodelet/internal/daemon"
 	"github.com/nodelet/nodelet/internal/images"
 	"github.com/nodelet/nodelet/schemas"
 )
@@ -166,7 +167,7 @@ func TestImageGCMaximumAgeAndPinned(t *testing.T) {
 	rt.SetFakeContainers([]*critest.FakeContainer{deadOf("c1", "used")})
 	conn := b.Connect(bus.GC)
 	fs := &fakeMeasurer{node: func(ns *NodeStats) { ns.ImageFs = &FsStats{Capacity: 100, Available: 90} }}
-	g, err := New(Options{Config: cfg, Log: bustest.Logger(), Bus: conn, Runtime: rt, Images: is, Clock: clk, Measurer: fs})
+	g, err := New(Options{Deps: daemon.Deps{Config: cfg, Log: bustest.Logger(), Bus: conn}, Runtime: rt, Images: is, Clock: clk, Measurer: fs})
 	if err != nil {
 		t.Fatal(err)
 	}

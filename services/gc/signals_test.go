@@ -14,6 +14,7 @@ import (
 
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/bus/bustest"
+	"github.com/nodelet/nodelet/internal/daemon"
 )
 
 // memory.available = MemTotal − working set of the root cgroup (v1), or
@@ -85,15 +86,18 @@ func TestRunReportsRuntimeHealth(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var health []bool
-	g, err := New(Options{Config: cfg, Log: bustest.Logger(), Bus: b.Connect(bus.GC), Runtime: rt,
-		Images: critest.NewFakeImageService(), Measurer: fm,
-		SetHealth: func(ready bool, msg string) {
+	g, err := New(Options{
+		Deps: daemon.Deps{Config: cfg, Log: bustest.Logger(), Bus: b.Connect(bus.GC), Health: func(ready bool, msg string) {
 			mu.Lock()
 			defer mu.Unlock()
 			if len(health) == 0 || health[len(health)-1] != ready {
 				health = append(health, ready)
 			}
-		}})
+		}},
+		Runtime:  rt,
+		Images:   critest.NewFakeImageService(),
+		Measurer: fm,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

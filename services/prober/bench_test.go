@@ -21,6 +21,7 @@ import (
 
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/bus/bustest"
+	"github.com/nodelet/nodelet/internal/daemon"
 	"github.com/nodelet/nodelet/schemas"
 )
 
@@ -121,7 +122,7 @@ func BenchmarkProber110Pods(b *testing.B) {
 		put(bus.BucketObserved, uid, o)
 		keys = append(keys, probeKey{uid: uid, container: "a", kind: schemas.ProbeReadiness})
 	}
-	m, err := New(Options{Bus: bb.Connect(bus.Prober), Log: bustest.Logger()})
+	m, err := New(Options{Deps: daemon.Deps{Bus: bb.Connect(bus.Prober), Log: bustest.Logger()}})
 	if err != nil {
 		b.Fatal(err)
 	}

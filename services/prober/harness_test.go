@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/nodelet/nodelet/internal/daemon"
 	"github.com/nodelet/nodelet/schemas"
 )
 
@@ -88,7 +89,7 @@ func newHarness(t *testing.T) *harness {
 	fc := clocktesting.NewFakeClock(t0)
 	r := newScriptRunner()
 	ev := &eventRecorder{}
-	m := newManager(Options{Clock: fc, Log: quietLog()}, r, ev)
+	m := newManager(Options{Deps: daemon.Deps{Log: quietLog()}, Clock: fc}, r, ev)
 	m.desiredSynced, m.observedSynced = true, true
 	return &harness{t: t, clock: fc, m: m, runner: r, events: ev}
 }

@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/bus"
+	"github.com/nodelet/nodelet/internal/daemon"
 	"github.com/nodelet/nodelet/schemas"
 )
 
@@ -40,20 +41,18 @@ type eventSink interface {
 
 // Options configure a Daemon.
 type Options struct {
-	// Bus is the connection as bus.Prober.
-	Bus *bus.Conn
+	// Deps: Bus is the connection as bus.Prober, Log defaults to
+	// slog.Default(), Health hears when results cannot be published;
+	// Config is not used.
+	daemon.Deps
 	// Runtime runs exec probes (CRI ExecSync). Without it exec probes error.
 	Runtime internalapi.RuntimeService
-	// Log defaults to slog.Default().
-	Log *slog.Logger
 	// Clock defaults to the real clock.
 	Clock clock.WithTicker
 	// HostIP is probed for host-network pods whose sandbox reports no IP.
 	HostIP string
 	// MaxConcurrentProbes in flight; 0 is unbounded.
 	MaxConcurrentProbes int
-	// SetHealth (may be nil) hears when results cannot be published.
-	SetHealth func(ready bool, message string)
 }
 
 // Daemon is the kubelet's probe manager as a bus client: it watches the

@@ -38,12 +38,10 @@ func Run(ctx context.Context, env *daemon.Env) error {
 		return fmt.Errorf("exec probes need the runtime: %w", err)
 	}
 	d, err := New(Options{
-		Bus:                 env.Bus,
+		Deps:                env.Deps(),
 		Runtime:             clients.Runtime,
-		Log:                 env.Log,
 		HostIP:              hostIP(env.Config.Node.Address),
 		MaxConcurrentProbes: env.Config.Prober.MaxConcurrentProbes,
-		SetHealth:           env.SetHealth,
 	})
 	if err != nil {
 		return err

@@ -20,6 +20,7 @@ import (
 	"github.com/nodelet/nodelet/internal/cgroups"
 	"github.com/nodelet/nodelet/internal/config"
 	"github.com/nodelet/nodelet/internal/cri"
+	"github.com/nodelet/nodelet/internal/daemon"
 	"github.com/nodelet/nodelet/schemas"
 )
 
@@ -220,7 +221,7 @@ func TestCgroupDriverMismatchRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := New(Options{Config: h.cfg, Log: bustest.Logger(), Bus: h.bus.Connect(bus.Runtime), Runtime: clients.Runtime, Image: clients.Image})
+	m, err := New(Options{Deps: daemon.Deps{Config: h.cfg, Log: bustest.Logger(), Bus: h.bus.Connect(bus.Runtime)}, Runtime: clients.Runtime, Image: clients.Image})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"github.com/nodelet/nodelet/internal/daemon"
 	"github.com/nodelet/nodelet/internal/testenv/eventually"
 
 	"context"
@@ -164,8 +165,9 @@ func (h *harness) start(opt func(*Options)) {
 		h.t.Fatal(err)
 	}
 	opts := Options{
-		Config: h.cfg, Log: bustest.Logger().With("component", "runtime"), Bus: h.bus.Connect(bus.Runtime),
-		Runtime: clients.Runtime, Image: clients.Image,
+		Deps:    daemon.Deps{Config: h.cfg, Log: bustest.Logger().With("component", "runtime"), Bus: h.bus.Connect(bus.Runtime)},
+		Runtime: clients.Runtime,
+		Image:   clients.Image,
 	}
 	if opt != nil {
 		opt(&opts)

@@ -132,9 +132,9 @@ func Run(ctx context.Context, env *daemon.Env) error {
 		return err
 	}
 	opts := Options{
-		Config: cfg, Log: env.Log, Bus: env.Bus,
-		Runtime: clients.Runtime, Image: clients.Image,
-		SetHealth: env.SetHealth,
+		Deps:    env.Deps(),
+		Runtime: clients.Runtime,
+		Image:   clients.Image,
 	}
 	if cfg.NodeKubeconfig() != "" {
 		api, err := NewAPIObjects(ctx, cfg, env.Log)
@@ -190,9 +190,7 @@ type Clock interface {
 
 // Options build a Daemon.
 type Options struct {
-	Config  *config.Config
-	Log     *slog.Logger
-	Bus     *bus.Conn
+	daemon.Deps
 	Runtime internalapi.RuntimeService
 	Image   internalapi.ImageManagerService
 	// Clock defaults to the real clock.
@@ -206,8 +204,6 @@ type Options struct {
 	// NodePodCIDR, when set, returns the pod CIDR an API server assigned
 	// to the node ("" when none yet); it wins over node.podCIDR.
 	NodePodCIDR func(ctx context.Context) string
-	// SetHealth reports the daemon's health in its heartbeats.
-	SetHealth func(ready bool, message string)
 	// HostIPs are status.hostIP(s) for the downward API; default
 	// node.address, else the node's first non-loopback addresses.
 	HostIPs []string
@@ -309,9 +305,6 @@ func New(opts Options) (*Daemon, error) {
 	}
 	if opts.Volumes == nil {
 		opts.Volumes = newVolumeManager(opts, capacity)
-	}
-	if opts.SetHealth == nil {
-		opts.SetHealth = func(bool, string) {}
 	}
 	if len(opts.HostIPs) == 0 {
 		opts.HostIPs = hostIPs(cfg.Node.Address)

@@ -41,12 +41,10 @@ import (
 	"github.com/nodelet/nodelet/internal/kubeclient"
 )
 
-// Options are what a Daemon runs with. Run builds them from the daemon's
-// environment; tests build them directly.
+// Options build nodelet-server: Run fills them in from the environment,
+// tests by hand.
 type Options struct {
-	Config *config.Config
-	Log    *slog.Logger
-	Bus    *bus.Conn
+	daemon.Deps
 	// CRI is the container runtime: logs, exec, attach, port-forward, run.
 	CRI *cri.Clients
 	// Kube does TokenReview and SubjectAccessReview; nil turns bearer
@@ -298,7 +296,7 @@ func Run(ctx context.Context, env *daemon.Env) error {
 	if err != nil {
 		return err
 	}
-	o := Options{Config: cfg, Log: env.Log, Bus: env.Bus, CRI: clients}
+	o := Options{Deps: env.Deps(), CRI: clients}
 	if o.Kube, o.NodeKube, err = KubeClients(ctx, cfg, env.Log); err != nil {
 		if ctx.Err() != nil {
 			return nil

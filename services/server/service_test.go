@@ -64,7 +64,7 @@ func testConfig(t *testing.T) *config.Config {
 func startServer(t *testing.T, cfg *config.Config, clients *cri.Clients, mut func(*Options)) *testServer {
 	t.Helper()
 	b := bustest.StartIn(t, cfg.Node.StateDir)
-	o := Options{Config: cfg, Log: bustest.Logger(), Bus: b.Connect(bus.KubeletServer), CRI: clients}
+	o := Options{Deps: daemon.Deps{Config: cfg, Log: bustest.Logger(), Bus: b.Connect(bus.KubeletServer)}, CRI: clients}
 	if mut != nil {
 		mut(&o)
 	}

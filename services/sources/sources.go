@@ -34,7 +34,6 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/bus"
-	"github.com/nodelet/nodelet/internal/config"
 	"github.com/nodelet/nodelet/internal/daemon"
 	"github.com/nodelet/nodelet/internal/kubeclient"
 	"github.com/nodelet/nodelet/schemas"
@@ -42,7 +41,7 @@ import (
 
 // Run is nodelet-sources under the daemon frame.
 func Run(ctx context.Context, env *daemon.Env) error {
-	d, err := New(Options{Config: env.Config, Log: env.Log, Bus: env.Bus, Health: env.SetHealth})
+	d, err := New(Options{Deps: env.Deps()})
 	if err != nil {
 		return err
 	}
@@ -51,12 +50,7 @@ func Run(ctx context.Context, env *daemon.Env) error {
 
 // Options are what nodelet-sources runs with.
 type Options struct {
-	Config *config.Config
-	Log    *slog.Logger
-	Bus    *bus.Conn
-	// Health says whether the daemon is ready and why not (the daemon
-	// frame's heartbeat); nil ignores it.
-	Health func(ready bool, message string)
+	daemon.Deps
 	// Clock defaults to the real clock.
 	Clock clock.WithTicker
 	// NoWatch turns fsnotify off, leaving the periodic listing.

@@ -23,6 +23,7 @@ import (
 
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/internal/config"
+	"github.com/nodelet/nodelet/internal/daemon"
 	"github.com/nodelet/nodelet/internal/testenv"
 	"github.com/nodelet/nodelet/internal/testenv/eventually"
 	"github.com/nodelet/nodelet/schemas"
@@ -85,7 +86,7 @@ func runStatusHelper() int {
 		log.Error("Cannot build clients", "err", err)
 		return 1
 	}
-	s, err := New(Options{Config: cfg, Log: log, Bus: conn, Kube: kube, EventsKube: events})
+	s, err := New(Options{Deps: daemon.Deps{Config: cfg, Log: log, Bus: conn}, Kube: kube, EventsKube: events})
 	if err != nil {
 		log.Error("Cannot start", "err", err)
 		return 1

@@ -16,6 +16,7 @@ import (
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/bus/bustest"
 	"github.com/nodelet/nodelet/internal/config"
+	"github.com/nodelet/nodelet/internal/daemon"
 	"github.com/nodelet/nodelet/internal/testenv"
 	"github.com/nodelet/nodelet/internal/testenv/eventually"
 	"github.com/nodelet/nodelet/schemas"
@@ -57,7 +58,7 @@ type runningSvc struct {
 
 func (h *harness) start(mut func(*Options)) *runningSvc {
 	h.t.Helper()
-	o := Options{Config: h.cfg, Log: bustest.Logger(), Bus: h.b.Connect(bus.Status)}
+	o := Options{Deps: daemon.Deps{Config: h.cfg, Log: bustest.Logger(), Bus: h.b.Connect(bus.Status)}}
 	if mut != nil {
 		mut(&o)
 	}

@@ -33,9 +33,7 @@ import (
 // Options are what a Daemon runs with. Run builds them from the daemon's
 // environment; tests build them directly.
 type Options struct {
-	Config *config.Config
-	Log    *slog.Logger
-	Bus    *bus.Conn
+	daemon.Deps
 	// CRI is the container runtime, for the runtime version, the node's
 	// images and the stats of pods; nil leaves those out.
 	CRI *cri.Clients
@@ -177,7 +175,7 @@ func (s *Daemon) Run(ctx context.Context) error {
 // the kubelet does before it starts.
 func Run(ctx context.Context, env *daemon.Env) error {
 	cfg := env.Config
-	o := Options{Config: cfg, Log: env.Log, Bus: env.Bus}
+	o := Options{Deps: env.Deps()}
 	clients, err := cri.Dial(ctx, &cfg.Runtime)
 	if err != nil {
 		env.Log.Warn("No container runtime: runtime version, images and pod stats are left out", "err", err)
