@@ -365,11 +365,17 @@ func (m *Daemon) Run(ctx context.Context) error {
 	m.log.Info("Container runtime", "name", v.RuntimeName, "version", v.RuntimeVersion, "apiVersion", v.RuntimeApiVersion)
 	m.network.setVersion(v.RuntimeName, v.RuntimeVersion)
 	if err := m.setupCgroups(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		m.health(false, err.Error())
 		return err
 	}
 
 	if err := m.observed.load(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while starting: not a failure
+		}
 		return fmt.Errorf("load observed state: %w", err)
 	}
 	m.workers = newPodWorkers(ctx, m.clock, m.syncPod)
