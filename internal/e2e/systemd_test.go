@@ -257,6 +257,13 @@ server:
 		t.Fatal(err)
 	}
 	shareSocket(t, ctrd.Address, criGID)
+	// The machine stands for a host, whose cgroup controllers the runtime
+	// writes (pod cgroups, node allocatable); nspawn mounts them read-only.
+	t.Cleanup(func() { removeCgroupDirs("/nodelet-e2e") })
+	m.MustRun(t, "sh", "-c", `for d in /sys/fs/cgroup/*; do
+		case $d in */systemd|*/unified) continue;; esac
+		[ -L "$d" ] || mount -o remount,bind,rw "$d" || exit 1
+	done`)
 	m.MustRun(t, "systemctl", "daemon-reload")
 	began = time.Now()
 	m.MustRun(t, "systemctl", "start", "nodelet.target")
