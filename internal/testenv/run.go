@@ -36,3 +36,24 @@ func Start(t testing.TB, run func(context.Context) error) (stop func()) {
 	t.Cleanup(stop)
 	return stop
 }
+
+// Runner runs one daemon at a time for a test harness: Start after Stop
+// starts a new one, as a restarted process would.
+type Runner struct{ stop func() }
+
+// Start runs run (see Start); a second Start while one runs fails t.
+func (r *Runner) Start(t testing.TB, run func(context.Context) error) {
+	t.Helper()
+	if r.stop != nil {
+		t.Fatal("testenv.Runner: already running")
+	}
+	r.stop = Start(t, run)
+}
+
+// Stop ends the running daemon, if any, and waits for it.
+func (r *Runner) Stop() {
+	if r.stop != nil {
+		r.stop()
+		r.stop = nil
+	}
+}

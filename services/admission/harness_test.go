@@ -37,8 +37,8 @@ type harness struct {
 	mu     sync.Mutex
 	events []schemas.Event
 
-	// stopRun ends the running daemon; nil when none runs.
-	stopRun func()
+	// daemon is the running nodelet-admission.
+	daemon testenv.Runner
 	// volumes, when set, is the daemon's VolumeSource.
 	volumes VolumeSource
 }
@@ -63,24 +63,16 @@ func newHarness(t *testing.T, mutate ...func(*config.Config)) *harness {
 // start runs the daemon on a new connection, as a new process would.
 func (h *harness) start() {
 	h.t.Helper()
-	if h.stopRun != nil {
-		h.t.Fatal("already running")
-	}
 	conn := h.b.Connect(bus.Admission)
 	d, err := New(Options{Deps: daemon.Deps{Config: h.cfg, Log: bustest.Logger(), Bus: conn}, Capacity: twoCPU, Volumes: h.volumes})
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	h.stopRun = testenv.Start(h.t, d.Run)
+	h.daemon.Start(h.t, d.Run)
 }
 
 // stop cancels the daemon and waits for Run to return.
-func (h *harness) stop() {
-	if h.stopRun != nil {
-		h.stopRun()
-		h.stopRun = nil
-	}
-}
+func (h *harness) stop() { h.daemon.Stop() }
 
 func (h *harness) put(p *corev1.Pod) uint64 {
 	h.t.Helper()

@@ -80,8 +80,8 @@ type harness struct {
 	events []schemas.Event
 	flushd []bool
 
-	// stopRun ends the running daemon; nil when none runs.
-	stopRun func()
+	// daemon is the running nodelet-sources.
+	daemon testenv.Runner
 }
 
 func newHarness(t *testing.T, configure func(*config.Config)) *harness {
@@ -143,16 +143,11 @@ func (h *harness) start() {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	h.stopRun = testenv.Start(h.t, d.Run)
+	h.daemon.Start(h.t, d.Run)
 }
 
 // stop cancels Run and waits for it to return.
-func (h *harness) stop() {
-	if h.stopRun != nil {
-		h.stopRun()
-		h.stopRun = nil
-	}
-}
+func (h *harness) stop() { h.daemon.Stop() }
 
 // waitAllReadyFlush waits until Run has published with every source's first
 // list in.
