@@ -140,7 +140,10 @@ func (m *statusMonitor) observe(u bus.Update[schemas.PodStatusRecord]) {
 // restarted, no status regressed and no duplicate sandbox.
 func TestFaults(t *testing.T) {
 	running, creating := faultSizes()
-	n := newNode(t, nodeOptions{})
+	// Every fault adds pods and none go: room for all of them (the long
+	// suite holds 230, past the default maxPods of 110).
+	faultCount := len(bus.Daemons) + 3
+	n := newNode(t, nodeOptions{Node: fmt.Sprintf("  maxPods: %d\n", running+creating*faultCount)})
 	names := map[string]bool{}
 	add := func(k int, prefix string) {
 		for i := 0; i < k; i++ {
@@ -256,6 +259,9 @@ func TestFaults(t *testing.T) {
 			n.WaitReady()
 		}},
 	)
+	if len(faults) != faultCount {
+		t.Fatalf("%d faults, room made for %d", len(faults), faultCount)
+	}
 	var report []string
 	for i, f := range faults {
 		add(creating, fmt.Sprintf("f%d", i))
