@@ -267,7 +267,7 @@ func Start(ctx context.Context, cfg Config, logFile string) (*Process, error) {
 	cmd.Env = withPath(os.Environ())
 	start := cmd.Start
 	if cfg.KillWithParent {
-		start = func() error { return startOnLockedThread(cmd) }
+		start = func() error { return StartOnLockedThread(cmd) }
 	}
 	if err := start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", cfg.Binary, err)
@@ -480,7 +480,10 @@ type spawnRequest struct {
 	done chan error
 }
 
-func startOnLockedThread(cmd *exec.Cmd) error {
+// StartOnLockedThread starts cmd from that goroutine, so that its
+// Pdeathsig holds for the life of this process (testenv's children use it
+// too).
+func StartOnLockedThread(cmd *exec.Cmd) error {
 	spawner.once.Do(func() {
 		spawner.reqs = make(chan spawnRequest)
 		go func() {

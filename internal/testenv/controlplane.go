@@ -22,7 +22,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,6 +29,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodelet/nodelet/internal/containerd"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -557,33 +557,9 @@ func (p *proc) logTail() string {
 	return strings.Join(lines, "\n")
 }
 
-// Pdeathsig fires when the thread that forked the child exits, not the
-// process. Go may retire threads, so all children are forked from one
-// goroutine locked to its thread for the life of the process.
-var spawner struct {
-	once sync.Once
-	reqs chan spawnReq
-}
-
-type spawnReq struct {
-	cmd  *exec.Cmd
-	done chan error
-}
-
-func spawn(cmd *exec.Cmd) error {
-	spawner.once.Do(func() {
-		spawner.reqs = make(chan spawnReq)
-		go func() {
-			runtime.LockOSThread() // never unlocked: the thread lives as long as the process
-			for r := range spawner.reqs {
-				r.done <- r.cmd.Start()
-			}
-		}()
-	})
-	done := make(chan error, 1)
-	spawner.reqs <- spawnReq{cmd: cmd, done: done}
-	return <-done
-}
+// spawn forks from the one locked thread (containerd.StartOnLockedThread):
+// Pdeathsig fires when the forking thread exits, not the process.
+func spawn(cmd *exec.Cmd) error { return containerd.StartOnLockedThread(cmd) }
 
 // -------------------------------------------------------------------- PKI
 

@@ -6,7 +6,6 @@
 package scratch
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -25,6 +24,7 @@ import (
 
 	"github.com/nodelet/nodelet/internal/cni"
 	"github.com/nodelet/nodelet/internal/containerd"
+	"github.com/nodelet/nodelet/internal/hostinfo"
 	"github.com/nodelet/nodelet/internal/images"
 )
 
@@ -447,45 +447,12 @@ func ShimPIDs(address string) []int {
 // MountsUnder lists the mount points at or below dir, deepest first (the
 // order to unmount them in).
 func MountsUnder(dir string) []string {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil
+	ms, _ := hostinfo.MountsUnder(dir)
+	out := make([]string, 0, len(ms))
+	for _, m := range ms {
+		out = append(out, m.Path)
 	}
-	defer f.Close()
-	dir = filepath.Clean(dir)
-	var out []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		mp := unescapeMount(fields[4])
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			out = append(out, mp)
-		}
-	}
-	slices.Reverse(out) // mountinfo lists parents before children
 	return out
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space, ...).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // processes maps every pid to its command line.

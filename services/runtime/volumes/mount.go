@@ -1,78 +1,21 @@
 package volumes
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
-	"strings"
 
+	"github.com/nodelet/nodelet/internal/hostinfo"
 	"golang.org/x/sys/unix"
 )
 
 // mountPoint is one line of /proc/self/mountinfo.
-type mountPoint struct {
-	Path   string
-	FSType string
-}
+type mountPoint = hostinfo.Mount
 
-// mountsUnder lists the mount points at or below dir, deepest first (the
-// order to unmount them in).
-func mountsUnder(dir string) ([]mountPoint, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	dir = filepath.Clean(dir)
-	var out []mountPoint
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64*1024), 1024*1024)
-	for sc.Scan() {
-		// id parent major:minor root mountpoint options [optional...] - fstype source superoptions
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		mp := unescapeMountPath(fields[4])
-		if mp != dir && !strings.HasPrefix(mp, dir+"/") {
-			continue
-		}
-		m := mountPoint{Path: mp}
-		if i := slices.Index(fields, "-"); i >= 0 && i+1 < len(fields) {
-			m.FSType = fields[i+1]
-		}
-		out = append(out, m)
-	}
-	if err := sc.Err(); err != nil {
-		return nil, err
-	}
-	// mountinfo lists parents before children.
-	slices.Reverse(out)
-	return out, nil
-}
-
-// unescapeMountPath undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMountPath(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
+// mountsUnder lists the mount points at or below dir, deepest first.
+func mountsUnder(dir string) ([]mountPoint, error) { return hostinfo.MountsUnder(dir) }
 
 // isMountPoint: something is mounted exactly at path (bind mounts of the
 // same file system included, which a device comparison would miss).
