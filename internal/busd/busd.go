@@ -43,6 +43,7 @@ func Run(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "nodelet-bus: %v\n", err)
 		return config.ExitCode
 	}
+	mem := daemon.ApplyGoMemory(cfg, bus.BusAdmin)
 	log := slog.New(slog.NewTextHandler(stderr, nil)).With("component", bus.BusAdmin)
 	slog.SetDefault(log)
 	if err := os.MkdirAll(cfg.Node.StateDir, 0o755); err != nil {
@@ -69,8 +70,13 @@ func Run(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "nodelet-bus: cannot start: %v\n", err)
 		return 1
 	}
+	// No metrics of its own (the monitor endpoint has them): the socket
+	// serves the Go runtime's profiles.
+	if err := daemon.ServeMetrics(ctx, cfg.Node.StateDir, bus.BusAdmin, nil); err != nil {
+		log.Warn("Metrics not served", "err", err)
+	}
 	_, _ = sddaemon.SdNotify(false, sddaemon.SdNotifyReady)
-	log.Info("Bus ready", "version", version.Version, "listen", srv.Addr(), "store", cfg.Node.StateDir+"/bus")
+	log.Info("Bus ready", append([]any{"version", version.Version, "listen", srv.Addr(), "store", cfg.Node.StateDir + "/bus"}, mem.Args()...)...)
 
 	unhealthy := make(chan error, 1)
 	go watchdog(ctx, cfg.Bus.HeartbeatInterval, srv.Healthy, unhealthy)

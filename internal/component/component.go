@@ -127,6 +127,11 @@ type Component struct {
 	// OwnDirs are the parts of the state dir (relative to it) a component
 	// of its own user owns besides RunDir.
 	OwnDirs []string
+	// MemoryLimit is its process's default soft memory limit (the Go
+	// runtime's GOMEMLIMIT; config memory.limits overrides it): well above
+	// what it uses at maxPods, so that it only bounds runaway growth.
+	MemoryLimit string
+
 	// Systemd is its unit's sandbox.
 	Systemd Systemd
 	// Compose is its docker-compose service.

@@ -21,7 +21,8 @@ const (
 var Declared = Set{
 	{
 		Name: Bus, Process: true, Description: "nodelet bus (embedded NATS with JetStream)",
-		OwnDirs: []string{"bus", "credentials"},
+		MemoryLimit: "128Mi",
+		OwnDirs:     []string{"bus", "credentials"},
 		Systemd: Systemd{
 			Why: []string{
 				"The bus needs its store and the seeds it makes under the state dir",
@@ -33,7 +34,8 @@ var Declared = Set{
 	},
 	{
 		Name: Sources, Process: true, Description: "nodelet pod sources (static files, URL, API server)",
-		Requires: []string{Bus}, NeedsAPI: true,
+		MemoryLimit: "64Mi",
+		Requires:    []string{Bus}, NeedsAPI: true,
 		Writes: []Bucket{{BucketDesired, 5}, {BucketSources, 1}},
 		Reads:  []string{BucketDesired, BucketSources},
 		Events: true, Heartbeats: true,
@@ -55,7 +57,8 @@ var Declared = Set{
 	},
 	{
 		Name: Admission, Process: true, Description: "nodelet pod admission",
-		Requires: []string{Bus, Sources}, NeedsAPI: true,
+		MemoryLimit: "48Mi",
+		Requires:    []string{Bus, Sources}, NeedsAPI: true,
 		Writes: []Bucket{{BucketAdmission, 5}},
 		Reads:  []string{BucketDesired, BucketAdmission, BucketObserved, BucketPressure},
 		Events: true, Heartbeats: true,
@@ -72,7 +75,8 @@ var Declared = Set{
 	},
 	{
 		Name: Runtime, Process: true, Description: "nodelet pod runtime over CRI",
-		Requires: []string{Bus, Admission}, NeedsCRI: true, NeedsAPI: true,
+		MemoryLimit: "96Mi",
+		Requires:    []string{Bus, Admission}, NeedsCRI: true, NeedsAPI: true,
 		Writes: []Bucket{{BucketObserved, 10}, {BucketRuntime, 5}},
 		Reads: []string{BucketDesired, BucketSources, BucketAdmission, BucketObserved, BucketRuntime,
 			BucketProbes, BucketEvictions, BucketStatus},
@@ -128,7 +132,8 @@ var Declared = Set{
 	},
 	{
 		Name: Prober, Process: true, Description: "nodelet probes",
-		Requires: []string{Bus, Runtime}, NeedsCRI: true,
+		MemoryLimit: "48Mi",
+		Requires:    []string{Bus, Runtime}, NeedsCRI: true,
 		Writes: []Bucket{{BucketProbes, 5}},
 		Reads:  []string{BucketDesired, BucketObserved, BucketProbes},
 		Events: true, Heartbeats: true,
@@ -145,7 +150,8 @@ var Declared = Set{
 	},
 	{
 		Name: Status, Process: true, Description: "nodelet pod and node status, Lease and events",
-		Requires: []string{Bus, Runtime}, NeedsCRI: true, NeedsAPI: true,
+		MemoryLimit: "64Mi",
+		Requires:    []string{Bus, Runtime}, NeedsCRI: true, NeedsAPI: true,
 		Writes: []Bucket{{BucketStatus, 10}, {BucketNode, 1}},
 		Reads: []string{BucketDesired, BucketSources, BucketAdmission, BucketObserved, BucketRuntime,
 			BucketProbes, BucketStatus, BucketNode, BucketPressure, BucketEvictions},
@@ -170,7 +176,8 @@ var Declared = Set{
 	},
 	{
 		Name: Server, Process: true, Description: "nodelet kubelet API (logs, exec, attach, port-forward, stats, metrics, read-only port) on :10250",
-		Requires: []string{Bus, Runtime}, NeedsCRI: true, NeedsAPI: true,
+		MemoryLimit: "64Mi",
+		Requires:    []string{Bus, Runtime}, NeedsCRI: true, NeedsAPI: true,
 		// The kubelet API owns no bucket: it finds pods by namespace and
 		// name in the desired pods, and serves /pods and /healthz from the
 		// statuses and the runtime's state.
@@ -202,7 +209,8 @@ var Declared = Set{
 	},
 	{
 		Name: GC, Process: true, Description: "nodelet garbage collection and eviction",
-		Requires: []string{Bus, Runtime}, NeedsCRI: true,
+		MemoryLimit: "48Mi",
+		Requires:    []string{Bus, Runtime}, NeedsCRI: true,
 		Writes: []Bucket{{BucketPressure, 5}, {BucketEvictions, 1}, {BucketImages, 1}},
 		Reads: []string{BucketDesired, BucketSources, BucketAdmission, BucketObserved, BucketRuntime,
 			BucketStatus, BucketPressure, BucketEvictions, BucketImages},
@@ -241,6 +249,7 @@ var Declared = Set{
 		// `nodelet up`: it reads every heartbeat and reports its own
 		// decisions as events.
 		Name: Supervisor, Events: true, ReadsHealth: true,
+		MemoryLimit: "32Mi",
 	},
 	{
 		// nodelet tap: read-only, sees everything.

@@ -24,6 +24,7 @@ type Config struct {
 	Server     ServerConfig     `mapstructure:"server"`
 	GC         GCConfig         `mapstructure:"gc"`
 	Supervisor SupervisorConfig `mapstructure:"supervisor"`
+	Memory     MemoryConfig     `mapstructure:"memory"`
 }
 
 // Taint is a node taint as written in the config file.

@@ -120,6 +120,11 @@ func TestFileErrorsNameTheKey(t *testing.T) {
 		{"rotation standalone", "node:\n  rotateCertificates: true\n", "node.rotateCertificates: needs node.kubeconfig"},
 		{"serving bootstrap standalone", "server:\n  serverTLSBootstrap: true\n", "server.serverTLSBootstrap: needs node.kubeconfig"},
 		{"serving bootstrap and files", "node:\n  kubeconfig: /k\nserver:\n  serverTLSBootstrap: true\n  tlsCertFile: /c\n  tlsPrivateKeyFile: /k2\n", "server.serverTLSBootstrap: excludes server.tlsCertFile"},
+		{"memory limit of no process", "memory:\n  limits: {kubelet: 64Mi}\n", `memory.limits.kubelet: "kubelet" is not a nodelet process`},
+		{"bad memory limit", "memory:\n  limits: {runtime: lots}\n", `memory.limits.runtime: "lots" is not a size`},
+		{"memory limit too small", "memory:\n  limits: {gc: 1Mi}\n", "memory.limits.gc: 1Mi is below 8Mi"},
+		{"zero gc percent", "memory:\n  gcPercent: 0\n", "memory.gcPercent: 0 must be a positive percentage"},
+		{"collection off without limit", "memory:\n  gcPercent: -1\n  limits: {bus: \"0\"}\n", "memory.gcPercent: -1 (collection off) needs a memory limit for every process; bus has none"},
 		{"two identities", "node:\n  kubeconfig: /k\nsources:\n  kubeconfig: /other\n", "sources.kubeconfig: \"/other\" differs from node.kubeconfig"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -17,6 +17,7 @@ import (
 // Validate checks every value and returns the first problem as an *Error.
 func (c *Config) Validate() error {
 	checks := []func() error{
+		func() error { return validateMemory(c.Memory) },
 		func() error {
 			if errs := validation.IsDNS1123Subdomain(c.Node.Name); len(errs) > 0 {
 				return &Error{Key: "node.name", Problem: fmt.Sprintf("%q is not a valid node name: %s", c.Node.Name, strings.Join(errs, "; "))}

@@ -20,6 +20,7 @@ import (
 
 	sddaemon "github.com/coreos/go-systemd/v22/daemon"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 
@@ -41,7 +42,9 @@ type Spec struct {
 	// that, or an error, ends the process (exit 0 or 1).
 	Run func(ctx context.Context, env *Env) error
 	// Metrics, when set, is served on the daemon's metrics socket
-	// (MetricsSocket) for nodelet-server to federate into /metrics.
+	// (MetricsSocket) for nodelet-server to federate into /metrics; a
+	// daemon whose registry is made in Run gives it with Env.SetMetrics.
+	// The socket is served either way, with the Go runtime's profiles.
 	Metrics prometheus.Gatherer
 }
 
@@ -57,6 +60,25 @@ type Env struct {
 	ready   bool
 	message string
 	beat    chan struct{}
+	metrics prometheus.Gatherer
+}
+
+// SetMetrics makes g the metrics served on the daemon's metrics socket.
+func (e *Env) SetMetrics(g prometheus.Gatherer) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.metrics = g
+}
+
+// Gather serves the metrics SetMetrics (or the Spec) gave, none before.
+func (e *Env) Gather() ([]*dto.MetricFamily, error) {
+	e.mu.Lock()
+	g := e.metrics
+	e.mu.Unlock()
+	if g == nil {
+		return nil, nil
+	}
+	return g.Gather()
 }
 
 // SetHealth changes what the daemon's heartbeats say: ready or not, and why.
@@ -132,6 +154,7 @@ func Run(spec Spec, args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "nodelet-%s: --log-level: %v\n", spec.Component, err)
 		return config.ExitCode
 	}
+	mem := ApplyGoMemory(cfg, spec.Component)
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})).With("component", spec.Component)
 	slog.SetDefault(log)
 	klog.SetSlogLogger(log)
@@ -169,7 +192,7 @@ func Run(spec Spec, args []string, stderr io.Writer) int {
 		return 1
 	}
 	env := &Env{Config: cfg, Log: log, Bus: conn, Component: spec.Component, Started: time.Now().UTC(),
-		ready: true, beat: make(chan struct{}, 1)}
+		ready: true, beat: make(chan struct{}, 1), metrics: spec.Metrics}
 
 	// Wait for the first connection before saying READY, so the supervisor
 	// starts dependents only when this daemon is on the bus.
@@ -182,13 +205,11 @@ func Run(spec Spec, args []string, stderr io.Writer) int {
 		}
 	}
 	go heartbeats(ctx, env)
-	if spec.Metrics != nil {
-		if err := ServeMetrics(ctx, cfg.Node.StateDir, spec.Component, spec.Metrics); err != nil {
-			log.Warn("Metrics not served", "err", err)
-		}
+	if err := ServeMetrics(ctx, cfg.Node.StateDir, spec.Component, env); err != nil {
+		log.Warn("Metrics not served", "err", err)
 	}
 	_, _ = sddaemon.SdNotify(false, sddaemon.SdNotifyReady)
-	log.Info("Started", "version", version.Version, "pid", os.Getpid(), "bus", cfg.Bus.Listen)
+	log.Info("Started", append([]any{"version", version.Version, "pid", os.Getpid(), "bus", cfg.Bus.Listen}, mem.Args()...)...)
 
 	runErr := spec.Run(ctx, env)
 	_, _ = sddaemon.SdNotify(false, sddaemon.SdNotifyStopping)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"path/filepath"
 	"strings"
@@ -25,7 +26,10 @@ func MetricsSocket(stateDir, component string) string {
 	return filepath.Join(ComponentDir(stateDir, component), "metrics.sock")
 }
 
-// ServeMetrics serves g on the component's metrics socket until ctx ends.
+// ServeMetrics serves g (nil: no metrics) at /metrics on the component's
+// metrics socket until ctx ends, and the Go runtime's profiles at
+// /debug/pprof/ (where a daemon's memory and CPU go: `curl --unix-socket
+// SOCK http://x/debug/pprof/heap > heap.pb.gz; go tool pprof heap.pb.gz`).
 // The socket is 0660 in the component's 0750 directory: its user and
 // group nodelet reach it, nobody else. A previous instance's socket is
 // replaced.
@@ -40,7 +44,15 @@ func ServeMetrics(ctx context.Context, stateDir, component string, g prometheus.
 		return fmt.Errorf("metrics socket %s: %w", path, err)
 	}
 	_ = os.Chmod(path, 0o660)
-	srv := &http.Server{Handler: promhttp.HandlerFor(g, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
+	if g == nil {
+		g = prometheus.NewRegistry()
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		<-ctx.Done()
 		_ = srv.Close()

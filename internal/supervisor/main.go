@@ -12,7 +12,9 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/nodelet/nodelet/internal/component"
 	"github.com/nodelet/nodelet/internal/config"
+	"github.com/nodelet/nodelet/internal/daemon"
 )
 
 // Main is `nodelet up`: it loads the node's configuration from args (the
@@ -41,6 +43,7 @@ func Main(args []string, stderr io.Writer) int {
 	if err != nil {
 		return fail(config.ExitCode, err)
 	}
+	daemon.ApplyGoMemory(cfg, component.Supervisor)
 	configPath, _ := flags.GetString("config")
 	if configPath != "" {
 		if configPath, err = filepath.Abs(configPath); err != nil {

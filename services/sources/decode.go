@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -20,14 +21,14 @@ const maxManifestSize = 10 << 20
 // anything else is refused by kind. It is strict, so unknown and duplicate
 // fields come back as a strict-decoding error next to a usable object; we
 // report those as warnings and go on, as the kubelet (which is not strict)
-// would accept the manifest.
-var manifestDecoder runtime.Decoder
-
-func init() {
+// would accept the manifest. It is made on first use, not in init: the
+// daemons are one executable, so every package's init runs in every
+// daemon's process, and this scheme is only nodelet-sources' (170 KB).
+var manifestDecoder = sync.OnceValue(func() runtime.Decoder {
 	s := runtime.NewScheme()
 	utilruntime.Must(corev1.AddToScheme(s))
-	manifestDecoder = serializer.NewCodecFactory(s, serializer.EnableStrict).UniversalDeserializer()
-}
+	return serializer.NewCodecFactory(s, serializer.EnableStrict).UniversalDeserializer()
+})
 
 // manifest is what one file or URL body holds.
 type manifest struct {
@@ -51,7 +52,7 @@ func decodeManifest(data []byte) (*manifest, error) {
 	if len(strings.TrimSpace(string(data))) == 0 {
 		return nil, errEmptyManifest
 	}
-	obj, gvk, err := manifestDecoder.Decode(data, nil, nil)
+	obj, gvk, err := manifestDecoder().Decode(data, nil, nil)
 	m := &manifest{}
 	if err != nil {
 		if obj == nil || !runtime.IsStrictDecodingError(err) {

@@ -136,10 +136,6 @@ func (s *Daemon) Gatherer() prometheus.Gatherer { return s.registry }
 
 // Run serves until ctx ends.
 func (s *Daemon) Run(ctx context.Context) error {
-	// nodelet-server federates these into the node's /metrics.
-	if err := daemon.ServeMetrics(ctx, s.cfg.Node.StateDir, bus.Status, s.registry); err != nil {
-		s.log.Warn("Metrics not served", "err", err)
-	}
 	mode := "standalone"
 	if s.api != nil {
 		mode = "api"
@@ -197,6 +193,8 @@ func Run(ctx context.Context, env *daemon.Env) error {
 	if err != nil {
 		return err
 	}
+	// nodelet-server federates these into the node's /metrics.
+	env.SetMetrics(s.Gatherer())
 	return s.Run(ctx)
 }
 

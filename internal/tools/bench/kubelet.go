@@ -178,6 +178,9 @@ func (b *bencher) runKubelet(ctx context.Context, n, round int, idle time.Durati
 	if !wait(b.o.Settle) {
 		return run
 	}
+	if idle > 0 {
+		run.Empty = emptyCost(map[string]int{"kubelet": cmd.Process.Pid})
+	}
 
 	nd := &node{staticDir: staticDir, stageDir: stageDir}
 	names := podNames(n)

@@ -131,6 +131,9 @@ func (b *bencher) nodeletBurst(ctx context.Context, nd *node, run *Run, idle tim
 	if err != nil {
 		return err
 	}
+	if idle > 0 {
+		run.Empty = emptyCost(pids)
+	}
 	var pidList []int
 	for _, p := range pids {
 		pidList = append(pidList, p)
@@ -239,8 +242,14 @@ func (b *bencher) nodeletBurst(ctx context.Context, nd *node, run *Run, idle tim
 
 // idleCost is the agent's cost over an idle window with pods running.
 func idleCost(pods int, window, cpu time.Duration, pids map[string]int) *IdleCost {
-	c := &IdleCost{Pods: pods, Window: Dur(window), CPU: Dur(cpu),
-		CPUPercent: 100 * cpu.Seconds() / window.Seconds(), ByProcess: MemoryByProcess(pids)}
+	c := emptyCost(pids)
+	c.Pods, c.Window, c.CPU, c.CPUPercent = pods, Dur(window), Dur(cpu), 100*cpu.Seconds()/window.Seconds()
+	return c
+}
+
+// emptyCost is the agent's memory at rest on a node with no pods.
+func emptyCost(pids map[string]int) *IdleCost {
+	c := &IdleCost{ByProcess: MemoryByProcess(pids)}
 	for _, m := range c.ByProcess {
 		c.RSS += m.RSS
 		c.PSS += m.PSS

@@ -131,41 +131,53 @@ func CPUOf(pids []int) (ProcCPU, error) {
 
 // ReadPSS is a process's proportional set size (Pss of
 // /proc/<pid>/smaps_rollup) in bytes: its resident memory with every page
-// it shares divided among the processes sharing it.
-func ReadPSS(pid int) (uint64, error) {
+// it shares divided among the processes sharing it; and of that its
+// anonymous memory (Pss_Anon: heap, stacks, the runtime's own), the rest
+// being its share of the files it maps (the executable).
+func ReadPSS(pid int) (pss, anon uint64, err error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	return ParseSmapsRollup(b)
 }
 
-// ParseSmapsRollup reads the Pss line of a smaps_rollup file.
-func ParseSmapsRollup(b []byte) (uint64, error) {
+// ParseSmapsRollup reads the Pss and Pss_Anon lines of a smaps_rollup
+// file (Pss_Anon is 0 on kernels before 5.9, which lack it).
+func ParseSmapsRollup(b []byte) (pss, anon uint64, err error) {
+	found := false
 	for _, line := range strings.Split(string(b), "\n") {
 		key, rest, ok := strings.Cut(line, ":")
-		if !ok || key != "Pss" {
+		if !ok || key != "Pss" && key != "Pss_Anon" {
 			continue
 		}
 		f := strings.Fields(rest)
 		if len(f) == 0 {
-			break
+			return 0, 0, fmt.Errorf("smaps_rollup: %s without a value", key)
 		}
 		n, err := strconv.ParseUint(f[0], 10, 64)
 		if err != nil {
-			return 0, fmt.Errorf("smaps_rollup: Pss %q: %w", f[0], err)
+			return 0, 0, fmt.Errorf("smaps_rollup: %s %q: %w", key, f[0], err)
 		}
-		return n * 1024, nil
+		if key == "Pss" {
+			pss, found = n*1024, true
+		} else {
+			anon = n * 1024
+		}
 	}
-	return 0, fmt.Errorf("smaps_rollup: no Pss line")
+	if !found {
+		return 0, 0, fmt.Errorf("smaps_rollup: no Pss line")
+	}
+	return pss, anon, nil
 }
 
-// ProcMemory is one process's memory at a moment: RSS, PSS and its peak
-// RSS so far (VmHWM).
+// ProcMemory is one process's memory at a moment: RSS, PSS (and its
+// anonymous part) and its peak RSS so far (VmHWM).
 type ProcMemory struct {
-	RSS uint64 `json:"rssBytes"`
-	PSS uint64 `json:"pssBytes"`
-	HWM uint64 `json:"hwmBytes"`
+	RSS     uint64 `json:"rssBytes"`
+	PSS     uint64 `json:"pssBytes"`
+	PSSAnon uint64 `json:"pssAnonBytes"`
+	HWM     uint64 `json:"hwmBytes"`
 }
 
 // MemoryByProcess reads each named process's memory; processes that are
@@ -177,8 +189,8 @@ func MemoryByProcess(pids map[string]int) map[string]ProcMemory {
 		if err != nil {
 			continue
 		}
-		pss, _ := ReadPSS(pid)
-		out[name] = ProcMemory{RSS: m.RSS, PSS: pss, HWM: m.HWM}
+		pss, anon, _ := ReadPSS(pid)
+		out[name] = ProcMemory{RSS: m.RSS, PSS: pss, PSSAnon: anon, HWM: m.HWM}
 	}
 	return out
 }

@@ -86,17 +86,17 @@ func TestReadSelf(t *testing.T) {
 
 func TestParseSmapsRollup(t *testing.T) {
 	b := []byte("55d4c0a00000-7ffc8b5fe000 ---p 00000000 00:00 0                          [rollup]\nRss:               28812 kB\nPss:               27001 kB\nPss_Anon:          20000 kB\n")
-	got, err := ParseSmapsRollup(b)
-	if err != nil || got != 27001*1024 {
-		t.Fatalf("ParseSmapsRollup = %d, %v; want %d", got, err, 27001*1024)
+	got, anon, err := ParseSmapsRollup(b)
+	if err != nil || got != 27001*1024 || anon != 20000*1024 {
+		t.Fatalf("ParseSmapsRollup = %d, %d, %v; want %d, %d", got, anon, err, 27001*1024, 20000*1024)
 	}
-	for _, bad := range []string{"Rss: 1 kB\n", "Pss: x kB\n"} {
-		if _, err := ParseSmapsRollup([]byte(bad)); err == nil {
+	for _, bad := range []string{"Rss: 1 kB\n", "Pss: x kB\n", "Pss: 1 kB\nPss_Anon: y kB\n"} {
+		if _, _, err := ParseSmapsRollup([]byte(bad)); err == nil {
 			t.Errorf("ParseSmapsRollup(%q): no error", bad)
 		}
 	}
 	// This process has one.
-	if pss, err := ReadPSS(os.Getpid()); err != nil || pss == 0 {
-		t.Fatalf("ReadPSS(self) = %d, %v", pss, err)
+	if pss, anon, err := ReadPSS(os.Getpid()); err != nil || pss == 0 || anon == 0 || anon > pss {
+		t.Fatalf("ReadPSS(self) = %d, %d, %v", pss, anon, err)
 	}
 }

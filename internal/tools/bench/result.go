@@ -66,9 +66,12 @@ type Run struct {
 	Agent        *AgentCost   `json:"agent,omitempty"`
 	Runtime      *RuntimeCost `json:"runtime,omitempty"`
 	Idle         *IdleCost    `json:"idle,omitempty"`
-	Bus          *BusCost     `json:"bus,omitempty"`
-	Breakdown    *Breakdown   `json:"breakdown,omitempty"`
-	Timelines    []Timeline   `json:"timelines,omitempty"`
+	// Empty is the agent's memory on the settled node before the burst,
+	// no pod running (measured with Idle).
+	Empty     *IdleCost  `json:"empty,omitempty"`
+	Bus       *BusCost   `json:"bus,omitempty"`
+	Breakdown *Breakdown `json:"breakdown,omitempty"`
+	Timelines []Timeline `json:"timelines,omitempty"`
 	// Leftovers counts sandboxes of an earlier round that had to be removed
 	// before this one (0 when every teardown finished).
 	Leftovers int    `json:"leftovers,omitempty"`
@@ -149,6 +152,7 @@ type Summary struct {
 	BusMsgs    float64   `json:"busMessagesPerPod,omitempty"`
 	BusBytes   float64   `json:"busBytesPerPod,omitempty"`
 	Idle       *IdleCost `json:"idle,omitempty"`
+	Empty      *IdleCost `json:"empty,omitempty"`
 	// Breakdown over every pod of every round.
 	Breakdown *Breakdown `json:"breakdown,omitempty"`
 }
@@ -237,6 +241,9 @@ func Summarize(runs []Run, tolerance float64) []Summary {
 			}
 			if r.Idle != nil && s.Idle == nil {
 				s.Idle = r.Idle
+			}
+			if r.Empty != nil && s.Empty == nil {
+				s.Empty = r.Empty
 			}
 			tls = append(tls, r.Timelines...)
 			if k.c != Floor {

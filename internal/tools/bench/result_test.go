@@ -118,7 +118,9 @@ func TestWriteTable(t *testing.T) {
 	}
 	runs[0].Agent = &AgentCost{CPU: secs(1.5)[0], PeakRSS: 300 << 20}
 	runs[0].Idle = &IdleCost{Pods: 20, CPUPercent: 2.5, RSS: 280 << 20, PSS: 270 << 20, ByProcess: map[string]ProcMemory{
-		"bus": {RSS: 30 << 20, PSS: 29 << 20, HWM: 40 << 20}, "runtime": {RSS: 250 << 20, PSS: 241 << 20, HWM: 260 << 20}}}
+		"bus": {RSS: 30 << 20, PSS: 29 << 20, HWM: 40 << 20}, "runtime": {RSS: 250 << 20, PSS: 241 << 20, PSSAnon: 200 << 20, HWM: 260 << 20}}}
+	runs[0].Empty = &IdleCost{RSS: 100 << 20, PSS: 90 << 20, ByProcess: map[string]ProcMemory{
+		"runtime": {RSS: 100 << 20, PSS: 90 << 20, PSSAnon: 50 << 20, HWM: 110 << 20}}}
 	runs[0].ExitToStatus = []Dur{Dur(120 * time.Millisecond), Dur(80 * time.Millisecond), Dur(900 * time.Millisecond)}
 	runs[0].Bus = &BusCost{PerPodMessages: 8, PerPodBytes: 6570}
 	runs[0].Timelines = []Timeline{{Written: at(0), Desired: at(100), Admitted: at(110), SandboxReady: at(500), Started: at(800),
@@ -143,8 +145,10 @@ func TestWriteTable(t *testing.T) {
 		"2.5% of a core",
 		"300.0MiB",
 		"agent memory at rest, per process",
-		"runtime  250.0MiB / 241.0MiB / 260.0MiB",
-		"sum  280.0MiB / 270.0MiB / 300.0MiB",
+		"runtime  250.0MiB / 241.0MiB (200.0MiB) / 260.0MiB",
+		"sum  280.0MiB / 270.0MiB (200.0MiB) / 300.0MiB",
+		"(on the settled node before the burst, no pod running)",
+		"runtime  100.0MiB / 90.0MiB (50.0MiB) / 110.0MiB",
 		"recommended runtime.maxConcurrentSandboxCreations: 2",
 	} {
 		if !strings.Contains(s, want) {

@@ -223,26 +223,40 @@ func find(sums []Summary, contender string, bound, n int) *Summary {
 	return nil
 }
 
-// writeIdleMemory prints each agent process's memory at rest (the idle
-// window, largest N): RSS, PSS and its peak RSS since it started, and the
-// sums, one column per contender.
+// writeIdleMemory prints each agent process's memory at rest, on the
+// empty node and in the idle window with the largest burst running: RSS,
+// PSS with its anonymous part (heap, stacks; the rest is the process's
+// share of its executable's pages) and its peak RSS since it started, and
+// the sums, one column per contender.
 func writeIdleMemory(ew *errWriter, sums []Summary) {
-	var idles []Summary
+	for _, w := range []struct {
+		title string
+		at    func(Summary) *IdleCost
+	}{
+		{"on the settled node before the burst, no pod running", func(s Summary) *IdleCost { return s.Empty }},
+		{"idle window with the largest burst running", func(s Summary) *IdleCost { return s.Idle }},
+	} {
+		writeMemoryTable(ew, sums, w.title, w.at)
+	}
+}
+
+func writeMemoryTable(ew *errWriter, sums []Summary, title string, at func(Summary) *IdleCost) {
+	var cols []Summary
 	for _, s := range sums {
-		if s.Idle != nil && len(s.Idle.ByProcess) > 0 {
-			idles = append(idles, s)
+		if c := at(s); c != nil && len(c.ByProcess) > 0 {
+			cols = append(cols, s)
 		}
 	}
-	if len(idles) == 0 {
+	if len(cols) == 0 {
 		return
 	}
-	ew.printf("\n== agent memory at rest, per process: RSS / PSS / peak RSS (idle window with the largest burst running) ==\n")
+	ew.printf("\n== agent memory at rest, per process: RSS / PSS (anonymous) / peak RSS (%s) ==\n", title)
 	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', tabwriter.AlignRight)
 	var procs []string
 	head := "process\t"
-	for _, s := range idles {
-		head += fmt.Sprintf("%s bound %s N=%d\t", s.Contender, boundName(s.Bound), s.Idle.Pods)
-		for p := range s.Idle.ByProcess {
+	for _, s := range cols {
+		head += fmt.Sprintf("%s bound %s N=%d\t", s.Contender, boundName(s.Bound), at(s).Pods)
+		for p := range at(s).ByProcess {
 			if !slices.Contains(procs, p) {
 				procs = append(procs, p)
 			}
@@ -250,25 +264,31 @@ func writeIdleMemory(ew *errWriter, sums []Summary) {
 	}
 	slices.Sort(procs)
 	fmt.Fprintln(tw, head)
+	cell := func(m ProcMemory) string {
+		return fmt.Sprintf("%s / %s (%s) / %s\t", mib(m.RSS), mib(m.PSS), mib(m.PSSAnon), mib(m.HWM))
+	}
 	for _, p := range procs {
 		line := p + "\t"
-		for _, s := range idles {
-			m, ok := s.Idle.ByProcess[p]
+		for _, s := range cols {
+			m, ok := at(s).ByProcess[p]
 			if !ok {
 				line += "-\t"
 				continue
 			}
-			line += fmt.Sprintf("%s / %s / %s\t", mib(m.RSS), mib(m.PSS), mib(m.HWM))
+			line += cell(m)
 		}
 		fmt.Fprintln(tw, line)
 	}
 	line := "sum\t"
-	for _, s := range idles {
-		var hwm uint64
-		for _, m := range s.Idle.ByProcess {
-			hwm += m.HWM
+	for _, s := range cols {
+		var sum ProcMemory
+		for _, m := range at(s).ByProcess {
+			sum.RSS += m.RSS
+			sum.PSS += m.PSS
+			sum.PSSAnon += m.PSSAnon
+			sum.HWM += m.HWM
 		}
-		line += fmt.Sprintf("%s / %s / %s\t", mib(s.Idle.RSS), mib(s.Idle.PSS), mib(hwm))
+		line += cell(sum)
 	}
 	fmt.Fprintln(tw, line)
 	ew.err = errors.Join(ew.err, tw.Flush())

@@ -1,0 +1,89 @@
+package config
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/nodelet/nodelet/internal/component"
+)
+
+// MemoryConfig is the Go runtime's memory settings of every nodelet
+// process (the bus, the daemons and `nodelet up`), applied at its start.
+// The environment's GOGC and GOMEMLIMIT, when set, win over these.
+type MemoryConfig struct {
+	// GCPercent is each process's GOGC: the heap grows by this percentage
+	// of the live heap before the next collection. Lower keeps less garbage
+	// at rest for more collections under load; -1 turns collection off
+	// below the memory limit. Default: 50 (Go's is 100; measured in README's
+	// Performance section).
+	GCPercent int `mapstructure:"gcPercent"`
+	// Limits maps a process (bus, sources, admission, runtime, prober,
+	// status, server, gc, supervisor) to its soft memory limit (GOMEMLIMIT,
+	// a quantity such as 64Mi; "0" = none). Past it the collector runs more
+	// often to stay under it; no allocation fails. A process not named keeps
+	// its default. Default: bus 128Mi, runtime 96Mi, sources, status and
+	// server 64Mi, admission, prober and gc 48Mi, supervisor 32Mi.
+	Limits map[string]string `mapstructure:"limits"`
+}
+
+// GoMemory is the memory limit in bytes (0 = none) and GOGC of
+// component's process.
+func (c *Config) GoMemory(name string) (limit int64, gcPercent int) {
+	v := c.Memory.Limits[name]
+	if v == "" {
+		if comp, ok := component.Get(name); ok {
+			v = comp.MemoryLimit
+		}
+	}
+	if v != "" {
+		if q, err := resource.ParseQuantity(v); err == nil {
+			limit = q.Value()
+		}
+	}
+	return limit, c.Memory.GCPercent
+}
+
+// memoryProcesses are the components memory.limits may name.
+func memoryProcesses() []string {
+	var out []string
+	for _, c := range component.Declared {
+		if c.MemoryLimit != "" {
+			out = append(out, c.Name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func validateMemory(m MemoryConfig) error {
+	if m.GCPercent < -1 || m.GCPercent == 0 {
+		return &Error{Key: "memory.gcPercent", Problem: fmt.Sprintf("%d must be a positive percentage, or -1 for off", m.GCPercent)}
+	}
+	names := memoryProcesses()
+	for name, v := range m.Limits {
+		key := "memory.limits." + name
+		if !slices.Contains(names, name) {
+			return &Error{Key: key, Problem: fmt.Sprintf("%q is not a nodelet process (%s)", name, strings.Join(names, ", "))}
+		}
+		q, err := resource.ParseQuantity(v)
+		if err != nil || q.Sign() < 0 {
+			return &Error{Key: key, Problem: fmt.Sprintf("%q is not a size (e.g. 64Mi, or 0 for no limit)", v)}
+		}
+		if s := q.Value(); s != 0 && s < 8<<20 {
+			return &Error{Key: key, Problem: fmt.Sprintf("%s is below 8Mi, less than a nodelet process needs to start", v)}
+		}
+	}
+	if m.GCPercent == -1 {
+		for _, name := range names {
+			if l, _ := (&Config{Memory: m}).GoMemory(name); l == 0 {
+				return &Error{Key: "memory.gcPercent", Problem: fmt.Sprintf("-1 (collection off) needs a memory limit for every process; %s has none", name)}
+			}
+		}
+	}
+	return nil
+}
+
