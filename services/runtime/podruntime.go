@@ -259,14 +259,18 @@ func (v *criView) sandboxStatus(ctx context.Context, sb *runtimeapi.PodSandbox) 
 	if err != nil {
 		return nil, fmt.Errorf("status of sandbox %s: %w", sb.Id, err)
 	}
-	st := resp.GetStatus()
+	return v.keepSandbox(sb.Id, sb.GetMetadata().GetAttempt(), sb.Labels, sb.Annotations, resp.GetStatus()), nil
+}
+
+// keepSandbox caches and returns a sandbox's info from its status.
+func (v *criView) keepSandbox(id string, attempt uint32, labels, annotations map[string]string, st *runtimeapi.PodSandboxStatus) *sandboxInfo {
 	info := &sandboxInfo{
-		ID:          sb.Id,
-		Attempt:     sb.GetMetadata().GetAttempt(),
+		ID:          id,
+		Attempt:     attempt,
 		Ready:       st.GetState() == runtimeapi.PodSandboxState_SANDBOX_READY,
 		CreatedAt:   nanoTime(st.GetCreatedAt()),
-		Labels:      sb.Labels,
-		Annotations: sb.Annotations,
+		Labels:      labels,
+		Annotations: annotations,
 		HostNetwork: st.GetLinux().GetNamespaces().GetOptions().GetNetwork() == runtimeapi.NamespaceMode_NODE,
 	}
 	if ip := st.GetNetwork().GetIp(); ip != "" {
@@ -276,9 +280,28 @@ func (v *criView) sandboxStatus(ctx context.Context, sb *runtimeapi.PodSandbox) 
 		info.IPs = append(info.IPs, ip.GetIp())
 	}
 	v.mu.Lock()
-	v.sandboxes[sb.Id] = info
+	v.sandboxes[id] = info
 	v.mu.Unlock()
-	return info, nil
+	return info
+}
+
+// withSandbox is pr with the sandbox id its worker just created, from one
+// PodSandboxStatus call rather than a relist of the pod (two list calls
+// and the statuses): the worker is the pod's only writer, so nothing else
+// of it changed meanwhile. The new sandbox is the newest.
+func (v *criView) withSandbox(ctx context.Context, pr *podRuntime, id string) (*podRuntime, error) {
+	resp, err := v.rs.PodSandboxStatus(ctx, id, false)
+	if err != nil {
+		return nil, fmt.Errorf("status of sandbox %s: %w", id, err)
+	}
+	st := resp.GetStatus()
+	info := v.keepSandbox(id, st.GetMetadata().GetAttempt(), st.GetLabels(), st.GetAnnotations(), st)
+	out := &podRuntime{UID: pr.UID, Name: pr.Name, Namespace: pr.Namespace, Containers: pr.Containers,
+		Sandboxes: append([]*sandboxInfo{info}, pr.Sandboxes...)}
+	if out.Name == "" {
+		out.Name, out.Namespace = info.Labels[labelPodName], info.Labels[labelPodNamespace]
+	}
+	return out, nil
 }
 
 func (v *criView) containerStatus(ctx context.Context, c *runtimeapi.Container) (*containerInfo, error) {

@@ -204,7 +204,8 @@ func (s *podSync) ensureSandbox(ctx context.Context) (sandboxResult, *syncResult
 // within SyncPod's step 4): once the network is ready (unless the pod is
 // on the host's), under the sandbox back-off; a creation of the same
 // attempt still under way in the runtime is waited for. On success the
-// pod is read from CRI again.
+// new sandbox's status joins what the worker read at the start of the
+// pass (criView.withSandbox), with no relist of the pod.
 func (s *podSync) newSandbox(ctx context.Context) (sandboxResult, *syncResult) {
 	m, pod, a := s.m, s.pod, &s.actions
 	if stop := s.waitForNetwork(ctx); stop != nil {
@@ -238,17 +239,12 @@ func (s *podSync) newSandbox(ctx context.Context) (sandboxResult, *syncResult) {
 	}
 	m.backoff.Reset(key)
 	m.log.Info("Created pod sandbox", "pod", podRef(pod), "podUID", s.uid, "sandboxID", id, "attempt", a.Attempt)
-	pr, err := m.view.pod(ctx, s.uid)
+	pr, err := m.view.withSandbox(ctx, s.pr, id)
 	if err != nil {
 		return sandboxResult{}, requeueIn(retryCRI)
 	}
 	s.pr = pr
-	for _, sb := range pr.Sandboxes {
-		if sb.ID == id {
-			return sandboxResult{Sandbox: sb, Config: cfg, Created: true}, nil
-		}
-	}
-	return sandboxResult{}, requeueIn(retryCRI)
+	return sandboxResult{Sandbox: pr.Sandboxes[0], Config: cfg, Created: true}, nil
 }
 
 // waitForNetwork keeps a pod on the pod network waiting with
