@@ -63,7 +63,14 @@ func frame(component string, run func(context.Context, *daemon.Env) error, metri
 // binaryPrefix is what a daemon's executable name starts with.
 const binaryPrefix = "nodelet-"
 
-func main() { os.Exit(run(os.Args, os.Stderr)) }
+func main() {
+	// Every package of every daemon has run its initialisers by now; only
+	// what this process goes on to use should stay mapped.
+	if err := daemon.DropStartupPages(); err != nil {
+		fmt.Fprintf(os.Stderr, "nodeletd: start-up pages stay mapped: %v\n", err)
+	}
+	os.Exit(run(os.Args, os.Stderr))
+}
 
 func run(argv []string, stderr io.Writer) int {
 	if name, ok := strings.CutPrefix(filepath.Base(argv[0]), binaryPrefix); ok {
