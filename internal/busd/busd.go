@@ -78,6 +78,7 @@ func Run(args []string, stderr io.Writer) int {
 	_, _ = sddaemon.SdNotify(false, sddaemon.SdNotifyReady)
 	log.Info("Bus ready", append([]any{"version", version.Version, "listen", srv.Addr(), "store", cfg.Node.StateDir + "/bus"}, mem.Args()...)...)
 
+	go daemon.ReleaseWhenIdle(ctx)
 	unhealthy := make(chan error, 1)
 	go watchdog(ctx, cfg.Bus.HeartbeatInterval, srv.Healthy, unhealthy)
 	code := 0

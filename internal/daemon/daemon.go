@@ -205,6 +205,7 @@ func Run(spec Spec, args []string, stderr io.Writer) int {
 		}
 	}
 	go heartbeats(ctx, env)
+	go ReleaseWhenIdle(ctx)
 	if err := ServeMetrics(ctx, cfg.Node.StateDir, spec.Component, env); err != nil {
 		log.Warn("Metrics not served", "err", err)
 	}

@@ -1,9 +1,12 @@
 package daemon
 
 import (
+	"context"
 	"math"
 	"os"
 	"runtime/debug"
+	"runtime/metrics"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 
@@ -53,4 +56,74 @@ func (m GoMemory) Args() []any {
 		limit = resource.NewQuantity(m.Limit, resource.BinarySI).String()
 	}
 	return []any{"memoryLimit", limit, "memoryLimitFrom", m.LimitFrom, "gcPercent", m.GCPercent, "gcPercentFrom", m.PercentFrom}
+}
+
+// Idle release: after a burst of work a Go process keeps the heap it grew
+// to (and pooled buffers, such as JetStream's block caches) until later
+// collections and the runtime's background scavenger, minutes later, give
+// it back. A nodelet process whose work has died down gives it back at
+// once: one collection and release (debug.FreeOSMemory) per burst.
+const (
+	idleCheckEvery = 5 * time.Second
+	// worthReleasing is how much must have been allocated since the last
+	// release for another to be worth a collection.
+	worthReleasing = 8 << 20
+	// quieter: a period allocating less than the busiest period since the
+	// last release divided by this is the end of a burst. (At rest a
+	// runtime with 50 pods still allocates 3 MiB per period in its relists:
+	// the end of a burst is a drop, not silence.)
+	quieter = 4
+)
+
+// ReleaseWhenIdle returns memory to the system each time the process goes
+// quiet after a burst of work, until ctx ends.
+func ReleaseWhenIdle(ctx context.Context) {
+	t := time.NewTicker(idleCheckEvery)
+	defer t.Stop()
+	samples := make(chan uint64)
+	go func() {
+		defer close(samples)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			select {
+			case samples <- heapAllocated():
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	releaseWhenIdle(heapAllocated(), samples, func(uint64) uint64 {
+		debug.FreeOSMemory()
+		return heapAllocated()
+	})
+}
+
+// releaseWhenIdle reads the bytes allocated so far, one sample per check
+// period, until samples closes; it calls release (given the sample, it
+// answers the bytes allocated after it) when a period's allocation fell
+// below a quarter of the busiest period's since the last release, and more
+// than worthReleasing was allocated since then.
+func releaseWhenIdle(start uint64, samples <-chan uint64, release func(now uint64) uint64) {
+	last, released := start, start
+	var busiest uint64
+	for now := range samples {
+		period := now - last
+		busiest = max(busiest, period)
+		if period*quieter < busiest && now-released > worthReleasing {
+			released, busiest = release(now), 0
+		}
+		last = now
+	}
+}
+
+// heapAllocated is the bytes allocated on the heap since the process
+// started.
+func heapAllocated() uint64 {
+	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
 }

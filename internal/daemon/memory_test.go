@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os/exec"
 	"runtime/debug"
+	"runtime/metrics"
 	"strings"
 	"testing"
 	"time"
@@ -134,4 +135,64 @@ func waitLine(t *testing.T, r io.Reader, s string) string {
 		t.Fatalf("no line containing %q within a minute", s)
 	}
 	return ""
+}
+
+func TestReleaseWhenIdleDecides(t *testing.T) {
+	const mib = 1 << 20
+	for _, tc := range []struct {
+		name    string
+		samples []uint64 // allocated at the start, then at each check
+		want    int      // releases
+	}{
+		{"quiet from the start", []uint64{0, mib / 2, mib}, 0},
+		{"a burst, then quiet", []uint64{0, 20 * mib, 40 * mib, 40*mib + mib/2, 40*mib + mib/2 + 1000}, 1},
+		{"still busy", []uint64{0, 20 * mib, 40 * mib, 60 * mib}, 0},
+		{"two bursts", []uint64{0, 20 * mib, 20*mib + 100, 40 * mib, 40*mib + 100}, 2},
+		{"small work never worth it", []uint64{0, 3 * mib, 3*mib + 10, 6 * mib, 6*mib + 10}, 0},
+		// A runtime's relists at rest: 3 MiB a period after the burst.
+		{"a burst, then steady work", []uint64{0, 30 * mib, 33 * mib, 36 * mib, 39 * mib, 42 * mib, 45 * mib}, 1},
+		{"steady work alone", []uint64{0, 3 * mib, 6 * mib, 9 * mib, 12 * mib, 15 * mib}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ch := make(chan uint64, len(tc.samples))
+			for _, s := range tc.samples[1:] {
+				ch <- s
+			}
+			close(ch)
+			releases := 0
+			releaseWhenIdle(tc.samples[0], ch, func(now uint64) uint64 { releases++; return now })
+			if releases != tc.want {
+				t.Fatalf("%d releases, want %d", releases, tc.want)
+			}
+		})
+	}
+}
+
+// TestReleaseWhenIdleCollects: debug.FreeOSMemory, as ReleaseWhenIdle
+// calls it, collects and gives the freed heap back to the system.
+func TestReleaseWhenIdleCollects(t *testing.T) {
+	read := func(name string) uint64 {
+		s := []metrics.Sample{{Name: name}}
+		metrics.Read(s)
+		return s[0].Value.Uint64()
+	}
+	garbage := make([][]byte, 0, 64)
+	for range 64 {
+		garbage = append(garbage, make([]byte, 256<<10))
+	}
+	garbage = garbage[:0]
+	start := heapAllocated()
+	forced := read("/gc/cycles/forced:gc-cycles")
+	ch := make(chan uint64, 2)
+	ch <- start + 16<<20 // a burst
+	ch <- start + 16<<20 // quiet
+	close(ch)
+	releaseWhenIdle(start, ch, func(uint64) uint64 { debug.FreeOSMemory(); return heapAllocated() })
+	if got := read("/gc/cycles/forced:gc-cycles") - forced; got != 1 {
+		t.Fatalf("%d forced collections, want 1", got)
+	}
+	if free := read("/memory/classes/heap/free:bytes"); free > 1<<20 {
+		t.Fatalf("%d bytes of free heap kept from the system after the release", free)
+	}
+	_ = garbage
 }

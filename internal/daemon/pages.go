@@ -6,7 +6,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -46,9 +45,9 @@ func DropStartupPages() error {
 		if err1 != nil || err2 != nil || end <= start {
 			return fmt.Errorf("/proc/self/maps: bad range %q", fields[0])
 		}
-		mem := unsafe.Slice((*byte)(unsafe.Pointer(uintptr(start))), end-start)
-		if err := unix.Madvise(mem, unix.MADV_DONTNEED); err != nil {
-			return fmt.Errorf("madvise %s: %w", fields[0], err)
+		// The raw call: the range is not a Go object.
+		if _, _, errno := unix.Syscall(unix.SYS_MADVISE, uintptr(start), uintptr(end-start), unix.MADV_DONTNEED); errno != 0 {
+			return fmt.Errorf("madvise %s: %w", fields[0], errno)
 		}
 	}
 	return sc.Err()

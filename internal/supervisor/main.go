@@ -44,6 +44,7 @@ func Main(args []string, stderr io.Writer) int {
 		return fail(config.ExitCode, err)
 	}
 	daemon.ApplyGoMemory(cfg, component.Supervisor)
+	go daemon.ReleaseWhenIdle(ctx)
 	configPath, _ := flags.GetString("config")
 	if configPath != "" {
 		if configPath, err = filepath.Abs(configPath); err != nil {
