@@ -86,4 +86,3 @@ func validateMemory(m MemoryConfig) error {
 	}
 	return nil
 }
-
