@@ -148,10 +148,10 @@ func terminationMessageFile(stateDir string, pod *corev1.Pod, c *corev1.Containe
 }
 
 // startContainer is the kubelet's startContainer: back-off, image, config,
-// CreateContainer, StartContainer, PostStart. It returns why the container
-// waits when it could not start it.
+// CreateContainer, StartContainer, PostStart. It returns the started
+// container's ID, or why the container waits when it could not start it.
 func (m *Daemon) startContainer(ctx context.Context, pod *corev1.Pod, ts containerToStart, sb *sandboxInfo,
-	sbConfig *runtimeapi.PodSandboxConfig, volumes map[string]string, pr *podRuntime) *waitError {
+	sbConfig *runtimeapi.PodSandboxConfig, volumes map[string]string, pr *podRuntime) (string, *waitError) {
 	c := ts.Spec
 	event := func(typ, reason, msg string) { m.event(pod, c, ts.Kind, typ, reason, msg) }
 	var id string
@@ -164,7 +164,7 @@ func (m *Daemon) startContainer(ctx context.Context, pod *corev1.Pod, ts contain
 			m.log.Info("Replacing container whose start was interrupted", "pod", podRef(pod), "podUID", pod.UID,
 				"containerName", c.Name, "containerID", ts.Replace.ID)
 			if err := m.rs.RemoveContainer(ctx, ts.Replace.ID); err != nil && !isNotFound(err) {
-				return &waitError{Reason: reasonContainerCreating, Message: err.Error(), Retry: time.Second}
+				return "", &waitError{Reason: reasonContainerCreating, Message: err.Error(), Retry: time.Second}
 			}
 			restartCount = ts.Replace.RestartCount
 		}
@@ -179,7 +179,7 @@ func (m *Daemon) startContainer(ctx context.Context, pod *corev1.Pod, ts contain
 			if wait := m.backoff.ContainerFailed(key, ts.Dead.ID, ts.Dead.StartedAt, ts.Dead.FinishedAt); wait > 0 {
 				_, of := m.backoff.Remaining(key)
 				event(corev1.EventTypeWarning, "BackOff", fmt.Sprintf("Back-off restarting failed container %s in pod %s", c.Name, podString(pod)))
-				return &waitError{Reason: reasonCrashLoopBackOff, Retry: wait,
+				return "", &waitError{Reason: reasonCrashLoopBackOff, Retry: wait,
 					Message: fmt.Sprintf("back-off %v restarting failed container=%s pod=%s", of, c.Name, podString(pod))}
 			}
 		}
@@ -190,7 +190,7 @@ func (m *Daemon) startContainer(ctx context.Context, pod *corev1.Pod, ts contain
 		}
 		imageRef, img, werr := m.images.ensure(ctx, pod, c, auths, sbConfig, event)
 		if werr != nil {
-			return werr
+			return "", werr
 		}
 		if restartCount < 0 {
 			restartCount = restartCountOf(pr, c.Name, sbConfig.LogDirectory)
@@ -204,28 +204,28 @@ func (m *Daemon) startContainer(ctx context.Context, pod *corev1.Pod, ts contain
 			// instance, whatever its state.
 			target := pr.newest(ts.Target)
 			if target == nil {
-				return m.configError(event, fmt.Errorf("unable to find target container %v", ts.Target))
+				return "", m.configError(event, fmt.Errorf("unable to find target container %v", ts.Target))
 			}
 			in.TargetID = target.ID
 		}
 		var err error
 		if in.EtcHosts, err = m.etcHosts(pod, sb); err != nil {
-			return m.configError(event, err)
+			return "", m.configError(event, err)
 		}
 		if in.TermFile, err = terminationMessageFile(m.cfg.Node.StateDir, pod, c); err != nil {
-			return m.configError(event, err)
+			return "", m.configError(event, err)
 		}
 		cfg, err := m.containerConfig(ctx, pod, c, in)
 		if err != nil {
-			return m.configError(event, err)
+			return "", m.configError(event, err)
 		}
 		if err := mkdirAll(filepath.Join(sbConfig.LogDirectory, c.Name), 0o755); err != nil {
-			return m.configError(event, err)
+			return "", m.configError(event, err)
 		}
 		id, err = m.rs.CreateContainer(ctx, sb.ID, cfg, sbConfig)
 		if err != nil {
 			event(corev1.EventTypeWarning, "Failed", "Error: "+err.Error())
-			return &waitError{Reason: reasonCreateContainerError, Message: err.Error(), Retry: 2 * time.Second}
+			return "", &waitError{Reason: reasonCreateContainerError, Message: err.Error(), Retry: 2 * time.Second}
 		}
 		event(corev1.EventTypeNormal, "Created", "Created container: "+c.Name)
 	}
@@ -233,10 +233,10 @@ func (m *Daemon) startContainer(ctx context.Context, pod *corev1.Pod, ts contain
 		if strings.Contains(err.Error(), "already in starting state") {
 			// A start asked for by a killed nodelet-runtime is still under
 			// way: wait for it.
-			return &waitError{Reason: reasonContainerCreating, Message: "the container is being started", Retry: time.Second}
+			return "", &waitError{Reason: reasonContainerCreating, Message: "the container is being started", Retry: time.Second}
 		}
 		event(corev1.EventTypeWarning, "Failed", "Error: "+err.Error())
-		return &waitError{Reason: reasonRunContainerError, Message: err.Error(), Retry: time.Second}
+		return "", &waitError{Reason: reasonRunContainerError, Message: err.Error(), Retry: time.Second}
 	}
 	event(corev1.EventTypeNormal, "Started", "Started container "+c.Name)
 	if c.Lifecycle != nil && c.Lifecycle.PostStart != nil {
@@ -251,10 +251,10 @@ func (m *Daemon) startContainer(ctx context.Context, pod *corev1.Pod, ts contain
 				fmt.Sprintf("FailedPostStartHook"), ""); kerr != nil {
 				m.log.Error("Cannot kill container after its PostStart hook failed", "pod", podRef(pod), "containerName", c.Name, "err", kerr)
 			}
-			return &waitError{Reason: reasonPostStartHookError, Message: msg}
+			return "", &waitError{Reason: reasonPostStartHookError, Message: msg}
 		}
 	}
-	return nil
+	return id, nil
 }
 
 // maxReplacements bounds how often a container whose start was interrupted

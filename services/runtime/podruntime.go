@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -319,6 +320,37 @@ func (v *criView) containerStatus(ctx context.Context, c *runtimeapi.Container) 
 	if st == nil {
 		return nil, fmt.Errorf("status of container %s: empty answer", c.Id)
 	}
+	return v.keepContainer(c, st), nil
+}
+
+// withStarted is pr with the containers its worker just created or
+// started in sandbox (ids), each from its own ContainerStatus call rather
+// than a relist of the pod: the worker is the pod's only writer.
+func (v *criView) withStarted(ctx context.Context, pr *podRuntime, sandbox string, ids []string) (*podRuntime, error) {
+	out := *pr
+	out.Containers = slices.Clone(pr.Containers)
+	for _, id := range ids {
+		resp, err := v.rs.ContainerStatus(ctx, id, false)
+		if err != nil {
+			return nil, fmt.Errorf("status of container %s: %w", id, err)
+		}
+		st := resp.GetStatus()
+		if st == nil {
+			return nil, fmt.Errorf("status of container %s: empty answer", id)
+		}
+		info := v.keepContainer(&runtimeapi.Container{Id: id, PodSandboxId: sandbox, Labels: st.Labels, Annotations: st.Annotations}, st)
+		out.Containers = slices.DeleteFunc(out.Containers, func(c *containerInfo) bool { return c.ID == id })
+		out.Containers = append(out.Containers, info)
+	}
+	sort.SliceStable(out.Containers, func(i, j int) bool {
+		return out.Containers[i].CreatedAt.After(out.Containers[j].CreatedAt)
+	})
+	return &out, nil
+}
+
+// keepContainer caches and returns a container's info from its listing
+// and its status.
+func (v *criView) keepContainer(c *runtimeapi.Container, st *runtimeapi.ContainerStatus) *containerInfo {
 	a := st.Annotations
 	if a == nil {
 		a = c.Annotations
@@ -373,7 +405,7 @@ func (v *criView) containerStatus(ctx context.Context, c *runtimeapi.Container) 
 	v.mu.Lock()
 	v.containers[c.Id] = info
 	v.mu.Unlock()
-	return info, nil
+	return info
 }
 
 // Limits of a termination message, the kubelet's.

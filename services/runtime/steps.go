@@ -58,7 +58,15 @@ func (m *Daemon) syncRunning(ctx context.Context, pod *corev1.Pod, pr *podRuntim
 	m.syncResize(ctx, s.pod, s.pr, s.st)
 
 	start := func(ts containerToStart) *waitError {
-		return m.startContainer(ctx, pod, ts, sandbox.Sandbox, sandbox.Config, volumes, s.pr)
+		id, w := m.startContainer(ctx, pod, ts, sandbox.Sandbox, sandbox.Config, volumes, s.pr)
+		if w != nil || ts.Replace != nil || ts.Existing != nil {
+			// A container may have been created, removed or left
+			// half-started: report reads the pod again.
+			s.startsUnclear = true
+		} else {
+			s.started = append(s.started, id)
+		}
+		return w
 	}
 	// Step 7: ephemeral containers, even while init containers run.
 	started := startEach(s.actions.toStart(schemas.ContainerKindEphemeral), st, start, false)
@@ -69,7 +77,7 @@ func (m *Daemon) syncRunning(ctx context.Context, pod *corev1.Pod, pr *podRuntim
 	if !inits.Blocked {
 		started.add(startEach(s.actions.toStart(schemas.ContainerKindApp), st, start, false))
 	}
-	s.report(ctx)
+	s.report(ctx, sandbox)
 	return syncResult{RequeueAfter: started.Requeue}
 }
 
@@ -82,6 +90,14 @@ type podSync struct {
 	st      *podState
 	pr      *podRuntime
 	actions podActions
+	// firstStart: this pass made the pod's first sandbox (nothing of the
+	// pod was in CRI before).
+	firstStart bool
+	// started are the containers this pass started, when every start it
+	// tried went the plain way (created and started, nothing replaced):
+	// else startsUnclear.
+	started       []string
+	startsUnclear bool
 }
 
 // requeueIn ends the pass: the pod syncs again after d.
@@ -204,8 +220,8 @@ func (s *podSync) ensureSandbox(ctx context.Context) (sandboxResult, *syncResult
 // within SyncPod's step 4): once the network is ready (unless the pod is
 // on the host's), under the sandbox back-off; a creation of the same
 // attempt still under way in the runtime is waited for. On success the
-// new sandbox's status joins what the worker read at the start of the
-// pass (criView.withSandbox), with no relist of the pod.
+// pod's first sandbox is read with its own status (criView.withSandbox),
+// a later one with the pod again.
 func (s *podSync) newSandbox(ctx context.Context) (sandboxResult, *syncResult) {
 	m, pod, a := s.m, s.pod, &s.actions
 	if stop := s.waitForNetwork(ctx); stop != nil {
@@ -239,12 +255,27 @@ func (s *podSync) newSandbox(ctx context.Context) (sandboxResult, *syncResult) {
 	}
 	m.backoff.Reset(key)
 	m.log.Info("Created pod sandbox", "pod", podRef(pod), "podUID", s.uid, "sandboxID", id, "attempt", a.Attempt)
-	pr, err := m.view.withSandbox(ctx, s.pr, id)
+	if s.pr.empty() {
+		// The pod's first sandbox: nothing of the pod was in CRI, so
+		// the new sandbox's own status is all there is to read.
+		pr, err := m.view.withSandbox(ctx, s.pr, id)
+		if err != nil {
+			return sandboxResult{}, requeueIn(retryCRI)
+		}
+		s.pr, s.firstStart = pr, true
+		return sandboxResult{Sandbox: pr.Sandboxes[0], Config: cfg, Created: true}, nil
+	}
+	pr, err := m.view.pod(ctx, s.uid)
 	if err != nil {
 		return sandboxResult{}, requeueIn(retryCRI)
 	}
 	s.pr = pr
-	return sandboxResult{Sandbox: pr.Sandboxes[0], Config: cfg, Created: true}, nil
+	for _, sb := range pr.Sandboxes {
+		if sb.ID == id {
+			return sandboxResult{Sandbox: sb, Config: cfg, Created: true}, nil
+		}
+	}
+	return sandboxResult{}, requeueIn(retryCRI)
 }
 
 // waitForNetwork keeps a pod on the pod network waiting with
@@ -268,9 +299,18 @@ func (s *podSync) waitForNetwork(ctx context.Context) *syncResult {
 }
 
 // report publishes the pod's state after the start steps, with init
-// progress as it is now.
-func (s *podSync) report(ctx context.Context) {
-	if fresh, err := s.m.view.pod(ctx, s.uid); err == nil {
+// progress as it is now. A pass that made the pod's first sandbox and then
+// only started containers the plain way adds their own ContainerStatus to
+// what it knows; any other pass reads the pod from CRI again.
+func (s *podSync) report(ctx context.Context, sandbox sandboxResult) {
+	var fresh *podRuntime
+	var err error
+	if s.firstStart && !s.startsUnclear {
+		fresh, err = s.m.view.withStarted(ctx, s.pr, sandbox.Sandbox.ID, s.started)
+	} else {
+		fresh, err = s.m.view.pod(ctx, s.uid)
+	}
+	if err == nil {
 		s.pr = fresh
 		if len(s.actions.Start) > 0 {
 			s.actions.InitDone = s.m.actionsFor(s.pod, s.pr).InitDone

@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"errors"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -343,5 +344,54 @@ func TestStartOrderByKind(t *testing.T) {
 	}
 	if got := names(a.toStart(schemas.ContainerKindApp)); !slices.Equal(got, []string{"b"}) {
 		t.Fatalf("app step %v", got)
+	}
+}
+
+// TestFirstStartReadsNoList: a pod's first pass reads its new sandbox and
+// the containers it started with their own status calls, no relist, and
+// knows the same as a relist would.
+func TestFirstStartReadsNoList(t *testing.T) {
+	e := newStepEnv(t)
+	ctx := context.Background()
+	pod := newPod("first", busybox("app", ""))
+	s := e.sync(t, pod)
+	lists := func() int { return e.calls("ListPodSandbox") + e.calls("ListContainers") }
+	before := lists()
+	res, stop := s.ensureSandbox(ctx)
+	if stop != nil || !res.Created || !s.firstStart {
+		t.Fatalf("first sandbox: %+v %v, firstStart %v", res, stop, s.firstStart)
+	}
+	id, err := e.cri.CreateContainer(ctx, res.Sandbox.ID, &runtimeapi.ContainerConfig{
+		Metadata: &runtimeapi.ContainerMetadata{Name: "app"}, Image: &runtimeapi.ImageSpec{Image: "busybox"},
+		Labels:      map[string]string{labelPodUID: s.uid, LabelManaged: "true", labelContainerName: "app"},
+		Annotations: map[string]string{annotationRestartCount: "0"},
+	}, res.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.cri.StartContainer(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	s.started = []string{id}
+	s.report(ctx, res)
+	if n := lists() - before; n != 0 {
+		t.Fatalf("%d list calls in the first pass, want 0", n)
+	}
+	relisted, err := e.m.view.pod(ctx, s.uid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.pr.Sandboxes) != 1 || len(s.pr.Containers) != 1 || !reflect.DeepEqual(s.pr.Sandboxes[0], relisted.Sandboxes[0]) ||
+		s.pr.Containers[0].ID != id || s.pr.Containers[0].SandboxID != res.Sandbox.ID ||
+		s.pr.Containers[0].State != runtimeapi.ContainerState_CONTAINER_RUNNING || s.pr.Containers[0].Name != relisted.Containers[0].Name {
+		t.Fatalf("first pass knows %+v / %+v; a relist %+v / %+v", s.pr.Sandboxes, s.pr.Containers, relisted.Sandboxes, relisted.Containers)
+	}
+
+	// Any other pass reads the pod again.
+	s = e.sync(t, pod)
+	before = lists()
+	s.report(ctx, sandboxResult{Sandbox: res.Sandbox})
+	if n := lists() - before; n != 2 {
+		t.Fatalf("%d list calls in a later pass's report, want 2", n)
 	}
 }
