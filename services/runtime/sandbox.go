@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -96,34 +97,49 @@ func protocol(p corev1.Protocol) runtimeapi.Protocol {
 	}
 }
 
+// sandboxTimes: how long a sandbox creation waited for its slot and how
+// long RunPodSandbox took.
+type sandboxTimes struct {
+	Waited, Took time.Duration
+}
+
 // createSandbox creates the pod's log directory and runs its sandbox with
 // the handler of its RuntimeClass (the kubelet's createPodSandbox).
-func (m *Daemon) createSandbox(ctx context.Context, pod *corev1.Pod, attempt uint32) (string, *runtimeapi.PodSandboxConfig, error) {
+//
+// It says how long the creation waited for a slot of
+// runtime.maxConcurrentSandboxCreations and how long RunPodSandbox took,
+// for the "Created pod sandbox" log line.
+func (m *Daemon) createSandbox(ctx context.Context, pod *corev1.Pod, attempt uint32) (string, *runtimeapi.PodSandboxConfig, sandboxTimes, error) {
+	var times sandboxTimes
 	cfg, err := m.sandboxConfig(pod, attempt)
 	if err != nil {
-		return "", nil, err
+		return "", nil, times, err
 	}
 	handler, err := m.runtimeHandler(pod)
 	if err != nil {
-		return "", cfg, err
+		return "", cfg, times, err
 	}
 	if handler != "" {
 		m.log.Debug("Running pod with runtime handler", "pod", podRef(pod), "podUID", pod.UID, "runtimeHandler", handler)
 	}
 	if err := mkdirAll(cfg.LogDirectory, 0o755); err != nil {
-		return "", cfg, err
+		return "", cfg, times, err
 	}
+	queued := time.Now()
 	if m.sandboxSlots != nil {
 		select {
 		case m.sandboxSlots <- struct{}{}:
 		case <-ctx.Done():
-			return "", cfg, ctx.Err()
+			return "", cfg, times, ctx.Err()
 		}
 		defer func() { <-m.sandboxSlots }()
 	}
+	started := time.Now()
+	times.Waited = started.Sub(queued)
 	id, err := m.rs.RunPodSandbox(ctx, cfg, handler)
+	times.Took = time.Since(started)
 	if err != nil {
-		return "", cfg, err
+		return "", cfg, times, err
 	}
-	return id, cfg, nil
+	return id, cfg, times, nil
 }

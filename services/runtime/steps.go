@@ -234,7 +234,7 @@ func (s *podSync) newSandbox(ctx context.Context) (sandboxResult, *syncResult) {
 	if s.pr.newestSandbox() != nil {
 		m.event(pod, nil, "", corev1.EventTypeNormal, "SandboxChanged", "Pod sandbox changed, it will be killed and re-created.")
 	}
-	id, cfg, err := m.createSandbox(ctx, pod, a.Attempt)
+	id, cfg, times, err := m.createSandbox(ctx, pod, a.Attempt)
 	switch {
 	case errors.Is(err, errRuntimeClassesNotSynced):
 		return sandboxResult{}, requeueIn(500 * time.Millisecond)
@@ -254,7 +254,8 @@ func (s *podSync) newSandbox(ctx context.Context) (sandboxResult, *syncResult) {
 		return sandboxResult{}, requeueIn(wait)
 	}
 	m.backoff.Reset(key)
-	m.log.Info("Created pod sandbox", "pod", podRef(pod), "podUID", s.uid, "sandboxID", id, "attempt", a.Attempt)
+	m.log.Info("Created pod sandbox", "pod", podRef(pod), "podUID", s.uid, "sandboxID", id, "attempt", a.Attempt,
+		"waited", times.Waited, "took", times.Took)
 	if s.pr.empty() {
 		// The pod's first sandbox: nothing of the pod was in CRI, so
 		// the new sandbox's own status is all there is to read.
