@@ -43,7 +43,7 @@ func Run(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "nodelet-bus: %v\n", err)
 		return config.ExitCode
 	}
-	mem := daemon.ApplyGoMemory(cfg, bus.BusAdmin)
+	mem := daemon.ManageMemory(ctx, cfg, bus.BusAdmin)
 	log := slog.New(slog.NewTextHandler(stderr, nil)).With("component", bus.BusAdmin)
 	slog.SetDefault(log)
 	if err := os.MkdirAll(cfg.Node.StateDir, 0o755); err != nil {
@@ -78,7 +78,6 @@ func Run(args []string, stderr io.Writer) int {
 	_, _ = sddaemon.SdNotify(false, sddaemon.SdNotifyReady)
 	log.Info("Bus ready", append([]any{"version", version.Version, "listen", srv.Addr(), "store", cfg.Node.StateDir + "/bus"}, mem.Args()...)...)
 
-	go daemon.ReleaseWhenIdle(ctx)
 	unhealthy := make(chan error, 1)
 	go watchdog(ctx, cfg.Bus.HeartbeatInterval, srv.Healthy, unhealthy)
 	code := 0

@@ -30,21 +30,19 @@ type MemoryConfig struct {
 	Limits map[string]string `mapstructure:"limits"`
 }
 
-// GoMemory is the memory limit in bytes (0 = none) and GOGC of
-// component's process.
-func (c *Config) GoMemory(name string) (limit int64, gcPercent int) {
-	v := c.Memory.Limits[name]
+// LimitOf is the memory limit in bytes (0 = none) of component name's
+// process: memory.limits, else its declared default.
+func (m MemoryConfig) LimitOf(name string) int64 {
+	v := m.Limits[name]
 	if v == "" {
 		if comp, ok := component.Get(name); ok {
 			v = comp.MemoryLimit
 		}
 	}
-	if v != "" {
-		if q, err := resource.ParseQuantity(v); err == nil {
-			limit = q.Value()
-		}
+	if q, err := resource.ParseQuantity(v); err == nil {
+		return q.Value()
 	}
-	return limit, c.Memory.GCPercent
+	return 0
 }
 
 // memoryProcesses are the components memory.limits may name.
@@ -79,7 +77,7 @@ func validateMemory(m MemoryConfig) error {
 	}
 	if m.GCPercent == -1 {
 		for _, name := range names {
-			if l, _ := (&Config{Memory: m}).GoMemory(name); l == 0 {
+			if m.LimitOf(name) == 0 {
 				return &Error{Key: "memory.gcPercent", Problem: fmt.Sprintf("-1 (collection off) needs a memory limit for every process; %s has none", name)}
 			}
 		}

@@ -17,11 +17,11 @@ func TestGoMemory(t *testing.T) {
 		{"supervisor", 32 << 20},
 		{"tap", 0}, // not a process: no limit
 	} {
-		if l, pct := cfg.GoMemory(tc.name); l != tc.limit || pct != 25 {
+		if l, pct := cfg.Memory.LimitOf(tc.name), cfg.Memory.GCPercent; l != tc.limit || pct != 25 {
 			t.Errorf("%s: %d, GOGC %d; want %d, 25", tc.name, l, pct, tc.limit)
 		}
 	}
-	if _, pct := Defaults().GoMemory("gc"); pct != 50 {
+	if pct := Defaults().Memory.GCPercent; pct != 50 {
 		t.Errorf("default GOGC %d, want 50", pct)
 	}
 }

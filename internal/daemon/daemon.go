@@ -154,7 +154,7 @@ func Run(spec Spec, args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "nodelet-%s: --log-level: %v\n", spec.Component, err)
 		return config.ExitCode
 	}
-	mem := ApplyGoMemory(cfg, spec.Component)
+	mem := ManageMemory(ctx, cfg, spec.Component)
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})).With("component", spec.Component)
 	slog.SetDefault(log)
 	klog.SetSlogLogger(log)
@@ -205,7 +205,6 @@ func Run(spec Spec, args []string, stderr io.Writer) int {
 		}
 	}
 	go heartbeats(ctx, env)
-	go ReleaseWhenIdle(ctx)
 	if err := ServeMetrics(ctx, cfg.Node.StateDir, spec.Component, env); err != nil {
 		log.Warn("Metrics not served", "err", err)
 	}

@@ -22,12 +22,21 @@ type GoMemory struct {
 	PercentFrom string // "config" or "GOGC"
 }
 
+// ManageMemory is every nodelet process's memory policy, in one call at its
+// start: ApplyGoMemory, then a release of memory each time its work dies
+// down (until ctx ends). It returns the settings for the start-up log.
+func ManageMemory(ctx context.Context, cfg *config.Config, component string) GoMemory {
+	m := ApplyGoMemory(cfg, component)
+	go releaseWhenQuiet(ctx)
+	return m
+}
+
 // ApplyGoMemory sets this process's memory limit and GOGC from cfg's
 // memory section for component. The environment's GOMEMLIMIT and GOGC,
 // which the Go runtime has already read, win: an operator's override for
 // one unit.
 func ApplyGoMemory(cfg *config.Config, component string) GoMemory {
-	limit, pct := cfg.GoMemory(component)
+	limit, pct := cfg.Memory.LimitOf(component), cfg.Memory.GCPercent
 	m := GoMemory{Limit: limit, GCPercent: pct, LimitFrom: "config", PercentFrom: "config"}
 	if os.Getenv("GOMEMLIMIT") != "" {
 		m.LimitFrom = "GOMEMLIMIT"
@@ -75,9 +84,9 @@ const (
 	quieter = 4
 )
 
-// ReleaseWhenIdle returns memory to the system each time the process goes
-// quiet after a burst of work, until ctx ends.
-func ReleaseWhenIdle(ctx context.Context) {
+// releaseWhenQuiet returns memory to the system each time the process
+// goes quiet after a burst of work, until ctx ends.
+func releaseWhenQuiet(ctx context.Context) {
 	t := time.NewTicker(idleCheckEvery)
 	defer t.Stop()
 	samples := make(chan uint64)

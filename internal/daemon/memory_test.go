@@ -168,7 +168,7 @@ func TestReleaseWhenIdleDecides(t *testing.T) {
 	}
 }
 
-// TestReleaseWhenIdleCollects: debug.FreeOSMemory, as ReleaseWhenIdle
+// TestReleaseWhenIdleCollects: debug.FreeOSMemory, as releaseWhenQuiet
 // calls it, collects and gives the freed heap back to the system.
 func TestReleaseWhenIdleCollects(t *testing.T) {
 	read := func(name string) uint64 {

@@ -43,8 +43,7 @@ func Main(args []string, stderr io.Writer) int {
 	if err != nil {
 		return fail(config.ExitCode, err)
 	}
-	daemon.ApplyGoMemory(cfg, component.Supervisor)
-	go daemon.ReleaseWhenIdle(ctx)
+	daemon.ManageMemory(ctx, cfg, component.Supervisor)
 	configPath, _ := flags.GetString("config")
 	if configPath != "" {
 		if configPath, err = filepath.Abs(configPath); err != nil {
