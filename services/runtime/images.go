@@ -3,7 +3,6 @@ package runtime
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -12,6 +11,8 @@ import (
 	internalapi "k8s.io/cri-api/pkg/apis"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/internal/podutil"
 )
 
 // Container waiting reasons of image problems, the kubelet's.
@@ -74,14 +75,7 @@ func pullPolicy(c *corev1.Container) corev1.PullPolicy {
 	if c.ImagePullPolicy != "" {
 		return c.ImagePullPolicy
 	}
-	ref, err := name.ParseReference(c.Image, name.WeakValidation)
-	if err != nil {
-		return corev1.PullIfNotPresent
-	}
-	if t, ok := ref.(name.Tag); ok && t.TagStr() == "latest" && !strings.Contains(c.Image, "@") {
-		return corev1.PullAlways
-	}
-	return corev1.PullIfNotPresent
+	return podutil.DefaultPullPolicy(c.Image)
 }
 
 // ensure makes sure c's image is on the node and returns its image ID, or

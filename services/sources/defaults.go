@@ -3,9 +3,10 @@ package sources
 import (
 	"reflect"
 
-	dockerref "github.com/distribution/reference"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/nodelet/nodelet/internal/podutil"
 )
 
 // setPodDefaults applies to a pod from a file or URL the defaults that
@@ -116,28 +117,9 @@ func roundUpResources(l corev1.ResourceList) {
 	}
 }
 
-// pullPolicyFor is Always for an image tagged "latest" (or not tagged and
-// not pinned by digest), IfNotPresent otherwise — including references
-// that do not parse, as the API server ignores the parse error there.
-func pullPolicyFor(image string) corev1.PullPolicy {
-	named, err := dockerref.ParseNormalizedNamed(image)
-	if err != nil {
-		return corev1.PullIfNotPresent
-	}
-	tag := ""
-	if t, ok := named.(dockerref.Tagged); ok {
-		tag = t.Tag()
-	}
-	_, digested := named.(dockerref.Digested)
-	if tag == "latest" || (tag == "" && !digested) {
-		return corev1.PullAlways
-	}
-	return corev1.PullIfNotPresent
-}
-
 func containerDefaults(c *corev1.Container) {
 	if c.ImagePullPolicy == "" {
-		c.ImagePullPolicy = pullPolicyFor(c.Image)
+		c.ImagePullPolicy = podutil.DefaultPullPolicy(c.Image)
 	}
 	if c.TerminationMessagePath == "" {
 		c.TerminationMessagePath = corev1.TerminationMessagePathDefault
@@ -231,7 +213,7 @@ func volumeDefaults(v *corev1.Volume) {
 	}
 	vs := &v.VolumeSource
 	if vs.Image != nil && vs.Image.PullPolicy == "" {
-		vs.Image.PullPolicy = pullPolicyFor(vs.Image.Reference)
+		vs.Image.PullPolicy = podutil.DefaultPullPolicy(vs.Image.Reference)
 	}
 	if vs.HostPath != nil && vs.HostPath.Type == nil {
 		vs.HostPath.Type = ptr.To(corev1.HostPathUnset)
