@@ -66,7 +66,7 @@ const binaryPrefix = "nodelet-"
 func main() {
 	// Every package of every daemon has run its initialisers by now; only
 	// what this process goes on to use should stay mapped.
-	if err := daemon.DropStartupPages(); err != nil {
+	if err := daemon.DropExecutablePages(); err != nil {
 		fmt.Fprintf(os.Stderr, "nodeletd: start-up pages stay mapped: %v\n", err)
 	}
 	os.Exit(run(os.Args, os.Stderr))

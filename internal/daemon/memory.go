@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
 	"time"
@@ -68,10 +69,11 @@ func (m GoMemory) Args() []any {
 }
 
 // Idle release: after a burst of work a Go process keeps the heap it grew
-// to (and pooled buffers, such as JetStream's block caches) until later
-// collections and the runtime's background scavenger, minutes later, give
-// it back. A nodelet process whose work has died down gives it back at
-// once: one collection and release (debug.FreeOSMemory) per burst.
+// to (and pooled buffers, such as JetStream's 256 KiB block buffers) until
+// later collections and the runtime's background scavenger, minutes later,
+// give it back, and keeps mapped every page of the executable the burst
+// touched. A nodelet process gives both back once its start-up is done and
+// again each time a burst of work dies down (release).
 const (
 	idleCheckEvery = 5 * time.Second
 	// worthReleasing is how much must have been allocated since the last
@@ -106,7 +108,7 @@ func releaseWhenQuiet(ctx context.Context) {
 		}
 	}()
 	releaseWhenIdle(heapAllocated(), samples, func(uint64) uint64 {
-		debug.FreeOSMemory()
+		release()
 		return heapAllocated()
 	})
 }
@@ -114,19 +116,33 @@ func releaseWhenQuiet(ctx context.Context) {
 // releaseWhenIdle reads the bytes allocated so far, one sample per check
 // period, until samples closes; it calls release (given the sample, it
 // answers the bytes allocated after it) when a period's allocation fell
-// below a quarter of the busiest period's since the last release, and more
-// than worthReleasing was allocated since then.
+// below a quarter of the busiest period's since the last release, and
+// either nothing was released yet (the process's start-up is over) or
+// more than worthReleasing was allocated since the last release.
 func releaseWhenIdle(start uint64, samples <-chan uint64, release func(now uint64) uint64) {
 	last, released := start, start
 	var busiest uint64
+	startedUp := false
 	for now := range samples {
 		period := now - last
 		busiest = max(busiest, period)
-		if period*quieter < busiest && now-released > worthReleasing {
-			released, busiest = release(now), 0
+		if period*quieter < busiest && (!startedUp || now-released > worthReleasing) {
+			released, busiest, startedUp = release(now), 0, true
 		}
 		last = now
 	}
+}
+
+// release gives back what a quiet process holds beyond its live heap: two
+// collections, because the first only moves what sync.Pools hold aside
+// and the second frees it (at rest the bus kept 4.5 MiB of JetStream block
+// buffers so), the freed heap returned to the system at once
+// (debug.FreeOSMemory), and the executable's pages (DropExecutablePages).
+// Best effort: should the pages stay mapped, nothing else is wrong.
+func release() {
+	_ = DropExecutablePages()
+	runtime.GC()
+	debug.FreeOSMemory()
 }
 
 // heapAllocated is the bytes allocated on the heap since the process
