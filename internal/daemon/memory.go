@@ -76,9 +76,15 @@ func (m GoMemory) Args() []any {
 // again each time a burst of work dies down (release).
 const (
 	idleCheckEvery = 5 * time.Second
+	// startUpCheckEvery is the check period until the first release, so
+	// that what start-up touched goes soon after it is over.
+	startUpCheckEvery = time.Second
 	// worthReleasing is how much must have been allocated since the last
-	// release for another to be worth a collection.
-	worthReleasing = 8 << 20
+	// release for another to be worth two collections. Small: the release
+	// also gives back the executable's pages a burst touched, which a
+	// light daemon's (admission's for 50 pods: a few MiB allocated) maps
+	// as much as a busy one's.
+	worthReleasing = 2 << 20
 	// quieter: a period allocating less than the busiest period since the
 	// last release divided by this is the end of a burst. (At rest a
 	// runtime with 50 pods still allocates 3 MiB per period in its relists:
@@ -89,7 +95,7 @@ const (
 // releaseWhenQuiet returns memory to the system each time the process
 // goes quiet after a burst of work, until ctx ends.
 func releaseWhenQuiet(ctx context.Context) {
-	t := time.NewTicker(idleCheckEvery)
+	t := time.NewTicker(startUpCheckEvery)
 	defer t.Stop()
 	samples := make(chan uint64)
 	go func() {
@@ -109,6 +115,7 @@ func releaseWhenQuiet(ctx context.Context) {
 	}()
 	releaseWhenIdle(heapAllocated(), samples, func(uint64) uint64 {
 		release()
+		t.Reset(idleCheckEvery)
 		return heapAllocated()
 	})
 }
