@@ -15,7 +15,7 @@ import (
 
 func init() {
 	commands = append(commands,
-		command{"systemd-units", "write the systemd units of every process, nodelet.target and the sysusers.d file: systemd-units [--out DIR] [--state-dir DIR] [--pod-logs-dir DIR] [--check]", runSystemdUnits},
+		command{"systemd-units", "write the systemd units of every process, nodelet.target and the sysusers.d file: systemd-units [--out DIR] [--state-dir DIR] [--pod-logs-dir DIR] [--cgroup-root PATH] [--check]", runSystemdUnits},
 		command{"compose", "write docker-compose.yml from the component declaration: compose [--out FILE] [--check]", runCompose})
 }
 
@@ -34,6 +34,7 @@ func runSystemdUnits(args []string) int {
 	out := flags.String("out", "deploy/systemd", "directory to write the units into")
 	flags.StringVar(&o.StateDir, "state-dir", o.StateDir, "the configuration's node.stateDir (below /var/lib)")
 	flags.StringVar(&o.PodLogsDir, "pod-logs-dir", o.PodLogsDir, "the configuration's node.podLogsDir (below /var/log)")
+	flags.StringVar(&o.CgroupRoot, "cgroup-root", o.CgroupRoot, "the configuration's runtime.cgroupRoot")
 	if err := flags.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return 0

@@ -151,6 +151,10 @@ type Systemd struct {
 	Devices bool
 	// PodLogs makes the pod logs dir writable (LogsDirectory=).
 	PodLogs bool
+	// CgroupRoot: the daemon makes cgroups under runtime.cgroupRoot, which
+	// the unit creates first, as root, in every hierarchy: a hierarchy's
+	// own root directory is 0555, writable only with CAP_DAC_OVERRIDE.
+	CgroupRoot bool
 	// Caps is the capability bounding set; nil keeps root's. A daemon of
 	// its own user holds them as ambient capabilities.
 	Caps []string

@@ -235,7 +235,7 @@ server:
 	})
 
 	o := units.Defaults()
-	o.StateDir, o.PodLogsDir = stateDir, logsDir
+	o.StateDir, o.PodLogsDir, o.CgroupRoot = stateDir, logsDir, "/nodelet-e2e"
 	files, err := units.SystemdUnits(component.Declared, o)
 	if err != nil {
 		t.Fatal(err)

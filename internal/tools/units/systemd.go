@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path"
 	"strings"
+	"unicode"
 
 	"github.com/nodelet/nodelet/internal/component"
 )
@@ -76,7 +77,24 @@ func (o Options) checkDirs() error {
 			return fmt.Errorf("units: %s %q must be a clean path below %s (systemd's StateDirectory= and LogsDirectory=)", d.key, d.dir, d.base)
 		}
 	}
+	// It goes into a shell command: plain path characters only.
+	r := o.CgroupRoot
+	if r == "/" || !strings.HasPrefix(r, "/") || path.Clean(r) != r ||
+		strings.IndexFunc(r, func(c rune) bool {
+			return !unicode.IsLetter(c) && !unicode.IsDigit(c) && !strings.ContainsRune("/._-", c)
+		}) >= 0 {
+		return fmt.Errorf("units: cgroup root (runtime.cgroupRoot) %q must be a clean absolute path below / of letters, digits and . _ -", r)
+	}
 	return nil
+}
+
+// cgroupRootCommand makes root in every cgroup hierarchy: the unified one
+// on cgroup v2, each controller's (and named) hierarchy on v1. Systemd
+// reads "$$" as "$".
+func cgroupRootCommand(root string) string {
+	rel := strings.TrimPrefix(root, "/")
+	return "/bin/sh -c 'if [ -e /sys/fs/cgroup/cgroup.controllers ]; then mkdir -p /sys/fs/cgroup/" + rel +
+		"; else for h in /sys/fs/cgroup/*/; do if [ -e \"$${h}cgroup.procs\" ]; then mkdir -p \"$${h}" + rel + "\"; fi; done; fi'"
 }
 
 // stateRel is the state dir relative to /var/lib, as StateDirectory= takes it.
@@ -277,6 +295,12 @@ func service(c component.Component, o Options) string {
 			u.set("ExecStartPre", "+/usr/bin/install -d -m 0755 "+o.PodLogsDir)
 			u.set("ReadWritePaths", "-"+o.PodLogsDir)
 		}
+	}
+	if sb.CgroupRoot {
+		u.comment(o.CgroupRoot+" (runtime.cgroupRoot) in every cgroup hierarchy (cgroup v2: the one),",
+			"made as root before it starts: a hierarchy's root is 0555, writable only",
+			"with the CAP_DAC_OVERRIDE this unit drops.")
+		u.set("ExecStartPre", "+"+cgroupRootCommand(o.CgroupRoot))
 	}
 	if !sb.HostMounts {
 		u.comment("Read-only /usr, /etc and the rest, but for what it owns in the state")

@@ -574,3 +574,28 @@ func TestStateDirElsewhere(t *testing.T) {
 		}
 	}
 }
+
+// TestCgroupRoot: the runtime's unit makes runtime.cgroupRoot, as root,
+// before the runtime (without CAP_DAC_OVERRIDE) starts; no other unit
+// does; a root that is no plain path is refused, as it goes into a shell
+// command. TestUnitsUnderSystemd runs the command on a booted machine.
+func TestCgroupRoot(t *testing.T) {
+	o := Defaults()
+	o.CgroupRoot = "/node-a/pods"
+	files, err := SystemdUnits(component.Declared, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		has := strings.Contains(string(f.Data), "\nExecStartPre=+/bin/sh -c 'if [ -e /sys/fs/cgroup/cgroup.controllers ]; then mkdir -p /sys/fs/cgroup/node-a/pods;")
+		if has != (f.Name == "nodelet-runtime.service") {
+			t.Errorf("%s: makes the cgroup root %v", f.Name, has)
+		}
+	}
+	for _, bad := range []string{"", "/", "nodelet", "/a/../b", "/a b", "/a';reboot;'", "/a$b"} {
+		o.CgroupRoot = bad
+		if _, err := SystemdUnits(component.Declared, o); err == nil || !strings.Contains(err.Error(), "runtime.cgroupRoot") {
+			t.Errorf("cgroup root %q: err = %v", bad, err)
+		}
+	}
+}

@@ -31,6 +31,8 @@ const (
 	DefaultStateDir = "/var/lib/nodelet"
 	// DefaultPodLogsDir is node.podLogsDir's default.
 	DefaultPodLogsDir = "/var/log/pods"
+	// DefaultCgroupRoot is runtime.cgroupRoot's default.
+	DefaultCgroupRoot = "/nodelet"
 	// Target is the unit that groups every nodelet unit.
 	Target = "nodelet.target"
 )
@@ -48,6 +50,8 @@ type Options struct {
 	StateDir string
 	// PodLogsDir is its node.podLogsDir, under /var/log (LogsDirectory=).
 	PodLogsDir string
+	// CgroupRoot is its runtime.cgroupRoot (cgroupfs driver).
+	CgroupRoot string
 	// WatchdogSec is systemd's WatchdogSec=. The daemons pet the watchdog
 	// every bus.heartbeatInterval (5s by default) or every half of it,
 	// whichever is shorter, so it must be well above the interval.
@@ -65,6 +69,7 @@ func Defaults() Options {
 		ConfigPath:  DefaultConfigPath,
 		StateDir:    DefaultStateDir,
 		PodLogsDir:  DefaultPodLogsDir,
+		CgroupRoot:  DefaultCgroupRoot,
 		WatchdogSec: 30 * time.Second,
 		RestartSec:  2 * time.Second,
 		Image:       "nodelet.local/nodelet:dev",
