@@ -82,9 +82,10 @@ const (
 	// worthReleasing is how much must have been allocated since the last
 	// release for another to be worth two collections. Small: the release
 	// also gives back the executable's pages a burst touched, which a
-	// light daemon's (admission's for 50 pods: a few MiB allocated) maps
-	// as much as a busy one's.
-	worthReleasing = 2 << 20
+	// light daemon (admission, for 50 pods) maps as much as a busy one
+	// while allocating little; at rest, where a daemon allocates a few KiB
+	// a period, it keeps quiet periods from releasing again and again.
+	worthReleasing = 256 << 10
 	// quieter: a period allocating less than the busiest period since the
 	// last release divided by this is the end of a burst. (At rest a
 	// runtime with 50 pods still allocates 3 MiB per period in its relists:

@@ -150,8 +150,8 @@ func TestReleaseWhenIdleDecides(t *testing.T) {
 		{"still busy", []uint64{0, 20 * mib, 40 * mib, 60 * mib}, 0},
 		{"two bursts", []uint64{0, 20 * mib, 20*mib + 100, 40 * mib, 40*mib + 100}, 2},
 		{"start-up, then quiet", []uint64{0, 2 * mib, 2*mib + 100, 2*mib + 200}, 1},
-		{"start-up, then small work never worth it", []uint64{0, 3 * mib, 3*mib + 10, 4 * mib, 4*mib + 10}, 1},
-		{"start-up, then a small burst", []uint64{0, 3 * mib, 3*mib + 10, 6 * mib, 6*mib + 10}, 2},
+		{"start-up, then small work never worth it", []uint64{0, 3 * mib, 3*mib + 10, 3*mib + 100<<10, 3*mib + 100<<10 + 10}, 1},
+		{"start-up, then a small burst", []uint64{0, 3 * mib, 3*mib + 10, 4 * mib, 4*mib + 10}, 2},
 		// A runtime's relists at rest: 3 MiB a period after the burst.
 		{"a burst, then steady work", []uint64{0, 30 * mib, 33 * mib, 36 * mib, 39 * mib, 42 * mib, 45 * mib}, 1},
 		{"steady work alone", []uint64{0, 3 * mib, 6 * mib, 9 * mib, 12 * mib, 15 * mib}, 0},
