@@ -275,8 +275,15 @@ func TestWorkerRunLoop(t *testing.T) {
 	waitWaiters()
 	h.m.onObserved(observedPut(observed("u1", running("c", "b", t0))))
 	expectProbe(true, "after the container was replaced")
-	if r, _ := h.result("u1", "c", schemas.ProbeReadiness); r.ContainerID != "containerd://b" || r.Result != schemas.ProbeSuccess {
-		t.Errorf("result after replacement = %+v", r)
+	// The runner is called before the worker stores what it answered.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		r, _ := h.result("u1", "c", schemas.ProbeReadiness)
+		if r.ContainerID == "containerd://b" && r.Result == schemas.ProbeSuccess {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("result after replacement = %+v", r)
+		}
 	}
 
 	// A worker made long after the prober started does not wait.
