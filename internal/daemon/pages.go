@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -28,7 +29,7 @@ import (
 // Performance). Writable mappings (the data segment, whose pages the
 // process has modified) are never touched.
 func DropExecutablePages() error {
-	ranges, err := executableRanges()
+	ranges, err := exeRanges()
 	if err != nil {
 		return err
 	}
@@ -42,6 +43,10 @@ func DropExecutablePages() error {
 }
 
 type addrRange struct{ start, end uint64 }
+
+// exeRanges reads the executable's mappings once: they do not move, and
+// every release would read them again.
+var exeRanges = sync.OnceValues(executableRanges)
 
 // executableRanges are this process's read-only private mappings of its
 // executable, from /proc/self/maps.

@@ -50,7 +50,7 @@ func SystemdUnits(s component.Set, o Options) ([]File, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := o.checkDirs(); err != nil {
+	if err := o.checkPaths(); err != nil {
 		return nil, err
 	}
 	var files []File
@@ -66,9 +66,9 @@ func SystemdUnits(s component.Set, o Options) ([]File, error) {
 	return files, nil
 }
 
-// checkDirs: StateDirectory= and LogsDirectory= take paths under /var/lib
-// and /var/log only.
-func (o Options) checkDirs() error {
+// checkPaths: StateDirectory= and LogsDirectory= take paths under /var/lib
+// and /var/log only; the cgroup root goes into a shell command.
+func (o Options) checkPaths() error {
 	for _, d := range []struct{ key, dir, base string }{
 		{"state dir (node.stateDir)", o.StateDir, "/var/lib/"},
 		{"pod logs dir (node.podLogsDir)", o.PodLogsDir, "/var/log/"},
