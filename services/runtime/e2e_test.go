@@ -43,6 +43,17 @@ func TestPodRunsAndIsRemoved(t *testing.T) {
 	if !strings.HasPrefix(c.ContainerID, "containerd://") || c.ImageID == "" || c.Hash == "" || c.RestartCount != 0 {
 		t.Fatalf("container observed: %+v", c)
 	}
+	// The first state showing web running already says what it was given:
+	// the start is published once, not again at the next pass only to add
+	// the resources.
+	for _, x := range h.obs.all(pod.UID) {
+		if running(x, "web") {
+			if container(x, "web").Resources == nil {
+				t.Fatalf("first running state (gen %d) lacks web's resources", x.Generation)
+			}
+			break
+		}
+	}
 	sbs := h.sandboxes(pod.UID)
 	if len(sbs) != 1 || sbs[0].Labels[labelPodName] != "web" || sbs[0].Labels[labelPodNamespace] != "default" ||
 		sbs[0].Labels[LabelManaged] != "true" || sbs[0].Labels["app"] != "web" {

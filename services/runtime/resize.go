@@ -171,14 +171,10 @@ func (m *Daemon) allocatedPod(pod *corev1.Pod) *corev1.Pod {
 	return out
 }
 
-// admitResize decides a pending resize of a running pod (the kubelet's
-// handlePodResourcesResize and its podResizesAdmitHandler) and returns the
-// pod with its allocated resources.
-func (m *Daemon) admitResize(ctx context.Context, pod *corev1.Pod, pr *podRuntime) *corev1.Pod {
-	r := m.podResizeOf(pod)
-	m.resize.mu.Lock()
-	// A running container this process has not seen yet was started with
-	// the allocation as it is before this resize.
+// noteRunning records, for each running container not seen yet, that it
+// was started with the allocation as it is before any resize still to
+// come. Callers hold m.resize.mu.
+func (r *podResize) noteRunning(pod *corev1.Pod, pr *podRuntime) {
 	for _, c := range resizable(pod) {
 		info := pr.newest(c.Name)
 		if info == nil || info.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
@@ -188,6 +184,25 @@ func (m *Daemon) admitResize(ctx context.Context, pod *corev1.Pod, pr *podRuntim
 			r.applied[c.Name] = appliedResources{id: info.ID, res: *r.allocOr(c).DeepCopy()}
 		}
 	}
+}
+
+// noteStarted is noteRunning for the containers a sync pass just started,
+// so the state it reports already says what they were given (else the
+// next pass would publish the pod again only to add it).
+func (m *Daemon) noteStarted(pod *corev1.Pod, pr *podRuntime) {
+	r := m.podResizeOf(pod)
+	m.resize.mu.Lock()
+	defer m.resize.mu.Unlock()
+	r.noteRunning(pod, pr)
+}
+
+// admitResize decides a pending resize of a running pod (the kubelet's
+// handlePodResourcesResize and its podResizesAdmitHandler) and returns the
+// pod with its allocated resources.
+func (m *Daemon) admitResize(ctx context.Context, pod *corev1.Pod, pr *podRuntime) *corev1.Pod {
+	r := m.podResizeOf(pod)
+	m.resize.mu.Lock()
+	r.noteRunning(pod, pr)
 	changed := false
 	for _, c := range resizable(pod) {
 		if a, ok := r.alloc[c.Name]; !ok || !equality.Semantic.DeepEqual(a, c.Resources) {

@@ -316,6 +316,7 @@ func (s *podSync) report(ctx context.Context, sandbox sandboxResult) {
 		if len(s.actions.Start) > 0 {
 			s.actions.InitDone = s.m.actionsFor(s.pod, s.pr).InitDone
 		}
+		s.m.noteStarted(s.pod, s.pr)
 	}
 	s.publish(ctx)
 }
