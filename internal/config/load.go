@@ -123,7 +123,7 @@ func Defaults() *Config {
 			RestartBackoffReset: 60 * time.Second,
 			ReadyTimeout:        30 * time.Second,
 		},
-		Memory: MemoryConfig{GCPercent: 50},
+		Memory: MemoryConfig{GCPercent: 100},
 	}
 }
 

@@ -21,7 +21,7 @@ func TestGoMemory(t *testing.T) {
 			t.Errorf("%s: %d, GOGC %d; want %d, 25", tc.name, l, pct, tc.limit)
 		}
 	}
-	if pct := Defaults().Memory.GCPercent; pct != 50 {
-		t.Errorf("default GOGC %d, want 50", pct)
+	if pct := Defaults().Memory.GCPercent; pct != 100 {
+		t.Errorf("default GOGC %d, want 100", pct)
 	}
 }
