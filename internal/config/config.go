@@ -141,9 +141,9 @@ type RuntimeConfig struct {
 	MaxContainerRestartPeriod time.Duration `mapstructure:"maxContainerRestartPeriod"`
 	// MaxParallelImagePulls across different images. Default: 5.
 	MaxParallelImagePulls int `mapstructure:"maxParallelImagePulls"`
-	// MaxConcurrentSandboxCreations bounds RunPodSandbox calls in flight; 0 = unbounded. 4 gave
-	// the best per-pod p50 of 1, 2, 4 and unbounded in scripts/bench.sh (README "Performance").
-	// Default: 4.
+	// MaxConcurrentSandboxCreations bounds the pods making a new sandbox at once (a first
+	// sandbox's pod cgroup, volumes and RunPodSandbox); 0 = unbounded. 4 gave the best per-pod
+	// p50 of 1, 2, 4 and unbounded in scripts/bench.sh (README "Performance"). Default: 4.
 	MaxConcurrentSandboxCreations int `mapstructure:"maxConcurrentSandboxCreations"`
 	// CNIConfDir is where nodelet renders the conflist containerd reads. Default: /etc/nodelet/cni/net.d.
 	CNIConfDir string `mapstructure:"cniConfDir"`

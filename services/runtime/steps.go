@@ -29,6 +29,17 @@ func (m *Daemon) syncRunning(ctx context.Context, pod *corev1.Pod, pr *podRuntim
 		return s.terminal(ctx)
 	}
 	s.begin(ctx)
+	if s.actions.CreateSandbox && len(s.actions.Kill) == 0 && len(s.actions.StopSandboxes) == 0 {
+		// A new sandbox with nothing to kill first: the slot of
+		// runtime.maxConcurrentSandboxCreations is held from here, so the
+		// pod's cgroup and volumes are made as its sandbox's turn comes
+		// (takeSandboxSlot). A kill (up to its grace period) never holds
+		// one: newSandbox takes it after.
+		if stop := s.takeSandboxSlot(ctx); stop != nil {
+			return *stop
+		}
+		defer s.releaseSandboxSlot()
+	}
 
 	// Pod cgroup (kubelet.go SyncPod: pcm.EnsureExists, before the data
 	// directories and volumes), before any sandbox is created.
@@ -48,6 +59,7 @@ func (m *Daemon) syncRunning(ctx context.Context, pod *corev1.Pod, pr *podRuntim
 	}
 	// Step 4: the sandbox, created when there is none usable.
 	sandbox, stop := s.ensureSandbox(ctx)
+	s.releaseSandboxSlot()
 	if stop != nil {
 		return *stop
 	}
@@ -98,6 +110,11 @@ type podSync struct {
 	// else startsUnclear.
 	started       []string
 	startsUnclear bool
+	// slot: this pass holds a slot of runtime.maxConcurrentSandboxCreations
+	// (a chan receive frees it), taken at slotTaken after waiting slotWait.
+	slot      bool
+	slotTaken time.Time
+	slotWait  time.Duration
 }
 
 // requeueIn ends the pass: the pod syncs again after d.
@@ -234,7 +251,12 @@ func (s *podSync) newSandbox(ctx context.Context) (sandboxResult, *syncResult) {
 	if s.pr.newestSandbox() != nil {
 		m.event(pod, nil, "", corev1.EventTypeNormal, "SandboxChanged", "Pod sandbox changed, it will be killed and re-created.")
 	}
-	id, cfg, times, err := m.createSandbox(ctx, pod, a.Attempt)
+	if !s.slot {
+		if stop := s.takeSandboxSlot(ctx); stop != nil {
+			return sandboxResult{}, stop
+		}
+	}
+	id, cfg, took, err := m.createSandbox(ctx, pod, a.Attempt)
 	switch {
 	case errors.Is(err, errRuntimeClassesNotSynced):
 		return sandboxResult{}, requeueIn(500 * time.Millisecond)
@@ -255,7 +277,7 @@ func (s *podSync) newSandbox(ctx context.Context) (sandboxResult, *syncResult) {
 	}
 	m.backoff.Reset(key)
 	m.log.Info("Created pod sandbox", "pod", podRef(pod), "podUID", s.uid, "sandboxID", id, "attempt", a.Attempt,
-		"waited", times.Waited, "took", times.Took)
+		"waited", s.slotWait, "took", took)
 	if s.pr.empty() {
 		// The pod's first sandbox: nothing of the pod was in CRI, so
 		// the new sandbox's own status is all there is to read.

@@ -395,3 +395,76 @@ func TestFirstStartReadsNoList(t *testing.T) {
 		t.Fatalf("%d list calls in a later pass's report, want 2", n)
 	}
 }
+
+// slotVolumes records how many slots of runtime.maxConcurrentSandboxCreations
+// were held while a pod's volumes were set up, and fails the set-up so the
+// pass ends there.
+type slotVolumes struct {
+	slots chan struct{}
+	held  []int
+}
+
+func (v *slotVolumes) Setup(context.Context, *corev1.Pod) (map[string]string, error) {
+	v.held = append(v.held, len(v.slots))
+	return nil, errors.New("stop here")
+}
+func (v *slotVolumes) Teardown(context.Context, string) error { return nil }
+
+// A pod's first sandbox takes its slot of runtime.maxConcurrentSandboxCreations
+// before the pod's cgroup and volumes are made, and frees it when the pass
+// ends; a pod that waits for a slot makes nothing; a sandbox that replaces
+// one whose containers must be killed first takes the slot only after the
+// kill.
+func TestSandboxSlotCoversPreparation(t *testing.T) {
+	e := newStepEnv(t)
+	ctx := context.Background()
+	e.m.sandboxSlots = make(chan struct{}, 1)
+	vols := &slotVolumes{slots: e.m.sandboxSlots}
+	e.m.volumes = vols
+	sync := func(ctx context.Context, pod *corev1.Pod) syncResult {
+		s := e.sync(t, pod)
+		return e.m.syncRunning(ctx, pod, s.pr, s.st)
+	}
+
+	first := newPod("first", busybox("app", ""))
+	if res := sync(ctx, first); res.RequeueAfter != retryWaiting {
+		t.Fatalf("pass: %+v", res)
+	}
+	if len(vols.held) != 1 || vols.held[0] != 1 {
+		t.Fatalf("slots held during the volume set-up: %v, want [1]", vols.held)
+	}
+	if n := len(e.m.sandboxSlots); n != 0 {
+		t.Fatalf("%d slots still held after the pass", n)
+	}
+
+	// Every slot is taken: the next pod waits before making anything.
+	e.m.sandboxSlots <- struct{}{}
+	waiting, cancel := context.WithCancel(ctx)
+	cancel()
+	sync(waiting, newPod("second", busybox("app", "")))
+	if len(vols.held) != 1 {
+		t.Fatalf("volumes set up while waiting for a slot: %v", vols.held)
+	}
+	<-e.m.sandboxSlots
+
+	// A running container in a sandbox that is no longer ready: it is
+	// killed first, with no slot held.
+	replaced := newPod("replaced", busybox("app", ""))
+	uid := string(replaced.UID)
+	e.cri.SetFakeSandboxes([]*critest.FakePodSandbox{{PodSandboxStatus: runtimeapi.PodSandboxStatus{
+		Id: "old", Metadata: &runtimeapi.PodSandboxMetadata{Name: "replaced", Uid: uid, Namespace: "default"},
+		State:  runtimeapi.PodSandboxState_SANDBOX_NOTREADY,
+		Labels: map[string]string{labelPodUID: uid, LabelManaged: "true"},
+	}}})
+	e.cri.SetFakeContainers([]*critest.FakeContainer{{SandboxID: "old", ContainerStatus: runtimeapi.ContainerStatus{
+		Id: "c1", Metadata: &runtimeapi.ContainerMetadata{Name: "app"}, State: runtimeapi.ContainerState_CONTAINER_RUNNING,
+		Labels: map[string]string{labelPodUID: uid, labelContainerName: "app", LabelManaged: "true"},
+	}}})
+	if s := e.sync(t, replaced); !s.actions.CreateSandbox || len(s.actions.Kill) == 0 {
+		t.Fatalf("actions %+v: want a new sandbox after a kill", s.actions)
+	}
+	sync(ctx, replaced)
+	if len(vols.held) != 2 || vols.held[1] != 0 {
+		t.Fatalf("slots held during the replaced pod's volume set-up: %v, want 0", vols.held)
+	}
+}
