@@ -349,6 +349,47 @@ func TestWriterWritesOnlyOnChange(t *testing.T) {
 	}
 }
 
+// PutMany writes what changed in one go, in order, skips what the bucket
+// already holds as Put does, and a bad entry fails alone.
+func TestWriterPutMany(t *testing.T) {
+	b := bustest.Start(t)
+	ctx := ctxT(t)
+	src := b.Connect(bus.Sources)
+	w := bus.NewWriter(src, bus.BucketDesired, nil)
+	_, revA, err := w.Put(ctx, "a", desired("a", "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := w.PutMany(ctx, []bus.Entry{
+		{Key: "a", Msg: desired("a", "a")}, // unchanged
+		{Key: "b", Msg: desired("b", "b")},
+		{Key: "bad key", Msg: desired("c", "c")},
+		{Key: "d", Msg: desired("d", "d")},
+	})
+	if len(res) != 4 || res[0].Wrote || res[0].Rev != revA || res[0].Err != nil {
+		t.Fatalf("unchanged entry: %+v", res[0])
+	}
+	if !res[1].Wrote || !res[3].Wrote || res[1].Err != nil || res[3].Err != nil || !(revA < res[1].Rev && res[1].Rev < res[3].Rev) {
+		t.Fatalf("written entries (revisions in order after %d): %+v, %+v", revA, res[1], res[3])
+	}
+	if !bus.IsRejected(res[2].Err) || res[2].Wrote {
+		t.Fatalf("bad key: %+v", res[2])
+	}
+	for _, k := range []string{"b", "d"} {
+		v, rev, err := bus.Get[schemas.PodDesired](ctx, src, bus.BucketDesired, k)
+		if err != nil || v == nil || v.Pod.Name != k {
+			t.Fatalf("get %s: %v %v", k, v, err)
+		}
+		if want := res[map[string]int{"b": 1, "d": 3}[k]].Rev; rev != want {
+			t.Fatalf("%s: revision %d, PutMany said %d", k, rev, want)
+		}
+	}
+	// What PutMany wrote is known: putting it again writes nothing.
+	if wrote, _, err := w.Put(ctx, "b", desired("b", "b")); err != nil || wrote {
+		t.Fatalf("rewrote b: %v %v", wrote, err)
+	}
+}
+
 func TestWriterResetsAfterWipe(t *testing.T) {
 	b := bustest.Start(t)
 	ctx := ctxT(t)

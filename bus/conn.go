@@ -269,6 +269,49 @@ func (c *Conn) PutRaw(ctx context.Context, bucket, key string, b []byte) (uint64
 	return rev, nil
 }
 
+// PutRawMany is PutRaw for several keys of bucket: the puts are published
+// at once, in order, and then their acknowledgements awaited. revs and
+// errs are in the order of keys.
+func (c *Conn) PutRawMany(ctx context.Context, bucket string, keys []string, bodies [][]byte) (revs []uint64, errs []error) {
+	revs, errs = make([]uint64, len(keys)), make([]error, len(keys))
+	if len(keys) == 0 {
+		return revs, errs
+	}
+	if _, err := c.KV(ctx, bucket); err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+		return revs, errs
+	}
+	futures := make([]jetstream.PubAckFuture, len(keys))
+	for i, key := range keys {
+		if err := ValidKey(key); err != nil {
+			errs[i] = fmt.Errorf("put %s/%s: key %w: %w", bucket, key, err, jetstream.ErrInvalidKey)
+			continue
+		}
+		f, err := c.JS.PublishAsync(KVSubject(bucket, key), bodies[i])
+		if err != nil {
+			errs[i] = fmt.Errorf("put %s/%s: %w", bucket, key, err)
+			continue
+		}
+		futures[i] = f
+	}
+	for i, f := range futures {
+		if f == nil {
+			continue
+		}
+		select {
+		case ack := <-f.Ok():
+			revs[i] = ack.Sequence
+		case err := <-f.Err():
+			errs[i] = fmt.Errorf("put %s/%s: %w", bucket, keys[i], err)
+		case <-ctx.Done():
+			errs[i] = fmt.Errorf("put %s/%s: %w", bucket, keys[i], ctx.Err())
+		}
+	}
+	return revs, errs
+}
+
 // Delete removes key from bucket; a missing key is not an error.
 func (c *Conn) Delete(ctx context.Context, bucket, key string) error {
 	kv, err := c.KV(ctx, bucket)

@@ -151,6 +151,66 @@ func (w *Writer) Put(ctx context.Context, key string, m schemas.Message) (bool, 
 	return true, rev, nil
 }
 
+// Entry is one key and message of a PutMany.
+type Entry struct {
+	Key string
+	Msg schemas.Message
+}
+
+// PutResult is what PutMany did with one entry, as Put would say it.
+type PutResult struct {
+	Wrote bool
+	Rev   uint64
+	Err   error
+}
+
+// PutMany is Put for several keys: what changed is published in order
+// without waiting, and the acknowledgements are awaited together, so a
+// burst costs one round trip to the bus rather than one per key. Results
+// are in the order of entries. A failed entry leaves the others written.
+func (w *Writer) PutMany(ctx context.Context, entries []Entry) []PutResult {
+	res := make([]PutResult, len(entries))
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.load(ctx); err != nil {
+		for i := range res {
+			res[i].Err = err
+		}
+		return res
+	}
+	var keys []string
+	var bodies [][]byte
+	var datas [][]byte
+	var idx []int
+	for i, e := range entries {
+		data, err := json.Marshal(e.Msg)
+		if err != nil {
+			res[i].Err = err
+			continue
+		}
+		if prev, ok := w.last[e.Key]; ok && bytes.Equal(compact(prev), data) {
+			res[i].Rev = w.revs[e.Key]
+			continue
+		}
+		b, err := schemas.Encode(w.c.Component, e.Msg)
+		if err != nil {
+			res[i].Err = err
+			continue
+		}
+		keys, bodies, datas, idx = append(keys, e.Key), append(bodies, b), append(datas, data), append(idx, i)
+	}
+	revs, errs := w.c.PutRawMany(ctx, w.bucket, keys, bodies)
+	for j, i := range idx {
+		if errs[j] != nil {
+			res[i].Err = errs[j]
+			continue
+		}
+		w.last[keys[j]], w.revs[keys[j]] = datas[j], revs[j]
+		res[i] = PutResult{Wrote: true, Rev: revs[j]}
+	}
+	return res
+}
+
 // Delete removes key if the bucket holds it.
 func (w *Writer) Delete(ctx context.Context, key string) (bool, error) {
 	w.mu.Lock()

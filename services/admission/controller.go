@@ -457,24 +457,48 @@ func (c *controller) flush(ctx context.Context) error {
 		}
 		delete(c.gone, uid)
 	}
-	// Preemptions first: the runtime must see a victim go before the pod it
-	// makes room for.
-	dirty := sortedKeys(c.dirty)
-	sort.SliceStable(dirty, func(i, j int) bool {
-		vi, vj := c.verdicts[dirty[i]], c.verdicts[dirty[j]]
-		return vi != nil && vi.Preempted && (vj == nil || !vj.Preempted)
-	})
-	for _, uid := range dirty {
-		v := c.verdicts[uid]
-		if v == nil {
+	// Preemptions first, stored before any other verdict is sent: the
+	// runtime must see a victim go before the pod it makes room for. Each
+	// group goes in one round trip (bus.Writer.PutMany).
+	var preempted, others []string
+	for _, uid := range sortedKeys(c.dirty) {
+		switch v := c.verdicts[uid]; {
+		case v == nil:
 			delete(c.dirty, uid)
-			continue
+		case v.Preempted:
+			preempted = append(preempted, uid)
+		default:
+			others = append(others, uid)
 		}
-		wctx, cancel := context.WithTimeout(ctx, writeTimeout)
-		_, _, err := c.writer.Put(wctx, uid, v)
-		cancel()
-		if err != nil {
+	}
+	for _, group := range [][]string{preempted, others} {
+		if err := c.putVerdicts(ctx, group); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// putVerdicts stores the verdicts of uids and announces the rejections
+// among them; it returns the first failure (what failed stays dirty).
+func (c *controller) putVerdicts(ctx context.Context, uids []string) error {
+	if len(uids) == 0 {
+		return nil
+	}
+	entries := make([]bus.Entry, len(uids))
+	for i, uid := range uids {
+		entries[i] = bus.Entry{Key: uid, Msg: c.verdicts[uid]}
+	}
+	wctx, cancel := context.WithTimeout(ctx, writeTimeout)
+	defer cancel()
+	var failed error
+	for i, r := range c.writer.PutMany(wctx, entries) {
+		uid, v := uids[i], c.verdicts[uids[i]]
+		if r.Err != nil {
+			if failed == nil {
+				failed = r.Err
+			}
+			continue
 		}
 		delete(c.dirty, uid)
 		if _, ok := c.announce[uid]; ok {
@@ -485,7 +509,7 @@ func (c *controller) flush(ctx context.Context) error {
 			})
 		}
 	}
-	return nil
+	return failed
 }
 
 func sortedKeys(m map[string]struct{}) []string {

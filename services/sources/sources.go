@@ -319,9 +319,16 @@ func (m *merger) flush(ctx context.Context) error {
 	}
 	sort.Strings(uids)
 	refused := map[string]bool{}
-	for _, uid := range uids {
+	// One round trip for the lot: a burst of manifests reaches the bus
+	// together rather than one put after the other.
+	entries := make([]bus.Entry, len(uids))
+	for i, uid := range uids {
 		e := out[types.UID(uid)]
-		wrote, rev, err := m.desired.Put(ctx, uid, schemas.PodDesired{Pod: e.pod, Source: e.source, FirstSeen: e.firstSeen})
+		entries[i] = bus.Entry{Key: uid, Msg: schemas.PodDesired{Pod: e.pod, Source: e.source, FirstSeen: e.firstSeen}}
+	}
+	for i, r := range m.desired.PutMany(ctx, entries) {
+		uid, e := uids[i], out[types.UID(uids[i])]
+		wrote, rev, err := r.Wrote, r.Rev, r.Err
 		if bus.IsRejected(err) {
 			// Retrying cannot help (the pod is larger than the bus takes):
 			// reject the pod, once, as validation would have.
