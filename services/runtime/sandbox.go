@@ -142,9 +142,24 @@ func (s *podSync) takeSandboxSlot(ctx context.Context) *syncResult {
 	case <-ctx.Done():
 		return &syncResult{}
 	}
-	s.slot, s.slotTaken = true, time.Now()
-	s.slotWait = s.slotTaken.Sub(queued)
+	s.slot, s.slotWait = true, time.Since(queued)
 	return nil
+}
+
+// quickVolumes: every volume of pod is made on the node alone, so setting
+// them up while holding a sandbox slot holds it only briefly. A claim, a
+// CSI or other plugin volume may wait on a driver or a remote system; in
+// API mode configMap, secret and projected volumes read the API server.
+func quickVolumes(pod *corev1.Pod, apiMode bool) bool {
+	for _, v := range pod.Spec.Volumes {
+		switch {
+		case v.EmptyDir != nil, v.HostPath != nil, v.DownwardAPI != nil:
+		case (v.ConfigMap != nil || v.Secret != nil || v.Projected != nil) && !apiMode:
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // releaseSandboxSlot frees the pass's slot, if it holds one.

@@ -29,12 +29,13 @@ func (m *Daemon) syncRunning(ctx context.Context, pod *corev1.Pod, pr *podRuntim
 		return s.terminal(ctx)
 	}
 	s.begin(ctx)
-	if s.actions.CreateSandbox && len(s.actions.Kill) == 0 && len(s.actions.StopSandboxes) == 0 {
-		// A new sandbox with nothing to kill first: the slot of
-		// runtime.maxConcurrentSandboxCreations is held from here, so the
-		// pod's cgroup and volumes are made as its sandbox's turn comes
-		// (takeSandboxSlot). A kill (up to its grace period) never holds
-		// one: newSandbox takes it after.
+	if s.actions.CreateSandbox && len(s.actions.Kill) == 0 && len(s.actions.StopSandboxes) == 0 && quickVolumes(pod, m.cluster != nil) {
+		// A new sandbox with nothing to kill first and volumes made on the
+		// node alone: the slot of runtime.maxConcurrentSandboxCreations is
+		// held from here, so the pod's cgroup and volumes are made as its
+		// sandbox's turn comes (takeSandboxSlot). A kill (up to its grace
+		// period) or a volume that waits on something outside the node
+		// never holds one: newSandbox takes it after.
 		if stop := s.takeSandboxSlot(ctx); stop != nil {
 			return *stop
 		}
@@ -111,10 +112,9 @@ type podSync struct {
 	started       []string
 	startsUnclear bool
 	// slot: this pass holds a slot of runtime.maxConcurrentSandboxCreations
-	// (a chan receive frees it), taken at slotTaken after waiting slotWait.
-	slot      bool
-	slotTaken time.Time
-	slotWait  time.Duration
+	// (a chan receive frees it), taken after waiting slotWait.
+	slot     bool
+	slotWait time.Duration
 }
 
 // requeueIn ends the pass: the pod syncs again after d.

@@ -467,4 +467,41 @@ func TestSandboxSlotCoversPreparation(t *testing.T) {
 	if len(vols.held) != 2 || vols.held[1] != 0 {
 		t.Fatalf("slots held during the replaced pod's volume set-up: %v, want 0", vols.held)
 	}
+
+	// A claim may wait on its driver: its set-up holds no slot either.
+	claimed := newPod("claimed", busybox("app", ""))
+	claimed.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}}}
+	sync(ctx, claimed)
+	if len(vols.held) != 3 || vols.held[2] != 0 {
+		t.Fatalf("slots held during a claim's set-up: %v, want 0", vols.held)
+	}
+}
+
+func TestQuickVolumes(t *testing.T) {
+	vol := func(src corev1.VolumeSource) corev1.Volume { return corev1.Volume{Name: "v", VolumeSource: src} }
+	for _, tc := range []struct {
+		name    string
+		volumes []corev1.Volume
+		apiMode bool
+		want    bool
+	}{
+		{"none", nil, true, true},
+		{"emptyDir, hostPath, downwardAPI", []corev1.Volume{
+			vol(corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}),
+			vol(corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/x"}}),
+			vol(corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{}}),
+		}, true, true},
+		{"configMap standalone", []corev1.Volume{vol(corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{}})}, false, true},
+		{"configMap in API mode", []corev1.Volume{vol(corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{}})}, true, false},
+		{"projected in API mode", []corev1.Volume{vol(corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{}})}, true, false},
+		{"claim", []corev1.Volume{vol(corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "c"}})}, false, false},
+		{"csi", []corev1.Volume{vol(corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{Driver: "d"}})}, false, false},
+	} {
+		pod := newPod("p", busybox("app", ""))
+		pod.Spec.Volumes = tc.volumes
+		if got := quickVolumes(pod, tc.apiMode); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
 }
