@@ -164,11 +164,6 @@ func (m *Daemon) startContainer(ctx context.Context, pod *corev1.Pod, ts contain
 			m.log.Info("Replacing container whose start was interrupted", "pod", podRef(pod), "podUID", pod.UID,
 				"containerName", c.Name, "containerID", ts.Replace.ID)
 			if err := m.rs.RemoveContainer(ctx, ts.Replace.ID); err != nil && !isNotFound(err) {
-				// Not replaced: typically the runtime is still unwinding
-				// the interrupted start ("cannot delete running task"), for
-				// longer than the retries take on a loaded node. Only a
-				// replacement that happened counts towards the crash.
-				m.pods.get(string(pod.UID)).replaceFailed(c.Name)
 				return "", &waitError{Reason: reasonContainerCreating, Message: err.Error(), Retry: time.Second}
 			}
 			restartCount = ts.Replace.RestartCount

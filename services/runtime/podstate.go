@@ -139,16 +139,6 @@ func (s *podState) replacedAgain(name string, max int) bool {
 	return s.replaced[name] > max
 }
 
-// replaceFailed takes back the count of a replacement that did not
-// happen (the old container could not be removed yet).
-func (s *podState) replaceFailed(name string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.replaced[name] > 0 {
-		s.replaced[name]--
-	}
-}
-
 // deadline is what is known of the pod's active deadline: whether it was
 // killed for passing it, and its start time (zero until known).
 func (s *podState) deadline() (exceeded bool, start time.Time) {

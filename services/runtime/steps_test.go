@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	critest "k8s.io/cri-api/pkg/apis/testing"
@@ -305,15 +303,6 @@ func TestPodStateOwnsItsLock(t *testing.T) {
 		if st.replacedAgain("c", maxReplacements) {
 			t.Fatalf("replacement %d is too many", i)
 		}
-		if i == 1 {
-			// A replacement whose removal failed does not count.
-			for range 2 * maxReplacements {
-				if st.replacedAgain("c", maxReplacements) {
-					t.Fatal("failed replacements counted")
-				}
-				st.replaceFailed("c")
-			}
-		}
 	}
 	if !st.replacedAgain("c", maxReplacements) {
 		t.Fatal("no limit on replacements")
@@ -514,26 +503,5 @@ func TestQuickVolumes(t *testing.T) {
 		if got := quickVolumes(pod, tc.apiMode); got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
-	}
-}
-
-// A container whose interrupted start the runtime is still unwinding
-// cannot be removed yet: those tries are not replacements, so however many
-// there are the next pass tries again rather than count it a crash.
-func TestReplaceRetriesWhileTheRuntimeUnwinds(t *testing.T) {
-	e := newStepEnv(t)
-	ctx := context.Background()
-	pod := newPod("unwinding", busybox("app", ""))
-	old := &containerInfo{ID: "old", Name: "app", State: runtimeapi.ContainerState_CONTAINER_EXITED}
-	for i := range 2 * maxReplacements {
-		e.cri.InjectError("RemoveContainer", status.Error(codes.FailedPrecondition, `cannot delete running task old: failed precondition`))
-		ts := containerToStart{Spec: &pod.Spec.Containers[0], Kind: schemas.ContainerKindApp, Replace: old}
-		_, w := e.m.startContainer(ctx, pod, ts, &sandboxInfo{ID: "sb"}, &runtimeapi.PodSandboxConfig{}, nil, &podRuntime{UID: string(pod.UID)})
-		if w == nil || w.Reason != reasonContainerCreating || w.Retry != time.Second {
-			t.Fatalf("try %d: %+v, want ContainerCreating and a retry in 1s", i+1, w)
-		}
-	}
-	if n := e.calls("RemoveContainer"); n != 2*maxReplacements {
-		t.Fatalf("RemoveContainer called %d times, want %d", n, 2*maxReplacements)
 	}
 }
