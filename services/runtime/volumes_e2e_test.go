@@ -150,9 +150,10 @@ func TestStandaloneConfigMapVolumeFails(t *testing.T) {
 	if o.Message != want {
 		t.Fatalf("message %q\nwant %q", o.Message, want)
 	}
-	if len(h.events.find(pod.UID, "FailedMount")) == 0 {
-		t.Fatal("no FailedMount event")
-	}
+	// The event travels its own stream: it may arrive after the state.
+	waitFor(t, 30*time.Second, "FailedMount event", func() (bool, string) {
+		return len(h.events.find(pod.UID, "FailedMount")) > 0, strings.Join(h.events.reasons(pod.UID), ",")
+	})
 }
 
 // apiHarness is a runtime reading API objects with the node's identity,
