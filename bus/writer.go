@@ -126,29 +126,36 @@ func (w *Writer) load(ctx context.Context) error {
 // Put writes m under key unless the bucket already holds the same data.
 // It returns whether it wrote, and the key's revision.
 func (w *Writer) Put(ctx context.Context, key string, m schemas.Message) (bool, uint64, error) {
-	data, err := json.Marshal(m)
-	if err != nil {
-		return false, 0, err
-	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if err := w.load(ctx); err != nil {
 		return false, 0, err
 	}
-	if prev, ok := w.last[key]; ok && bytes.Equal(compact(prev), data) {
-		return false, w.revs[key], nil
+	data, body, rev, err := w.prepare(key, m)
+	if err != nil || body == nil {
+		return false, rev, err
 	}
-	b, err := schemas.Encode(w.c.Component, m)
-	if err != nil {
-		return false, 0, err
-	}
-	rev, err := w.c.PutRaw(ctx, w.bucket, key, b)
+	rev, err = w.c.PutRaw(ctx, w.bucket, key, body)
 	if err != nil {
 		return false, 0, err
 	}
 	w.last[key] = data
 	w.revs[key] = rev
 	return true, rev, nil
+}
+
+// prepare is what a put of m under key needs: its data and envelope, or,
+// when the bucket already holds the same data, no envelope and the key's
+// revision. Callers hold w.mu with the bucket loaded.
+func (w *Writer) prepare(key string, m schemas.Message) (data, body []byte, rev uint64, err error) {
+	if data, err = json.Marshal(m); err != nil {
+		return nil, nil, 0, err
+	}
+	if prev, ok := w.last[key]; ok && bytes.Equal(compact(prev), data) {
+		return data, nil, w.revs[key], nil
+	}
+	body, err = schemas.Encode(w.c.Component, m)
+	return data, body, 0, err
 }
 
 // Entry is one key and message of a PutMany.
@@ -183,18 +190,9 @@ func (w *Writer) PutMany(ctx context.Context, entries []Entry) []PutResult {
 	var datas [][]byte
 	var idx []int
 	for i, e := range entries {
-		data, err := json.Marshal(e.Msg)
-		if err != nil {
-			res[i].Err = err
-			continue
-		}
-		if prev, ok := w.last[e.Key]; ok && bytes.Equal(compact(prev), data) {
-			res[i].Rev = w.revs[e.Key]
-			continue
-		}
-		b, err := schemas.Encode(w.c.Component, e.Msg)
-		if err != nil {
-			res[i].Err = err
+		data, b, rev, err := w.prepare(e.Key, e.Msg)
+		if err != nil || b == nil {
+			res[i] = PutResult{Rev: rev, Err: err}
 			continue
 		}
 		keys, bodies, datas, idx = append(keys, e.Key), append(bodies, b), append(datas, data), append(idx, i)
