@@ -309,7 +309,7 @@ func TestInPlaceResize(t *testing.T) {
 			t.Fatalf("allocated after resize: %+v", c.Allocated)
 		}
 	}
-	if n := len(h.events.find(pod.UID, "ResizeCompleted")); n != 2 {
+	if n := len(h.events.await(t, pod.UID, "ResizeCompleted", 2)); n != 2 {
 		t.Fatalf("ResizeCompleted events: %d (%v)", n, h.events.reasons(pod.UID))
 	}
 	sawInProgress := false
@@ -337,9 +337,7 @@ func TestInPlaceResize(t *testing.T) {
 	if c := container(o, "app"); c.Allocated.Requests.Cpu().String() != "50m" || limitOf(o) != "150m" {
 		t.Fatalf("deferred resize changed the allocation: %+v", c)
 	}
-	if len(h.events.find(pod.UID, "ResizeDeferred")) == 0 {
-		t.Fatalf("no ResizeDeferred event: %v", h.events.reasons(pod.UID))
-	}
+	h.events.await(t, pod.UID, "ResizeDeferred", 1)
 	// Reverted: the pending condition goes.
 	resize(5, "150m", "50m")
 	h.waitObserved(pod, time.Minute, "pending cleared", func(o *schemas.PodObserved) bool { return len(o.ResizeConditions) == 0 })

@@ -208,7 +208,7 @@ func TestRuntimeClassThroughAPI(t *testing.T) {
 		if o.Message != tc.want {
 			t.Errorf("pod %s: message %q, want %q", tc.pod.Name, o.Message, tc.want)
 		}
-		evs := h.events.find(tc.pod.UID, "FailedCreatePodSandBox")
+		evs := h.events.await(t, tc.pod.UID, "FailedCreatePodSandBox", 1)
 		if len(evs) == 0 || evs[0].Message != tc.want || evs[0].Type != corev1.EventTypeWarning {
 			t.Errorf("pod %s: events %+v", tc.pod.Name, evs)
 		}

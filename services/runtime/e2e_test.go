@@ -237,9 +237,7 @@ func TestGracefulDeletionWithPreStop(t *testing.T) {
 	if ran := mark.ModTime(); ran.After(finished) || ran.Before(deletedAt) {
 		t.Fatalf("PreStop ran at %v, not between the deletion at %v and the kill at %v", ran, deletedAt, finished)
 	}
-	if len(h.events.find(pod.UID, "Killing")) == 0 {
-		t.Fatalf("no Killing event; events: %v", h.events.reasons(pod.UID))
-	}
+	h.events.await(t, pod.UID, "Killing", 1)
 	// Deleted through the API: the stopped sandbox stays until the sources
 	// drop the pod.
 	if sbs := h.sandboxes(pod.UID); len(sbs) != 1 || sbs[0].State == runtimeapi.PodSandboxState_SANDBOX_READY {

@@ -70,13 +70,14 @@ func TestEphemeralContainerStartsInRunningPod(t *testing.T) {
 			t.Fatalf("debugger's CRI metadata: sandbox %s labels %v annotations %v", c.PodSandboxId, c.Labels, c.Annotations)
 		}
 	}
-	started := false
-	for _, e := range h.events.find(pod.UID, "Started") {
-		started = started || e.Object.FieldPath == "spec.ephemeralContainers{debugger}"
-	}
-	if !started {
-		t.Fatalf("no Started event for spec.ephemeralContainers{debugger}: %v", h.events.reasons(pod.UID))
-	}
+	waitFor(t, 30*time.Second, "Started event for spec.ephemeralContainers{debugger}", func() (bool, string) {
+		for _, e := range h.events.find(pod.UID, "Started") {
+			if e.Object.FieldPath == "spec.ephemeralContainers{debugger}" {
+				return true, ""
+			}
+		}
+		return false, strings.Join(h.events.reasons(pod.UID), ",")
+	})
 
 	// A second one (the e2e spec's update): once it runs, the worker has
 	// synced the pod with the first one exited and left it alone.
@@ -137,7 +138,7 @@ func TestActiveDeadlineKillsPod(t *testing.T) {
 	if active := time.Since(start.Time); active > (deadline+15)*time.Second {
 		t.Fatalf("killed only %v after its start", active)
 	}
-	if evs := h.events.find(pod.UID, podutil.ReasonDeadlineExceeded); len(evs) != 1 || evs[0].Type != corev1.EventTypeNormal ||
+	if evs := h.events.await(t, pod.UID, podutil.ReasonDeadlineExceeded, 1); len(evs) != 1 || evs[0].Type != corev1.EventTypeNormal ||
 		evs[0].Message != podutil.MessageDeadlineExceeded {
 		t.Fatalf("DeadlineExceeded events: %+v", evs)
 	}

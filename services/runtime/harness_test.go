@@ -1,6 +1,8 @@
 package runtime
 
 import (
+	"strings"
+
 	"github.com/nodelet/nodelet/internal/daemon"
 	"github.com/nodelet/nodelet/internal/testenv/eventually"
 
@@ -502,6 +504,17 @@ func (l *eventLog) find(uid types.UID, reason string) []schemas.Event {
 		}
 	}
 	return out
+}
+
+// await waits until pod has at least n events with reason and returns them.
+// An event travels the events stream, apart from the observed state, so it
+// may arrive after the state that a test has just seen.
+func (l *eventLog) await(t *testing.T, uid types.UID, reason string, n int) []schemas.Event {
+	t.Helper()
+	waitFor(t, 30*time.Second, fmt.Sprintf("%d %s event(s)", n, reason), func() (bool, string) {
+		return len(l.find(uid, reason)) >= n, strings.Join(l.reasons(uid), ",")
+	})
+	return l.find(uid, reason)
 }
 
 func (l *eventLog) reasons(uid types.UID) []string {

@@ -218,9 +218,7 @@ func TestImagePullPolicies(t *testing.T) {
 		if reg.pullsOf("test/absent:1") != 0 {
 			t.Fatal("Never went to the registry")
 		}
-		if len(h.events.find(pod.UID, reasonErrImageNeverPull)) == 0 {
-			t.Fatalf("no ErrImageNeverPull event: %v", h.events.reasons(pod.UID))
-		}
+		h.events.await(t, pod.UID, reasonErrImageNeverPull, 1)
 		h.remove(pod)
 	})
 

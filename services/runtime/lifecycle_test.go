@@ -15,6 +15,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/google/uuid"
+
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/schemas"
 )
@@ -40,9 +41,7 @@ func TestCrashLoopRestartCountGrows(t *testing.T) {
 	if !sawBackOff {
 		t.Fatalf("never saw CrashLoopBackOff: %s", describe(o))
 	}
-	if n := len(h.events.find(pod.UID, "BackOff")); n == 0 {
-		t.Fatalf("no BackOff event: %v", h.events.reasons(pod.UID))
-	}
+	h.events.await(t, pod.UID, "BackOff", 1)
 	// One instance per restart, all in the one sandbox.
 	if cs := h.containers(pod.UID); len(cs) < 3 {
 		t.Fatalf("%d container instances, want 3", len(cs))
@@ -86,7 +85,7 @@ func TestLivenessFailureRestartsContainer(t *testing.T) {
 		t.Fatalf("after the restart: %+v", c)
 	}
 	var msgs []string
-	for _, e := range h.events.find(pod.UID, "Killing") {
+	for _, e := range h.events.await(t, pod.UID, "Killing", 1) {
 		msgs = append(msgs, e.Message)
 	}
 	if len(msgs) != 1 || msgs[0] != "Container app failed liveness probe, will be restarted" {

@@ -151,9 +151,7 @@ func TestStandaloneConfigMapVolumeFails(t *testing.T) {
 		t.Fatalf("message %q\nwant %q", o.Message, want)
 	}
 	// The event travels its own stream: it may arrive after the state.
-	waitFor(t, 30*time.Second, "FailedMount event", func() (bool, string) {
-		return len(h.events.find(pod.UID, "FailedMount")) > 0, strings.Join(h.events.reasons(pod.UID), ",")
-	})
+	h.events.await(t, pod.UID, "FailedMount", 1)
 }
 
 // apiHarness is a runtime reading API objects with the node's identity,
