@@ -1,6 +1,8 @@
 package gc
 
 import (
+	"slices"
+
 	"github.com/nodelet/nodelet/internal/daemon"
 	"github.com/nodelet/nodelet/internal/testenv/eventually"
 
@@ -352,11 +354,28 @@ func (l *eventLog) reasons() []string {
 	return out
 }
 
-// fakeMeasurer returns fixed figures; nil funcs fall back to real.
+// fakeMeasurer returns fixed figures; nil funcs fall back to real. It
+// records what each PodUsage call asked for.
 type fakeMeasurer struct {
 	real Measurer
 	node func(*NodeStats)
 	pods map[string]*PodUsage
+
+	mu    sync.Mutex
+	asked []usageCall
+}
+
+// usageCall is one PodUsage call: the pods' names, and whether process
+// counts were wanted.
+type usageCall struct {
+	pods      []string
+	processes bool
+}
+
+func (f *fakeMeasurer) calls() []usageCall {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.asked)
 }
 
 func (f *fakeMeasurer) NodeStats(ctx context.Context) (*NodeStats, error) {
@@ -373,12 +392,19 @@ func (f *fakeMeasurer) NodeStats(ctx context.Context) (*NodeStats, error) {
 	return ns, nil
 }
 
-func (f *fakeMeasurer) PodUsage(ctx context.Context, pods []*corev1.Pod) (map[string]*PodUsage, error) {
+func (f *fakeMeasurer) PodUsage(ctx context.Context, pods []*corev1.Pod, processes bool) (map[string]*PodUsage, error) {
+	c := usageCall{processes: processes}
+	for _, p := range pods {
+		c.pods = append(c.pods, p.Name)
+	}
+	f.mu.Lock()
+	f.asked = append(f.asked, c)
+	f.mu.Unlock()
 	if f.pods != nil {
 		return f.pods, nil
 	}
 	if f.real != nil {
-		return f.real.PodUsage(ctx, pods)
+		return f.real.PodUsage(ctx, pods, processes)
 	}
 	return map[string]*PodUsage{}, nil
 }

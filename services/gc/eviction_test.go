@@ -2,6 +2,8 @@ package gc
 
 import (
 	"context"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -304,5 +306,62 @@ func mustPut(t *testing.T, c *bus.Conn, bucket, key string, m schemas.Message) {
 	t.Helper()
 	if _, err := c.Put(context.Background(), bucket, key, m); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Pods are measured only when a decision needs their figures: none while
+// no pod has a local storage limit and no threshold is met; the limited
+// pods alone for the local storage limits; every pod, with process counts
+// only under pid pressure, once a threshold is reclaimed.
+func TestPodsMeasuredOnlyWhenNeeded(t *testing.T) {
+	limited := newPod("limited", corev1.Container{Name: "app", Resources: corev1.ResourceRequirements{
+		Limits: corev1.ResourceList{corev1.ResourceEphemeralStorage: resource.MustParse("1Gi")}}})
+	sized := newPod("sized", corev1.Container{Name: "app"})
+	q := resource.MustParse("1Gi")
+	sized.Spec.Volumes = []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: &q}}}}
+	plain := newPod("plain", corev1.Container{Name: "app"})
+	for _, tc := range []struct {
+		name   string
+		pods   []*corev1.Pod
+		signal string // a threshold met past its grace period; "" none
+		want   []usageCall
+	}{
+		{"no limits, no pressure", []*corev1.Pod{plain}, "", nil},
+		{"limited pods only", []*corev1.Pod{plain, limited, sized}, "", []usageCall{{pods: []string{"limited", "sized"}}}},
+		{"memory pressure", []*corev1.Pod{plain}, SignalMemoryAvailable, []usageCall{{pods: []string{"plain"}}}},
+		{"pid pressure", []*corev1.Pod{plain}, SignalPIDAvailable, []usageCall{{pods: []string{"plain"}, processes: true}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, cfg, clk, fm := newUnitEnv(t)
+			cfg.GC.EvictionHard = map[string]string{}
+			fm.node = func(ns *NodeStats) {
+				ns.MemoryCapacity, ns.MemoryWorkingSet = 8<<30, 1<<30
+				ns.MaxPID, ns.Processes = 1000, 100
+			}
+			switch tc.signal {
+			case SignalMemoryAvailable:
+				cfg.GC.EvictionHard = map[string]string{SignalMemoryAvailable: "8Gi"}
+			case SignalPIDAvailable:
+				cfg.GC.EvictionHard = map[string]string{SignalPIDAvailable: "950"}
+			}
+			src, rtc := b.Connect(bus.Sources), b.Connect(bus.Runtime)
+			mustPut(t, src, bus.BucketSources, bus.KeySourcesReady, &schemas.SourcesReady{AllReady: true})
+			for _, p := range tc.pods {
+				mustPut(t, src, bus.BucketDesired, string(p.UID), &schemas.PodDesired{Pod: p})
+				mustPut(t, rtc, bus.BucketObserved, string(p.UID), &schemas.PodObserved{UID: string(p.UID)})
+			}
+			g := newUnitGC(t, b, cfg, clk, fm)
+			waitFor(t, "the pods", func() bool { return len(g.state.activePods()) == len(tc.pods) })
+			if _, err := g.synchronize(testCtx(t)); err != nil {
+				t.Fatal(err)
+			}
+			got := fm.calls()
+			for i := range got {
+				slices.Sort(got[i].pods)
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("PodUsage calls %+v, want %+v", got, tc.want)
+			}
+		})
 	}
 }

@@ -236,6 +236,26 @@ func evictionMessage(res corev1.ResourceName, pod *corev1.Pod, u *PodUsage, met 
 	return msg
 }
 
+// storageLimited returns the pods with a local storage limit: an emptyDir
+// sizeLimit or an ephemeral-storage limit (a container's, or the pod's).
+// Only those can be evicted by localStorageEviction.
+func storageLimited(pods []*corev1.Pod) []*corev1.Pod {
+	var out []*corev1.Pod
+	for _, pod := range pods {
+		if _, ok := resourcehelper.PodLimits(pod, resourcehelper.PodResourcesOptions{})[corev1.ResourceEphemeralStorage]; ok {
+			out = append(out, pod)
+			continue
+		}
+		for _, v := range pod.Spec.Volumes {
+			if v.EmptyDir != nil && v.EmptyDir.SizeLimit != nil && v.EmptyDir.SizeLimit.Sign() == 1 {
+				out = append(out, pod)
+				break
+			}
+		}
+	}
+	return out
+}
+
 // localStorageEviction is the kubelet's: a pod whose emptyDir exceeds its
 // sizeLimit, whose ephemeral storage exceeds the sum of its containers'
 // limits, or with a container over its own ephemeral-storage limit, is

@@ -4,12 +4,14 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
 	critest "k8s.io/cri-api/pkg/apis/testing"
 
 	"github.com/nodelet/nodelet/bus"
@@ -122,5 +124,24 @@ func TestRunReportsRuntimeHealth(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("Run did not return after cancel")
+	}
+}
+
+// ListPodSandboxStats, dear on containerd 1.6, is asked only for process
+// counts.
+func TestPodUsageAsksSandboxStatsOnlyForProcesses(t *testing.T) {
+	dir := t.TempDir()
+	m := &nodeMeasurer{podLogsDir: dir, emptyDirsOf: func(uid string) string { return filepath.Join(dir, uid) }}
+	pod := newPod("p", corev1.Container{Name: "app"})
+	for _, processes := range []bool{false, true} {
+		rs := critest.NewFakeRuntimeService()
+		m.runtime = rs
+		if _, err := m.PodUsage(context.Background(), []*corev1.Pod{pod}, processes); err != nil {
+			t.Fatal(err)
+		}
+		asked := slices.Contains(rs.GetCalls(), "ListPodSandboxStats")
+		if asked != processes {
+			t.Errorf("processes=%v: ListPodSandboxStats called %v (calls %v)", processes, asked, rs.GetCalls())
+		}
 	}
 }
