@@ -64,8 +64,9 @@ func (m *Daemon) relistLoop(ctx context.Context) {
 					m.workers.Update(uid)
 				}
 			} else {
+				byPod := snapshotsByPod(cur)
 				for uid := range changedPods(last, cur) {
-					m.workers.Update(uid)
+					m.workers.Relisted(uid, byPod[uid])
 				}
 			}
 			last = cur
@@ -118,33 +119,50 @@ func (m *Daemon) relistNow() {
 	}
 }
 
+// snapshot is what the PLEG compares between relists: every sandbox's and
+// container's ID → "<uid> <state>".
 func snapshot(pods map[string]*podRuntime) map[string]string {
 	out := map[string]string{}
-	for uid, p := range pods {
-		for _, sb := range p.Sandboxes {
-			st := "notready"
-			if sb.Ready {
-				st = "ready"
-			}
-			out[sb.ID] = uid + " " + st
-		}
-		for _, c := range p.Containers {
-			out[c.ID] = uid + " " + c.State.String()
-		}
+	for _, p := range pods {
+		addSnapshot(out, p)
 	}
 	return out
 }
 
+func addSnapshot(out map[string]string, p *podRuntime) {
+	for _, sb := range p.Sandboxes {
+		st := "notready"
+		if sb.Ready {
+			st = "ready"
+		}
+		out[sb.ID] = p.UID + " " + st
+	}
+	for _, c := range p.Containers {
+		out[c.ID] = p.UID + " " + c.State.String()
+	}
+}
+
+// snapshotsByPod splits a snapshot by pod UID.
+func snapshotsByPod(snap map[string]string) map[string]map[string]string {
+	out := map[string]map[string]string{}
+	for id, v := range snap {
+		uid := uidOf(v)
+		if out[uid] == nil {
+			out[uid] = map[string]string{}
+		}
+		out[uid][id] = v
+	}
+	return out
+}
+
+// uidOf is the pod UID of a snapshot value.
+func uidOf(v string) string {
+	uid, _, _ := strings.Cut(v, " ")
+	return uid
+}
+
 func changedPods(last, cur map[string]string) map[string]bool {
 	out := map[string]bool{}
-	uidOf := func(v string) string {
-		for i := 0; i < len(v); i++ {
-			if v[i] == ' ' {
-				return v[:i]
-			}
-		}
-		return v
-	}
 	for id, v := range cur {
 		if last[id] != v {
 			out[uidOf(v)] = true

@@ -90,8 +90,12 @@ func (m *Daemon) syncRunning(ctx context.Context, pod *corev1.Pod, pr *podRuntim
 	if !inits.Blocked {
 		started.add(startEach(s.actions.toStart(schemas.ContainerKindApp), st, start, false))
 	}
-	s.report(ctx, sandbox)
-	return syncResult{RequeueAfter: started.Requeue}
+	current := s.report(ctx, sandbox)
+	res := syncResult{RequeueAfter: started.Requeue}
+	if current && res.RequeueAfter == 0 {
+		res.Settled = s.settled()
+	}
+	return res
 }
 
 // podSync is one pass of syncRunning over a pod: the inputs of its steps
@@ -322,15 +326,18 @@ func (s *podSync) waitForNetwork(ctx context.Context) *syncResult {
 }
 
 // report publishes the pod's state after the start steps, with init
-// progress as it is now. A pass that made the pod's first sandbox and then
-// only started containers the plain way adds their own ContainerStatus to
-// what it knows; any other pass reads the pod from CRI again.
-func (s *podSync) report(ctx context.Context, sandbox sandboxResult) {
-	var fresh *podRuntime
-	var err error
-	if s.firstStart && !s.startsUnclear {
+// progress as it is now, and says whether what the pass knows of the pod
+// is current. A pass that changed nothing of the pod in CRI keeps what it
+// read at its start; one that made the pod's first sandbox and then only
+// started containers the plain way adds their own ContainerStatus to what
+// it knows; any other pass reads the pod from CRI again.
+func (s *podSync) report(ctx context.Context, sandbox sandboxResult) bool {
+	fresh, err := s.pr, error(nil)
+	switch {
+	case s.quiet():
+	case s.firstStart && !s.startsUnclear:
 		fresh, err = s.m.view.withStarted(ctx, s.pr, sandbox.Sandbox.ID, s.started)
-	} else {
+	default:
 		fresh, err = s.m.view.pod(ctx, s.uid)
 	}
 	if err == nil {
@@ -341,6 +348,28 @@ func (s *podSync) report(ctx context.Context, sandbox sandboxResult) {
 		s.m.noteStarted(s.pod, s.pr)
 	}
 	s.publish(ctx)
+	return err == nil
+}
+
+// quiet: the pass had nothing to create, kill, stop, start or remove (a
+// dead sandbox is removed only beside a second one).
+func (s *podSync) quiet() bool {
+	a := &s.actions
+	return !a.CreateSandbox && len(a.Kill) == 0 && len(a.StopSandboxes) == 0 && len(a.Start) == 0 && len(s.pr.Sandboxes) == 1
+}
+
+// settled is the pod's CRI state as the PLEG snapshots it when, as the
+// pass leaves it, there is nothing more to do in it: one ready sandbox,
+// nothing to start, kill or stop. Else nil.
+func (s *podSync) settled() map[string]string {
+	a := s.m.actionsFor(s.pod, s.pr)
+	if a.CreateSandbox || a.Terminal || a.Sandbox == nil || len(s.pr.Sandboxes) != 1 ||
+		len(a.StopSandboxes) > 0 || len(a.Kill) > 0 || len(a.Start) > 0 {
+		return nil
+	}
+	out := map[string]string{}
+	addSnapshot(out, s.pr)
+	return out
 }
 
 // startResult is what a start step did: the soonest retry a container

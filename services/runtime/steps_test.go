@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"errors"
+	"maps"
 	"reflect"
 	"slices"
 	"testing"
@@ -387,12 +388,64 @@ func TestFirstStartReadsNoList(t *testing.T) {
 		t.Fatalf("first pass knows %+v / %+v; a relist %+v / %+v", s.pr.Sandboxes, s.pr.Containers, relisted.Sandboxes, relisted.Containers)
 	}
 
-	// Any other pass reads the pod again.
+	// It leaves the pod settled in the state the PLEG's next relist sees:
+	// that relist wakes no worker (podWorkers.Relisted).
+	all, err := e.m.view.all(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := s.settled(), snapshotsByPod(snapshot(all))[s.uid]; got == nil || !maps.Equal(got, want) {
+		t.Fatalf("settled in %v; a relist sees %v", got, want)
+	}
+
+	// A later pass with nothing to do reads nothing more; one that acted
+	// reads the pod again.
 	s = e.sync(t, pod)
+	if !s.quiet() {
+		t.Fatalf("actions %+v: want none", s.actions)
+	}
+	before = lists()
+	s.report(ctx, sandboxResult{Sandbox: res.Sandbox})
+	if n := lists() - before; n != 0 {
+		t.Fatalf("%d list calls in a quiet pass's report, want 0", n)
+	}
+	s = e.sync(t, pod)
+	s.actions.Kill = []containerToKill{{C: s.pr.Containers[0]}}
 	before = lists()
 	s.report(ctx, sandboxResult{Sandbox: res.Sandbox})
 	if n := lists() - before; n != 2 {
 		t.Fatalf("%d list calls in a later pass's report, want 2", n)
+	}
+}
+
+// A pod is not settled while anything is left to do in it: a container to
+// start, a second sandbox.
+func TestSettledOnlyWhenNothingIsLeft(t *testing.T) {
+	e := newStepEnv(t)
+	ctx := context.Background()
+	pod := newPod("two", busybox("a", ""), busybox("b", ""))
+	s := e.sync(t, pod)
+	res, stop := s.ensureSandbox(ctx)
+	if stop != nil {
+		t.Fatal(stop)
+	}
+	id, err := e.cri.CreateContainer(ctx, res.Sandbox.ID, &runtimeapi.ContainerConfig{
+		Metadata: &runtimeapi.ContainerMetadata{Name: "a"}, Image: &runtimeapi.ImageSpec{Image: "busybox"},
+		Labels:      map[string]string{labelPodUID: s.uid, LabelManaged: "true", labelContainerName: "a"},
+		Annotations: map[string]string{annotationRestartCount: "0"},
+	}, res.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.cri.StartContainer(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	s.started = []string{id}
+	if !s.report(ctx, res) {
+		t.Fatal("report could not read the pod")
+	}
+	if got := s.settled(); got != nil {
+		t.Fatalf("settled with container b not started: %v", got)
 	}
 }
 

@@ -17,6 +17,9 @@ type syncResult struct {
 	RequeueAfter time.Duration
 	// Forget drops the worker: the pod is gone for good.
 	Forget bool
+	// Settled is the pod's CRI state (as the PLEG snapshots it) when the
+	// sync left nothing to do in it; nil when it did not.
+	Settled map[string]string
 }
 
 // podWorkers runs one worker per pod UID, as the kubelet's pod workers do:
@@ -38,6 +41,10 @@ type podWorker struct {
 	pending bool
 	timer   clock.Timer
 	due     time.Time
+	// settled is the last sync's Settled.
+	settled map[string]string
+	// relisted is the state a relist saw while a sync ran (nil: none).
+	relisted map[string]string
 }
 
 func newPodWorkers(ctx context.Context, clk clock.WithDelayedExecution, fn func(context.Context, string) syncResult) *podWorkers {
@@ -49,6 +56,37 @@ func newPodWorkers(ctx context.Context, clk clock.WithDelayedExecution, fn func(
 func (p *podWorkers) Update(uid string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.updateLocked(uid)
+}
+
+// Relisted asks for a sync of uid because the PLEG saw its CRI state
+// change to state, unless its last sync left it settled in that very
+// state: the change was that sync's own doing (a sandbox it created, a
+// container it started) and another sync would find nothing to do. The
+// kubelet syncs on every PLEG event; this spares two CRI list calls and
+// a pass per event a pod's own start causes. While a sync runs, the
+// decision waits for its result.
+func (p *podWorkers) Relisted(uid string, state map[string]string) {
+	if state == nil {
+		state = map[string]string{} // the pod is gone from CRI
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	w := p.workers[uid]
+	switch {
+	case w == nil:
+	case w.running:
+		if !w.pending {
+			w.relisted = state
+		}
+		return
+	case w.settled != nil && maps.Equal(w.settled, state):
+		return
+	}
+	p.updateLocked(uid)
+}
+
+func (p *podWorkers) updateLocked(uid string) {
 	if p.ctx.Err() != nil {
 		return
 	}
@@ -74,6 +112,11 @@ func (p *podWorkers) loop(uid string, w *podWorker) {
 		if res.RequeueAfter > 0 && !res.Forget {
 			p.requeueLocked(uid, w, res.RequeueAfter)
 		}
+		w.settled = res.Settled
+		if w.relisted != nil && (w.settled == nil || !maps.Equal(w.settled, w.relisted)) {
+			w.pending = true
+		}
+		w.relisted = nil
 		if !w.pending || p.ctx.Err() != nil {
 			w.running = false
 			if res.Forget && p.workers[uid] == w {

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -120,4 +121,75 @@ func TestPodWorkersRequeue(t *testing.T) {
 	}
 	cancel()
 	w.Wait()
+}
+
+// A relist wakes a worker only when the pod's CRI state differs from the
+// one its last sync settled in; while a sync runs, the relisted state is
+// compared with that sync's result.
+func TestPodWorkersRelisted(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s1 := map[string]string{"sb": "p ready", "c": "p CONTAINER_RUNNING"}
+	s2 := map[string]string{"sb": "p ready", "c": "p CONTAINER_EXITED"}
+	var (
+		mu      sync.Mutex
+		settled = s1
+		release chan struct{}
+	)
+	synced := make(chan struct{}, 10)
+	w := newPodWorkers(ctx, testingclock.NewFakeClock(time.Now()), func(ctx context.Context, uid string) syncResult {
+		mu.Lock()
+		res, wait := syncResult{Settled: settled}, release
+		mu.Unlock()
+		synced <- struct{}{}
+		if wait != nil {
+			<-wait
+		}
+		return res
+	})
+	expect := func(what string, want bool) {
+		t.Helper()
+		select {
+		case <-synced:
+			if !want {
+				t.Fatalf("%s: synced", what)
+			}
+		case <-time.After(100 * time.Millisecond):
+			if want {
+				t.Fatalf("%s: no sync", what)
+			}
+		}
+	}
+	w.Relisted("p", s1)
+	expect("a pod the workers do not know", true)
+	w.Relisted("p", maps.Clone(s1))
+	expect("the state the last sync settled in", false)
+	w.Relisted("p", s2)
+	expect("a state of its own", true)
+	w.Relisted("p", nil)
+	expect("the pod gone from CRI", true)
+
+	// A sync running: the relisted state waits for its result.
+	for _, tc := range []struct {
+		name     string
+		relisted map[string]string
+		settled  map[string]string
+		again    bool
+	}{
+		{"the sync settles in the relisted state", s1, s1, false},
+		{"the sync settles elsewhere", s2, s1, true},
+		{"the sync does not settle", s1, nil, true},
+	} {
+		mu.Lock()
+		release, settled = make(chan struct{}), tc.settled
+		mu.Unlock()
+		w.Update("p")
+		expect(tc.name+": the update", true)
+		w.Relisted("p", tc.relisted)
+		mu.Lock()
+		close(release)
+		release = nil
+		mu.Unlock()
+		expect(tc.name, tc.again)
+	}
 }
