@@ -1,6 +1,10 @@
 package server
 
 import (
+	"sync/atomic"
+
+	internalapi "k8s.io/cri-api/pkg/apis"
+
 	"github.com/nodelet/nodelet/internal/testenv/eventually"
 
 	"context"
@@ -24,6 +28,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
 	"github.com/nodelet/nodelet/bus"
@@ -435,7 +440,8 @@ func TestContainerdReadOnlyAPI(t *testing.T) {
 	cfg := testConfig(t)
 	const ns, name, uid = "default", "stats", "uid-stats"
 	cid := testenv.RunBusyboxPod(ctx, t, clients.Runtime, cfg.Node.PodLogsDir, ns, name, uid)
-	ts := startServer(t, cfg, clients, nil)
+	counted := &countingRuntime{RuntimeService: clients.Runtime}
+	ts := startServer(t, cfg, &cri.Clients{Runtime: counted, Image: clients.Image}, nil)
 
 	var sum statsapi.Summary
 	var pod *statsapi.PodStats
@@ -476,9 +482,18 @@ func TestContainerdReadOnlyAPI(t *testing.T) {
 		t.Errorf("node runtime fs = %+v", sum.Node.Runtime)
 	}
 	var only statsapi.Summary
+	before := counted.sandboxStats.Load()
 	ts.getJSON("/stats/summary?only_cpu_and_memory=true", &only)
 	if only.Node.Fs != nil || only.Node.CPU == nil {
 		t.Errorf("only_cpu_and_memory still has fs or lacks cpu: %+v", only.Node)
+	}
+	// CPU and memory alone need no ListPodSandboxStats (dear on
+	// containerd 1.6): the pod's figures are its containers' sums.
+	if n := counted.sandboxStats.Load() - before; n != 0 {
+		t.Errorf("only_cpu_and_memory called ListPodSandboxStats %d times", n)
+	}
+	if len(only.Pods) != 1 || only.Pods[0].CPU == nil || only.Pods[0].Memory == nil || only.Pods[0].Memory.WorkingSetBytes == nil {
+		t.Errorf("only_cpu_and_memory pods = %+v", only.Pods)
 	}
 	var info cadvisorapi.MachineInfo
 	ts.getJSON("/spec/", &info)
@@ -529,4 +544,15 @@ func TestContainerdReadOnlyAPI(t *testing.T) {
 	if _, ok := series(fams, "container_memory_working_set_bytes", map[string]string{"container": "app", "pod": name, "namespace": ns}); !ok {
 		t.Errorf("/metrics/resource lacks the container: %v", fams)
 	}
+}
+
+// countingRuntime counts ListPodSandboxStats calls.
+type countingRuntime struct {
+	internalapi.RuntimeService
+	sandboxStats atomic.Int32
+}
+
+func (r *countingRuntime) ListPodSandboxStats(ctx context.Context, f *runtimeapi.PodSandboxStatsFilter) ([]*runtimeapi.PodSandboxStats, error) {
+	r.sandboxStats.Add(1)
+	return r.RuntimeService.ListPodSandboxStats(ctx, f)
 }

@@ -82,7 +82,7 @@ func (p *statsProvider) rate(id string, at time.Time, total uint64) *uint64 {
 // Summary returns the node's and its pods' stats.
 func (p *statsProvider) Summary(ctx context.Context, onlyCPUAndMemory bool) (*statsapi.Summary, error) {
 	node := p.nodeStats(ctx)
-	pods, err := p.podStats(ctx, node)
+	pods, err := p.podStats(ctx, node, !onlyCPUAndMemory)
 	if err != nil {
 		return nil, err
 	}
@@ -217,8 +217,14 @@ func fsStatsOf(f hostinfo.FsStats, now metav1.Time) *statsapi.FsStats {
 // podStats lists the pods of the ready sandboxes with their running
 // containers, from ListPodSandbox, ListContainers, ListContainerStats and,
 // where the runtime implements it, ListPodSandboxStats (network, pod
-// cgroup, processes).
-func (p *statsProvider) podStats(ctx context.Context, node statsapi.NodeStats) ([]statsapi.PodStats, error) {
+// cgroup, processes). Without full (/metrics/resource, the summary's
+// only_cpu_and_memory) it skips ListPodSandboxStats, the pods' network and
+// the log sizes: a pod's CPU and memory are then its containers' sums. On
+// containerd 1.6 ListPodSandboxStats costs containerd and its shims about
+// 12 ms of CPU per pod, at every scrape of metrics-server; the kubelet
+// calls it only with the PodAndContainerStatsFromCRI feature gate and
+// reads the pod cgroups through cAdvisor.
+func (p *statsProvider) podStats(ctx context.Context, node statsapi.NodeStats, full bool) ([]statsapi.PodStats, error) {
 	out := []statsapi.PodStats{}
 	if p.cri == nil {
 		return out, nil
@@ -246,12 +252,8 @@ func (p *statsProvider) podStats(ctx context.Context, node statsapi.NodeStats) (
 		byID[c.GetAttributes().GetId()] = c
 	}
 	psByID := map[string]*runtimeapi.PodSandboxStats{}
-	if ps, err := criCall(ctx, func(ctx context.Context) ([]*runtimeapi.PodSandboxStats, error) {
-		return p.cri.Runtime.ListPodSandboxStats(ctx, &runtimeapi.PodSandboxStatsFilter{})
-	}); err == nil {
-		for _, x := range ps {
-			psByID[x.GetAttributes().GetId()] = x
-		}
+	if full {
+		psByID = p.sandboxStats(ctx)
 	}
 	var imageFs *statsapi.FsStats
 	if node.Runtime != nil {
@@ -298,9 +300,11 @@ func (p *statsProvider) podStats(ctx context.Context, node statsapi.NodeStats) (
 					rootUsed += *cs.Rootfs.UsedBytes
 				}
 			}
-			if logs := p.logStats(md.GetNamespace(), md.GetName(), md.GetUid(), cs.Name, node.Fs, now); logs != nil {
-				cs.Logs = logs
-				logsUsed += *logs.UsedBytes
+			if full {
+				cs.Logs = p.logStats(md.GetNamespace(), md.GetName(), md.GetUid(), cs.Name, node.Fs, now)
+			}
+			if cs.Logs != nil {
+				logsUsed += *cs.Logs.UsedBytes
 			}
 			if cs.CPU != nil && cs.CPU.UsageCoreNanoSeconds != nil {
 				cpuSum += *cs.CPU.UsageCoreNanoSeconds
@@ -324,11 +328,13 @@ func (p *statsProvider) podStats(ctx context.Context, node statsapi.NodeStats) (
 				ps.ProcessStats = &statsapi.ProcessStats{ProcessCount: u64(l.GetProcess().GetProcessCount().GetValue())}
 			}
 		}
-		if ps.Network == nil {
+		if ps.Network == nil && full {
 			ps.Network = p.sandboxNetwork(ctx, sb.Id, now)
 		}
 		if ps.CPU == nil && haveCPU {
-			ps.CPU = &statsapi.CPUStats{Time: now, UsageCoreNanoSeconds: u64(cpuSum), UsageNanoCores: p.rate("pod/"+sb.Id, now.Time, cpuSum)}
+			// Its own rate key: the pod cgroup's total and this sum differ,
+			// and a scrape of either kind may come next.
+			ps.CPU = &statsapi.CPUStats{Time: now, UsageCoreNanoSeconds: u64(cpuSum), UsageNanoCores: p.rate("containers/"+sb.Id, now.Time, cpuSum)}
 		}
 		if ps.Memory == nil && haveMem {
 			ps.Memory = &statsapi.MemoryStats{Time: now, WorkingSetBytes: u64(memWS), UsageBytes: u64(memUsage)}
@@ -350,6 +356,21 @@ func (p *statsProvider) podStats(ctx context.Context, node statsapi.NodeStats) (
 		return a.Namespace+"/"+a.Name < b.Namespace+"/"+b.Name
 	})
 	return out, nil
+}
+
+// sandboxStats is ListPodSandboxStats by sandbox ID; empty where the
+// runtime does not answer.
+func (p *statsProvider) sandboxStats(ctx context.Context) map[string]*runtimeapi.PodSandboxStats {
+	out := map[string]*runtimeapi.PodSandboxStats{}
+	ps, err := criCall(ctx, func(ctx context.Context) ([]*runtimeapi.PodSandboxStats, error) {
+		return p.cri.Runtime.ListPodSandboxStats(ctx, &runtimeapi.PodSandboxStatsFilter{})
+	})
+	if err == nil {
+		for _, x := range ps {
+			out[x.GetAttributes().GetId()] = x
+		}
+	}
+	return out
 }
 
 // sandboxNetwork reads the pod's network counters from its sandbox's
