@@ -558,3 +558,45 @@ func TestQuickVolumes(t *testing.T) {
 		}
 	}
 }
+
+// A desired pod that is not admitted wakes its worker only when the
+// runtime has reported it before (something of it may be in CRI); its
+// verdict wakes it.
+func TestUnadmittedPodWakesNoWorker(t *testing.T) {
+	e := newStepEnv(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for _, b := range watchedBuckets {
+		e.m.store.setSynced(b, true)
+	}
+	synced := make(chan string, 10)
+	e.m.workers = newPodWorkers(ctx, e.clock, func(_ context.Context, uid string) syncResult {
+		synced <- uid
+		return syncResult{}
+	})
+	expect := func(what, want string) {
+		t.Helper()
+		select {
+		case uid := <-synced:
+			if uid != want {
+				t.Fatalf("%s: synced %q, want %q", what, uid, want)
+			}
+		case <-time.After(200 * time.Millisecond):
+			if want != "" {
+				t.Fatalf("%s: no sync of %s", what, want)
+			}
+		}
+	}
+	fresh := newPod("fresh", busybox("app", ""))
+	e.m.onDesired(ctx, bus.Update[schemas.PodDesired]{Kind: bus.Put, Key: string(fresh.UID), Value: &schemas.PodDesired{Pod: fresh}})
+	expect("a new pod without a verdict", "")
+	e.m.onVerdict(bus.Update[schemas.AdmissionVerdict]{Kind: bus.Put, Key: string(fresh.UID), Value: &schemas.AdmissionVerdict{Admitted: true}})
+	expect("its verdict", string(fresh.UID))
+
+	known := newPod("known", busybox("app", ""))
+	if _, err := e.m.observed.publish(ctx, &schemas.PodObserved{UID: string(known.UID)}); err != nil {
+		t.Fatal(err)
+	}
+	e.m.onDesired(ctx, bus.Update[schemas.PodDesired]{Kind: bus.Put, Key: string(known.UID), Value: &schemas.PodDesired{Pod: known}})
+	expect("a pod the runtime reported, without a verdict", string(known.UID))
+}

@@ -175,7 +175,16 @@ func (m *Daemon) onDesired(ctx context.Context, u bus.Update[schemas.PodDesired]
 		s.mu.Lock()
 		r := s.record(u.Key)
 		r.Pod, r.Gone, r.Unconfirmed = u.Value.Pod, false, false
+		admitted := r.Verdict != nil
 		s.mu.Unlock()
+		if !admitted && m.observed != nil && m.observed.get(u.Key) == nil {
+			// Not admitted and never reported: nothing of the pod is in
+			// CRI (only an admitted pod's worker creates anything, and
+			// reports it first), and its worker would have nothing to do
+			// but read CRI to find that out. Its verdict wakes it; after
+			// a restart the PLEG's first relist wakes every known pod.
+			return
+		}
 		m.wakeWorker(u.Key)
 	case bus.Deleted:
 		s.mu.Lock()
