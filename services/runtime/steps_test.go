@@ -73,6 +73,26 @@ func (e *stepEnv) sync(t *testing.T, pod *corev1.Pod) *podSync {
 	return &podSync{m: e.m, pod: pod, uid: uid, st: e.m.pods.get(uid), pr: pr, actions: e.m.actionsFor(pod, pr)}
 }
 
+// startIn creates and starts container name in the pass's sandbox the
+// plain way, as the pass's start step would, and notes it as started.
+func (e *stepEnv) startIn(t *testing.T, s *podSync, res sandboxResult, name string) string {
+	t.Helper()
+	ctx := context.Background()
+	id, err := e.cri.CreateContainer(ctx, res.Sandbox.ID, &runtimeapi.ContainerConfig{
+		Metadata: &runtimeapi.ContainerMetadata{Name: name}, Image: &runtimeapi.ImageSpec{Image: "busybox"},
+		Labels:      map[string]string{labelPodUID: s.uid, LabelManaged: "true", labelContainerName: name},
+		Annotations: map[string]string{annotationRestartCount: "0"},
+	}, res.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.cri.StartContainer(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	s.started = append(s.started, id)
+	return id
+}
+
 func (e *stepEnv) calls(name string) int {
 	n := 0
 	for _, c := range e.cri.GetCalls() {
@@ -362,18 +382,7 @@ func TestFirstStartReadsNoList(t *testing.T) {
 	if stop != nil || !res.Created || !s.firstStart {
 		t.Fatalf("first sandbox: %+v %v, firstStart %v", res, stop, s.firstStart)
 	}
-	id, err := e.cri.CreateContainer(ctx, res.Sandbox.ID, &runtimeapi.ContainerConfig{
-		Metadata: &runtimeapi.ContainerMetadata{Name: "app"}, Image: &runtimeapi.ImageSpec{Image: "busybox"},
-		Labels:      map[string]string{labelPodUID: s.uid, LabelManaged: "true", labelContainerName: "app"},
-		Annotations: map[string]string{annotationRestartCount: "0"},
-	}, res.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.cri.StartContainer(ctx, id); err != nil {
-		t.Fatal(err)
-	}
-	s.started = []string{id}
+	id := e.startIn(t, s, res, "app")
 	s.report(ctx, res)
 	if n := lists() - before; n != 0 {
 		t.Fatalf("%d list calls in the first pass, want 0", n)
@@ -429,18 +438,7 @@ func TestSettledOnlyWhenNothingIsLeft(t *testing.T) {
 	if stop != nil {
 		t.Fatal(stop)
 	}
-	id, err := e.cri.CreateContainer(ctx, res.Sandbox.ID, &runtimeapi.ContainerConfig{
-		Metadata: &runtimeapi.ContainerMetadata{Name: "a"}, Image: &runtimeapi.ImageSpec{Image: "busybox"},
-		Labels:      map[string]string{labelPodUID: s.uid, LabelManaged: "true", labelContainerName: "a"},
-		Annotations: map[string]string{annotationRestartCount: "0"},
-	}, res.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.cri.StartContainer(ctx, id); err != nil {
-		t.Fatal(err)
-	}
-	s.started = []string{id}
+	e.startIn(t, s, res, "a")
 	if !s.report(ctx, res) {
 		t.Fatal("report could not read the pod")
 	}
