@@ -377,6 +377,28 @@ func (h *harness) waitObserved(pod *corev1.Pod, timeout time.Duration, what stri
 	return got
 }
 
+// waitSeen waits until some observed state the pod has had satisfies
+// cond: for a passing state (ErrImagePull lasts only until the next pass
+// shows the back-off) that polling the latest state may miss.
+func (h *harness) waitSeen(pod *corev1.Pod, timeout time.Duration, what string, cond func(*schemas.PodObserved) bool) *schemas.PodObserved {
+	h.t.Helper()
+	var got *schemas.PodObserved
+	waitFor(h.t, timeout, what+" of pod "+pod.Name, func() (bool, string) {
+		hist := h.obs.all(pod.UID)
+		for _, o := range hist {
+			if cond(o) {
+				got = o
+				return true, ""
+			}
+		}
+		if len(hist) == 0 {
+			return false, "no observed state"
+		}
+		return false, describe(hist[len(hist)-1])
+	})
+	return got
+}
+
 // describe is a one-line summary of an observed state for failures.
 func describe(o *schemas.PodObserved) string {
 	s := fmt.Sprintf("gen=%d reason=%q msg=%q terminating=%v terminated=%v", o.Generation, o.Reason, o.Message, o.Terminating, o.Terminated)

@@ -225,7 +225,7 @@ func TestImagePullPolicies(t *testing.T) {
 	t.Run("nonexistent image backs off", func(t *testing.T) {
 		pod := imagePod("nonexistent", reg.host+"/test/nonexistent:1", corev1.PullIfNotPresent, "true")
 		h.run(pod)
-		h.waitObserved(pod, time.Minute, "ErrImagePull", func(o *schemas.PodObserved) bool {
+		h.waitSeen(pod, time.Minute, "ErrImagePull", func(o *schemas.PodObserved) bool {
 			return waitingReason(o, "app") == reasonErrImagePull
 		})
 		h.waitObserved(pod, time.Minute, "ImagePullBackOff", func(o *schemas.PodObserved) bool {
@@ -275,7 +275,7 @@ func TestImagePullSecret(t *testing.T) {
 
 	without := imagePod("nosecret", img, corev1.PullIfNotPresent, "exec sleep 3600")
 	h.run(without)
-	o := h.waitObserved(without, time.Minute, "ErrImagePull", func(o *schemas.PodObserved) bool {
+	o := h.waitSeen(without, time.Minute, "ErrImagePull", func(o *schemas.PodObserved) bool {
 		return waitingReason(o, "app") == reasonErrImagePull
 	})
 	t.Logf("without the secret: %s", container(o, "app").State.Waiting.Message)
