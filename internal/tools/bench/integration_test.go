@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -60,6 +61,28 @@ func TestFloorOnContainerd(t *testing.T) {
 	st, err := c.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: pods[0].ctrID})
 	if err != nil || st.Status.Labels[labelContainer] != containerName || len(st.Status.Mounts) < 2 {
 		t.Fatalf("container status %+v, %v", st, err)
+	}
+
+	// The pause process runs under the runtime's default seccomp filter,
+	// as the kubelet's and nodelet's sandboxes do.
+	sb, err := c.rt.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: pods[0].sandboxID, Verbose: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info struct {
+		RuntimeSpec struct {
+			Linux struct {
+				Seccomp *struct {
+					DefaultAction string `json:"defaultAction"`
+				} `json:"seccomp"`
+			} `json:"linux"`
+		} `json:"runtimeSpec"`
+	}
+	if err := json.Unmarshal([]byte(sb.Info["info"]), &info); err != nil {
+		t.Fatalf("sandbox info: %v", err)
+	}
+	if sp := info.RuntimeSpec.Linux.Seccomp; sp == nil || sp.DefaultAction == "SCMP_ACT_ALLOW" {
+		t.Fatalf("the floor's sandbox runs without the default seccomp filter: %+v", sp)
 	}
 
 	if err := floorStop(ctx, c, pods); err != nil {
