@@ -2,6 +2,7 @@ package cgroups
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
+
+	libmanager "github.com/opencontainers/cgroups/manager"
 
 	"github.com/nodelet/nodelet/internal/testenv"
 )
@@ -233,5 +236,67 @@ func TestPodCgroupsOnTheHost(t *testing.T) {
 	}
 	if len(p.OnDisk()) != 0 {
 		t.Error("pod still listed")
+	}
+}
+
+// The directories the manager hands libcontainer (from the mounts it read
+// once) are the ones libcontainer finds itself for every controller it
+// manages.
+func TestLibManagerPathsMatchLibcontainer(t *testing.T) {
+	testenv.RequiresRoot(t)
+	m, err := NewManager(DriverCgroupfs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.V2() {
+		t.Skip("cgroup v1 only: on v2 libcontainer finds the one path itself")
+	}
+	n := ParseCgroupfs("/nodelet-cgtest/pod0f0e0d0c")
+	c := m.libctConfig(n, &ResourceConfig{})
+	theirs, err := libmanager.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours, err := m.libManager(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, got := theirs.GetPaths(), ours.GetPaths()
+	if len(want) == 0 {
+		t.Fatal("libcontainer found no controller")
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("paths %v, libcontainer's %v", got, want)
+	}
+}
+
+// A pod cgroup's creation with its limits and its removal, as the runtime
+// does for each pod (cgroupfs driver).
+func BenchmarkPodCgroupEnsureDestroy(b *testing.B) {
+	testenv.RequiresRoot(b)
+	m, err := NewManager(DriverCgroupfs)
+	if err != nil {
+		b.Fatal(err)
+	}
+	p, err := NewPods(m, PodOptions{Root: fmt.Sprintf("/nodelet-cgbench-%d", os.Getpid())})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = m.Destroy(p.Root()) })
+	if err := p.EnsureNode(); err != nil {
+		b.Fatal(err)
+	}
+	pod := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{
+		ctr("a", rl("cpu", "100m", "memory", "32Mi"), rl("cpu", "200m", "memory", "32Mi")),
+	}}}
+	pod.UID = types.UID("0f0e0d0c-0000-4000-8000-000000000002")
+	n := p.PodName(string(pod.UID), corev1.PodQOSBurstable)
+	for b.Loop() {
+		if err := p.Ensure(pod, corev1.PodQOSBurstable); err != nil {
+			b.Fatal(err)
+		}
+		if err := p.Destroy(n); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 
 	libcgroups "github.com/opencontainers/cgroups"
 	libmanager "github.com/opencontainers/cgroups/manager"
@@ -25,6 +26,10 @@ type Manager struct {
 	// mounts maps each controller to its mount point (v1), or every
 	// controller to the unified root (v2).
 	mounts map[string]string
+	// libRoots are libcontainer's directories of the root cgroup per
+	// controller (v1, cgroupfs), found once (libManager).
+	libOnce  sync.Once
+	libRoots map[string]string
 }
 
 // NewManager is the kubelet's NewCgroupManager for driver (cgroupfs or
@@ -193,10 +198,38 @@ func CPUWeight(shares uint64) uint64 {
 	return 1 + ((shares-2)*9999)/262142
 }
 
+// libManager is libcontainer's manager of c. With the cgroupfs driver on
+// v1 it gets c's directory in each controller from the controllers' roots
+// libcontainer found once: without them the fs manager looks every
+// controller's mount point up again on each call (a statfs or a mountinfo
+// parse each), about 1 ms of a pod cgroup's creation or removal here.
+func (m *Manager) libManager(c *libcgroups.Cgroup) (libcgroups.Manager, error) {
+	if m.v2 || m.driver != DriverCgroupfs {
+		return libmanager.New(c)
+	}
+	m.libOnce.Do(func() {
+		// libcontainer's own lookup, once, for the root cgroup: its
+		// directories are the controllers' roots as libcontainer names
+		// them ("name=systemd" and the hybrid unified one included).
+		root, err := libmanager.New(&libcgroups.Cgroup{Path: "/", Resources: &libcgroups.Resources{}})
+		if err == nil {
+			m.libRoots = root.GetPaths()
+		}
+	})
+	if m.libRoots == nil {
+		return libmanager.New(c)
+	}
+	paths := make(map[string]string, len(m.libRoots))
+	for ctrl, dir := range m.libRoots {
+		paths[ctrl] = filepath.Join(dir, c.Path)
+	}
+	return libmanager.NewWithPaths(c, paths)
+}
+
 // Create makes n with rc (the kubelet's Create: Apply(-1), then Set).
 func (m *Manager) Create(n Name, rc *ResourceConfig) error {
 	c := m.libctConfig(n, rc)
-	mgr, err := libmanager.New(c)
+	mgr, err := m.libManager(c)
 	if err != nil {
 		return err
 	}
@@ -212,7 +245,7 @@ func (m *Manager) Create(n Name, rc *ResourceConfig) error {
 // Update sets rc on n (the kubelet's Update); nil fields are left as they are.
 func (m *Manager) Update(n Name, rc *ResourceConfig) error {
 	c := m.libctConfig(n, rc)
-	mgr, err := libmanager.New(c)
+	mgr, err := m.libManager(c)
 	if err != nil {
 		return err
 	}
@@ -224,7 +257,7 @@ func (m *Manager) Update(n Name, rc *ResourceConfig) error {
 
 // Destroy removes n and every cgroup under it (the kubelet's Destroy).
 func (m *Manager) Destroy(n Name) error {
-	mgr, err := libmanager.New(m.libctConfig(n, nil))
+	mgr, err := m.libManager(m.libctConfig(n, nil))
 	if err != nil {
 		return err
 	}
