@@ -142,8 +142,10 @@ type RuntimeConfig struct {
 	// MaxParallelImagePulls across different images. Default: 5.
 	MaxParallelImagePulls int `mapstructure:"maxParallelImagePulls"`
 	// MaxConcurrentSandboxCreations bounds the pods making a new sandbox at once (a first
-	// sandbox's pod cgroup, volumes and RunPodSandbox); 0 = unbounded. 4 gave the best per-pod
-	// p50 of 1, 2, 4 and unbounded in scripts/bench.sh (README "Performance"). Default: 4.
+	// sandbox's pod cgroup, volumes and RunPodSandbox); 0 = unbounded. Creating a sandbox is
+	// CPU work (runc, CNI, containerd), so more at once than the node has CPUs only share
+	// them: on 2 CPUs scripts/bench.sh recommended 2 of 1, 2, 4 and unbounded in three runs
+	// (README "Performance"). Default: the number of CPUs, at least 2.
 	MaxConcurrentSandboxCreations int `mapstructure:"maxConcurrentSandboxCreations"`
 	// CNIConfDir is where nodelet renders the conflist containerd reads. Default: /etc/nodelet/cni/net.d.
 	CNIConfDir string `mapstructure:"cniConfDir"`

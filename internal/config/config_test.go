@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -31,7 +32,8 @@ func TestDefaults(t *testing.T) {
 		cfg.GC.ImageGCHighThresholdPercent != 85 || cfg.Node.MaxPods != 110 || cfg.Bus.Listen != "127.0.0.1:4250" ||
 		cfg.Runtime.Endpoint != "unix:///run/containerd/containerd.sock" || cfg.Status.ReadOnlyAddress != "" ||
 		cfg.Server.ReadOnlyPort != 0 || !cfg.Server.EnableSystemLogHandler || cfg.Server.Port != 10250 ||
-		cfg.Node.StateDir != "/var/lib/nodelet" || cfg.GC.EvictionHard["memory.available"] != "100Mi" {
+		cfg.Node.StateDir != "/var/lib/nodelet" || cfg.GC.EvictionHard["memory.available"] != "100Mi" ||
+		cfg.Runtime.MaxConcurrentSandboxCreations != max(2, runtime.NumCPU()) {
 		t.Fatalf("defaults: %+v", cfg)
 	}
 	host, _ := os.Hostname()

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	goruntime "runtime"
 	"sort"
 	"strings"
 	"time"
@@ -13,6 +14,10 @@ import (
 	"github.com/spf13/viper"
 	"sigs.k8s.io/yaml"
 )
+
+// defaultSandboxCreations is runtime.maxConcurrentSandboxCreations's
+// default: the number of CPUs this process may use, at least 2.
+func defaultSandboxCreations() int { return max(2, goruntime.NumCPU()) }
 
 // EnvPrefix of every environment override: NODELET_<SECTION>_<KEY>.
 const EnvPrefix = "NODELET"
@@ -57,7 +62,7 @@ func Defaults() *Config {
 			RuntimeRequestTimeout:         2 * time.Minute,
 			MaxContainerRestartPeriod:     300 * time.Second,
 			MaxParallelImagePulls:         5,
-			MaxConcurrentSandboxCreations: 4,
+			MaxConcurrentSandboxCreations: defaultSandboxCreations(),
 			CNIConfDir:                    "/etc/nodelet/cni/net.d",
 			CNIBinDirs:                    []string{"/usr/lib/cni", "/opt/cni/bin"},
 			ManageCNIConfig:               true,
