@@ -157,20 +157,7 @@ func TestSystemdDriverNeedsSystemd(t *testing.T) {
 // A real hierarchy with the cgroupfs driver: node allocatable root, QoS
 // cgroups, a pod cgroup with its limits and PID limit, listed and removed.
 func TestPodCgroupsOnTheHost(t *testing.T) {
-	testenv.RequiresRoot(t)
-	m, err := NewManager(DriverCgroupfs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	root := fmt.Sprintf("/nodelet-cgtest-%d", os.Getpid())
-	p, err := NewPods(m, PodOptions{Root: root, PodPidsLimit: 20, NodeAllocatable: rl("cpu", "2", "memory", "1Gi", "pid", "4096")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = m.Destroy(p.Root()) })
-	if err := p.EnsureNode(); err != nil {
-		t.Fatal(err)
-	}
+	m, p := hostPods(t, "cgtest", PodOptions{PodPidsLimit: 20, NodeAllocatable: rl("cpu", "2", "memory", "1Gi", "pid", "4096")})
 	read := func(n Name, ctrl, v1file, v2file string) int64 {
 		t.Helper()
 		file := v1file
@@ -273,19 +260,7 @@ func TestLibManagerPathsMatchLibcontainer(t *testing.T) {
 // A pod cgroup's creation with its limits and its removal, as the runtime
 // does for each pod (cgroupfs driver).
 func BenchmarkPodCgroupEnsureDestroy(b *testing.B) {
-	testenv.RequiresRoot(b)
-	m, err := NewManager(DriverCgroupfs)
-	if err != nil {
-		b.Fatal(err)
-	}
-	p, err := NewPods(m, PodOptions{Root: fmt.Sprintf("/nodelet-cgbench-%d", os.Getpid())})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = m.Destroy(p.Root()) })
-	if err := p.EnsureNode(); err != nil {
-		b.Fatal(err)
-	}
+	_, p := hostPods(b, "cgbench", PodOptions{})
 	pod := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{
 		ctr("a", rl("cpu", "100m", "memory", "32Mi"), rl("cpu", "200m", "memory", "32Mi")),
 	}}}
@@ -299,4 +274,25 @@ func BenchmarkPodCgroupEnsureDestroy(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// hostPods is the host's cgroupfs hierarchy with a node root of its own
+// (/nodelet-<name>-<pid>, opts.Root is set here), made and removed with tb.
+func hostPods(tb testing.TB, name string, opts PodOptions) (*Manager, *Pods) {
+	tb.Helper()
+	testenv.RequiresRoot(tb)
+	m, err := NewManager(DriverCgroupfs)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	opts.Root = fmt.Sprintf("/nodelet-%s-%d", name, os.Getpid())
+	p, err := NewPods(m, opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = m.Destroy(p.Root()) })
+	if err := p.EnsureNode(); err != nil {
+		tb.Fatal(err)
+	}
+	return m, p
 }

@@ -3,6 +3,7 @@ package gc
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 
 	corev1 "k8s.io/api/core/v1"
@@ -246,11 +247,8 @@ func storageLimited(pods []*corev1.Pod) []*corev1.Pod {
 			out = append(out, pod)
 			continue
 		}
-		for _, v := range pod.Spec.Volumes {
-			if v.EmptyDir != nil && v.EmptyDir.SizeLimit != nil && v.EmptyDir.SizeLimit.Sign() == 1 {
-				out = append(out, pod)
-				break
-			}
+		if slices.ContainsFunc(pod.Spec.Volumes, sizeLimited) {
+			out = append(out, pod)
 		}
 	}
 	return out
@@ -289,9 +287,14 @@ func (g *Daemon) localStorageEviction(ctx context.Context, pods []*corev1.Pod, u
 	return evicted
 }
 
+// sizeLimited: v is an emptyDir with a positive sizeLimit.
+func sizeLimited(v corev1.Volume) bool {
+	return v.EmptyDir != nil && v.EmptyDir.SizeLimit != nil && v.EmptyDir.SizeLimit.Sign() == 1
+}
+
 func emptyDirLimitExceeded(pod *corev1.Pod, u *PodUsage) (string, bool) {
 	for _, v := range pod.Spec.Volumes {
-		if v.EmptyDir == nil || v.EmptyDir.SizeLimit == nil || v.EmptyDir.SizeLimit.Sign() != 1 {
+		if !sizeLimited(v) {
 			continue
 		}
 		used, ok := u.Volumes[v.Name]

@@ -107,6 +107,8 @@ type podSync struct {
 	st      *podState
 	pr      *podRuntime
 	actions podActions
+	// after is computePodActions on what report read: what is left to do.
+	after podActions
 	// firstStart: this pass made the pod's first sandbox (nothing of the
 	// pod was in CRI before).
 	firstStart bool
@@ -333,8 +335,9 @@ func (s *podSync) waitForNetwork(ctx context.Context) *syncResult {
 // it knows; any other pass reads the pod from CRI again.
 func (s *podSync) report(ctx context.Context, sandbox sandboxResult) bool {
 	fresh, err := s.pr, error(nil)
+	quiet := s.quiet()
 	switch {
-	case s.quiet():
+	case quiet:
 	case s.firstStart && !s.startsUnclear:
 		fresh, err = s.m.view.withStarted(ctx, s.pr, sandbox.Sandbox.ID, s.started)
 	default:
@@ -342,8 +345,14 @@ func (s *podSync) report(ctx context.Context, sandbox sandboxResult) bool {
 	}
 	if err == nil {
 		s.pr = fresh
+		// What is left to do: a quiet pass read nothing new, so it is what
+		// the pass started with.
+		s.after = s.actions
+		if !quiet {
+			s.after = s.m.actionsFor(s.pod, s.pr)
+		}
 		if len(s.actions.Start) > 0 {
-			s.actions.InitDone = s.m.actionsFor(s.pod, s.pr).InitDone
+			s.actions.InitDone = s.after.InitDone
 		}
 		s.m.noteStarted(s.pod, s.pr)
 	}
@@ -361,8 +370,9 @@ func (s *podSync) quiet() bool {
 // settled is the pod's CRI state as the PLEG snapshots it when, as the
 // pass leaves it, there is nothing more to do in it: one ready sandbox,
 // nothing to start, kill or stop. Else nil.
+// Only after a report that could read the pod.
 func (s *podSync) settled() map[string]string {
-	a := s.m.actionsFor(s.pod, s.pr)
+	a := &s.after
 	if a.CreateSandbox || a.Terminal || a.Sandbox == nil || len(s.pr.Sandboxes) != 1 ||
 		len(a.StopSandboxes) > 0 || len(a.Kill) > 0 || len(a.Start) > 0 {
 		return nil
