@@ -355,7 +355,28 @@ func (p *statsProvider) podStats(ctx context.Context, node statsapi.NodeStats, f
 		a, b := out[i].PodRef, out[j].PodRef
 		return a.Namespace+"/"+a.Name < b.Namespace+"/"+b.Name
 	})
+	p.forgetGone(sandboxes, containers)
 	return out, nil
+}
+
+// forgetGone drops the CPU readings of containers and sandboxes that no
+// longer run (issue 37: the map grew with every pod the node ever ran).
+// A container or sandbox seen again starts without a rate, as a new one.
+func (p *statsProvider) forgetGone(sandboxes []*runtimeapi.PodSandbox, containers []*runtimeapi.Container) {
+	live := make(map[string]bool, len(containers)+2*len(sandboxes))
+	for _, c := range containers {
+		live[c.Id] = true
+	}
+	for _, sb := range sandboxes {
+		live["pod/"+sb.Id], live["containers/"+sb.Id] = true, true
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for id := range p.cpu {
+		if id != "" && !live[id] {
+			delete(p.cpu, id)
+		}
+	}
 }
 
 // sandboxStats is ListPodSandboxStats by sandbox ID; empty where the

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -394,6 +395,37 @@ func TestAPIEvents(t *testing.T) {
 	}
 	if !byReason["BackOff"].FirstTimestamp.Time.Equal(now.Add(time.Second).Truncate(time.Second)) || byReason["BackOff"].LastTimestamp.Time.Before(now.Add(2*time.Second).Truncate(time.Second)) {
 		t.Errorf("BackOff timestamps = %v .. %v", byReason["BackOff"].FirstTimestamp, byReason["BackOff"].LastTimestamp)
+	}
+}
+
+// TestAPIEventsOutliveTheirNamespace: an event whose namespace is gone by
+// the time it is posted (the e2e suite deletes a namespace per spec, and
+// events wait their turn in the queue) is given up, and the events after
+// it still reach the API. Before issue 37's fix the poster retried the
+// API's NotFound forever and the node's events stopped for good.
+func TestAPIEventsOutliveTheirNamespace(t *testing.T) {
+	h := newHarness(t)
+	h.runtimeReady()
+	svc := h.startAPI(nil)
+	ns := cp.Namespace(t)
+	admin := cp.AdminClient(t)
+	// NamespaceLifecycle answers a create in a deleted namespace and in
+	// one that never existed alike: NotFound for the namespace.
+	gone := ns + "-gone"
+	now := time.Now().UTC()
+	h.runtime.Emit(schemas.Event{Object: corev1.ObjectReference{Kind: "Pod", Namespace: gone, Name: "web", UID: "uid-gone"},
+		Type: corev1.EventTypeNormal, Reason: "Killing", Message: "Stopping container app", Time: now})
+	h.runtime.Emit(schemas.Event{Object: corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: "web", UID: "uid-after"},
+		Type: corev1.EventTypeNormal, Reason: "Pulled", Message: `Container image "busybox" already present on machine`, Time: now.Add(time.Millisecond)})
+	waitFor(t, 60*time.Second, "the event after the gone namespace's to reach the API", func() bool {
+		evs, err := admin.CoreV1().Events(ns).List(ctxT(t), metav1.ListOptions{})
+		return err == nil && len(evs.Items) == 1 && evs.Items[0].Reason == "Pulled"
+	})
+	if got := testutil.ToFloat64(svc.metrics.eventsDropped.WithLabelValues("rejected")); got != 1 {
+		t.Errorf(`nodelet_events_dropped_total{reason="rejected"} = %v, want 1`, got)
+	}
+	if got := testutil.ToFloat64(svc.metrics.eventsPosted); got != 1 {
+		t.Errorf("nodelet_events_posted_total = %v, want 1", got)
 	}
 }
 

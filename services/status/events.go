@@ -37,6 +37,9 @@ const (
 	// eventsMaxAge: events older than this when the consumer was created are
 	// not posted (the API server would expire them within the hour anyway).
 	eventsMaxAge = time.Hour
+	// eventMaxTries bounds the tries of an event the API server answers
+	// with a transient error: client-go's maxTriesPerEvent.
+	eventMaxTries = 12
 )
 
 // eventPoster posts the bus's events to the API server with client-go's
@@ -65,6 +68,9 @@ type eventPoster struct {
 	// delivered again (its acknowledgement was lost, or it outlived the ack
 	// wait) is acknowledged, not counted twice.
 	handled uint64
+	// retryBase and retryMax are the back-off between tries of one event:
+	// 250 ms doubling to 10 s (client-go's sleep between tries).
+	retryBase, retryMax time.Duration
 }
 
 func newEventPoster(s *Daemon, kube kubernetes.Interface) *eventPoster {
@@ -74,6 +80,9 @@ func newEventPoster(s *Daemon, kube kubernetes.Interface) *eventPoster {
 		sink: &typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")},
 		clk:  clk,
 		corr: record.NewEventCorrelatorWithOptions(record.CorrelatorOptions{Clock: clk}),
+
+		retryBase: 250 * time.Millisecond,
+		retryMax:  10 * time.Second,
 	}
 }
 
@@ -163,7 +172,7 @@ func (p *eventPoster) prime(ctx context.Context, ackFloor uint64) error {
 				p.s.log.Info("Primed event correlator", "events", n)
 				return nil
 			}
-			if ev, ok := p.decode(msg); ok {
+			if ev, _ := p.decode(msg); ev != nil {
 				if res := p.correlate(ev); res != nil {
 					p.corr.UpdateState(res.Event)
 				}
@@ -191,8 +200,16 @@ func (p *eventPoster) handle(ctx context.Context, msg jetstream.Msg) {
 	}
 	var res *record.EventCorrelateResult
 	if seq == 0 || seq > p.handled {
-		if ev, ok := p.decode(msg); ok {
-			res = p.correlate(ev)
+		ev, dropped := p.decode(msg)
+		if ev != nil {
+			if res = p.correlate(ev); res == nil {
+				// client-go's spam filter, as the kubelet's recorder
+				// applies it (25 events per object, then one per 5 min).
+				dropped = "spam_filter"
+			}
+		}
+		if dropped != "" {
+			p.s.metrics.eventsDropped.WithLabelValues(dropped).Inc()
 		}
 	}
 	// Keep the message ours while the API is slow or away.
@@ -210,18 +227,11 @@ func (p *eventPoster) handle(ctx context.Context, msg jetstream.Msg) {
 			}
 		}
 	}()
-	for delay := 250 * time.Millisecond; res != nil; delay = min(2*delay, 10*time.Second) {
-		if p.post(ctx, res) {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			// Handed back at once for the next run (whose correlator is
-			// primed without it: it was never acknowledged).
-			_ = msg.Nak()
-			return
-		case <-time.After(delay):
-		}
+	if res != nil && !p.deliver(ctx, res) {
+		// Handed back at once for the next run (whose correlator is
+		// primed without it: it was never acknowledged).
+		_ = msg.Nak()
+		return
 	}
 	if seq > p.handled {
 		p.handled = seq
@@ -233,23 +243,71 @@ func (p *eventPoster) handle(ctx context.Context, msg jetstream.Msg) {
 	}
 }
 
+// deliver posts one correlated event until the API has it or the event is
+// given up, as client-go's recordToSink does for the kubelet, and returns
+// false only when ctx ended first. Events are posted one at a time and in
+// order, so an event that is never given up holds every later one: the
+// rules below decide which errors may hold the queue and for how long.
+//
+//   - The API server could not be reached (no answer): hold and retry
+//     without a limit, since no other event would get through either.
+//     client-go gives up after maxTriesPerEvent tries; nodelet's events wait
+//     in a durable stream instead, so they reach the API when it is back.
+//   - The API server answered with a transient error (5xx, 429) or an
+//     answer client-go cannot read: retry, at most eventMaxTries times.
+//     Deviation: client-go's recordEvent gives up on every status error at
+//     once; nodelet retries these so that an etcd restart loses no events.
+//   - Any other answer (the event's namespace is gone or terminating, it is
+//     invalid or forbidden, it already exists): give up at once, as
+//     recordEvent does. A namespace deleted while its events waited in the
+//     queue is the common case (the e2e suite deletes one per spec); retrying
+//     its NotFound held every later event forever (issue 37).
+func (p *eventPoster) deliver(ctx context.Context, res *record.EventCorrelateResult) bool {
+	delay := p.retryBase
+	for tries := 1; ; tries++ {
+		out, err := p.post(res)
+		switch {
+		case out == postDone:
+			return true
+		case out == postRejected:
+			p.s.metrics.eventsDropped.WithLabelValues("rejected").Inc()
+			return true
+		case out == postTransient && tries >= eventMaxTries:
+			p.s.log.Error("Unable to write event (retry limit exceeded)", "reason", res.Event.Reason,
+				"object", res.Event.InvolvedObject.Name, "tries", tries, "err", err)
+			p.s.metrics.eventsDropped.WithLabelValues("retry_limit").Inc()
+			return true
+		}
+		if ctx.Err() == nil {
+			p.s.log.Warn("Unable to write event (will retry)", "reason", res.Event.Reason, "tries", tries, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, p.retryMax)
+	}
+}
+
 // decode turns a stream message into the API event it stands for; bad or
-// unpostable messages are logged and skipped.
-func (p *eventPoster) decode(msg jetstream.Msg) (*corev1.Event, bool) {
+// unpostable messages are logged and skipped, with the reason they are
+// dropped for.
+func (p *eventPoster) decode(msg jetstream.Msg) (*corev1.Event, string) {
 	_, ev, err := schemas.Decode[schemas.Event](msg.Data())
 	if err != nil {
 		p.s.log.Error("Skipping event that does not decode", "subject", msg.Subject(), "err", err)
-		return nil, false
+		return nil, "undecodable"
 	}
 	if ev.Time.Before(p.created.Add(-eventsMaxAge)) {
-		return nil, false
+		return nil, "expired"
 	}
 	out, err := apiEvent(ev, p.s.nodeName)
 	if err != nil {
 		p.s.log.Error("Skipping event", "subject", msg.Subject(), "reason", ev.Reason, "err", err)
-		return nil, false
+		return nil, "undecodable"
 	}
-	return out, true
+	return out, ""
 }
 
 func (p *eventPoster) correlate(ev *corev1.Event) *record.EventCorrelateResult {
@@ -264,9 +322,23 @@ func (p *eventPoster) correlate(ev *corev1.Event) *record.EventCorrelateResult {
 	return res
 }
 
-// post writes one correlated event as client-go's recordEvent does. It
-// returns false when the API server could not be reached (try again).
-func (p *eventPoster) post(ctx context.Context, res *record.EventCorrelateResult) bool {
+// postOutcome is what one try of post came to.
+type postOutcome int
+
+const (
+	// postDone: the API has the event (now, or from before a crash).
+	postDone postOutcome = iota
+	// postRejected: the API answered that it will never take the event.
+	postRejected
+	// postTransient: the API answered with an error that may pass.
+	postTransient
+	// postUnreachable: no answer from the API.
+	postUnreachable
+)
+
+// post writes one correlated event as client-go's recordEvent does and
+// says what came of it.
+func (p *eventPoster) post(res *record.EventCorrelateResult) (postOutcome, error) {
 	ev := res.Event
 	var (
 		created *corev1.Event
@@ -276,35 +348,50 @@ func (p *eventPoster) post(ctx context.Context, res *record.EventCorrelateResult
 	if update {
 		created, err = p.sink.Patch(ev, res.Patch)
 	}
-	if !update || apierrors.IsNotFound(err) {
+	// The event may have been removed since (it expired, or its
+	// namespace went): make it again.
+	if !update || recordutil.IsKeyNotFoundError(err) {
 		e := *ev
 		e.ResourceVersion = ""
 		created, err = p.sink.Create(&e)
 	}
-	var rce *rest.RequestConstructionError
-	switch {
-	case err == nil:
+	if err == nil {
 		p.corr.UpdateState(created)
+		p.s.metrics.eventsPosted.Inc()
 		if testHookAfterPost != nil {
 			testHookAfterPost(ev)
 		}
-		return true
+		return postDone, nil
+	}
+	var (
+		rce    *rest.RequestConstructionError
+		status apierrors.APIStatus
+	)
+	switch {
 	case apierrors.IsAlreadyExists(err):
 		// Posted before a crash: the same event, nothing to do.
 		p.corr.UpdateState(ev)
-		return true
+		p.s.metrics.eventsPosted.Inc()
+		return postDone, nil
 	case errors.As(err, &rce):
 		p.s.log.Error("Unable to construct event (will not retry)", "reason", ev.Reason, "err", err)
-		return true
-	case apierrors.IsForbidden(err), apierrors.IsInvalid(err), apierrors.IsBadRequest(err),
-		apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause):
-		p.s.log.Error("Server rejected event (will not retry)", "reason", ev.Reason, "object", ev.InvolvedObject.Name, "err", err)
-		return true
+		return postRejected, err
+	case apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause):
+		p.s.log.Debug("Server rejected event (will not retry)", "reason", ev.Reason, "object", ev.InvolvedObject.Name, "err", err)
+		return postRejected, err
+	case errors.As(err, &status):
+		if code := status.Status().Code; code >= 500 || code == 429 {
+			return postTransient, err
+		}
+		p.s.log.Error("Server rejected event (will not retry)", "reason", ev.Reason,
+			"object", ev.InvolvedObject.Namespace+"/"+ev.InvolvedObject.Name, "err", err)
+		return postRejected, err
 	}
-	if ctx.Err() == nil {
-		p.s.log.Warn("Unable to write event (will retry)", "reason", ev.Reason, "err", err)
+	var unexpected *apierrors.UnexpectedObjectError
+	if errors.As(err, &unexpected) {
+		return postTransient, err
 	}
-	return false
+	return postUnreachable, err
 }
 
 // apiEvent is the recorder's makeEvent for one bus event: named after its

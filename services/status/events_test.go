@@ -1,12 +1,22 @@
 package status
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/nodelet/nodelet/schemas"
@@ -120,5 +130,121 @@ func TestCorrelatorIsDeterministic(t *testing.T) {
 	}
 	if skips == 0 {
 		t.Error("the spam filter never engaged; the test does not cover it")
+	}
+}
+
+// fakeSink answers each call with the next error of errs (nil: success);
+// past the end it succeeds.
+type fakeSink struct {
+	errs           []error
+	creates, calls int
+	patches        int
+}
+
+func (f *fakeSink) next() error {
+	f.calls++
+	if len(f.errs) == 0 {
+		return nil
+	}
+	err := f.errs[0]
+	f.errs = f.errs[1:]
+	return err
+}
+
+func (f *fakeSink) Create(e *corev1.Event) (*corev1.Event, error) {
+	f.creates++
+	if err := f.next(); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+func (f *fakeSink) Update(e *corev1.Event) (*corev1.Event, error) { return e, f.next() }
+
+func (f *fakeSink) Patch(e *corev1.Event, _ []byte) (*corev1.Event, error) {
+	f.patches++
+	if err := f.next(); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// TestDeliverGivesUp: which answers of the API hold the event queue and
+// for how long (eventPoster.deliver). An event the API will never take is
+// given up at once, as client-go's recordEvent does: before issue 37's fix
+// a NotFound (the event's namespace deleted while the event waited) was
+// retried forever and held every later event of the node.
+func TestDeliverGivesUp(t *testing.T) {
+	gr := schema.GroupResource{Resource: "namespaces"}
+	evGR := schema.GroupResource{Resource: "events"}
+	refused := errors.New(`Post "https://127.0.0.1:6443/api/v1/namespaces/ns/events": dial tcp 127.0.0.1:6443: connect: connection refused`)
+	terminating := apierrors.NewForbidden(evGR, "e", errors.New("namespace ns is being terminated"))
+	terminating.ErrStatus.Details.Causes = []metav1.StatusCause{{Type: corev1.NamespaceTerminatingCause}}
+	internal := apierrors.NewInternalError(errors.New("etcdserver: request timed out"))
+	tests := []struct {
+		name        string
+		count       int32 // >1: a patch of an existing event
+		errs        []error
+		wantCalls   int
+		wantDropped string // the reason counted, "" when posted
+	}{
+		{name: "posted at once", wantCalls: 1},
+		{name: "namespace gone", errs: []error{apierrors.NewNotFound(gr, "ns")}, wantCalls: 1, wantDropped: "rejected"},
+		{name: "namespace terminating", errs: []error{terminating}, wantCalls: 1, wantDropped: "rejected"},
+		{name: "invalid", errs: []error{apierrors.NewInvalid(schema.GroupKind{Kind: "Event"}, "e", nil)}, wantCalls: 1, wantDropped: "rejected"},
+		{name: "forbidden", errs: []error{apierrors.NewForbidden(evGR, "e", errors.New("no"))}, wantCalls: 1, wantDropped: "rejected"},
+		{name: "already exists is posted", errs: []error{apierrors.NewAlreadyExists(evGR, "e")}, wantCalls: 1},
+		{name: "patch of an expired event creates it", count: 2, errs: []error{apierrors.NewNotFound(evGR, "e")}, wantCalls: 2},
+		{name: "patch, then namespace gone", count: 2, errs: []error{apierrors.NewNotFound(evGR, "e"), apierrors.NewNotFound(gr, "ns")},
+			wantCalls: 2, wantDropped: "rejected"},
+		{name: "too many requests, then posted", errs: []error{apierrors.NewTooManyRequests("slow down", 1)}, wantCalls: 2},
+		{name: "server error for good", errs: slices.Repeat([]error{internal}, 20), wantCalls: eventMaxTries, wantDropped: "retry_limit"},
+		{name: "unreachable is held past the limit", errs: slices.Repeat([]error{refused}, eventMaxTries+3), wantCalls: eventMaxTries + 4},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &Daemon{log: slog.New(slog.DiscardHandler), metrics: newMetrics(prometheus.NewRegistry(), newStore())}
+			p := newEventPoster(s, fake.NewClientset())
+			p.retryBase, p.retryMax = time.Microsecond, time.Microsecond
+			sink := &fakeSink{errs: tc.errs}
+			p.sink = sink
+			ev, err := apiEvent(&schemas.Event{Object: corev1.ObjectReference{Kind: "Pod", Namespace: "ns", Name: "web", UID: "u"},
+				Type: "Normal", Reason: "Pulled", Time: t0}, "node-1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.count > 0 {
+				ev.Count = tc.count
+			}
+			if !p.deliver(t.Context(), &record.EventCorrelateResult{Event: ev, Patch: []byte(`{}`)}) {
+				t.Fatal("deliver returned false with a live context")
+			}
+			if sink.calls != tc.wantCalls {
+				t.Errorf("API calls = %d, want %d", sink.calls, tc.wantCalls)
+			}
+			posted := testutil.ToFloat64(s.metrics.eventsPosted)
+			for _, reason := range []string{"rejected", "retry_limit"} {
+				want := 0.0
+				if reason == tc.wantDropped {
+					want = 1
+				}
+				if got := testutil.ToFloat64(s.metrics.eventsDropped.WithLabelValues(reason)); got != want {
+					t.Errorf("dropped{%s} = %v, want %v", reason, got, want)
+				}
+			}
+			if want := map[bool]float64{true: 0, false: 1}[tc.wantDropped != ""]; posted != want {
+				t.Errorf("posted = %v, want %v", posted, want)
+			}
+		})
+	}
+	// A context that ends while the API is away hands the event back.
+	s := &Daemon{log: slog.New(slog.DiscardHandler), metrics: newMetrics(prometheus.NewRegistry(), newStore())}
+	p := newEventPoster(s, fake.NewClientset())
+	p.sink = &fakeSink{errs: slices.Repeat([]error{refused}, 1000)}
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	ev, _ := apiEvent(&schemas.Event{Object: corev1.ObjectReference{Kind: "Pod", Namespace: "ns", Name: "web"}, Type: "Normal", Reason: "X", Time: t0}, "n")
+	if p.deliver(ctx, &record.EventCorrelateResult{Event: ev}) {
+		t.Error("deliver returned true for an event never posted")
 	}
 }

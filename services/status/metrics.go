@@ -30,6 +30,13 @@ import (
 //     sync (unchanged).
 //   - nodelet_pod_status_sync_duration_seconds: one pod status patch to the
 //     API server (the kubelet's pod_status_sync_duration_seconds).
+//   - nodelet_events_posted_total and nodelet_events_dropped_total{reason}:
+//     what became of each event on the bus (the kubelet has no such
+//     metric: its recorder drops events with a log line). Every event is
+//     counted once in one of them, so that "produced = received + dropped"
+//     can be checked; reason is spam_filter (client-go's per-object
+//     filter), rejected (the API refused it: its namespace gone, invalid,
+//     forbidden), retry_limit, undecodable or expired.
 type metrics struct {
 	podStartDuration   prometheus.Histogram
 	podWorkerDuration  *prometheus.HistogramVec
@@ -39,6 +46,8 @@ type metrics struct {
 	statusSyncDuration prometheus.Histogram
 	runningPods        prometheus.GaugeFunc
 	runningContainers  *prometheus.GaugeVec
+	eventsPosted       prometheus.Counter
+	eventsDropped      *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, st *store) *metrics {
@@ -76,6 +85,17 @@ func newMetrics(reg prometheus.Registerer, st *store) *metrics {
 			Name: "nodelet_running_containers",
 			Help: "Number of containers currently on the node, by state",
 		}, []string{"container_state"}),
+		eventsPosted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "nodelet_events_posted_total",
+			Help: "Events from the bus created or updated in the API server",
+		}),
+		eventsDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nodelet_events_dropped_total",
+			Help: "Events from the bus not posted to the API server, by reason",
+		}, []string{"reason"}),
+	}
+	for _, reason := range []string{"spam_filter", "rejected", "retry_limit", "undecodable", "expired"} {
+		m.eventsDropped.WithLabelValues(reason)
 	}
 	m.runningPods = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "nodelet_running_pods",
@@ -92,7 +112,7 @@ func newMetrics(reg prometheus.Registerer, st *store) *metrics {
 		return float64(n)
 	})
 	reg.MustRegister(m.podStartDuration, m.podWorkerDuration, m.runtimeOps, m.runtimeOpsTotal,
-		m.runtimeOpsErrors, m.statusSyncDuration, m.runningPods, &containersCollector{st: st, vec: m.runningContainers},
+		m.runtimeOpsErrors, m.statusSyncDuration, m.runningPods, m.eventsPosted, m.eventsDropped, &containersCollector{st: st, vec: m.runningContainers},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
