@@ -7,6 +7,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	resourcehelper "k8s.io/component-helpers/resource"
+
+	libcgroups "github.com/opencontainers/cgroups"
 )
 
 // ResourceConfig is what a cgroup is given (the kubelet's ResourceConfig);
@@ -76,6 +78,39 @@ func hugePageSizeName(size int64) string {
 		i++
 	}
 	return fmt.Sprintf("%d%s", size, units[i])
+}
+
+// HugePageSizes are the machine's huge page sizes as hugetlb names them
+// ("2MB"), read once by libcontainer, as the kubelet reads them.
+func HugePageSizes() []string { return libcgroups.HugePageSizes() }
+
+// HugePageLimit is one huge page size's limit in bytes.
+type HugePageLimit struct {
+	PageSize string // hugetlb's name: "2MB"
+	Limit    uint64
+}
+
+// ContainerHugePageLimits is the kubelet's GetHugepageLimitsFromResources
+// (kuberuntime_container_linux.go, without DRA allocations, which nodelet
+// does not have): every size in sizes limited to 0, so that a container
+// uses no huge pages it was not given; then the pod-level limits when the
+// pod sets pod-level resources; then the container's own, which win.
+// Sizes the machine does not have are left out.
+func ContainerHugePageLimits(pod *corev1.Pod, limits corev1.ResourceList, sizes []string) []HugePageLimit {
+	want := map[string]uint64{}
+	if resourcehelper.IsPodLevelResourcesSet(pod) {
+		for size, limit := range HugePageLimits(pod.Spec.Resources.Limits) {
+			want[hugePageSizeName(size)] = uint64(limit)
+		}
+	}
+	for size, limit := range HugePageLimits(limits) {
+		want[hugePageSizeName(size)] = uint64(limit)
+	}
+	out := make([]HugePageLimit, 0, len(sizes))
+	for _, s := range sizes {
+		out = append(out, HugePageLimit{PageSize: s, Limit: want[s]})
+	}
+	return out
 }
 
 // ResourceConfigForPod is the kubelet's ResourceConfigForPod: the pod

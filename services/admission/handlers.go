@@ -8,7 +8,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/component-helpers/nodedeclaredfeatures"
-	resourcehelper "k8s.io/component-helpers/resource"
 	schedcorev1 "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
@@ -166,37 +165,10 @@ func (h *PressureHandler) admitPressure(attrs *Attributes) Result {
 	return Result{Reason: ReasonEvicted, Message: fmt.Sprintf("The node had condition: %v. ", h.Conditions)}
 }
 
-// isBestEffort: the pod has no cpu or memory request or limit anywhere
-// (pod level, init or app containers), the kubelet's QoS rule.
+// isBestEffort is the eviction manager's v1qos.GetPodQOS(pod) ==
+// BestEffort, through the node's one QoS rule.
 func isBestEffort(pod *corev1.Pod) bool {
-	if pod.Status.QOSClass != "" {
-		return pod.Status.QOSClass == corev1.PodQOSBestEffort
-	}
-	none := func(r *corev1.ResourceRequirements) bool {
-		for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
-			if q, ok := r.Requests[name]; ok && !q.IsZero() {
-				return false
-			}
-			if q, ok := r.Limits[name]; ok && !q.IsZero() {
-				return false
-			}
-		}
-		return true
-	}
-	if resourcehelper.IsPodLevelResourcesSet(pod) {
-		return none(pod.Spec.Resources)
-	}
-	for i := range pod.Spec.InitContainers {
-		if !none(&pod.Spec.InitContainers[i].Resources) {
-			return false
-		}
-	}
-	for i := range pod.Spec.Containers {
-		if !none(&pod.Spec.Containers[i].Resources) {
-			return false
-		}
-	}
-	return true
+	return podutil.QOSClass(pod) == corev1.PodQOSBestEffort
 }
 
 // PredicateHandler is the kubelet's predicate admit handler: the pod's OS,

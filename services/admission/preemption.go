@@ -6,7 +6,8 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/kubectl/pkg/util/qos"
+
+	"github.com/nodelet/nodelet/internal/podutil"
 )
 
 // The kubelet's preemption wording (pkg/kubelet/preemption, pkg/kubelet/lifecycle);
@@ -158,7 +159,7 @@ func sortByQOS(preemptor *Attributes, pods []*PodInfo) (bestEffort, burstable, g
 		if !preemptable(preemptor, p) {
 			continue
 		}
-		switch qos.GetPodQOS(p.Pod) {
+		switch podutil.QOSClass(p.Pod) {
 		case corev1.PodQOSBestEffort:
 			bestEffort = append(bestEffort, p)
 		case corev1.PodQOSBurstable:

@@ -13,6 +13,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodelet/nodelet/internal/config"
+	"github.com/nodelet/nodelet/internal/podutil"
 )
 
 func testManager(t *testing.T) *Daemon {
@@ -279,13 +280,15 @@ func TestQOSAndResources(t *testing.T) {
 		cgroupIn string
 	}{
 		{"best effort", mk(nil, nil), corev1.PodQOSBestEffort, 1000, 2, 0, "/nodelet/besteffort/"},
-		{"guaranteed by limits only", mk(nil, rl("500m", "1Gi")), corev1.PodQOSGuaranteed, -997, 512, 50000, "/nodelet/pod"},
+		// Limits alone, with the requests the API server (or sources, for a
+		// static pod) defaults from them.
+		{"guaranteed by limits only", mk(rl("500m", "1Gi"), rl("500m", "1Gi")), corev1.PodQOSGuaranteed, -997, 512, 50000, "/nodelet/pod"},
 		{"guaranteed", mk(rl("2", "1Gi"), rl("2", "1Gi")), corev1.PodQOSGuaranteed, -997, 2048, 200000, "/nodelet/pod"},
 		{"burstable", mk(rl("100m", "4Gi"), nil), corev1.PodQOSBurstable, 500, 102, 0, "/nodelet/burstable/"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := testManager(t)
-			if q := podQOS(tc.pod); q != tc.qos {
+			if q := podutil.QOSClass(tc.pod); q != tc.qos {
 				t.Fatalf("QoS %s, want %s", q, tc.qos)
 			}
 			r := containerResources(tc.pod, &tc.pod.Spec.Containers[0], 8<<30)

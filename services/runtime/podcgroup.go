@@ -15,6 +15,7 @@ import (
 
 	"github.com/nodelet/nodelet/internal/cgroups"
 	"github.com/nodelet/nodelet/internal/config"
+	"github.com/nodelet/nodelet/internal/podutil"
 )
 
 // Pod cgroups, the kubelet's container manager (pkg/kubelet/cm): the node
@@ -202,7 +203,7 @@ func (m *Daemon) cgroupParent(pod *corev1.Pod) string {
 			return ""
 		}
 	}
-	return pc.ForCRI(string(pod.UID), podQOS(pod))
+	return pc.ForCRI(string(pod.UID), podutil.QOSClass(pod))
 }
 
 // ensurePodCgroup makes the pod's cgroup with its limits before its
@@ -212,7 +213,7 @@ func (m *Daemon) ensurePodCgroup(pod *corev1.Pod) error {
 	if m.cgroups.Manager() == nil {
 		return nil
 	}
-	qos := podQOS(pod)
+	qos := podutil.QOSClass(pod)
 	if m.cgroups.Exists(string(pod.UID), qos) {
 		return nil
 	}
@@ -292,7 +293,7 @@ func (m *Daemon) updateQOSCgroups() {
 	var milli int64
 	for _, uid := range m.store.uids() {
 		rec := m.store.get(uid)
-		if rec == nil || rec.Pod == nil || rec.Gone || rec.Verdict == nil || !rec.Verdict.Admitted || podQOS(rec.Pod) != corev1.PodQOSBurstable {
+		if rec == nil || rec.Pod == nil || rec.Gone || rec.Verdict == nil || !rec.Verdict.Admitted || podutil.QOSClass(rec.Pod) != corev1.PodQOSBurstable {
 			continue
 		}
 		if o := m.observed.get(uid); o != nil && o.Terminated {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/nodelet/nodelet/internal/cgroups"
 	"github.com/nodelet/nodelet/internal/nodestatus"
+	"github.com/nodelet/nodelet/internal/podutil"
 	"github.com/nodelet/nodelet/schemas"
 )
 
@@ -396,7 +397,7 @@ func (m *Daemon) syncResize(ctx context.Context, pod *corev1.Pod, pr *podRuntime
 			m.event(pod, nil, "", corev1.EventTypeWarning, "ResizeError", resizeMessage(pod, pod.Generation, msg, "Pod resize error"))
 		}
 	}
-	qos := podQOS(pod)
+	qos := podutil.QOSClass(pod)
 	pc := m.cgroups
 	var want, cur *cgroups.ResourceConfig
 	if pc.Manager() != nil && pc.Exists(string(pod.UID), qos) {

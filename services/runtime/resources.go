@@ -8,9 +8,13 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	resourcehelper "k8s.io/component-helpers/resource"
+
+	"github.com/nodelet/nodelet/internal/cgroups"
 	"github.com/nodelet/nodelet/internal/config"
 	"github.com/nodelet/nodelet/internal/hostinfo"
 	"github.com/nodelet/nodelet/internal/nodestatus"
+	"github.com/nodelet/nodelet/internal/podutil"
 )
 
 // CPU constants of the kubelet's cgroup conversion.
@@ -29,56 +33,6 @@ const (
 	besteffortOOMScoreAdj = 1000
 )
 
-// podQOS is the pod's QoS class (the API's status.qosClass when set, else
-// computed from requests and limits as the kubelet's GetPodQOS).
-func podQOS(pod *corev1.Pod) corev1.PodQOSClass {
-	if pod.Status.QOSClass != "" {
-		return pod.Status.QOSClass
-	}
-	requests := corev1.ResourceList{}
-	limits := corev1.ResourceList{}
-	guaranteed := true
-	all := append(append([]corev1.Container(nil), pod.Spec.InitContainers...), pod.Spec.Containers...)
-	for _, c := range all {
-		found := 0
-		for _, n := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
-			req, hasReq := c.Resources.Requests[n]
-			lim, hasLim := c.Resources.Limits[n]
-			if !hasReq && hasLim {
-				req, hasReq = lim, true // API defaulting: request = limit
-			}
-			if hasReq && !req.IsZero() {
-				q := requests[n]
-				q.Add(req)
-				requests[n] = q
-			}
-			if hasLim && !lim.IsZero() {
-				found++
-				q := limits[n]
-				q.Add(lim)
-				limits[n] = q
-			}
-		}
-		if found < 2 {
-			guaranteed = false
-		}
-	}
-	if len(requests) == 0 && len(limits) == 0 {
-		return corev1.PodQOSBestEffort
-	}
-	if guaranteed {
-		for n, req := range requests {
-			if lim, ok := limits[n]; !ok || lim.Cmp(req) != 0 {
-				guaranteed = false
-			}
-		}
-	}
-	if guaranteed && len(requests) == len(limits) {
-		return corev1.PodQOSGuaranteed
-	}
-	return corev1.PodQOSBurstable
-}
-
 // milliCPUToShares converts a CPU request to cgroup cpu.shares.
 func milliCPUToShares(milli int64) int64 {
 	if milli == 0 {
@@ -96,9 +50,17 @@ func milliCPUToQuota(milli, period int64) int64 {
 	return max(milli*period/milliCPUToCPU, minQuotaPeriod)
 }
 
-// oomScoreAdj is the kubelet's GetContainerOOMScoreAdjust.
+// oomScoreAdj is the kubelet's GetContainerOOMScoreAdjust
+// (pkg/kubelet/qos/policy.go, PodLevelResources on, without DRA): node
+// critical pods and Guaranteed ones last, BestEffort first; a Burstable
+// container by its memory request's share of the machine, plus its share
+// of a pod-level memory request its containers do not request, a sidecar
+// no higher than the pod's smallest regular container.
 func oomScoreAdj(pod *corev1.Pod, c *corev1.Container, memoryCapacity int64) int64 {
-	switch podQOS(pod) {
+	if podutil.IsCriticalPod(pod) && pod.Spec.PriorityClassName == systemNodeCritical {
+		return guaranteedOOMScoreAdj
+	}
+	switch podutil.QOSClass(pod) {
 	case corev1.PodQOSGuaranteed:
 		return guaranteedOOMScoreAdj
 	case corev1.PodQOSBestEffort:
@@ -107,8 +69,18 @@ func oomScoreAdj(pod *corev1.Pod, c *corev1.Container, memoryCapacity int64) int
 	if memoryCapacity <= 0 {
 		return 999
 	}
-	req := c.Resources.Requests.Memory().Value()
-	adj := 1000 - (1000*req)/memoryCapacity
+	var extra int64
+	if resourcehelper.IsPodLevelRequestsSet(pod) {
+		extra = remainingPodMemoryPerContainer(pod)
+	}
+	adj := 1000 - (1000*(c.Resources.Requests.Memory().Value()+extra))/memoryCapacity
+	if isSidecarOf(pod, c) && len(pod.Spec.Containers) > 0 {
+		least := pod.Spec.Containers[0].Resources.Requests.Memory().Value()
+		for _, rc := range pod.Spec.Containers[1:] {
+			least = min(least, rc.Resources.Requests.Memory().Value())
+		}
+		adj = min(adj, 1000-(1000*(least+extra))/memoryCapacity)
+	}
 	// Burstable containers stay above Guaranteed ones and below BestEffort.
 	if adj < 1000+guaranteedOOMScoreAdj {
 		adj = 1000 + guaranteedOOMScoreAdj
@@ -119,12 +91,69 @@ func oomScoreAdj(pod *corev1.Pod, c *corev1.Container, memoryCapacity int64) int
 	return adj
 }
 
-// containerResources is the kubelet's generateLinuxContainerResources.
+// systemNodeCritical is scheduling.SystemNodeCritical, the priority class
+// of the pods the kubelet's IsNodeCriticalPod protects most.
+const systemNodeCritical = "system-node-critical"
+
+// isSidecarOf is the kubelet's qos isSidecarContainer: an init container
+// of pod with restartPolicy Always.
+func isSidecarOf(pod *corev1.Pod, c *corev1.Container) bool {
+	if c.RestartPolicy == nil || *c.RestartPolicy != corev1.ContainerRestartPolicyAlways {
+		return false
+	}
+	for i := range pod.Spec.InitContainers {
+		if pod.Spec.InitContainers[i].Name == c.Name {
+			return true
+		}
+	}
+	return false
+}
+
+// remainingPodMemoryPerContainer is the kubelet's
+// remainingPodMemReqPerContainer: the pod-level memory request its
+// containers' requests leave over, shared equally by every container.
+func remainingPodMemoryPerContainer(pod *corev1.Pod) int64 {
+	podReq := pod.Spec.Resources.Requests.Memory().Value()
+	if podReq == 0 {
+		return 0
+	}
+	n := int64(len(pod.Spec.Containers) + len(pod.Spec.InitContainers))
+	containers := resourcehelper.AggregateContainerRequests(pod, resourcehelper.PodResourcesOptions{})
+	return max(podReq-containers.Memory().Value(), 0) / n
+}
+
+// containerLimit is the kubelet's getCPULimit/getMemoryLimit (without
+// DRA): the container's limit of name, or, when it sets none and the pod
+// sets pod-level resources, the pod's.
+func containerLimit(pod *corev1.Pod, c *corev1.Container, name corev1.ResourceName) resource.Quantity {
+	lim := c.Resources.Limits[name]
+	if lim.IsZero() && resourcehelper.IsPodLevelResourcesSet(pod) {
+		return pod.Spec.Resources.Limits[name]
+	}
+	return lim
+}
+
+// containerResources is the kubelet's generateLinuxContainerResources
+// (calculateLinuxResources, GetHugepageLimitsFromResources): CPU shares
+// from the request (the limit without one), CFS quota and memory limit
+// from the container's limits or the pod-level ones it inherits, the OOM
+// score adjustment, and a limit for every huge page size of the machine
+// (containerd 1.x drops those while its disable_hugetlb_controller is
+// true, its default, as it does the kubelet's). Unlike the kubelet it
+// leaves the CFS period and quota unset for a container without a CPU
+// limit (the kubelet sends the period with quota 0, which runc reads as
+// no limit: the same cgroup).
 func containerResources(pod *corev1.Pod, c *corev1.Container, memoryCapacity int64) *runtimeapi.LinuxContainerResources {
+	return containerResourcesWith(pod, c, memoryCapacity, cgroups.HugePageSizes())
+}
+
+// containerResourcesWith is containerResources for the given huge page
+// sizes of the machine.
+func containerResourcesWith(pod *corev1.Pod, c *corev1.Container, memoryCapacity int64, pageSizes []string) *runtimeapi.LinuxContainerResources {
 	r := &runtimeapi.LinuxContainerResources{}
-	cpuReq := c.Resources.Requests.Cpu()
-	cpuLim := c.Resources.Limits.Cpu()
-	if cpuReq.IsZero() && !cpuLim.IsZero() {
+	cpuLim := containerLimit(pod, c, corev1.ResourceCPU)
+	cpuReq, hasReq := c.Resources.Requests[corev1.ResourceCPU]
+	if !hasReq {
 		cpuReq = cpuLim
 	}
 	r.CpuShares = milliCPUToShares(cpuReq.MilliValue())
@@ -132,10 +161,13 @@ func containerResources(pod *corev1.Pod, c *corev1.Container, memoryCapacity int
 		r.CpuPeriod = quotaPeriod
 		r.CpuQuota = milliCPUToQuota(cpuLim.MilliValue(), quotaPeriod)
 	}
-	if lim := c.Resources.Limits.Memory(); !lim.IsZero() {
+	if lim := containerLimit(pod, c, corev1.ResourceMemory); !lim.IsZero() {
 		r.MemoryLimitInBytes = lim.Value()
 	}
 	r.OomScoreAdj = oomScoreAdj(pod, c, memoryCapacity)
+	for _, hp := range cgroups.ContainerHugePageLimits(pod, c.Resources.Limits, pageSizes) {
+		r.HugepageLimits = append(r.HugepageLimits, &runtimeapi.HugepageLimit{PageSize: hp.PageSize, Limit: hp.Limit})
+	}
 	return r
 }
 

@@ -8,7 +8,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/kubectl/pkg/util/qos"
 	utilnet "k8s.io/utils/net"
 
 	"github.com/nodelet/nodelet/internal/podutil"
@@ -70,7 +69,7 @@ func ComputePodStatus(in PodInputs) corev1.PodStatus {
 	case in.Verdict != nil && !in.Verdict.Admitted && !in.Verdict.Preempted:
 		// The kubelet's rejectPod: Failed with admission's reason, nothing else.
 		s = corev1.PodStatus{Phase: corev1.PodFailed, Reason: in.Verdict.Reason, Message: rejectMessage(in.Verdict.Message)}
-		s.QOSClass = podQOS(pod)
+		s.QOSClass = podutil.QOSClass(pod)
 		// A rejected pod never ran: its phase is final at once.
 		finishStatus(pod, &s, old, now)
 		return s
@@ -89,21 +88,13 @@ func rejectMessage(m string) string {
 	return prefix + m
 }
 
-func podQOS(pod *corev1.Pod) corev1.PodQOSClass {
-	if pod.Status.QOSClass != "" {
-		// The API server computes it at creation; it is immutable.
-		return pod.Status.QOSClass
-	}
-	return qos.ComputePodQOS(pod)
-}
-
 // generateStatus follows generateAPIPodStatus and the status manager's
 // TerminatePod for an admitted pod.
 func generateStatus(in PodInputs, old *corev1.PodStatus) corev1.PodStatus {
 	pod := in.Pod
 	obs := in.Observed
 	var s corev1.PodStatus
-	s.QOSClass = podQOS(pod)
+	s.QOSClass = podutil.QOSClass(pod)
 	s.PodIPs = podIPs(obs, in.HostIPs, old)
 	if len(s.PodIPs) > 0 {
 		s.PodIP = s.PodIPs[0].IP
