@@ -14,7 +14,9 @@
 #           ginkgo and e2e.test (scripts/conformance.sh); prints their paths
 #           the same way.
 #   tools NAME...
-#           build only the named ones of those (tests of the harness).
+#           build only the named ones of those (tests of the harness), or
+#           kube-proxy (any command of k8s.io/kubernetes/cmd) or coredns
+#           (static, from the tools module scripts/coredns).
 #   start   build if needed, then start etcd and kube-apiserver on free
 #           127.0.0.1 ports under STATE_DIR, write admin.kubeconfig and
 #           node.kubeconfig there and print how to use them. Idempotent.
@@ -35,6 +37,9 @@ K8S_MINOR=37
 
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 TOOLS_DIR=$REPO_ROOT/scripts/k8s
+# CoreDNS has a tools module of its own: its dependencies (cloud SDKs, the
+# Kubernetes client at CoreDNS's version) stay out of scripts/k8s's graph.
+COREDNS_DIR=$REPO_ROOT/scripts/coredns
 CACHE_ROOT=${NODELET_CACHE:-${HOME:-/root}/.cache/nodelet}
 BIN_DIR=$CACHE_ROOT/k8s-$K8S_VERSION
 KUBE_APISERVER=$BIN_DIR/kube-apiserver
@@ -67,10 +72,22 @@ find_go() {
 # build_bins NAME... builds (or reuses) the named tools into BIN_DIR, serialised
 # with a lock against concurrent builds (parallel test binaries, several
 # shells). Names: the commands of k8s.io/kubernetes/cmd, agnhost
-# (test/images/agnhost, static) and e2e.test (the e2e suite's test binary).
+# (test/images/agnhost, static), e2e.test (the e2e suite's test binary) and
+# coredns (static, scripts/coredns).
 have_bin() {
 	[[ -x $BIN_DIR/$1 ]] || return 1
-	[[ $1 != agnhost || -f $BIN_DIR/agnhost-porter/localhost.key ]]
+	case $1 in
+	agnhost) [[ -f $BIN_DIR/agnhost-porter/localhost.key ]] ;;
+	# BIN_DIR is named after the Kubernetes version only: a coredns of
+	# another version than scripts/coredns/go.mod's is rebuilt.
+	coredns) [[ $("$BIN_DIR/coredns" -version 2>/dev/null | head -n1) == "CoreDNS-$(coredns_version | sed 's/^v//')" ]] ;;
+	esac
+}
+
+# coredns_version prints the CoreDNS version scripts/coredns/go.mod requires.
+coredns_version() {
+	awk '$1 == "github.com/coredns/coredns" { print $2 } $1 == "require" && $2 == "github.com/coredns/coredns" { print $3 }' \
+		"$COREDNS_DIR/go.mod"
 }
 
 build_bins() {
@@ -93,7 +110,7 @@ build_bins() {
 	start=$SECONDS
 	for n in "${missing[@]}"; do
 		case $n in
-		agnhost | nnp | e2e.test | ginkgo) ;;
+		agnhost | nnp | e2e.test | ginkgo | coredns) ;;
 		*) cmds+=("k8s.io/kubernetes/cmd/$n") ;;
 		esac
 	done
@@ -120,6 +137,15 @@ build_bins() {
 		if [[ " ${missing[*]} " == *" ginkgo "* ]]; then
 			# The runner that spreads the suite over several processes.
 			"$gobin" build -mod=readonly -trimpath -o "$tmp/ginkgo" github.com/onsi/ginkgo/v2/ginkgo
+		fi
+		if [[ " ${missing[*]} " == *" coredns "* ]]; then
+			# Static, as upstream's Makefile builds it for its image:
+			# CGO_ENABLED=0, -tags grpcnotrace, -s -w, the version as GitCommit.
+			local v
+			v=$(coredns_version)
+			(cd "$COREDNS_DIR" && CGO_ENABLED=0 "$gobin" build -mod=readonly -trimpath -tags grpcnotrace \
+				-ldflags "-s -w -X github.com/coredns/coredns/coremain.GitCommit=$v" -o "$tmp/coredns" \
+				github.com/coredns/coredns)
 		fi
 		if [[ " ${missing[*]} " == *" e2e.test "* ]]; then
 			# -vet=off: otherwise go vets every dependency of the suite.

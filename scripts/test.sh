@@ -21,9 +21,11 @@ scripts/setup.sh
 step "control plane binaries (cached after the first build)"
 scripts/controlplane.sh build >/dev/null
 # What the conformance harness's own test (scripts/conformance) runs besides
-# the control plane, and the kubelet the bench's test runs beside nodelet;
-# e2e.test itself is only built by scripts/conformance.sh.
-scripts/controlplane.sh tools kube-controller-manager kube-scheduler agnhost nnp kubelet >/dev/null
+# the control plane, the kubelet the bench's test runs beside nodelet, and
+# the multi-node cluster's kube-proxy and CoreDNS (internal/cluster's test
+# serves names with it); e2e.test itself is only built by
+# scripts/conformance.sh.
+scripts/controlplane.sh tools kube-controller-manager kube-scheduler agnhost nnp kubelet kube-proxy coredns >/dev/null
 
 step "gofmt and go vet"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './scripts/k8s/*'))
