@@ -11,8 +11,8 @@
 #           on stdout (everything else goes to stderr).
 #   build-conformance
 #           also build kube-controller-manager, kube-scheduler, agnhost, nnp,
-#           ginkgo and e2e.test (scripts/conformance.sh); prints their paths
-#           the same way.
+#           sample-apiserver, etcd-static, ginkgo and e2e.test
+#           (scripts/conformance.sh); prints their paths the same way.
 #   tools NAME...
 #           build only the named ones of those (tests of the harness), or
 #           kube-proxy (any command of k8s.io/kubernetes/cmd) or coredns
@@ -77,7 +77,7 @@ find_go() {
 have_bin() {
 	[[ -x $BIN_DIR/$1 ]] || return 1
 	case $1 in
-	agnhost) [[ -f $BIN_DIR/agnhost-porter/localhost.key ]] ;;
+	agnhost) [[ -f $BIN_DIR/agnhost-porter/localhost.key && -f $BIN_DIR/agnhost-pages/nautilus/data.json ]] ;;
 	# BIN_DIR is named after the Kubernetes version only: a coredns of
 	# another version than scripts/coredns/go.mod's is rebuilt.
 	coredns) [[ $("$BIN_DIR/coredns" -version 2>/dev/null | head -n1) == "CoreDNS-$(coredns_version | sed 's/^v//')" ]] ;;
@@ -110,11 +110,13 @@ build_bins() {
 	start=$SECONDS
 	for n in "${missing[@]}"; do
 		case $n in
-		agnhost | nnp | e2e.test | ginkgo | coredns) ;;
+		agnhost | nnp | sample-apiserver | etcd-static | e2e.test | ginkgo | coredns) ;;
 		*) cmds+=("k8s.io/kubernetes/cmd/$n") ;;
 		esac
 	done
-	log "building ${missing[*]} $K8S_VERSION into $BIN_DIR (a cold build takes several minutes)..."
+	local versions="Kubernetes $K8S_VERSION"
+	[[ " ${missing[*]} " == *" coredns "* ]] && versions+=", CoreDNS $(coredns_version)"
+	log "building ${missing[*]} ($versions) into $BIN_DIR (a cold build takes several minutes)..."
 	(
 		cd "$TOOLS_DIR"
 		export GOWORK=off
@@ -129,6 +131,24 @@ build_bins() {
 			mkdir -p "$BIN_DIR/agnhost-porter"
 			cp "$("$gobin" list -mod=readonly -f '{{.Dir}}' k8s.io/kubernetes/test/images/agnhost/porter)"/localhost.{crt,key} \
 				"$BIN_DIR/agnhost-porter/"
+			# The pages of kitten and nautilus, images built FROM agnhost.
+			local k8s page
+			k8s=$("$gobin" list -mod=readonly -m -f '{{.Dir}}' k8s.io/kubernetes)
+			for page in kitten nautilus; do
+				mkdir -p "$BIN_DIR/agnhost-pages/$page"
+				install -m 0644 "$k8s/test/images/$page/html/"* "$BIN_DIR/agnhost-pages/$page/"
+			done
+		fi
+		if [[ " ${missing[*]} " == *" sample-apiserver "* ]]; then
+			# The Aggregator spec's extension server (test/images/sample-apiserver).
+			CGO_ENABLED=0 "$gobin" build -mod=readonly -trimpath -ldflags "-s -w $(ldflags)" -o "$tmp/sample-apiserver" \
+				k8s.io/sample-apiserver
+		fi
+		if [[ " ${missing[*]} " == *" etcd-static "* ]]; then
+			# The etcd beside it (registry.k8s.io/etcd's /usr/local/bin/etcd), at
+			# the module graph's version; Debian's etcd is dynamically linked.
+			CGO_ENABLED=0 "$gobin" build -mod=readonly -trimpath -ldflags "-s -w" -o "$tmp/etcd-static" \
+				go.etcd.io/etcd/server/v3
 		fi
 		if [[ " ${missing[*]} " == *" nnp "* ]]; then
 			# The nonewprivs image's setuid program.
@@ -168,7 +188,7 @@ build_bins() {
 build_k8s() { build_bins kube-apiserver kubectl; }
 
 # The tools scripts/conformance.sh needs besides the control plane.
-CONFORMANCE_BINS=(kube-controller-manager kube-scheduler agnhost nnp ginkgo e2e.test)
+CONFORMANCE_BINS=(kube-controller-manager kube-scheduler agnhost nnp sample-apiserver etcd-static ginkgo e2e.test)
 
 ensure_etcd() {
 	ETCD=${NODELET_ETCD:-}
