@@ -2,6 +2,7 @@ package images
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,9 +13,10 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 )
 
-// ConformanceInputs are the binaries the Kubernetes e2e images are made of,
-// built from the Kubernetes module (scripts/controlplane.sh
-// build-conformance): every one static.
+// ConformanceInputs are the binaries and files the Kubernetes e2e images are
+// made of, built from the Kubernetes module (scripts/controlplane.sh
+// build-conformance) and this one: every binary static. The ones that default
+// to a path next to Agnhost are where build-conformance leaves them.
 type ConformanceInputs struct {
 	// Agnhost is test/images/agnhost.
 	Agnhost string
@@ -24,12 +26,25 @@ type ConformanceInputs struct {
 	Busybox string
 	// Pause is a static nodelet-pause (found or built as for BuildPause when empty).
 	Pause string
-	// Shell, when set, is a static bash that becomes /bin/sh of every
-	// busybox-based stand-in. Debian's busybox is 1.35, whose sh drops
-	// environment variables with names that are not identifiers (data-1 from
-	// a ConfigMap's envFrom); the images' busybox (1.36 and later) keeps
-	// them, and so does bash. Debian: bash-static, /bin/bash-static.
+	// Shell, when set, is a static bash (Debian: bash-static,
+	// /bin/bash-static): /bin/bash of every busybox-based stand-in, and
+	// (see binSh) /bin/sh of all but the e2e busybox image, whose /bin/sh
+	// stays busybox's ash with the bash as the `sh` a PATH lookup finds.
+	// Empty: busybox's ash is the only shell.
 	Shell string
+	// E2ETools is internal/images/e2etools (curl, nc, dig and getent of the
+	// agnhost, kitten, nautilus and glibc-dns-testing stand-ins); built from
+	// the nodelet module when empty.
+	E2ETools string
+	// SampleAPIServer is k8s.io/sample-apiserver (default: sample-apiserver
+	// next to Agnhost). Without it the sample-apiserver stand-in is left out.
+	SampleAPIServer string
+	// Etcd is an etcd server (default: etcd-static next to Agnhost), the
+	// etcd image's /usr/local/bin/etcd. Without it that stand-in is left out.
+	Etcd string
+	// Pages holds test/images' kitten/html and nautilus/html as kitten/ and
+	// nautilus/ (default: agnhost-pages next to Agnhost).
+	Pages string
 }
 
 // ConformanceImage is one stand-in for an image of registry.k8s.io that the
@@ -37,179 +52,189 @@ type ConformanceInputs struct {
 // module's test/images says it holds.
 type ConformanceImage struct {
 	Ref   string
-	build func(ctx context.Context, in ConformanceInputs) (v1.Image, error)
+	build func(ctx context.Context, b *standIns) (v1.Image, error)
 }
 
 const e2eRegistry = "registry.k8s.io/e2e-test-images/"
 
 // conformanceRecipe is bumped whenever a stand-in changes, so that tarballs
 // of an older recipe in the cache are not reused.
-const conformanceRecipe = "c4"
+const conformanceRecipe = "c5"
+
+// errNoInput marks a stand-in whose optional input is not there: it is left
+// out, and the harness lists its image among those without a stand-in.
+var errNoInput = errors.New("input not built")
 
 // ConformanceImages lists the stand-ins, by the references
 // k8s.io/kubernetes/test/utils/image gives them in v1.37.
 func ConformanceImages() []ConformanceImage {
-	// The e2e busybox image (test/images/busybox) has every applet in /bin,
-	// where specs call them (/bin/sysctl, ...); Debian's list puts some in
-	// sbin and usr/bin.
-	busybox := func(ctx context.Context, in ConformanceInputs) (v1.Image, error) {
-		bb := in.Busybox
-		if bb == "" {
-			bb = DefaultBusybox
-		}
-		list, err := exec.CommandContext(ctx, bb, "--list").Output()
-		if err != nil {
-			return nil, fmt.Errorf("%s --list: %w", bb, err)
-		}
-		var l layer
-		for _, a := range strings.Fields(string(list)) {
-			if in.Shell != "" && (a == "sh" || a == "bash") {
-				continue // onBusybox puts the shell there
-			}
-			if a != "busybox" && !strings.Contains(a, "/") {
-				l.symlink("bin/"+a, "/bin/busybox")
-			}
-		}
-		return onBusybox(ctx, in, l, "e2e busybox: every applet in /bin", func(*v1.Config) {})
-	}
-	agnhost := func(ctx context.Context, in ConformanceInputs) (v1.Image, error) {
-		return agnhostImage(ctx, in)
-	}
-	// nginx: the e2e tests only need something that serves HTTP on :80.
-	nginx := func(ctx context.Context, in ConformanceInputs) (v1.Image, error) {
-		var l layer
-		l.file("usr/share/nginx/html/index.html", 0o644, []byte("<html><body>nginx stand-in</body></html>\n"))
-		return onBusybox(ctx, in, l, "nginx stand-in: busybox httpd on :80", func(c *v1.Config) {
-			c.Cmd = []string{"httpd", "-f", "-p", "80", "-h", "/usr/share/nginx/html"}
-			c.ExposedPorts = map[string]struct{}{"80/tcp": {}}
-		})
-	}
-	// kitten and nautilus: a web page each (test/images/kitten, nautilus).
-	page := func(name string) func(context.Context, ConformanceInputs) (v1.Image, error) {
-		return func(ctx context.Context, in ConformanceInputs) (v1.Image, error) {
-			var l layer
-			l.file("data/index.html", 0o644, []byte("<html><body>"+name+"</body></html>\n"))
-			return onBusybox(ctx, in, l, name+" stand-in", func(c *v1.Config) {
-				c.Cmd = []string{"httpd", "-f", "-p", "80", "-h", "/data"}
-			})
-		}
-	}
 	return []ConformanceImage{
-		{e2eRegistry + "busybox:1.37.0-2", busybox},
-		{e2eRegistry + "busybox:1.36.1-1", busybox},
-		{e2eRegistry + "agnhost:2.66.1", agnhost},
-		{e2eRegistry + "agnhost:2.55", agnhost},
-		{e2eRegistry + "nginx:1.27.0-2", nginx},
-		{e2eRegistry + "nginx:1.28.0-2", nginx},
-		{e2eRegistry + "kitten:1.8", page("kitten")},
-		{e2eRegistry + "nautilus:1.8", page("nautilus")},
-		// nonewprivs: nnp setuid root (its Dockerfile's chmod +s).
-		{e2eRegistry + "nonewprivs:1.4", func(ctx context.Context, in ConformanceInputs) (v1.Image, error) {
-			bin, err := readStatic(in.Nnp)
-			if err != nil {
-				return nil, err
-			}
-			var l layer
-			l.file("usr/local/bin/nnp", 0o4755, bin)
-			return onBusybox(ctx, in, l, "nonewprivs: setuid nnp", func(c *v1.Config) {
-				c.Cmd = []string{"nnp"}
-			})
-		}},
+		{e2eRegistry + "busybox:1.37.0-2", e2eBusybox},
+		{e2eRegistry + "busybox:1.36.1-1", e2eBusybox},
+		{e2eRegistry + "agnhost:2.66.1", agnhostImage},
+		{e2eRegistry + "agnhost:2.55", agnhostImage},
+		{e2eRegistry + "kitten:1.8", pageImage("kitten")},
+		{e2eRegistry + "nautilus:1.8", pageImage("nautilus")},
+		{e2eRegistry + "glibc-dns-testing:2.1.1", glibcDNSImage},
+		{e2eRegistry + "nginx:1.27.0-2", nginxImage},
+		{e2eRegistry + "nginx:1.28.0-2", nginxImage},
+		{e2eRegistry + "nonewprivs:1.4", nonewprivsImage},
 		// nonroot: USER 1234 over busybox.
-		{e2eRegistry + "nonroot:1.5", func(ctx context.Context, in ConformanceInputs) (v1.Image, error) {
-			return onBusybox(ctx, in, layer{}, "nonroot: USER 1234", func(c *v1.Config) {
+		{e2eRegistry + "nonroot:1.5", func(ctx context.Context, b *standIns) (v1.Image, error) {
+			return b.onBusybox(ctx, layer{}, "nonroot: USER 1234", func(c *v1.Config) {
 				c.User = "1234"
 			})
 		}},
-		{"registry.k8s.io/pause:3.10.2", func(ctx context.Context, in ConformanceInputs) (v1.Image, error) {
-			p := in.Pause
-			if p == "" {
-				dir, err := os.MkdirTemp("", "nodelet-pause-")
-				if err != nil {
-					return nil, err
-				}
-				defer os.RemoveAll(dir)
-				if p, err = PauseBinary(ctx, dir); err != nil {
-					return nil, err
-				}
+		{e2eRegistry + "sample-apiserver:1.29.2", sampleAPIServerImage},
+		{"registry.k8s.io/etcd:3.7.0-0", etcdImage},
+		{"registry.k8s.io/pause:3.10.2", func(ctx context.Context, b *standIns) (v1.Image, error) {
+			p, err := b.pause(ctx)
+			if err != nil {
+				return nil, err
 			}
 			return PauseImageFrom(p)
 		}},
 	}
 }
 
-// agnhostImage is test/images/agnhost/Dockerfile over busybox instead of
-// alpine: /agnhost and the agnhost-2 link, porter's localhost.crt and .key,
-// /uploads, user user-defined-in-image (1000) in group-defined-in-image
-// (50000); ENTRYPOINT /agnhost, CMD pause.
-func agnhostImage(ctx context.Context, in ConformanceInputs) (v1.Image, error) {
-	bin, err := readStatic(in.Agnhost)
-	if err != nil {
-		return nil, err
+// standIns is one BuildConformanceImages: the inputs, and where the ones it
+// has to make itself go.
+type standIns struct {
+	ConformanceInputs
+	tmp  string
+	base v1.Image // the busybox image every stand-in but pause is over, made once
+}
+
+// nextToAgnhost is p, or name in Agnhost's directory when p is empty.
+func (b *standIns) nextToAgnhost(p, name string) string {
+	if p != "" {
+		return p
 	}
-	porter := filepath.Join(filepath.Dir(in.Agnhost), "agnhost-porter")
-	crt, err := os.ReadFile(filepath.Join(porter, "localhost.crt"))
-	if err != nil {
-		return nil, fmt.Errorf("agnhost's porter certificate (next to the agnhost binary): %w", err)
+	return filepath.Join(filepath.Dir(b.Agnhost), name)
+}
+
+// optional is the binary at p, or errNoInput when there is none.
+func optional(p string) ([]byte, error) {
+	if _, err := os.Stat(p); errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("%s: %w", p, errNoInput)
 	}
-	key, err := os.ReadFile(filepath.Join(porter, "localhost.key"))
+	return readStatic(p)
+}
+
+func (b *standIns) pause(ctx context.Context) (string, error) {
+	if b.Pause == "" {
+		p, err := PauseBinary(ctx, b.tmp)
+		if err != nil {
+			return "", err
+		}
+		b.Pause = p
+	}
+	return b.Pause, nil
+}
+
+func (b *standIns) e2eTools(ctx context.Context) (string, error) {
+	if b.E2ETools == "" {
+		p := filepath.Join(b.tmp, "e2etools")
+		if err := buildStatic(ctx, "./internal/images/e2etools", p); err != nil {
+			return "", fmt.Errorf("e2etools (set ConformanceInputs.E2ETools or build from the nodelet module): %w", err)
+		}
+		b.E2ETools = p
+	}
+	return b.E2ETools, nil
+}
+
+// e2eBusybox is test/images/busybox: every applet in /bin, where specs call
+// them (/bin/sysctl, ...); Debian's list puts some in sbin and usr/bin.
+func e2eBusybox(ctx context.Context, b *standIns) (v1.Image, error) {
+	bb := b.Busybox
+	if bb == "" {
+		bb = DefaultBusybox
+	}
+	list, err := exec.CommandContext(ctx, bb, "--list").Output()
 	if err != nil {
-		return nil, fmt.Errorf("agnhost's porter key: %w", err)
+		return nil, fmt.Errorf("%s --list: %w", bb, err)
 	}
 	var l layer
-	l.file("agnhost", 0o755, bin)
-	l.symlink("agnhost-2", "agnhost")
-	l.file("localhost.crt", 0o644, crt)
-	l.file("localhost.key", 0o600, key)
-	l.dir("uploads", 0o755)
-	l.file("usr/bin/curl", 0o755, []byte(curlShim))
-	l.dir("home/user-defined-in-image", 0o755)
-	l.file("etc/passwd", 0o644, []byte("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/home:/bin/false\n"+
-		"user-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh\n"))
-	l.file("etc/group", 0o644, []byte("root:x:0:\nnobody:x:65534:\nuser-defined-in-image:x:1000:\n"+
-		"group-defined-in-image:x:50000:user-defined-in-image\n"))
-	return onBusybox(ctx, in, l, "agnhost over busybox", func(c *v1.Config) {
-		c.Entrypoint = []string{"/agnhost"}
-		c.Cmd = []string{"pause"}
-		c.ExposedPorts = map[string]struct{}{"80/tcp": {}, "8080/tcp": {}, "8081/tcp": {}, "9376/tcp": {}, "5000/tcp": {}}
+	for _, a := range strings.Fields(string(list)) {
+		if a != "busybox" && !strings.Contains(a, "/") {
+			l.symlink("bin/"+a, "/bin/busybox")
+		}
+	}
+	return b.onBusyboxSh(ctx, shAsh, l, "e2e busybox: every applet in /bin", func(*v1.Config) {})
+}
+
+// nginxImage: the e2e tests only need something that serves HTTP on :80.
+func nginxImage(ctx context.Context, b *standIns) (v1.Image, error) {
+	var l layer
+	l.file("usr/share/nginx/html/index.html", 0o644, []byte("<html><body>nginx stand-in</body></html>\n"))
+	return b.onBusybox(ctx, l, "nginx stand-in: busybox httpd on :80", func(c *v1.Config) {
+		c.Cmd = []string{"httpd", "-f", "-p", "80", "-h", "/usr/share/nginx/html"}
+		c.ExposedPorts = map[string]struct{}{"80/tcp": {}}
 	})
 }
 
-// curlShim stands in for alpine's curl in the agnhost image, over busybox's
-// wget, for the forms the e2e specs run: `curl URL`, `curl -g -q -s URL`,
-// with -m/--max-time/--connect-timeout and -o.
-const curlShim = `#!/bin/sh
-# curl stand-in (nodelet conformance images): busybox wget underneath.
-timeout= out=- url=
-while [ $# -gt 0 ]; do
-	case $1 in
-	-g | -q | -s | -S | -f | -L | -k | --silent | --globoff | --fail | --location | --insecure) ;;
-	-m | --max-time | --connect-timeout) timeout="-T $2"; shift ;;
-	-o | --output) out=$2; shift ;;
-	-*) echo "curl stand-in: unsupported option $1" >&2; exit 2 ;;
-	*) url=$1 ;;
-	esac
-	shift
-done
-exec wget -q $timeout -O "$out" "$url"
-`
-
-// onBusybox is the busybox image with l as a second layer and its config
-// changed by edit.
-func onBusybox(ctx context.Context, in ConformanceInputs, l layer, createdBy string, edit func(*v1.Config)) (v1.Image, error) {
-	base, err := BusyboxImageFrom(ctx, in.Busybox)
+// nonewprivsImage: nnp setuid root (its Dockerfile's chmod +s).
+func nonewprivsImage(ctx context.Context, b *standIns) (v1.Image, error) {
+	bin, err := readStatic(b.Nnp)
 	if err != nil {
 		return nil, err
 	}
-	if in.Shell != "" {
-		bash, err := readStatic(in.Shell)
+	var l layer
+	l.file("usr/local/bin/nnp", 0o4755, bin)
+	return b.onBusybox(ctx, l, "nonewprivs: setuid nnp", func(c *v1.Config) {
+		c.Cmd = []string{"nnp"}
+	})
+}
+
+// binSh is what /bin/sh of a busybox-based stand-in is when there is a
+// Shell. Debian's busybox is 1.35, whose ash drops environment variables
+// with names that are not identifiers (data-1 from a ConfigMap's envFrom;
+// the images' busybox 1.36 and later keeps them, and so does bash), and,
+// built static, runs its own applets before anything in PATH (a script's nc
+// and wget are busybox's, not e2etools'). So /bin/sh is the bash, except in
+// the e2e busybox image: the read-only root spec runs `/bin/sh -c "echo
+// test > /file"` in it and compares ash's words for the refusal ("/bin/sh:
+// can't create /file: Read-only file system"), while the specs that print
+// such variables in it run `sh -c env`, which PATH finds.
+type binSh int
+
+const (
+	shBash binSh = iota // /bin/sh is the bash
+	shAsh               // /bin/sh stays busybox's ash; /usr/local/bin/sh is the bash
+)
+
+// onBusybox is the busybox image with l as a second layer and its config
+// changed by edit; with a Shell, /bin/sh is the bash.
+func (b *standIns) onBusybox(ctx context.Context, l layer, createdBy string, edit func(*v1.Config)) (v1.Image, error) {
+	return b.onBusyboxSh(ctx, shBash, l, createdBy, edit)
+}
+
+func (b *standIns) onBusyboxSh(ctx context.Context, sh binSh, l layer, createdBy string, edit func(*v1.Config)) (v1.Image, error) {
+	if b.base == nil {
+		base, err := BusyboxImageFrom(ctx, b.Busybox)
+		if err != nil {
+			return nil, err
+		}
+		b.base = base
+	}
+	if b.Shell != "" {
+		bash, err := readStatic(b.Shell)
 		if err != nil {
 			return nil, err
 		}
 		l.file("bin/bash", 0o755, bash)
-		l.symlink("bin/sh", "/bin/bash")
+		if sh == shAsh {
+			l.symlink("usr/local/bin/sh", "/bin/bash")
+		} else {
+			l.symlink("bin/sh", "/bin/bash")
+		}
 	}
-	img := base
+	return withLayer(b.base, l, createdBy, edit)
+}
+
+// withLayer is img with l as a new top layer (none when l is empty) and its
+// config changed by edit.
+func withLayer(img v1.Image, l layer, createdBy string, edit func(*v1.Config)) (v1.Image, error) {
 	if len(l.entries) > 0 {
 		top, err := build(l, createdBy, v1.Config{})
 		if err != nil {
@@ -219,7 +244,7 @@ func onBusybox(ctx context.Context, in ConformanceInputs, l layer, createdBy str
 		if err != nil {
 			return nil, err
 		}
-		img, err = mutate.Append(base, mutate.Addendum{Layer: layers[0],
+		img, err = mutate.Append(img, mutate.Addendum{Layer: layers[0],
 			History: v1.History{Created: v1.Time{Time: epoch}, CreatedBy: createdBy}})
 		if err != nil {
 			return nil, err
@@ -235,11 +260,18 @@ func onBusybox(ctx context.Context, in ConformanceInputs, l layer, createdBy str
 }
 
 // BuildConformanceImages writes every stand-in as a docker-archive tarball
-// into dir (reusing tarballs already there) and returns them.
+// into dir (reusing tarballs already there) and returns them. A stand-in
+// whose optional input is missing is left out.
 func BuildConformanceImages(ctx context.Context, in ConformanceInputs, dir string) ([]Tarball, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
+	tmp, err := os.MkdirTemp("", "nodelet-conformance-inputs-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	b := &standIns{ConformanceInputs: in, tmp: tmp}
 	var out []Tarball
 	for _, ci := range ConformanceImages() {
 		p := filepath.Join(dir, conformanceRecipe+"-"+CacheFileName(ci.Ref))
@@ -247,7 +279,10 @@ func BuildConformanceImages(ctx context.Context, in ConformanceInputs, dir strin
 			out = append(out, t)
 			continue
 		}
-		img, err := ci.build(ctx, in)
+		img, err := ci.build(ctx, b)
+		if errors.Is(err, errNoInput) {
+			continue
+		}
 		if err != nil {
 			return nil, fmt.Errorf("build %s: %w", ci.Ref, err)
 		}

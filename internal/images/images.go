@@ -198,6 +198,12 @@ func PauseBinary(ctx context.Context, dir string) (string, error) {
 
 // BuildPauseBinary builds cmd/nodelet-pause into out with the Go toolchain.
 func BuildPauseBinary(ctx context.Context, out string) error {
+	return buildStatic(ctx, "./cmd/nodelet-pause", out)
+}
+
+// buildStatic builds pkg, a path in the nodelet module, into out: static and
+// reproducible (CGO_ENABLED=0, -trimpath, -ldflags "-s -w").
+func buildStatic(ctx context.Context, pkg, out string) error {
 	goBin, err := exec.LookPath("go")
 	if err != nil {
 		goBin = "/usr/local/go/bin/go"
@@ -207,11 +213,11 @@ func BuildPauseBinary(ctx context.Context, out string) error {
 		return err
 	}
 	cmd := exec.CommandContext(ctx, goBin, "build", "-trimpath", "-buildvcs=false",
-		"-ldflags", "-s -w", "-o", out, "./cmd/nodelet-pause")
+		"-ldflags", "-s -w", "-o", out, pkg)
 	cmd.Dir = modDir
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build ./cmd/nodelet-pause: %w: %s", err, bytes.TrimSpace(b))
+		return fmt.Errorf("go build %s: %w: %s", pkg, err, bytes.TrimSpace(b))
 	}
 	return nil
 }
