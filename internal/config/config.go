@@ -37,6 +37,15 @@ type Taint struct {
 	Effect string `mapstructure:"effect"`
 }
 
+// PodCIDRDefaulted says node.podCIDR was left at its default: in a
+// cluster, the Node's spec.podCIDR is then the only pod range (the
+// kubelet's podCIDR setting is "only used in standalone mode").
+func (n NodeConfig) PodCIDRDefaulted() bool { return n.podCIDRDefaulted }
+
+// SetPodCIDRDefaulted is for code that builds a Config itself (tests): true
+// treats node.podCIDR as not set.
+func (n *NodeConfig) SetPodCIDRDefaulted(v bool) { n.podCIDRDefaulted = v }
+
 // NodeConfig describes the node itself.
 type NodeConfig struct {
 	// Name of the node. Default: the hostname.
@@ -53,8 +62,11 @@ type NodeConfig struct {
 	SystemReserved map[string]string `mapstructure:"systemReserved"`
 	// MaxPods is the number of pods the node can run. Default: 110.
 	MaxPods int `mapstructure:"maxPods"`
-	// PodCIDR is the pod range when no API server assigns one. Default: 10.88.0.0/16.
+	// PodCIDR is the pod range standalone, and with an API server whose Node has none when set explicitly (a cluster without node IPAM); left at its default, a node of a cluster waits for the pod CIDR its Node is given, as the kubelet does. Default: 10.88.0.0/16.
 	PodCIDR string `mapstructure:"podCIDR"`
+	// podCIDRDefaulted: PodCIDR was not set by the file, the environment
+	// or a flag (load sets it; a Config built in code counts as set).
+	podCIDRDefaulted bool
 	// ClusterDNS servers for ClusterFirst pods. Default: none (node's resolv.conf).
 	ClusterDNS []string `mapstructure:"clusterDNS"`
 	// ClusterDomain for DNS search paths. Default: cluster.local.

@@ -246,3 +246,34 @@ func TestCgroupDefaults(t *testing.T) {
 		t.Fatalf("cgroup defaults: %+v", r)
 	}
 }
+
+// node.podCIDR left at its default is told apart from one set by the file
+// or the environment: in a cluster the first waits for the Node's range.
+func TestPodCIDRDefaulted(t *testing.T) {
+	tests := []struct {
+		name, file, env string
+		want            bool
+	}{
+		{name: "unset", file: "node:\n  name: n\n", want: true},
+		{name: "in the file", file: "node:\n  podCIDR: 10.1.0.0/16\n", want: false},
+		{name: "in the file, its default value", file: "node:\n  podCIDR: 10.88.0.0/16\n", want: false},
+		{name: "in the environment", file: "node:\n  name: n\n", env: "10.2.0.0/16", want: false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.env != "" {
+				t.Setenv("NODELET_NODE_PODCIDR", tc.env)
+			}
+			cfg, err := LoadFile(writeFile(t, tc.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := cfg.Node.PodCIDRDefaulted(); got != tc.want {
+				t.Errorf("PodCIDRDefaulted() = %v, want %v", got, tc.want)
+			}
+		})
+	}
+	if Defaults().Node.PodCIDRDefaulted() {
+		t.Error("a Config built in code counts as set")
+	}
+}

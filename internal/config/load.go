@@ -147,6 +147,9 @@ func leaves() []leaf {
 	walk = func(t reflect.Type, prefix string) {
 		for i := 0; i < t.NumField(); i++ {
 			f := t.Field(i)
+			if !f.IsExported() {
+				continue // what load derives, not a key
+			}
 			name := f.Tag.Get("mapstructure")
 			key := prefix + name
 			if f.Type.Kind() == reflect.Struct && f.Type != reflect.TypeOf(time.Duration(0)) {
@@ -261,6 +264,9 @@ func load(v *viper.Viper, path string, flags *pflag.FlagSet) (*Config, error) {
 			return nil, err
 		}
 	}
+	_, inEnv := os.LookupEnv(EnvPrefix + "_NODE_PODCIDR")
+	cfg.Node.podCIDRDefaulted = lookupFold(doc, "node.podCIDR") == nil && !inEnv &&
+		(flags == nil || flags.Lookup("node.podCIDR") == nil || !flags.Lookup("node.podCIDR").Changed)
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

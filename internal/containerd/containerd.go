@@ -77,6 +77,33 @@ type Config struct {
 	// runtime.cgroupDriver systemd; needs systemd as init). Default: false
 	// (cgroupfs).
 	SystemdCgroup bool
+	// Namespaces are namespaces containerd (and so its shims and the CNI
+	// plugins it calls) runs in, entered with nsenter: a test cluster's
+	// node has its own network and UTS namespaces. Default: none (the
+	// caller's).
+	Namespaces Namespaces
+}
+
+// Namespaces name existing namespaces by their bind-mounted paths (e.g.
+// /run/netns/<name>).
+type Namespaces struct {
+	Net, UTS string
+}
+
+// Command is name with args, run in ns: through nsenter when ns names any
+// namespace (nsenter execs the program, so the pid is the program's).
+func (ns Namespaces) Command(name string, args ...string) *exec.Cmd {
+	var enter []string
+	if ns.Net != "" {
+		enter = append(enter, "--net="+ns.Net)
+	}
+	if ns.UTS != "" {
+		enter = append(enter, "--uts="+ns.UTS)
+	}
+	if len(enter) == 0 {
+		return exec.Command(name, args...)
+	}
+	return exec.Command("nsenter", append(append(enter, "--", name), args...)...)
 }
 
 // Defaults of Config.
@@ -255,7 +282,7 @@ func Start(ctx context.Context, cfg Config, logFile string) (*Process, error) {
 	}
 	defer log.Close()
 
-	cmd := exec.Command(cfg.Binary, "--config", cfg.ConfigFile)
+	cmd := cfg.Namespaces.Command(cfg.Binary, "--config", cfg.ConfigFile)
 	cmd.Stdout, cmd.Stderr = log, log
 	// Its own process group: a ^C at the operator's terminal is for the
 	// supervisor, which then stops containerd (or not) itself.

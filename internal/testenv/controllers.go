@@ -44,6 +44,11 @@ type ControllersOptions struct {
 	// the certificates the csrsigning controller issues; 0 keeps the
 	// default (a year).
 	ClusterSigningDuration time.Duration
+	// ClusterCIDR turns on the node IPAM controller (when Controllers is
+	// empty: every controller then runs) with this --cluster-cidr, handing
+	// each node a /24 of it as spec.podCIDR, as kubeadm's
+	// networking.podSubnet does. Default: "" (no IPAM).
+	ClusterCIDR string
 }
 
 // StartControllersWith is StartControllers with options.
@@ -71,6 +76,9 @@ func (cp *ControlPlane) StartControllersWith(o ControllersOptions) (_ *Controlle
 		}
 	}
 	controllers := "*,-node-ipam-controller"
+	if o.ClusterCIDR != "" {
+		controllers = "*"
+	}
 	if len(o.Controllers) > 0 {
 		controllers = strings.Join(o.Controllers, ",")
 	}
@@ -84,6 +92,10 @@ func (cp *ControlPlane) StartControllersWith(o ControllersOptions) (_ *Controlle
 		"--use-service-account-credentials=true",
 		"--service-cluster-ip-range="+ServiceClusterIPRange,
 	)
+	if o.ClusterCIDR != "" {
+		args = append(args, "--allocate-node-cidrs=true", "--cluster-cidr="+o.ClusterCIDR, "--node-cidr-mask-size=24",
+			"--configure-cloud-routes=false")
+	}
 	if o.ClusterSigningDuration > 0 {
 		args = append(args, "--cluster-signing-duration="+o.ClusterSigningDuration.String())
 	}

@@ -42,6 +42,10 @@ import (
 // ServiceClusterIPRange is the --service-cluster-ip-range of the control plane.
 const ServiceClusterIPRange = "10.96.0.0/16"
 
+// KubernetesServiceIP is the `kubernetes` Service's ClusterIP: the first of
+// ServiceClusterIPRange.
+const KubernetesServiceIP = "10.96.0.1"
+
 // ControlPlane is a running etcd + kube-apiserver on loopback.
 //
 // Authentication is by static bearer tokens: the admin is in group
@@ -71,6 +75,13 @@ type ControlPlane struct {
 	// kubelet client certificate is signed by it, so a node's
 	// server.authentication.x509.clientCAFile is this file.
 	ClientCAFile string
+	// NodeKubeconfigs has a kubeconfig for every node of
+	// ControlPlaneOptions.Nodes (NodeName's is NodeKubeconfig).
+	NodeKubeconfigs map[string]string
+	// ProxyKubeconfig is kube-proxy's identity, system:kube-proxy, which
+	// the default ClusterRoleBinding system:node-proxier binds (as
+	// kubeadm's kube-proxy addon does with its ServiceAccount).
+	ProxyKubeconfig string
 
 	etcd, apiserver *proc
 	stopOnce        sync.Once
@@ -88,8 +99,32 @@ type ControlPlane struct {
 // minutes the first time; etcd comes from $NODELET_ETCD or PATH. An empty
 // nodeName means "testnode".
 func StartControlPlane(nodeName string) (cp *ControlPlane, stop func(), err error) {
-	if nodeName == "" {
-		nodeName = "testnode"
+	return StartControlPlaneWith(ControlPlaneOptions{Nodes: []string{nodeName}})
+}
+
+// ControlPlaneOptions choose what StartControlPlaneWith runs. The zero value
+// is StartControlPlane's: one node, "testnode", on loopback.
+type ControlPlaneOptions struct {
+	// Nodes are the node identities (system:node:<name>) to make, each with
+	// a kubeconfig in NodeKubeconfigs; the first is NodeName. Default:
+	// ["testnode"].
+	Nodes []string
+	// Address is the one kube-apiserver binds and advertises: the
+	// `kubernetes` Service's endpoint, so pods reach it there. Default:
+	// 127.0.0.1, and then the Service has no endpoints (no pod could
+	// reach loopback).
+	Address string
+	// Port is the secure port. Default: a free one.
+	Port int
+}
+
+// StartControlPlaneWith is StartControlPlane with options.
+func StartControlPlaneWith(o ControlPlaneOptions) (cp *ControlPlane, stop func(), err error) {
+	if len(o.Nodes) == 0 || o.Nodes[0] == "" {
+		o.Nodes = []string{"testnode"}
+	}
+	if o.Address == "" {
+		o.Address = "127.0.0.1"
 	}
 	bins, err := Binaries()
 	if err != nil {
@@ -98,7 +133,7 @@ func StartControlPlane(nodeName string) (cp *ControlPlane, stop func(), err erro
 	// Ports are picked free and then released, so another process may take
 	// one in between: try again with new ports when a start fails.
 	for attempt := 1; ; attempt++ {
-		cp, err = startControlPlane(bins, nodeName)
+		cp, err = startControlPlane(bins, o)
 		if err == nil {
 			return cp, cp.Stop, nil
 		}
@@ -274,7 +309,8 @@ func fileExists(p string) bool {
 
 // ------------------------------------------------------------------ start
 
-func startControlPlane(bins BinaryPaths, nodeName string) (_ *ControlPlane, err error) {
+func startControlPlane(bins BinaryPaths, o ControlPlaneOptions) (_ *ControlPlane, err error) {
+	nodeName := o.Nodes[0]
 	removeOrphanDirs()
 	dir, err := os.MkdirTemp("", tempDirPrefix)
 	if err != nil {
@@ -295,20 +331,28 @@ func startControlPlane(bins BinaryPaths, nodeName string) (_ *ControlPlane, err 
 		return nil, err
 	}
 	etcdPort, peerPort, apiPort := ports[0], ports[1], ports[2]
-	cp.URL = "https://127.0.0.1:" + strconv.Itoa(apiPort)
+	if o.Port != 0 {
+		apiPort = o.Port
+	}
+	cp.URL = "https://" + net.JoinHostPort(o.Address, strconv.Itoa(apiPort))
 
 	pki := filepath.Join(dir, "pki")
-	if err := writePKI(pki); err != nil {
+	if err := writePKI(pki, net.ParseIP(o.Address)); err != nil {
 		return nil, fmt.Errorf("testenv: certificates: %w", err)
 	}
 	cp.ClientCAFile = filepath.Join(pki, "ca.crt")
 	if cp.CAData, err = os.ReadFile(filepath.Join(pki, "ca.crt")); err != nil {
 		return nil, err
 	}
-	adminToken, nodeToken := randHex(16), randHex(16)
-	user := "system:node:" + nodeName
-	tokens := fmt.Sprintf("%s,nodelet-admin,nodelet-admin,\"system:masters\"\n%s,%s,%s,\"system:nodes\"\n",
-		adminToken, nodeToken, user, user)
+	adminToken, proxyToken := randHex(16), randHex(16)
+	nodeTokens := map[string]string{}
+	tokens := fmt.Sprintf("%s,nodelet-admin,nodelet-admin,\"system:masters\"\n%s,system:kube-proxy,system:kube-proxy\n",
+		adminToken, proxyToken)
+	for _, n := range o.Nodes {
+		nodeTokens[n] = randHex(16)
+		user := "system:node:" + n
+		tokens += fmt.Sprintf("%s,%s,%s,\"system:nodes\"\n", nodeTokens[n], user, user)
+	}
 	if err := os.WriteFile(filepath.Join(dir, "tokens.csv"), []byte(tokens), 0o600); err != nil {
 		return nil, err
 	}
@@ -336,10 +380,12 @@ func startControlPlane(bins BinaryPaths, nodeName string) (_ *ControlPlane, err 
 
 	cp.apiserver, err = startProc(filepath.Join(dir, "kube-apiserver.log"), bins.KubeAPIServer,
 		"--etcd-servers="+etcdURL,
-		"--bind-address=127.0.0.1",
+		"--bind-address="+o.Address,
 		"--secure-port="+strconv.Itoa(apiPort),
-		"--advertise-address=127.0.0.1",
-		"--endpoint-reconciler-type=none",
+		"--advertise-address="+o.Address,
+		// On loopback no pod could reach the `kubernetes` Service's
+		// endpoint: leave it without one.
+		"--endpoint-reconciler-type="+map[bool]string{true: "none", false: "lease"}[net.ParseIP(o.Address).IsLoopback()],
 		"--tls-cert-file="+filepath.Join(pki, "apiserver.crt"),
 		"--tls-private-key-file="+filepath.Join(pki, "apiserver.key"),
 		"--client-ca-file="+filepath.Join(pki, "ca.crt"),
@@ -369,7 +415,7 @@ func startControlPlane(bins BinaryPaths, nodeName string) (_ *ControlPlane, err 
 	}
 
 	cp.AdminConfig = cp.restConfig(adminToken)
-	cp.NodeConfig = cp.restConfig(nodeToken)
+	cp.NodeConfig = cp.restConfig(nodeTokens[nodeName])
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(cp.CAData)
 	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
@@ -381,12 +427,25 @@ func startControlPlane(bins BinaryPaths, nodeName string) (_ *ControlPlane, err 
 	hc.CloseIdleConnections()
 
 	cp.AdminKubeconfig = filepath.Join(dir, "admin.kubeconfig")
-	cp.NodeKubeconfig = filepath.Join(dir, "node.kubeconfig")
 	if err := cp.writeKubeconfig(cp.AdminKubeconfig, "nodelet-admin", adminToken); err != nil {
 		return nil, err
 	}
-	if err := cp.writeKubeconfig(cp.NodeKubeconfig, user, nodeToken); err != nil {
+	cp.ProxyKubeconfig = filepath.Join(dir, "kube-proxy.kubeconfig")
+	if err := cp.writeKubeconfig(cp.ProxyKubeconfig, "system:kube-proxy", proxyToken); err != nil {
 		return nil, err
+	}
+	cp.NodeKubeconfigs = map[string]string{}
+	for i, n := range o.Nodes {
+		path := filepath.Join(dir, "node-"+n+".kubeconfig")
+		if i == 0 {
+			// The name tests and scripts have always used.
+			path = filepath.Join(dir, "node.kubeconfig")
+			cp.NodeKubeconfig = path
+		}
+		if err := cp.writeKubeconfig(path, "system:node:"+n, nodeTokens[n]); err != nil {
+			return nil, err
+		}
+		cp.NodeKubeconfigs[n] = path
 	}
 
 	c, err := kubernetes.NewForConfig(cp.AdminConfig)
@@ -564,9 +623,10 @@ func spawn(cmd *exec.Cmd) error { return containerd.StartOnLockedThread(cmd) }
 // -------------------------------------------------------------------- PKI
 
 // writePKI writes into dir a CA (ca.crt, ca.key), a serving certificate
-// signed by it for 127.0.0.1 and localhost (apiserver.crt, apiserver.key) and
-// an RSA service-account key pair (sa.key, sa.pub).
-func writePKI(dir string) error {
+// signed by it for 127.0.0.1, localhost, addr and the `kubernetes` Service's
+// ClusterIP (apiserver.crt, apiserver.key) and an RSA service-account key
+// pair (sa.key, sa.pub).
+func writePKI(dir string, addr net.IP) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
@@ -604,8 +664,9 @@ func writePKI(dir string) error {
 		NotAfter:     now.Add(10 * 365 * 24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
-		DNSNames:     []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"},
+		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1"), addr, net.ParseIP(KubernetesServiceIP)},
+		DNSNames: []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
+			"kubernetes.default.svc.cluster.local"},
 	}
 	srvDER, err := x509.CreateCertificate(rand.Reader, srvTmpl, caCert, &srvKey.PublicKey, caKey)
 	if err != nil {

@@ -1,17 +1,16 @@
 // Command conformance runs the Kubernetes project's e2e suite (by default its
-// [NodeConformance] specs) against a nodelet node in a real cluster on this
-// machine, offline, and leaves nothing behind. scripts/conformance.sh builds
-// the tools and calls it; see README "Conformance".
+// [NodeConformance] specs; with -conformance every [Conformance] spec, the
+// non-[Serial] ones in parallel and then the [Serial] ones one at a time, as
+// Sonobuoy's certified-conformance mode selects them) against a cluster of
+// nodelet nodes (or, with -agent kubelet, kubelet nodes on the same layout)
+// on this machine, offline, and leaves nothing behind. scripts/conformance.sh
+// builds the tools and calls it; see README "Conformance".
 //
-// The cluster: etcd, kube-apiserver, kube-controller-manager and
-// kube-scheduler on loopback (internal/testenv, the same flags as
-// scripts/controlplane.sh); one node, nodelet in API mode with its own node
-// identity, on a private containerd whose registry.k8s.io is a registry this
-// command serves on 127.0.0.1 with stand-ins of the e2e images (also imported
-// beforehand, so IfNotPresent never pulls). The node's InternalIP is an
-// address on a link this command creates (a bridge with no ports: the dummy
-// module is not always there), so that it is not loopback (pods reach the
-// node there) and no traffic leaves the machine.
+// The cluster is internal/cluster's (scripts/cluster.sh): the control plane
+// on the host, each node in namespaces of its own with its own containerd,
+// agent and kube-proxy, and cluster DNS; every containerd's registry.k8s.io
+// is a registry this command serves on 127.0.0.1 with stand-ins of the e2e
+// images (also imported beforehand, so IfNotPresent never pulls).
 package main
 
 import (
@@ -32,6 +31,12 @@ import (
 const (
 	defaultFocus = `\[NodeConformance\]`
 	defaultSkip  = `\[Serial\]|\[Disruptive\]|\[Slow\]|\[Feature:|\[Alpha\]|\[Flaky\]`
+	// What -conformance runs: every [Conformance] spec but what Sonobuoy's
+	// certified-conformance mode skips, the [Serial] ones apart.
+	conformanceFocus  = `\[Conformance\]`
+	conformanceSkip   = `\[Disruptive\]|NoExecuteTaintManager`
+	serialFocus       = `\[Conformance\].*\[Serial\]|\[Serial\].*\[Conformance\]`
+	serialSkipPattern = `\[Serial\]`
 )
 
 type options struct {
@@ -41,9 +46,10 @@ type options struct {
 	k8sBin       string // dir of kube-controller-manager, kube-scheduler, agnhost, nnp, e2e.test
 	nodeletBin   string // dir of the nodelet binaries
 	e2e          string // the suite binary (default <k8sBin>/e2e.test)
-	nodeName     string
-	nodeIP       string // InternalIP, put on a link of its own
-	link         string // that link's name
+	nodes        int
+	agent        string // nodelet or kubelet
+	conformance  bool   // every [Conformance] spec, [Serial] ones apart
+	wait         time.Duration
 	timeout      time.Duration
 	procs        int // ginkgo processes; 1 runs e2e.test directly
 	extraE2EArgs []string
@@ -58,9 +64,10 @@ func main() {
 	flag.StringVar(&o.k8sBin, "k8s-bin", "", "directory of kube-controller-manager, kube-scheduler, agnhost, nnp and e2e.test")
 	flag.StringVar(&o.nodeletBin, "nodelet-bin", "", "directory of the nodelet binaries (default: next to this one)")
 	flag.StringVar(&o.e2e, "e2e", "", "the e2e suite binary (default <k8s-bin>/e2e.test)")
-	flag.StringVar(&o.nodeName, "node-name", "conformance-node", "the node's name")
-	flag.StringVar(&o.nodeIP, "node-ip", "10.201.255.1", "the node's InternalIP (on a link made for the run)")
-	flag.StringVar(&o.link, "link", "nlconf0", "name of the node address's link")
+	flag.IntVar(&o.nodes, "nodes", 2, "nodes of the cluster (the scheduling and DaemonSet specs need two)")
+	flag.StringVar(&o.agent, "agent", "nodelet", "node agent: nodelet, or kubelet to count the kubelet on the same harness")
+	flag.DurationVar(&o.wait, "wait", 0, "how long to wait for another cluster on this machine to go (tests)")
+	flag.BoolVar(&o.conformance, "conformance", false, "run every [Conformance] spec (non-[Serial] in parallel, then [Serial] one at a time) instead of -focus/-skip")
 	flag.DurationVar(&o.timeout, "timeout", 4*time.Hour, "ginkgo timeout of the whole suite")
 	flag.IntVar(&o.procs, "procs", 4, "specs run at once (ginkgo processes; most specs wait on pods, not on the CPU); 1 runs e2e.test alone")
 	flag.Parse()
@@ -116,8 +123,15 @@ func (o *options) complete() error {
 	if o.procs < 1 {
 		return fmt.Errorf("-procs %d: want 1 or more", o.procs)
 	}
-	need := []string{o.e2e, filepath.Join(o.nodeletBin, "nodelet"),
-		filepath.Join(o.k8sBin, "kube-controller-manager"), filepath.Join(o.k8sBin, "kube-scheduler")}
+	if o.agent != "nodelet" && o.agent != "kubelet" {
+		return fmt.Errorf("-agent %q: want nodelet or kubelet", o.agent)
+	}
+	agent := filepath.Join(o.nodeletBin, "nodelet")
+	if o.agent == "kubelet" {
+		agent = filepath.Join(o.k8sBin, "kubelet")
+	}
+	need := []string{o.e2e, agent, filepath.Join(o.k8sBin, "kube-controller-manager"), filepath.Join(o.k8sBin, "kube-scheduler"),
+		filepath.Join(o.k8sBin, "kube-proxy"), filepath.Join(o.k8sBin, "coredns")}
 	if o.procs > 1 {
 		need = append(need, filepath.Join(o.k8sBin, "ginkgo"))
 	}
@@ -146,14 +160,14 @@ func run(ctx context.Context, o options) (code int, err error) {
 	}
 	undo = append(undo, func() { _ = os.RemoveAll(o.work) })
 
-	c, err := startCluster(ctx, o, &undo)
+	r, err := startCluster(ctx, o, &undo)
 	if err != nil {
 		return 2, err
 	}
 	if err := os.MkdirAll(filepath.Dir(o.report), 0o755); err != nil {
 		return 2, err
 	}
-	missing, err := missingImages(ctx, o.e2e, c.images)
+	missing, err := missingImages(ctx, o.e2e, r.images)
 	if err != nil {
 		log("warning: could not list the suite's images: %v", err)
 	}
@@ -163,22 +177,43 @@ func run(ctx context.Context, o options) (code int, err error) {
 		log("%d image(s) of the whole suite have no stand-in (listed in %s); a selected spec that uses one cannot start its pod",
 			len(missing), list)
 	}
-	logFile := strings.TrimSuffix(o.report, ".json") + ".log"
-	log("running %s (focus %q, skip %q); output in %s", filepath.Base(o.e2e), o.focus, o.skip, logFile)
 	began := time.Now()
-	if err := runSuite(ctx, o, c, logFile); err != nil {
-		log("the suite ended with: %v", err)
+	total := &summary{}
+	for _, p := range o.phases() {
+		log("running %s (focus %q, skip %q, %d at a time); output in %s", filepath.Base(o.e2e), p.focus, p.skip, p.procs, p.logf)
+		if err := runSuite(ctx, o, r, p); err != nil {
+			log("the suite ended with: %v", err)
+		}
+		s, err := readReport(p.report)
+		if err != nil {
+			return 2, fmt.Errorf("reading the report: %w (suite output in %s)", err, p.logf)
+		}
+		total.add(s)
+		fmt.Printf("report: %s\nlog:    %s\n", p.report, p.logf)
+		if ctx.Err() != nil {
+			break
+		}
 	}
-	r, err := readReport(o.report)
-	if err != nil {
-		return 2, fmt.Errorf("reading the report: %w (suite output in %s)", err, logFile)
-	}
-	r.print(os.Stdout, time.Since(began))
-	fmt.Printf("report: %s\nlog:    %s\n", o.report, logFile)
-	if r.Failed > 0 {
+	total.print(os.Stdout, time.Since(began))
+	if total.Failed > 0 {
 		return 1, nil
 	}
 	return 0, nil
+}
+
+// phases are the suite's runs: one with -focus and -skip, or with
+// -conformance the parallel one and then the serial one.
+func (o options) phases() []phase {
+	base := strings.TrimSuffix(o.report, ".json")
+	if !o.conformance {
+		return []phase{{name: "suite", focus: o.focus, skip: o.skip, procs: o.procs, report: o.report, logf: base + ".log"}}
+	}
+	return []phase{
+		{name: "parallel", focus: conformanceFocus, skip: conformanceSkip + "|" + serialSkipPattern, procs: o.procs,
+			report: base + "-parallel.json", logf: base + "-parallel.log"},
+		{name: "serial", focus: serialFocus, skip: conformanceSkip, procs: 1,
+			report: base + "-serial.json", logf: base + "-serial.log"},
+	}
 }
 
 func log(format string, args ...any) {

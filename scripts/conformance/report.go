@@ -85,6 +85,17 @@ func parseReport(b []byte) (*summary, error) {
 	return s, nil
 }
 
+// add counts another run of the same suite (a phase) in s.
+func (s *summary) add(o *summary) {
+	s.Total = max(s.Total, o.Total)
+	s.Selected += o.Selected
+	s.Passed += o.Passed
+	s.Failed += o.Failed
+	s.Skipped += o.Skipped
+	s.Failures = append(s.Failures, o.Failures...)
+	sort.Slice(s.Failures, func(i, j int) bool { return s.Failures[i].Name < s.Failures[j].Name })
+}
+
 func firstLine(s string) string {
 	s = strings.TrimSpace(s)
 	if i := strings.IndexByte(s, '\n'); i >= 0 {

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nodelet/nodelet/internal/cluster"
 	"github.com/nodelet/nodelet/internal/daemon"
 	"github.com/nodelet/nodelet/internal/testenv"
 )
@@ -53,8 +54,9 @@ spec:
   - {name: mem, emptyDir: {medium: Memory}}
 EOF
 $K -n fake-e2e wait --for=condition=Ready pod/p --timeout=180s
-test "$($K -n fake-e2e get pod p -o jsonpath='{.spec.nodeName}')" = conformance-node
-iptables -S FORWARD | grep -q nodelet-conformance # pods are fenced in
+case "$($K -n fake-e2e get pod p -o jsonpath='{.spec.nodeName}')" in node-1|node-2) ;; *) exit 3 ;; esac
+test "$($K get nodes --no-headers | grep -c ' Ready ')" = 2
+iptables -S FORWARD | grep -q nodelet-cluster # the nodes are fenced in
 cat >"$R" <<'EOF'
 [{"PreRunStats":{"TotalSpecs":3,"SpecsThatWillRun":2},"SpecReports":[
  {"ContainerHierarchyTexts":["fake"],"LeafNodeText":"runs a pod","LeafNodeType":"It","State":"passed"},
@@ -80,11 +82,10 @@ func TestRunLeavesNothingBehind(t *testing.T) {
 	}
 	work := filepath.Join(dir, "work")
 	report := filepath.Join(dir, "report", "r.json")
-	const link = "nlconftest0"
-	before := mountsMatching("nodelet-conformance")
+	before := mountsMatching("nodelet-cluster")
 
 	cmd := exec.Command(filepath.Join(bin, "conformance"), "-k8s-bin", k8sBin, "-nodelet-bin", bin, "-e2e", suite,
-		"-work", work, "-report", report, "-link", link, "-node-ip", "10.201.255.2", "-procs", "1")
+		"-work", work, "-report", report, "-procs", "1", "-wait", "20m")
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
@@ -105,29 +106,25 @@ func TestRunLeavesNothingBehind(t *testing.T) {
 		t.Errorf("missing images list = %q, %v", b, err)
 	}
 
-	checkNothingLeft(t, out.String(), work, link, before)
+	checkNothingLeft(t, out.String(), work, before)
 	if _, err := os.Stat(report); err != nil {
 		t.Errorf("report not kept: %v", err)
 	}
 }
 
-// checkNothingLeft looks for anything of a run: processes, the node's pods
-// and their mounts, links, iptables rules, cgroups, the scratch dir. The
-// containerd instance and the control plane have dirs of their own, named
-// in the output.
-func checkNothingLeft(t *testing.T, out, work, link string, before []string) {
+// checkNothingLeft looks for anything of a run: processes, the nodes' pods
+// and their mounts, namespaces, the bridge, iptables rules, cgroups, the
+// scratch dir. The control plane has a dir of its own, named in the output.
+// (The nodes' containerds are internal/cluster's to check: their slot dirs
+// are taken by other tests next.)
+func checkNothingLeft(t *testing.T, out, work string, before []string) {
 	t.Helper()
 	dirs := []string{work}
-	for _, re := range []*regexp.Regexp{
-		regexp.MustCompile(`containerd (/\S+)/containerd\.sock`),
-		regexp.MustCompile(`\(logs in (/\S+)\)`),
-	} {
-		m := re.FindStringSubmatch(out)
-		if m == nil {
-			t.Fatalf("output names no dir for %s:\n%s", re, out)
-		}
-		dirs = append(dirs, m[1])
+	m := regexp.MustCompile(`control plane \S+ \(logs in (/\S+)\)`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("output names no control plane dir:\n%s", out)
 	}
+	dirs = append(dirs, m[1])
 	for pid, args := range processes() {
 		for _, d := range dirs {
 			if strings.Contains(args, d) {
@@ -143,16 +140,19 @@ func checkNothingLeft(t *testing.T, out, work, link string, before []string) {
 			t.Errorf("dir %s left (%v)", d, err)
 		}
 	}
-	if after := mountsMatching("nodelet-conformance"); len(after) != len(before) {
+	if after := mountsMatching("nodelet-cluster"); len(after) != len(before) {
 		t.Errorf("mounts left: %q", after)
 	}
-	if out, err := exec.Command("ip", "link", "show", link).CombinedOutput(); err == nil {
-		t.Errorf("link %s left: %s", link, out)
+	if out, _ := exec.Command("ip", "netns", "list").Output(); strings.Contains(string(out), "nlc-") {
+		t.Errorf("node namespaces left: %s", out)
 	}
-	if rules, _ := exec.Command("iptables-save").Output(); strings.Contains(string(rules), "nodelet-conformance") {
+	if out, err := exec.Command("ip", "link", "show", cluster.BridgeName).CombinedOutput(); err == nil {
+		t.Errorf("bridge %s left: %s", cluster.BridgeName, out)
+	}
+	if rules, _ := exec.Command("iptables-save").Output(); strings.Contains(string(rules), "nodelet-cluster") {
 		t.Errorf("iptables rules left:\n%s", rules)
 	}
-	if ms, _ := filepath.Glob("/sys/fs/cgroup/*/nodelet-conformance"); len(ms) > 0 {
+	if ms, _ := filepath.Glob("/sys/fs/cgroup/*/nlc-*"); len(ms) > 0 {
 		t.Errorf("pod cgroups left: %q", ms)
 	}
 }
@@ -171,10 +171,9 @@ func TestRunFailsFastWhenTheNodeCannotStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	work := filepath.Join(dir, "work")
-	const link = "nlconftest1"
-	before := mountsMatching("nodelet-conformance")
+	before := mountsMatching("nodelet-cluster")
 	cmd := exec.Command(filepath.Join(bin, "conformance"), "-k8s-bin", k8sBin, "-nodelet-bin", bin, "-e2e", "/bin/false",
-		"-work", work, "-report", filepath.Join(dir, "r.json"), "-link", link, "-node-ip", "10.201.255.3", "-procs", "1")
+		"-work", work, "-report", filepath.Join(dir, "r.json"), "-procs", "1", "-wait", "20m")
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
@@ -182,7 +181,7 @@ func TestRunFailsFastWhenTheNodeCannotStart(t *testing.T) {
 	if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(out.String(), "nodelet-server not found") {
 		t.Fatalf("conformance: %v (want exit 2 naming the missing nodelet-server)\n%s", err, out.String())
 	}
-	checkNothingLeft(t, out.String(), work, link, before)
+	checkNothingLeft(t, out.String(), work, before)
 }
 
 // buildTools builds (or takes from the cache) what the harness needs but
@@ -194,7 +193,7 @@ func buildTools(t *testing.T) string {
 		t.Fatal(err)
 	}
 	cmd := exec.Command("bash", filepath.Join(root, "scripts", "controlplane.sh"), "tools",
-		"kube-controller-manager", "kube-scheduler", "agnhost", "nnp")
+		"kube-controller-manager", "kube-scheduler", "kube-proxy", "coredns", "agnhost", "nnp")
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
 	if err != nil {
@@ -256,7 +255,8 @@ func TestSecondRunExitsNamingTheFirst(t *testing.T) {
 	// What the harness checks exists before it starts: empty stand-ins.
 	k8sBin := filepath.Join(dir, "k8s")
 	for _, f := range []string{filepath.Join(bin, "nodelet"), filepath.Join(k8sBin, "kube-controller-manager"),
-		filepath.Join(k8sBin, "kube-scheduler"), filepath.Join(k8sBin, "e2e.test")} {
+		filepath.Join(k8sBin, "kube-scheduler"), filepath.Join(k8sBin, "kube-proxy"), filepath.Join(k8sBin, "coredns"),
+		filepath.Join(k8sBin, "e2e.test")} {
 		if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {
 			t.Fatal(err)
 		}

@@ -66,7 +66,13 @@ func (a *APIObjects) GetConfigMap(ctx context.Context, ns, name string) (*corev1
 func (a *APIObjects) PodCIDR(ctx context.Context) string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if time.Since(a.cidrAt) < a.cidrTTL {
+	ttl := a.cidrTTL
+	if a.cidr == "" {
+		// Not assigned yet: node IPAM assigns one moments after the Node
+		// registers, and the network waits for it.
+		ttl = min(ttl, 2*time.Second)
+	}
+	if time.Since(a.cidrAt) < ttl {
 		return a.cidr
 	}
 	a.cidrAt = time.Now()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -111,22 +112,32 @@ func (n *networkState) run(ctx context.Context) {
 func (n *networkState) check(ctx context.Context) {
 	m := n.m
 	cidr := m.cfg.Node.PodCIDR
+	var cniErr error
 	if n.podCIDR != nil {
-		if c := n.podCIDR(ctx); c != "" {
+		switch c := n.podCIDR(ctx); {
+		case c != "":
 			cidr = c
+		case m.cfg.Node.PodCIDRDefaulted() && m.cfg.Runtime.ManageCNIConfig:
+			// In a cluster the pod range is the Node's, as the kubelet's
+			// (its podCIDR setting is for standalone nodes): a range of
+			// our own, rendered before node IPAM assigned the Node one,
+			// would give the first pods addresses no route leads to.
+			cidr, cniErr = "", errors.New("the Node has no spec.podCIDR yet (node.podCIDR is not set)")
 		}
 	}
-	var cniErr error
-	if m.cfg.Runtime.ManageCNIConfig {
+	if m.cfg.Runtime.ManageCNIConfig && cniErr == nil {
 		cniErr = renderCNIConfig(m.cfg.Runtime.CNIConfDir, cni.Options{Subnet: cidr, BridgeName: m.cfg.Runtime.CNIBridgeName, NetworkName: m.cfg.Runtime.CNINetworkName})
 	}
 	if cniErr == nil {
 		cniErr = n.validate(ctx)
 	}
 
-	n.updateRuntimeConfig(ctx, cidr)
-	st := schemas.RuntimeState{PodCIDRs: strings.Split(cidr, ",")}
-	st.PodCIDR = st.PodCIDRs[0]
+	var st schemas.RuntimeState
+	if cidr != "" {
+		n.updateRuntimeConfig(ctx, cidr)
+		st.PodCIDRs = strings.Split(cidr, ",")
+		st.PodCIDR = st.PodCIDRs[0]
+	}
 	n.mu.Lock()
 	st.RuntimeName, st.RuntimeVersion = n.runtimeName, n.runtimeVersion
 	n.mu.Unlock()

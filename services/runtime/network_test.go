@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodelet/nodelet/bus"
@@ -145,6 +146,48 @@ func TestPodCIDRFromAPIServer(t *testing.T) {
 	})
 	b, err := os.ReadFile(filepath.Join(dir, cni.DefaultFileName))
 	if err != nil || !strings.Contains(string(b), `"10.66.0.0/24"`) {
+		t.Fatalf("rendered conflist: %s (%v)", b, err)
+	}
+}
+
+// In a cluster, with node.podCIDR left at its default, the network waits
+// for the pod CIDR node IPAM gives the Node, as the kubelet's does: before
+// the fix nodelet rendered 10.88.0.0/16 meanwhile and a first pod could
+// get an address no other node routes to.
+func TestPodCIDRWaitsForTheNode(t *testing.T) {
+	cp := sharedControlPlane(t)
+	admin := cp.AdminClient(t)
+	node := &corev1.Node{}
+	node.Name = "node-1"
+	createFreshNode(t, admin, node)
+	t.Cleanup(func() { _ = admin.CoreV1().Nodes().Delete(context.Background(), "node-1", metav1.DeleteOptions{}) })
+	dir := t.TempDir()
+	api := NewAPIObjectsFor(cp.NodeClient(t), "node-1")
+	h := newHarness(t, harnessOptions{
+		configure: func(c *config.Config) {
+			c.Runtime.ManageCNIConfig = true
+			c.Runtime.CNIConfDir = dir
+			c.Node.SetPodCIDRDefaulted(true)
+		},
+		options: func(o *Options) { o.NodePodCIDR = api.PodCIDR },
+	})
+	waitFor(t, time.Minute, "network not ready for want of a pod CIDR", func() (bool, string) {
+		st := h.runtimeState()
+		return st != nil && !st.NetworkReady && strings.Contains(st.Message, "no spec.podCIDR"), jsonOf(st)
+	})
+	if _, err := os.Stat(filepath.Join(dir, cni.DefaultFileName)); !os.IsNotExist(err) {
+		t.Fatalf("a conflist was rendered before the Node had a pod CIDR (%v)", err)
+	}
+	patch := []byte(`{"spec":{"podCIDR":"10.67.0.0/24","podCIDRs":["10.67.0.0/24"]}}`)
+	if _, err := admin.CoreV1().Nodes().Patch(t.Context(), "node-1", types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Minute, "the Node's pod CIDR", func() (bool, string) {
+		st := h.runtimeState()
+		return st != nil && st.PodCIDR == "10.67.0.0/24", jsonOf(st)
+	})
+	b, err := os.ReadFile(filepath.Join(dir, cni.DefaultFileName))
+	if err != nil || !strings.Contains(string(b), `"10.67.0.0/24"`) {
 		t.Fatalf("rendered conflist: %s (%v)", b, err)
 	}
 }

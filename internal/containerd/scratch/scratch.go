@@ -62,6 +62,14 @@ type Options struct {
 	// Slot asks for exactly this slot (1..250) and fails when it is taken.
 	// Default: 0, the first free slot.
 	Slot int
+	// Namespaces are the namespaces containerd runs in (a test cluster's
+	// node: its own network and UTS namespaces). Default: the caller's.
+	Namespaces containerd.Namespaces
+	// NoCNIConfig leaves CNIConfDir empty: the node agent writes the
+	// conflist (nodelet's runtime.manageCNIConfig) once it knows its pod
+	// CIDR, and the network is not ready until then. Default: false (a
+	// conflist for Subnet, ready at once).
+	NoCNIConfig bool
 }
 
 // Containerd is a private containerd for one test binary (or one test): its
@@ -143,19 +151,23 @@ func Start(opts Options) (_ *Containerd, err error) {
 	c.cleanup()
 	sweepAbandonedSlots(opts, slot)
 
-	conf, err := cni.Render(cni.Options{
-		NetworkName: c.NetworkName,
-		BridgeName:  c.BridgeName,
-		Subnet:      c.Subnet,
-		IPAMDataDir: filepath.Join(c.Dir, "ipam"),
-	})
-	if err != nil {
-		return nil, err
-	}
-	if err := cni.Validate(ctx, conf, []string{c.CNIBinDir}); err != nil {
-		return nil, fmt.Errorf("scratch: CNI plugins: %w", err)
-	}
-	if err := cni.WriteAtomic(c.CNIConfDir, cni.DefaultFileName, conf); err != nil {
+	if !opts.NoCNIConfig {
+		conf, err := cni.Render(cni.Options{
+			NetworkName: c.NetworkName,
+			BridgeName:  c.BridgeName,
+			Subnet:      c.Subnet,
+			IPAMDataDir: filepath.Join(c.Dir, "ipam"),
+		})
+		if err != nil {
+			return nil, err
+		}
+		if err := cni.Validate(ctx, conf, []string{c.CNIBinDir}); err != nil {
+			return nil, fmt.Errorf("scratch: CNI plugins: %w", err)
+		}
+		if err := cni.WriteAtomic(c.CNIConfDir, cni.DefaultFileName, conf); err != nil {
+			return nil, err
+		}
+	} else if err := os.MkdirAll(c.CNIConfDir, 0o755); err != nil {
 		return nil, err
 	}
 
@@ -168,6 +180,7 @@ func Start(opts Options) (_ *Containerd, err error) {
 		SandboxImage:   images.PauseImage,
 		ConfigFile:     filepath.Join(c.Dir, "config.toml"),
 		KillWithParent: true,
+		Namespaces:     opts.Namespaces,
 
 		RegistryConfigPath: opts.RegistryConfigPath,
 	}, c.LogFile)
@@ -194,6 +207,10 @@ func Start(opts Options) (_ *Containerd, err error) {
 		return nil, fmt.Errorf("scratch: %w", err)
 	}
 
+	c.StartTime = time.Since(began)
+	if opts.NoCNIConfig {
+		return c, nil
+	}
 	// The conflist was in place before containerd started, so the network
 	// is ready at once; wait for it anyway rather than fail a first sandbox.
 	conn, err := containerd.Dial(c.Address)
@@ -258,6 +275,11 @@ func slotInstance(opts Options, n int) *Containerd {
 	c.LogFile = filepath.Join(c.Dir, "containerd.log")
 	return c
 }
+
+// Sweep cleans up after every slot of the default dirs that no one holds:
+// what test containerds whose process was killed left (shims, containers,
+// mounts, dirs).
+func Sweep() { sweepAbandonedSlots(Options{SlotDir: DefaultSlotDir, RootDir: DefaultRootDir}, 0) }
 
 // sweepAbandonedSlots cleans up after every slot other than own whose dir
 // exists while no one holds its lock: its test binary died without Stop.
