@@ -11,14 +11,7 @@ import (
 // from Buckets and the reads table, and renders them as nats-server
 // configuration.
 
-// Streams that are not KV buckets.
 const (
-	// StreamStatusEvents is the events as status consumes them: a copy of
-	// NODELET_V1_EVENTS (sourced inside the events account) that only the
-	// status credential can reach, so its durable consumer is usable by
-	// status alone.
-	StreamStatusEvents = "NODELET_V1_STATUS_EVENTS"
-
 	accountProxy  = "PROXY"
 	accountEvents = "STORE_EVENTS"
 	// proxyForward prefixes the subjects on which the proxy forwards a
@@ -39,10 +32,16 @@ func (m Matrix) componentOfAccount(account string) string {
 	return ""
 }
 
-// storeAccountOf is the account that holds stream (and nothing else but,
-// for the events, the status copy).
+// isEventsStream tells whether stream is a producer's events stream or
+// status's copy of one.
+func isEventsStream(stream string) bool {
+	return strings.HasPrefix(stream, eventsStreamPrefix) || strings.HasPrefix(stream, statusEventsStreamPrefix)
+}
+
+// storeAccountOf is the account that holds stream: a bucket's alone, or,
+// for the events, every producer's stream and status's copies of them.
 func storeAccountOf(stream string) string {
-	if stream == StreamEvents || stream == StreamStatusEvents {
+	if isEventsStream(stream) {
 		return accountEvents
 	}
 	return "STORE_" + stream
@@ -103,7 +102,7 @@ type busKeys struct {
 // accountsConfig renders the accounts block of nats-server's configuration:
 // every account with its users, exports and imports. pubs holds the
 // components' public keys.
-func (m Matrix) accountsConfig(pubs map[string]string, keys busKeys) string {
+func (m Matrix) accountsConfig(pubs map[string]string, keys busKeys, l Limits) string {
 	var b strings.Builder
 	w := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
 	q := func(s string) string { return fmt.Sprintf("%q", s) }
@@ -132,7 +131,7 @@ func (m Matrix) accountsConfig(pubs map[string]string, keys busKeys) string {
 	for _, acct := range m.storeAccounts() {
 		w("  %s {\n    jetstream: enabled\n    users: [{nkey: %s}]\n    exports: [\n", q(acct), q(keys.store[acct]))
 		var streams []string
-		for _, s := range []string{StreamEvents, StreamStatusEvents} {
+		for _, s := range m.eventsStreams() {
 			if storeAccountOf(s) == acct {
 				streams = append(streams, s)
 			}
@@ -203,6 +202,8 @@ func (m Matrix) accountsConfig(pubs map[string]string, keys busKeys) string {
 	for _, c := range m.clientComponents() {
 		acct := accountOf(c)
 		w("  %s {\n    users: [{nkey: %s}]\n", q(acct), q(pubs[c]))
+		// One account per credential: these are the credential's limits.
+		w("    limits: {max_connections: %d, max_subscriptions: %d}\n", l.ConnectionsPerCredential, l.SubscriptionsPerCredential)
 		// What the component publishes, tap sees live. The exports are
 		// here, where the client publishes, because nats-server never
 		// passes a message that came in through a service import (as every
@@ -280,9 +281,19 @@ func (m Matrix) componentAccounts() []string {
 	return out
 }
 
+// eventsStreams lists every producer's events stream and status's copy
+// of each.
+func (m Matrix) eventsStreams() []string {
+	var out []string
+	for _, p := range m.eventProducers() {
+		out = append(out, EventsStream(p), StatusEventsStream(p))
+	}
+	return out
+}
+
 // allStreams lists every stream the bus holds.
 func (m Matrix) allStreams() []string {
-	out := []string{StreamEvents, StreamStatusEvents}
+	out := m.eventsStreams()
 	for _, b := range m.buckets() {
 		out = append(out, streamOf(b.Name))
 	}

@@ -195,7 +195,8 @@ func TestDurableConsumerOnlyItsOwner(t *testing.T) {
 	ctx := ctxT(t)
 	st := b.Connect(bus.Status)
 	cfg := jetstream.ConsumerConfig{Durable: "nodelet-status-events", AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 1}
-	if _, err := st.JS.CreateOrUpdateConsumer(ctx, bus.StreamStatusEvents, cfg); err != nil {
+	statusCopy := bus.StatusEventsStream(bus.Runtime)
+	if _, err := st.JS.CreateOrUpdateConsumer(ctx, statusCopy, cfg); err != nil {
 		t.Fatal(err)
 	}
 	rt := b.Connect(bus.Runtime)
@@ -209,7 +210,7 @@ func TestDurableConsumerOnlyItsOwner(t *testing.T) {
 			c := b.Connect(cred)
 			t.Run(cred, func(t *testing.T) {
 				t.Parallel()
-				for _, stream := range []string{bus.StreamStatusEvents, bus.StreamEvents} {
+				for _, stream := range []string{statusCopy, bus.EventsStream(bus.Runtime)} {
 					api := "$JS.API.CONSUMER."
 					for _, subj := range []string{
 						api + "MSG.NEXT." + stream + "." + durable,
@@ -240,7 +241,7 @@ func TestDurableConsumerOnlyItsOwner(t *testing.T) {
 		}
 	})
 	ctx = ctxT(t)
-	cons, err := st.JS.Consumer(ctx, bus.StreamStatusEvents, durable)
+	cons, err := st.JS.Consumer(ctx, statusCopy, durable)
 	if err != nil {
 		t.Fatalf("status's durable is gone: %v", err)
 	}

@@ -476,7 +476,7 @@ func TestEventsAreStoredOnceAndSurviveBusRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	tap := b.Connect(bus.Tap)
-	s, err := tap.JS.Stream(ctx, bus.StreamEvents)
+	s, err := tap.JS.Stream(ctx, bus.EventsStream(bus.Runtime))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,8 +5,10 @@
 // # State
 //
 // Each pipeline stage is a JetStream KV bucket with exactly one writer.
-// Readers watch it. Lifecycle events go on the NODELET_V1_EVENTS stream;
-// heartbeats are plain publishes on nodelet.v1.health.<component>.
+// Readers watch it. Lifecycle events go on a stream per producer,
+// NODELET_V1_EVENTS_<COMPONENT>; heartbeats are plain publishes on
+// nodelet.v1.health.<component>, and a heartbeat is the component's its
+// subject names (HealthComponent), whatever its body says.
 //
 // # Mirrors
 //
@@ -43,7 +45,27 @@
 // No credential other than a bucket's owner can cause a message to be
 // stored in that bucket, by any path: publish, reply subject, deliver
 // subject, consumer management, acks, or any other $JS.API request. A
-// durable consumer is usable by its owner only.
+// durable consumer is usable by its owner only. And no credential can
+// silence, impersonate or starve another (issue 33):
+//
+//   - Events: each producer's are a stream of their own, with its own
+//     share of bus.eventsMaxBytes, its own de-duplication window and a
+//     64 KiB message limit. A message ID is only ever compared with IDs of
+//     the one account that can publish into that stream, so no producer can
+//     make another's event a "duplicate"; a flood evicts only the flooder's
+//     own older events, in its stream and in status's copy of it.
+//   - Identity: the consumer proxy takes the requester's account only from
+//     the Nats-Request-Info line nats-server appended (requestInfo), never
+//     from a copy a client hid in the header block.
+//   - Limits: each credential (its account) may hold at most
+//     Limits.ConnectionsPerCredential connections (64),
+//     SubscriptionsPerCredential subscriptions (1024) and, through the
+//     proxy, ConsumersPerCredential consumers on all streams (128). A
+//     consumer holds at most 1000 unacknowledged messages and 512 waiting
+//     pulls; an ephemeral one expires at most 10 minutes after its reader
+//     went; durables are only those the declaration names, and expire with
+//     the events they read (bus.eventsMaxAge). One credential's flood of
+//     consumer requests waits in its own queue of 64 at the proxy.
 //
 // # Why accounts
 //
@@ -61,7 +83,7 @@
 // heartbeats):
 //
 //   - One store account per stream (STORE_KV_<bucket>; STORE_EVENTS holds
-//     the events stream and status's copy of it). No client connects there;
+//     every producer's events stream and status's copy of each). No client connects there;
 //     the bus's own admin user, whose key exists only in its memory, creates
 //     the streams. In a store account the only subjects any stream captures
 //     are that stream's own, and nats-server refuses a consumer whose deliver
@@ -78,17 +100,23 @@
 //     from STORE_EVENTS, so it can put events under its own name only.
 //   - Consumers are made only by the proxy (proxy.go): components import
 //     CONSUMER.CREATE and CONSUMER.DURABLE.CREATE from the PROXY account, not
-//     from the store. The bus, subscribed there, reads the requester's
-//     account from the server-stamped Nats-Request-Info header and refuses a
-//     deliver subject outside the requester's inbox (_INBOX_<component>.),
-//     a direct or sourcing consumer, and a consumer named nodelet-<other>-…;
-//     a durable must be named nodelet-<requester>-…. Each store account
-//     exports _INBOX_<reader>.> to that reader alone, so pushed messages
-//     reach only the reader that asked.
-//   - status's durable consumer nodelet-status-events is on
-//     NODELET_V1_STATUS_EVENTS, a copy of the events that STORE_EVENTS
-//     sources from NODELET_V1_EVENTS itself; only the status account imports
-//     any API of it. tap and the others cannot even address it.
+//     from the store. The bus listens there on a bare protocol connection,
+//     so that it sees each request's header block as nats-server stamped
+//     it, and takes the requester's account from the one Nats-Request-Info
+//     line the server appended: a block with a bare CR or LF, with a second
+//     such line (in any case) or with that line not last, or whose value is
+//     not the JSON the server writes, is refused. It refuses a deliver
+//     subject outside the requester's inbox (_INBOX_<component>.), a
+//     direct or sourcing consumer, a durable the declaration does not name
+//     for the requester, and any consumer another credential made (each is
+//     tagged with its creator, metadata nodelet_creator). Each store
+//     account exports _INBOX_<reader>.> to that reader alone, so pushed
+//     messages reach only the reader that asked.
+//   - status's durable consumer nodelet-status-events is on each
+//     NODELET_V1_STATUS_EVENTS_<PRODUCER>, a copy of that producer's events
+//     that STORE_EVENTS sources from the producer's stream itself; only the
+//     status account imports any API of them. tap and the others cannot
+//     even address them.
 //   - What a component publishes directly (its heartbeats, its KV writes and
 //     events as they go out) is exported as a stream from its own account to
 //     the readers that watch it live (tap; status and the supervisor for
@@ -126,9 +154,13 @@
 //     pull from it, or inspect and delete it (CONSUMER.INFO|DELETE|
 //     MSG.NEXT and $JS.FC are imported per stream, and a consumer name is
 //     one subject token, so no import can narrow them to the requester's
-//     own names). That can stall the other reader's watch, which then
-//     starts over; it can store nothing anywhere. Closing it would need the
-//     proxy to answer those requests too, checking the consumer's creator.
+//     own names); it cannot update it (the proxy checks the creator).
+//     That can stall the other reader's watch, which then starts over; it
+//     can store nothing anywhere. Closing it would need the proxy to answer
+//     those requests too, checking the consumer's creator.
+//   - The whole store is shared: the streams' maxima are reserved from it
+//     (bus.maxStore must hold them all), so no stream can take another's
+//     room, but the disk under the store can still fill from elsewhere.
 //   - The runtime runs as root in the host's mount namespace (its tmpfs
 //     volumes must reach containerd, and systemd cannot re-establish
 //     propagation from a private namespace to the host) and keeps
@@ -165,14 +197,14 @@
 //	                                                       pods_status (a pod's start time)
 //	prober      probes, events.prober.>, health.prober     pods_desired, pods_observed, probes
 //	status      pods_status, node, events.status.>,        every bucket but images;
-//	            health.status                              NODELET_V1_STATUS_EVENTS
+//	            health.status                              NODELET_V1_STATUS_EVENTS_*
 //	gc          pressure, evictions, images,               pods_desired, sources, pods_admission,
 //	            events.gc.>, health.gc                     pods_observed, runtime, pods_status,
 //	                                                       pressure, evictions, images
 //	server      events.server.>, health.server             pods_desired, runtime, pods_status;
 //	                                                       health.>
 //	supervisor  events.supervisor.>                        health.>
-//	tap         nothing                                    every bucket, NODELET_V1_EVENTS, and live:
+//	tap         nothing                                    every bucket, NODELET_V1_EVENTS_*, and live:
 //	                                                       every KV write, event and heartbeat
 //	bus         creates the streams (in-memory key)        -
 //
@@ -184,8 +216,8 @@
 //	CONSUMER.INFO|DELETE|MSG.NEXT.S.<name>, $JS.ACK.S.>,   answered by S's account
 //	$JS.FC.S.>
 //	CONSUMER.CREATE.S[.<name>[.<filter>]],                 checked by the proxy: pull, or push
-//	CONSUMER.DURABLE.CREATE.S.<name>                       into the own inbox; durables named
-//	                                                       nodelet-<component>-…
+//	CONSUMER.DURABLE.CREATE.S.<name>                       into the own inbox; durables only
+//	                                                       as declared (status's events)
 //
 // Refused to every credential: INFO, STREAM.CREATE|UPDATE|DELETE|PURGE|
 // NAMES|LIST|MSG.DELETE|SNAPSHOT|RESTORE|LEADER.STEPDOWN, CONSUMER.NAMES|

@@ -3,8 +3,10 @@ package bus
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -39,7 +41,7 @@ func (c *Conn) Emit(ev schemas.Event) {
 	if ev.Time.IsZero() {
 		ev.Time = time.Now().UTC()
 	}
-	b, err := schemas.EncodeAt(c.Component, ev.Time, ev)
+	b, err := encodeEvent(c.Component, ev)
 	if err != nil {
 		c.Log.Error("Cannot encode event", "reason", ev.Reason, "err", err)
 		return
@@ -64,6 +66,32 @@ func (c *Conn) Emit(ev schemas.Event) {
 	select {
 	case e.wake <- struct{}{}:
 	default:
+	}
+}
+
+// maxEventBody is what an event's envelope may take on the bus: the
+// events streams' message size limit, less room for the headers.
+const maxEventBody = defaultMaxEventSize - 1<<10
+
+// encodeEvent encodes ev, shortening a message that would make the event
+// larger than the bus takes (the streams refuse it, and a refused event
+// is lost) to what fits, marked as cut.
+func encodeEvent(component string, ev schemas.Event) ([]byte, error) {
+	const mark = " [truncated]"
+	for {
+		b, err := schemas.EncodeAt(component, ev.Time, ev)
+		if err != nil || len(b) <= maxEventBody || ev.Message == "" {
+			return b, err
+		}
+		msg := strings.TrimSuffix(ev.Message, mark)
+		cut := len(msg) / 2
+		for cut > 0 && !utf8.RuneStart(msg[cut]) {
+			cut--
+		}
+		ev.Message = msg[:cut] + mark
+		if cut == 0 {
+			ev.Message = ""
+		}
 	}
 }
 
@@ -102,7 +130,10 @@ func (c *Conn) sendEvents() {
 		msg.Data = next.data
 		_, err := c.JS.PublishMsg(ctx, msg, jetstream.WithMsgID(next.id))
 		cancel()
-		if err != nil {
+		if err != nil && IsRejected(err) {
+			// Retrying cannot help, and the events queued behind it wait.
+			c.Log.Error("Bus refused an event, dropping it", "subject", next.subject, "size", len(next.data), "err", err)
+		} else if err != nil {
 			if c.NC.IsClosed() {
 				return
 			}

@@ -2,9 +2,12 @@ package bus
 
 import (
 	"context"
+	"net"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 
 	"github.com/nodelet/nodelet/schemas"
 )
@@ -39,3 +42,42 @@ func OnMirrorAttempt[T any, PT interface {
 }](m *Mirror[T, PT], f func(err error, backoff time.Duration)) {
 	m.attempted = f
 }
+
+// Wire is the bare protocol client, for tests that send what nats.go never
+// would (header blocks with bare line feeds).
+type Wire struct{ w *wire }
+
+// DialWire connects to addr (host:port) as component with its seed from
+// stateDir.
+func DialWire(addr, stateDir, component string) (*Wire, error) {
+	seed, err := readSecret(CredentialPath(stateDir, component))
+	if err != nil {
+		return nil, err
+	}
+	kp, err := nkeys.FromSeed([]byte(strings.TrimSpace(string(seed))))
+	if err != nil {
+		return nil, err
+	}
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	w, err := dialWire(conn, kp, "test-wire-"+component)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return &Wire{w}, nil
+}
+
+func (w *Wire) Sub(subject string, sid int) error { return w.w.sub(subject, sid) }
+func (w *Wire) HPub(subject, reply string, hdr, data []byte) error {
+	return w.w.hpub(subject, reply, hdr, data)
+}
+
+// Next returns the next message's subject, header block and data.
+func (w *Wire) Next() (string, []byte, []byte, error) {
+	m, err := w.w.next()
+	return m.Subject, m.Header, m.Data, err
+}
+func (w *Wire) Close() { _ = w.w.close() }

@@ -43,8 +43,20 @@ func (m Matrix) reads(c string) []string   { return m.get(c).Reads }
 func (m Matrix) readsEvents(c string) bool { return m.get(c).EventsDurable != "" }
 func (m Matrix) readsHealth(c string) bool { return m.get(c).ReadsHealth }
 
-// emitsEvents tells whether component publishes on the events stream.
+// emitsEvents tells whether component publishes events (on its own
+// events stream).
 func (m Matrix) emitsEvents(c string) bool { return m.get(c).Events }
+
+// eventProducers lists the components that publish events.
+func (m Matrix) eventProducers() []string {
+	var out []string
+	for _, c := range m.clientComponents() {
+		if m.emitsEvents(c) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
 
 // beats tells whether component publishes heartbeats.
 func (m Matrix) beats(c string) bool { return m.get(c).Heartbeats }
@@ -78,7 +90,9 @@ func (m Matrix) ReadableStreams(c string) []string {
 		for _, b := range m.buckets() {
 			out = append(out, streamOf(b.Name))
 		}
-		out = append(out, StreamEvents)
+		for _, p := range m.eventProducers() {
+			out = append(out, EventsStream(p))
+		}
 	} else {
 		seen := map[string]bool{}
 		for _, b := range m.ownedBuckets(c) {
@@ -91,7 +105,9 @@ func (m Matrix) ReadableStreams(c string) []string {
 			out = append(out, streamOf(b))
 		}
 		if m.readsEvents(c) {
-			out = append(out, StreamStatusEvents)
+			for _, p := range m.eventProducers() {
+				out = append(out, StatusEventsStream(p))
+			}
 		}
 	}
 	sort.Strings(out)
@@ -152,5 +168,5 @@ func (m Matrix) AccountsConfig() string {
 	for _, a := range m.storeAccounts() {
 		keys.store[a] = "U" + a
 	}
-	return m.accountsConfig(pubs, keys)
+	return m.accountsConfig(pubs, keys, DefaultLimits)
 }

@@ -11,7 +11,6 @@ import (
 
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/bus/bustest"
-	"github.com/nodelet/nodelet/schemas"
 )
 
 // apiOp is one $JS.API.> operation as a credential would try it.
@@ -22,12 +21,12 @@ type apiOp struct {
 	body    func(c, s string) any
 	// allowed is the expected outcome, the table of bus/doc.go: readable
 	// says whether s is among the streams c may read.
-	allowed func(c string, readable bool) bool
+	allowed func(c, s string, readable bool) bool
 }
 
-func never(string, bool) bool          { return false }
-func ifReadable(_ string, r bool) bool { return r }
-func consumerName(c string) string     { return "t-" + c }
+func never(string, string, bool) bool     { return false }
+func ifReadable(_, _ string, r bool) bool { return r }
+func consumerName(c string) string        { return "t-" + c }
 func apiSubj(f string) func(c, s string) string {
 	return func(c, s string) string {
 		return "$JS.API." + strings.NewReplacer("<s>", s, "<n>", consumerName(c), "<c>", c).Replace(f)
@@ -66,12 +65,16 @@ var apiOps = []apiOp{
 	{"CONSUMER.CREATE push elsewhere", apiSubj("CONSUMER.CREATE.<s>.<n>q"), func(c, s string) any {
 		return map[string]any{"stream_name": s, "config": map[string]any{"name": consumerName(c) + "q", "deliver_subject": "nodelet.v1.elsewhere", "ack_policy": "none"}}
 	}, never},
-	{"CONSUMER.DURABLE.CREATE own name", apiSubj("CONSUMER.DURABLE.CREATE.<s>.nodelet-<c>-t"), func(c, s string) any {
+	// Durables: only the ones the declaration names (status's events
+	// consumer, on its copies of the events), and nobody else's.
+	{"CONSUMER.DURABLE.CREATE own undeclared name", apiSubj("CONSUMER.DURABLE.CREATE.<s>.nodelet-<c>-t"), func(c, s string) any {
 		return map[string]any{"stream_name": s, "config": map[string]any{"durable_name": "nodelet-" + c + "-t", "ack_policy": "explicit"}}
-	}, ifReadable},
+	}, never},
 	{"CONSUMER.DURABLE.CREATE status's name", apiSubj("CONSUMER.DURABLE.CREATE.<s>.nodelet-status-events"), func(c, s string) any {
 		return map[string]any{"stream_name": s, "config": map[string]any{"durable_name": "nodelet-status-events", "ack_policy": "explicit"}}
-	}, func(c string, r bool) bool { return r && c == bus.Status }},
+	}, func(c, s string, r bool) bool {
+		return r && c == bus.Status && strings.HasPrefix(s, "NODELET_V1_STATUS_EVENTS_")
+	}},
 	{"CONSUMER.NAMES", apiSubj("CONSUMER.NAMES.<s>"), nil, never},
 	{"CONSUMER.LIST", apiSubj("CONSUMER.LIST.<s>"), nil, never},
 	{"CONSUMER.INFO", apiSubj("CONSUMER.INFO.<s>.<n>"), nil, ifReadable},
@@ -110,14 +113,25 @@ var (
 		bus.Prober: kv(bus.BucketDesired, bus.BucketObserved, bus.BucketProbes),
 		bus.Status: append(kv(bus.BucketDesired, bus.BucketSources, bus.BucketAdmission, bus.BucketObserved,
 			bus.BucketRuntime, bus.BucketProbes, bus.BucketStatus, bus.BucketNode, bus.BucketPressure,
-			bus.BucketEvictions), bus.StreamStatusEvents),
+			bus.BucketEvictions), events("NODELET_V1_STATUS_EVENTS_")...),
 		bus.GC: kv(bus.BucketDesired, bus.BucketSources, bus.BucketAdmission, bus.BucketObserved,
 			bus.BucketRuntime, bus.BucketStatus, bus.BucketPressure, bus.BucketEvictions, bus.BucketImages),
 		bus.KubeletServer: kv(bus.BucketDesired, bus.BucketRuntime, bus.BucketStatus),
 		bus.Supervisor:    nil,
-		bus.Tap:           append(kv(allBuckets...), bus.StreamEvents),
+		bus.Tap:           append(kv(allBuckets...), events("NODELET_V1_EVENTS_")...),
 	}
+	// Every component that publishes events, each on a stream of its own.
+	eventProducers = []string{bus.Sources, bus.Admission, bus.Runtime, bus.Prober, bus.Status,
+		bus.KubeletServer, bus.GC, bus.Supervisor}
 )
+
+func events(prefix string) []string {
+	var out []string
+	for _, p := range eventProducers {
+		out = append(out, prefix+strings.ToUpper(p))
+	}
+	return out
+}
 
 func kv(buckets ...string) []string {
 	var out []string
@@ -153,6 +167,9 @@ func TestAccessTableMatchesDeclaration(t *testing.T) {
 			t.Errorf("%s reads %v, the table says %v", c, got, want)
 		}
 	}
+	if got, want := strings.Join(bus.EventProducers, ","), strings.Join(eventProducers, ","); got != want {
+		t.Errorf("event producers %s, the table says %s", got, want)
+	}
 	owners := map[string]string{}
 	for c, bs := range writeTable {
 		for _, b := range bs {
@@ -175,13 +192,8 @@ func TestAccessTableMatchesDeclaration(t *testing.T) {
 func TestJetStreamAPIMatrix(t *testing.T) {
 	b := bustest.Start(t)
 	seed(t, b)
-	ctx := ctxT(t)
-	rt := b.Connect(bus.Runtime)
-	rt.Emit(schemas.Event{Reason: "Started"})
-	if err := rt.FlushEvents(ctx); err != nil {
-		t.Fatal(err)
-	}
-	streams := []string{bus.StreamEvents, bus.StreamStatusEvents}
+	emitEverywhere(t, b)
+	streams := append(events("NODELET_V1_EVENTS_"), events("NODELET_V1_STATUS_EVENTS_")...)
 	for _, bk := range bus.Buckets {
 		streams = append(streams, "KV_"+bk.Name)
 	}
@@ -205,9 +217,11 @@ func TestJetStreamAPIMatrix(t *testing.T) {
 					if op.body != nil {
 						data, _ = json.Marshal(op.body(cred, s))
 					}
-					m, err := c.NC.Request(op.subject(cred, s), data, 500*time.Millisecond)
+					// Refusals come back at once (an API error, or no
+					// responders); the wait is for answers on a loaded bus.
+					m, err := c.NC.Request(op.subject(cred, s), data, 5*time.Second)
 					got := err == nil && !isAPIError(m)
-					if want := op.allowed(cred, readable[s]); got != want {
+					if want := op.allowed(cred, s, readable[s]); got != want {
 						why := fmt.Sprint(err)
 						if err == nil {
 							why = string(m.Data)

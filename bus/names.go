@@ -73,19 +73,59 @@ type BucketSpec struct {
 // declaration.
 var Buckets = declared.buckets()
 
-// The events stream holds every lifecycle event, subject
-// nodelet.v1.events.<component>.<podUID|"node">.
+// Events: each producer's go on a stream of its own,
+// NODELET_V1_EVENTS_<COMPONENT>, subjects
+// nodelet.v1.events.<component>.<podUID|"node">, with its own share of the
+// store, de-duplication window and message size limit: no producer can
+// drop (by message ID), replace or evict (by volume) another's events.
+// Status consumes its own copy of each, NODELET_V1_STATUS_EVENTS_<COMPONENT>.
 const (
-	StreamEvents       = "NODELET_V1_EVENTS"
-	SubjectEventsAll   = Prefix + "events.>"
-	SubjectHealthAll   = Prefix + "health.>"
-	subjectEventsBase  = Prefix + "events."
-	subjectHealthBase  = Prefix + "health."
-	eventsMaxAgeHours  = 24
-	eventsMaxMessages  = 200000
-	kvSubjectPrefix    = "$KV."
-	kvStreamNamePrefix = "KV_"
+	SubjectEventsAll         = Prefix + "events.>"
+	SubjectHealthAll         = Prefix + "health.>"
+	subjectEventsBase        = Prefix + "events."
+	subjectHealthBase        = Prefix + "health."
+	eventsMaxAgeHours        = 24
+	eventsMaxMessages        = 200000
+	eventsStreamPrefix       = "NODELET_V1_EVENTS_"
+	statusEventsStreamPrefix = "NODELET_V1_STATUS_EVENTS_"
+	kvSubjectPrefix          = "$KV."
+	kvStreamNamePrefix       = "KV_"
 )
+
+// EventsStream is the stream that holds component's events.
+func EventsStream(component string) string { return eventsStreamPrefix + strings.ToUpper(component) }
+
+// StatusEventsStream is status's copy of component's events stream.
+func StatusEventsStream(component string) string {
+	return statusEventsStreamPrefix + strings.ToUpper(component)
+}
+
+// EventProducers lists the components that publish events, as declared.
+var EventProducers = declared.eventProducers()
+
+// EventStreams lists every producer's events stream, in the order of
+// EventProducers.
+func EventStreams() []string {
+	out := make([]string, len(EventProducers))
+	for i, c := range EventProducers {
+		out[i] = EventsStream(c)
+	}
+	return out
+}
+
+// EventsProducer is the component whose events stream is stream, or ""
+// when it is none.
+func EventsProducer(stream string) string {
+	for _, c := range EventProducers {
+		if EventsStream(c) == stream {
+			return c
+		}
+	}
+	return ""
+}
+
+// EventsSubjectOf is the subject filter of component's events.
+func EventsSubjectOf(component string) string { return subjectEventsBase + component + ".>" }
 
 // EventSubject is where component publishes an event about object (a pod UID
 // or "node"; "*" or ">" make it a filter). An object that is no valid key (a UID a manifest got wrong,
@@ -139,6 +179,18 @@ func IsRejected(err error) bool {
 
 // HealthSubject is where component publishes its heartbeat.
 func HealthSubject(component string) string { return subjectHealthBase + component }
+
+// HealthComponent is the component whose heartbeats go on subject, or ""
+// when subject is no heartbeat subject. A heartbeat belongs to the
+// component of its subject, which only that component's credential may
+// publish on; the name in its body is the sender's word.
+func HealthComponent(subject string) string {
+	c, ok := strings.CutPrefix(subject, subjectHealthBase)
+	if !ok || c == "" || strings.ContainsAny(c, ".*>") {
+		return ""
+	}
+	return c
+}
 
 // KVSubject is the subject a put to bucket/key is published on.
 func KVSubject(bucket, key string) string { return kvSubjectPrefix + bucket + "." + key }

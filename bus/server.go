@@ -47,11 +47,30 @@ type Limits struct {
 	// MaxValueSize bounds one value: a pod larger than this is rejected
 	// by its source with an event instead of retried.
 	MaxValueSize int32
-	// EventsMaxBytes and EventsMaxAge bound the events stream (and
-	// status's copy of it); the oldest events go first.
+	// EventsMaxBytes bounds the events streams together: each producer's
+	// stream holds an equal share, and status's copy of it as much again.
+	// EventsMaxAge bounds every events stream's age (and how long status's
+	// durable consumer outlives a stopped nodelet-status). A producer's
+	// oldest events go first, and only to make room for its own.
 	EventsMaxBytes int64
 	EventsMaxAge   time.Duration
+	// MaxEventSize bounds one event on the bus; Emit shortens a longer
+	// message to fit.
+	MaxEventSize int32
+	// ConnectionsPerCredential and SubscriptionsPerCredential bound what
+	// one credential (its account) holds at once; ConsumersPerCredential
+	// the consumers it has made through the proxy, on all streams
+	// together. One daemon uses one connection, a few dozen subscriptions
+	// and a consumer per bucket it watches.
+	ConnectionsPerCredential   int
+	SubscriptionsPerCredential int
+	ConsumersPerCredential     int
 }
+
+// defaultMaxEventSize bounds one event: an event's message is a line or
+// two for people (the API server keeps events small too), so a larger one
+// is a producer gone wrong.
+const defaultMaxEventSize = 64 << 10
 
 // DefaultLimits are the bus's defaults.
 var DefaultLimits = Limits{
@@ -60,6 +79,11 @@ var DefaultLimits = Limits{
 	MaxValueSize:   1536 << 10,
 	EventsMaxBytes: 128 << 20,
 	EventsMaxAge:   eventsMaxAgeHours * time.Hour,
+	MaxEventSize:   defaultMaxEventSize,
+
+	ConnectionsPerCredential:   64,
+	SubscriptionsPerCredential: 1024,
+	ConsumersPerCredential:     128,
 }
 
 func (l Limits) withDefaults() Limits {
@@ -79,6 +103,18 @@ func (l Limits) withDefaults() Limits {
 	if l.EventsMaxAge == 0 {
 		l.EventsMaxAge = d.EventsMaxAge
 	}
+	if l.MaxEventSize == 0 {
+		l.MaxEventSize = d.MaxEventSize
+	}
+	if l.ConnectionsPerCredential == 0 {
+		l.ConnectionsPerCredential = d.ConnectionsPerCredential
+	}
+	if l.SubscriptionsPerCredential == 0 {
+		l.SubscriptionsPerCredential = d.SubscriptionsPerCredential
+	}
+	if l.ConsumersPerCredential == 0 {
+		l.ConsumersPerCredential = d.ConsumersPerCredential
+	}
 	return l
 }
 
@@ -93,6 +129,7 @@ type Server struct {
 
 	mu    sync.Mutex
 	conns []*nats.Conn
+	proxy *proxy
 }
 
 // CheckLoopback fails unless hostport names a loopback address.
@@ -137,11 +174,12 @@ func StartServer(ctx context.Context, o ServerOptions) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	limits := o.Limits.withDefaults()
 	opts := &server.Options{}
 	// The accounts are nats-server configuration text: the form its own
 	// cross-account JetStream tests use, so the exports and imports mean
 	// exactly what they mean there.
-	if err := opts.ProcessConfigString(declared.accountsConfig(pubs, keys)); err != nil {
+	if err := opts.ProcessConfigString(declared.accountsConfig(pubs, keys, limits)); err != nil {
 		return nil, fmt.Errorf("bus: accounts: %w", err)
 	}
 	for _, u := range opts.Nkeys {
@@ -156,7 +194,7 @@ func StartServer(ctx context.Context, o ServerOptions) (*Server, error) {
 	opts.NoSigs = true
 	opts.JetStream = true
 	opts.StoreDir = filepath.Join(o.StateDir, "bus")
-	opts.JetStreamMaxStore = o.Limits.withDefaults().MaxStore
+	opts.JetStreamMaxStore = limits.MaxStore
 	opts.MaxPayload = 8 << 20
 	opts.DisableShortFirstPing = true
 	if o.MonitorListen != "" {
@@ -177,7 +215,7 @@ func StartServer(ctx context.Context, o ServerOptions) (*Server, error) {
 		ns.Shutdown()
 		return nil, errors.New("bus: nats-server not ready for connections after 30s")
 	}
-	s := &Server{ns: ns, log: o.Log, stateDir: o.StateDir, limits: o.Limits.withDefaults(), seeds: seeds}
+	s := &Server{ns: ns, log: o.Log, stateDir: o.StateDir, limits: limits, seeds: seeds}
 	if err := s.ensureStreams(ctx); err != nil {
 		s.closeConns()
 		ns.Shutdown()
@@ -254,6 +292,9 @@ func (s *Server) connectAs(acct string) (*nats.Conn, error) {
 func (s *Server) closeConns() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.proxy != nil {
+		s.proxy.close()
+	}
 	for _, nc := range s.conns {
 		nc.Close()
 	}
@@ -265,7 +306,43 @@ func (s *Server) startProxy() error {
 	if err != nil {
 		return err
 	}
-	return runProxy(nc, s.log.With("bus", "consumer-proxy"))
+	kp, err := nkeys.FromSeed(s.seeds[accountProxy])
+	if err != nil {
+		return err
+	}
+	p := &proxy{nc: nc, log: s.log.With("bus", "consumer-proxy"), limits: s.limits,
+		store: map[string]jetstream.JetStream{}, queues: map[string]chan wireMsg{},
+		creators: map[consumerKey]string{}, held: map[string]int{}, inflight: map[string]int{}}
+	p.dial = func() (*wire, error) {
+		conn, err := inProcess(s.ns)
+		if err != nil {
+			return nil, err
+		}
+		w, err := dialWire(conn, kp, "nodelet-bus-proxy-listener")
+		if err != nil {
+			conn.Close()
+		}
+		return w, err
+	}
+	for _, acct := range declared.storeAccounts() {
+		snc, err := s.connectAs(acct)
+		if err != nil {
+			return err
+		}
+		if p.store[acct], err = jetstream.New(snc); err != nil {
+			return err
+		}
+	}
+	// What a credential made before a restart counts against it.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := p.recount(ctx); err != nil {
+		return fmt.Errorf("bus: consumer proxy: %w", err)
+	}
+	s.mu.Lock()
+	s.proxy = p
+	s.mu.Unlock()
+	return p.run()
 }
 
 // ensureStreams creates every bucket and the events streams, each in its
@@ -316,31 +393,56 @@ func ensureAccountStreams(ctx context.Context, js jetstream.JetStream, acct stri
 	if acct != accountEvents {
 		return nil
 	}
-	events := jetstream.StreamConfig{
-		Name:        StreamEvents,
-		Description: "lifecycle events of every nodelet component",
-		Subjects:    []string{SubjectEventsAll},
-		Storage:     jetstream.FileStorage,
-		MaxAge:      l.EventsMaxAge,
-		MaxBytes:    l.EventsMaxBytes,
-		MaxMsgs:     eventsMaxMessages,
-		Discard:     jetstream.DiscardOld,
-		Duplicates:  2 * time.Minute,
-		AllowDirect: true,
+	dropLegacyEvents(ctx, js)
+	producers := declared.eventProducers()
+	share := l.EventsMaxBytes / int64(len(producers))
+	size := l.MaxEventSize
+	if int64(size) > share {
+		size = int32(share)
 	}
-	if _, err := js.CreateOrUpdateStream(ctx, events); err != nil {
-		return fmt.Errorf("bus: stream %s: %w", StreamEvents, err)
-	}
-	status := events
-	status.Name = StreamStatusEvents
-	status.Description = "the events as nodelet-status consumes them (a copy only status reaches)"
-	status.Subjects = nil
-	status.Duplicates = 0
-	status.Sources = []*jetstream.StreamSource{{Name: StreamEvents}}
-	if _, err := js.CreateOrUpdateStream(ctx, status); err != nil {
-		return fmt.Errorf("bus: stream %s: %w", StreamStatusEvents, err)
+	for _, p := range producers {
+		events := jetstream.StreamConfig{
+			Name:        EventsStream(p),
+			Description: "lifecycle events of nodelet-" + p,
+			Subjects:    []string{EventsSubjectOf(p)},
+			Storage:     jetstream.FileStorage,
+			MaxAge:      l.EventsMaxAge,
+			MaxBytes:    share,
+			MaxMsgs:     eventsMaxMessages,
+			MaxMsgSize:  size,
+			Discard:     jetstream.DiscardOld,
+			// De-duplication is per stream, so per producer: message IDs
+			// only ever meet the IDs of the one account that can publish
+			// here.
+			Duplicates:  2 * time.Minute,
+			AllowDirect: true,
+		}
+		if _, err := js.CreateOrUpdateStream(ctx, events); err != nil {
+			return fmt.Errorf("bus: stream %s: %w", events.Name, err)
+		}
+		status := events
+		status.Name = StatusEventsStream(p)
+		status.Description = "nodelet-" + p + "'s events as nodelet-status consumes them (a copy only status reaches)"
+		status.Subjects = nil
+		status.Duplicates = 0
+		status.Sources = []*jetstream.StreamSource{{Name: events.Name}}
+		if _, err := js.CreateOrUpdateStream(ctx, status); err != nil {
+			return fmt.Errorf("bus: stream %s: %w", status.Name, err)
+		}
 	}
 	return nil
+}
+
+// dropLegacyEvents deletes the one events stream (and status's copy) of a
+// bus before events were kept per producer: their store would be reserved
+// beside the new streams', and nothing reads them any more. Events status
+// had not posted yet are lost with them, once.
+func dropLegacyEvents(ctx context.Context, js jetstream.JetStream) {
+	for _, name := range []string{"NODELET_V1_STATUS_EVENTS", "NODELET_V1_EVENTS"} {
+		if err := js.DeleteStream(ctx, name); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+			slog.Default().Warn("Cannot delete the events stream of an earlier bus layout", "stream", name, "err", err)
+		}
+	}
 }
 
 // Healthy fails when the bus cannot do its job although its process runs:

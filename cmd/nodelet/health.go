@@ -75,11 +75,15 @@ func runHealth(args []string) int {
 func health(ctx context.Context, c *bus.Conn, name string) (string, error) {
 	if name == bus.BusAdmin {
 		// Ready means what nodelet-bus's READY=1 means: the streams exist.
-		s, err := c.JS.Stream(ctx, bus.StreamEvents)
-		if err != nil {
-			return "", fmt.Errorf("stream %s: %w", bus.StreamEvents, err)
+		var n uint64
+		for _, name := range bus.EventStreams() {
+			s, err := c.JS.Stream(ctx, name)
+			if err != nil {
+				return "", fmt.Errorf("stream %s: %w", name, err)
+			}
+			n += s.CachedInfo().State.Msgs
 		}
-		return fmt.Sprintf("up, %s holds %d events", bus.StreamEvents, s.CachedInfo().State.Msgs), nil
+		return fmt.Sprintf("up, the events streams hold %d events", n), nil
 	}
 	sub, err := c.NC.SubscribeSync(bus.HealthSubject(name))
 	if err != nil {

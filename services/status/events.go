@@ -48,6 +48,14 @@ const (
 // EventSinkImpl writes, and the events client is rate limited with
 // status.eventRecordQPS/eventBurst.
 //
+// One poster per producer: each component's events are a stream of their
+// own on the bus (so that none can drop or evict another's), and status
+// consumes its copy of each through its own durable consumer, correlator
+// and clock. Events are posted in order per producer; producers do not
+// wait for one another, and the correlator's aggregation and spam filter
+// see one producer's events at a time (the kubelet has one recorder for
+// all; here the reasons of different daemons do not overlap).
+//
 // Exactly once across restarts: events arrive in stream order through a
 // durable consumer that delivers one at a time and is acknowledged only
 // after the API answered. Everything is deterministic: the correlator's
@@ -57,10 +65,12 @@ const (
 // handled again after a crash produces the same create (AlreadyExists) or
 // the same absolute count patch, never a second copy.
 type eventPoster struct {
-	s    *Daemon
-	sink record.EventSink
-	clk  *eventClock
-	corr *record.EventCorrelator
+	s *Daemon
+	// stream is status's copy of one producer's events.
+	stream string
+	sink   record.EventSink
+	clk    *eventClock
+	corr   *record.EventCorrelator
 	// created is the consumer's creation time, for the age cut-off.
 	created time.Time
 	primed  bool
@@ -86,12 +96,23 @@ func newEventPoster(s *Daemon, kube kubernetes.Interface) *eventPoster {
 	}
 }
 
+// newEventPosters makes a poster for every producer's events.
+func newEventPosters(s *Daemon, kube kubernetes.Interface) []*eventPoster {
+	var out []*eventPoster
+	for _, c := range bus.EventProducers {
+		p := newEventPoster(s, kube)
+		p.stream = bus.StatusEventsStream(c)
+		out = append(out, p)
+	}
+	return out
+}
+
 // run consumes the events stream until ctx ends, recreating the consumer
 // after errors (the bus restarted, or its store was wiped).
 func (p *eventPoster) run(ctx context.Context) {
 	for ctx.Err() == nil {
 		if err := p.consume(ctx); err != nil && ctx.Err() == nil {
-			p.s.log.Warn("Events consumer stopped, restarting", "err", err)
+			p.s.log.Warn("Events consumer stopped, restarting", "stream", p.stream, "err", err)
 			select {
 			case <-ctx.Done():
 			case <-time.After(time.Second):
@@ -103,7 +124,7 @@ func (p *eventPoster) run(ctx context.Context) {
 func (p *eventPoster) consume(ctx context.Context) error {
 	js := p.s.bus.JS
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	cons, err := js.CreateOrUpdateConsumer(cctx, bus.StreamStatusEvents, jetstream.ConsumerConfig{
+	cons, err := js.CreateOrUpdateConsumer(cctx, p.stream, jetstream.ConsumerConfig{
 		Durable:       EventsConsumer,
 		Description:   "nodelet-status posts events to the API server",
 		DeliverPolicy: jetstream.DeliverAllPolicy,
@@ -148,7 +169,7 @@ func (p *eventPoster) prime(ctx context.Context, ackFloor uint64) error {
 	if ackFloor == 0 {
 		return nil
 	}
-	oc, err := p.s.bus.JS.OrderedConsumer(ctx, bus.StreamStatusEvents, jetstream.OrderedConsumerConfig{
+	oc, err := p.s.bus.JS.OrderedConsumer(ctx, p.stream, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{bus.SubjectEventsAll},
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
 	})
@@ -169,7 +190,7 @@ func (p *eventPoster) prime(ctx context.Context, ackFloor uint64) error {
 				continue
 			}
 			if meta.Sequence.Stream > ackFloor {
-				p.s.log.Info("Primed event correlator", "events", n)
+				p.s.log.Info("Primed event correlator", "stream", p.stream, "events", n)
 				return nil
 			}
 			if ev, _ := p.decode(msg); ev != nil {
@@ -179,7 +200,7 @@ func (p *eventPoster) prime(ctx context.Context, ackFloor uint64) error {
 				n++
 			}
 			if meta.Sequence.Stream == ackFloor {
-				p.s.log.Info("Primed event correlator", "events", n)
+				p.s.log.Info("Primed event correlator", "stream", p.stream, "events", n)
 				return nil
 			}
 		}

@@ -71,7 +71,7 @@ type Daemon struct {
 	machineF MachineInfoFunc
 	node     *nodeSync
 	api      *apiSync
-	events   *eventPoster
+	events   []*eventPoster
 }
 
 // New builds a Daemon. It checks what can be checked before running: the
@@ -117,7 +117,7 @@ func New(o Options) (*Daemon, error) {
 		if ek == nil {
 			ek = o.Kube
 		}
-		s.events = newEventPoster(s, ek)
+		s.events = newEventPosters(s, ek)
 	}
 	return s, nil
 }
@@ -156,7 +156,9 @@ func (s *Daemon) Run(ctx context.Context) error {
 	if s.api != nil {
 		goRun(func() { s.api.run(ctx) })
 		goRun(func() { s.runLease(ctx, s.api.kube) })
-		goRun(func() { s.events.run(ctx) })
+		for _, p := range s.events {
+			goRun(func() { p.run(ctx) })
+		}
 	}
 	<-ctx.Done()
 	wg.Wait()

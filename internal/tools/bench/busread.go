@@ -10,9 +10,10 @@ import (
 	"github.com/nodelet/nodelet/schemas"
 )
 
-// streams are the bus's stored streams: every bucket's and the events'.
+// streams are the bus's stored streams: every bucket's and every
+// producer's events.
 func streams() []string {
-	out := []string{bus.StreamEvents}
+	out := bus.EventStreams()
 	for _, b := range bus.Buckets {
 		out = append(out, tap.BucketStream(b.Name))
 	}
@@ -113,7 +114,8 @@ func feed(tl *timelines, stream string, data []byte) {
 		if schemas.DecodeInto(data, &v) == nil {
 			tl.status(env.Time, &v)
 		}
-	case bus.StreamEvents:
+	}
+	if bus.EventsProducer(stream) != "" {
 		var v schemas.Event
 		if schemas.DecodeInto(data, &v) == nil {
 			tl.event(&v)

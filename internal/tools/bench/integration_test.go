@@ -144,7 +144,7 @@ func TestReadBurstOnBus(t *testing.T) {
 	if total, _ := stored(from, to); cost.Messages != 5 || total != 5 {
 		t.Fatalf("counted %d messages (%d stored between the marks), want 5: %+v", cost.Messages, total, cost.ByStream)
 	}
-	if cost.Bytes < 500 || cost.ByStream[bus.StreamEvents] != 1 {
+	if cost.Bytes < 500 || cost.ByStream[bus.EventsStream(bus.Runtime)] != 1 {
 		t.Fatalf("cost %+v", cost)
 	}
 	x := tl.byPod()[Namespace+"/p000-bench"]

@@ -113,7 +113,7 @@ func load(ctx context.Context, c *bus.Conn, uid string) ([]record, error) {
 			return nil, err
 		}
 	}
-	err := tap.ReadStream(ctx, c, bus.StreamEvents, []string{bus.Prefix + "events.*." + uid}, time.Time{}, func(st tap.Stored) {
+	err := tap.ReadEvents(ctx, c, uid, time.Time{}, func(st tap.Stored) {
 		r := record{time: st.Time, raw: st.Msg.Data}
 		r.env, _ = schemas.Open(st.Msg.Data)
 		recs = append(recs, r)

@@ -96,10 +96,33 @@ func readConsumer(ctx context.Context, c *bus.Conn, stream string, cfg jetstream
 	return nil
 }
 
-// replayStreams lists what --since reads back: the events stream and every
-// bucket, each with its subjects.
+// ReadEvents calls fn with every stored event about object (a pod UID,
+// "node", or "*" for every object) of every producer, oldest first: each
+// producer's events are a stream of their own.
+func ReadEvents(ctx context.Context, c *bus.Conn, object string, since time.Time, fn func(Stored)) error {
+	var all []Stored
+	for _, p := range bus.EventProducers {
+		err := ReadStream(ctx, c, bus.EventsStream(p), []string{bus.EventSubject(p, object)}, since, func(s Stored) {
+			all = append(all, s)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	sortStored(all)
+	for _, s := range all {
+		fn(s)
+	}
+	return nil
+}
+
+// replayStreams lists what --since reads back: every producer's events
+// stream and every bucket, each with its subjects.
 func replayStreams() map[string]string {
-	s := map[string]string{bus.StreamEvents: bus.SubjectEventsAll}
+	s := map[string]string{}
+	for _, p := range bus.EventProducers {
+		s[bus.EventsStream(p)] = bus.EventsSubjectOf(p)
+	}
 	for _, b := range bus.Buckets {
 		s[BucketStream(b.Name)] = bus.KVSubject(b.Name, ">")
 	}
@@ -123,6 +146,12 @@ func replay(ctx context.Context, c *bus.Conn, subject string, since time.Time) (
 			return nil, err
 		}
 	}
+	sortStored(all)
+	return all, nil
+}
+
+// sortStored orders messages of several streams as they were stored.
+func sortStored(all []Stored) {
 	sort.SliceStable(all, func(i, j int) bool {
 		if !all[i].Time.Equal(all[j].Time) {
 			return all[i].Time.Before(all[j].Time)
@@ -132,7 +161,6 @@ func replay(ctx context.Context, c *bus.Conn, subject string, since time.Time) (
 		}
 		return all[i].Seq < all[j].Seq
 	})
-	return all, nil
 }
 
 // identity is what makes a message the same message whether it came live

@@ -173,7 +173,7 @@ func TestReadStreamFilters(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var reasons []string
-	err := ReadStream(ctx, c, bus.StreamEvents, []string{"nodelet.v1.events.*.uid-a"}, time.Time{}, func(s Stored) {
+	err := ReadEvents(ctx, c, "uid-a", time.Time{}, func(s Stored) {
 		var ev schemas.Event
 		if err := schemas.DecodeInto(s.Msg.Data, &ev); err != nil {
 			t.Error(err)
@@ -187,7 +187,7 @@ func TestReadStreamFilters(t *testing.T) {
 		t.Errorf("uid-a events = %s", got)
 	}
 	n := 0
-	if err := ReadStream(ctx, c, bus.StreamEvents, []string{"nodelet.v1.events.*.uid-none"}, time.Time{}, func(Stored) { n++ }); err != nil || n != 0 {
+	if err := ReadEvents(ctx, c, "uid-none", time.Time{}, func(Stored) { n++ }); err != nil || n != 0 {
 		t.Errorf("no events expected: n=%d err=%v", n, err)
 	}
 }
