@@ -80,13 +80,25 @@ func (s *Daemon) watchNode(ctx context.Context, wg *sync.WaitGroup) {
 			}))
 	}()
 	sub, err := s.bus.NC.Subscribe(bus.SubjectHealthAll, func(m *nats.Msg) {
+		// The subject says whose beat it is: only that component's
+		// credential may publish on it. The body's name is the sender's
+		// word, and another daemon could use it to report someone else.
+		component := bus.HealthComponent(m.Subject)
+		if component == "" {
+			return
+		}
 		_, hb, err := schemas.Decode[schemas.Heartbeat](m.Data)
 		if err != nil {
 			s.log.Warn("Skipping heartbeat that does not decode", "subject", m.Subject, "err", err)
 			return
 		}
+		if hb.Component != component {
+			s.log.Warn("Heartbeat names another component than its subject's; filed under the subject's",
+				"subject", m.Subject, "named", hb.Component)
+			hb.Component = component
+		}
 		v.mu.Lock()
-		v.beats[hb.Component] = heartbeat{hb: *hb, at: s.clock.Now()}
+		v.beats[component] = heartbeat{hb: *hb, at: s.clock.Now()}
 		v.mu.Unlock()
 	})
 	if err != nil {
