@@ -30,11 +30,10 @@ func webhookRetryBackoff() *wait.Backoff {
 // buildAuthn mirrors the kubelet's BuildAuthn (cmd/kubelet/app/auth.go):
 // x509 client certificates against clientCAFile (reloaded when it changes),
 // bearer tokens through a cached TokenReview, anonymous as configured. The
-// returned function runs the CA file's reloader until ctx ends.
-//
-// localCA, when set, is the node-local CA of `nodelet logs`/`nodelet exec`
-// (LocalClient), trusted beside clientCAFile.
-func buildAuthn(c config.ServerAuthenticationConfig, localCA []byte, kube kubernetes.Interface, log *slog.Logger) (authenticator.Request, func(context.Context), error) {
+// returned function runs the CA file's reloader until ctx ends. The
+// node-local admin's certificate is not among them: localAdmin alone
+// knows it.
+func buildAuthn(c config.ServerAuthenticationConfig, kube kubernetes.Interface, log *slog.Logger) (authenticator.Request, func(context.Context), error) {
 	cfg := authenticatorfactory.DelegatingAuthenticatorConfig{
 		Anonymous: &apiserverapi.AnonymousAuthConfig{Enabled: c.Anonymous.Enabled},
 		CacheTTL:  c.Webhook.CacheTTL,
@@ -47,17 +46,6 @@ func buildAuthn(c config.ServerAuthenticationConfig, localCA []byte, kube kubern
 			return nil, nil, fmt.Errorf("server.authentication.x509.clientCAFile: %w", err)
 		}
 		cfg.ClientCertificateCAContentProvider = ca
-	}
-	if localCA != nil {
-		local, err := dynamiccertificates.NewStaticCAContent("nodelet-local-ca", localCA)
-		if err != nil {
-			return nil, nil, fmt.Errorf("node-local CA: %w", err)
-		}
-		if ca != nil {
-			cfg.ClientCertificateCAContentProvider = dynamiccertificates.NewUnionCAContentProvider(ca, local)
-		} else {
-			cfg.ClientCertificateCAContentProvider = local
-		}
 	}
 	if c.Webhook.Enabled {
 		if kube == nil {
@@ -77,8 +65,8 @@ func buildAuthn(c config.ServerAuthenticationConfig, localCA []byte, kube kubern
 	if cfg.ClientCertificateCAContentProvider == nil && cfg.TokenAccessReviewClient == nil && !c.Anonymous.Enabled {
 		// Nothing to authenticate with (a standalone node with no client CA):
 		// the delegating authenticator refuses to be built; every request
-		// is 401 instead.
-		log.Warn("No authentication method: every request to the kubelet API is refused (set server.authentication.x509.clientCAFile)")
+		// but the node-local admin's is 401 instead.
+		log.Warn("No authentication method: every request to the kubelet API but the node-local admin's is refused (set server.authentication.x509.clientCAFile)")
 		return authenticator.RequestFunc(func(*http.Request) (*authenticator.Response, bool, error) {
 			return nil, false, nil
 		}), run, nil
@@ -203,8 +191,15 @@ func requestAttributes(nodeName string, u user.Info, r *http.Request) []authoriz
 // withAuth is the kubelet's InstallAuthFilter: authenticate (401
 // "Unauthorized"), then authorize each attribute set until one is allowed
 // (403 "Forbidden (user=…, verb=…, resource=…, subresource(s)=[…])").
+// Before it, the node-local admin's certificate, and only that, passes
+// without authorization (a standalone node has no API server to ask).
 func (s *Daemon) withAuth(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.local.is(r) {
+			r.Header.Del("Authorization")
+			next.ServeHTTP(w, r)
+			return
+		}
 		resp, ok, err := s.authn.AuthenticateRequest(r)
 		if err != nil {
 			s.log.Error("Unable to authenticate the request due to an error", "err", err)

@@ -127,7 +127,7 @@ func TestWithAuth(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			log := slog.New(slog.NewTextHandler(io.Discard, nil))
-			authn, _, err := buildAuthn(tc.authn, nil, nil, log)
+			authn, _, err := buildAuthn(tc.authn, nil, log)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,25 +1,29 @@
 package server
 
 import (
-	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"math/big"
+	"net/http"
 	"os"
 	"path/filepath"
 	"time"
 
+	"k8s.io/apiserver/pkg/authentication/authenticator"
+	x509request "k8s.io/apiserver/pkg/authentication/request/x509"
+
 	"github.com/nodelet/nodelet/services/server/client"
-	"k8s.io/apiserver/pkg/authorization/authorizer"
 )
 
 // LocalAdmin is the user of the node-local client certificate that `nodelet
 // logs` and `nodelet exec` use, so a node without a control plane is
 // debuggable too. Only root can read its key (the state dir's pki, 0600).
+// The identity is accepted only from that certificate (localAdmin).
 const LocalAdmin = "nodelet:local-admin"
 
 // ensureLocalClient makes the node-local CA and the local admin's client
@@ -83,15 +87,29 @@ func ensureLocalClient(stateDir string) ([]byte, error) {
 	return caPEM, nil
 }
 
-// localAdminAllowed lets the node-local admin through whatever the mode
-// (a standalone node has no API server to ask), and asks next otherwise.
-type localAdminAllowed struct {
-	next authorizer.UnconditionalAuthorizer
+// localAdmin authenticates the node-local admin: a client certificate
+// that the node-local CA signed, for LocalAdmin, and nothing else. It is
+// the only way to the identity that skips authorization (withAuth): the
+// kubelet has no such door, and a name is no proof, since a certificate of
+// the cluster's client CA or a token's review can carry any name.
+type localAdmin struct {
+	x509 authenticator.Request
 }
 
-func (a localAdminAllowed) Authorize(ctx context.Context, attrs authorizer.Attributes) (authorizer.Decision, string, error) {
-	if u := attrs.GetUser(); u != nil && u.GetName() == LocalAdmin {
-		return authorizer.DecisionAllow, "node-local admin", nil
+func newLocalAdmin(caPEM []byte) (*localAdmin, error) {
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(caPEM) {
+		return nil, errors.New("node-local CA: no certificate in " + string(caPEM[:min(len(caPEM), 40)]))
 	}
-	return a.next.Authorize(ctx, attrs)
+	opts := x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	return &localAdmin{x509: x509request.New(opts, x509request.CommonNameUserConversion)}, nil
+}
+
+// is tells whether r comes with the node-local admin's certificate.
+func (a *localAdmin) is(r *http.Request) bool {
+	if a == nil || r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
+		return false
+	}
+	resp, ok, err := a.x509.AuthenticateRequest(r)
+	return err == nil && ok && resp.User.GetName() == LocalAdmin
 }

@@ -121,6 +121,7 @@ type Daemon struct {
 	pods     *podIndex
 	authn    authenticator.Request
 	authz    authorizer.UnconditionalAuthorizer
+	local    *localAdmin
 	runAuthn func(ctx context.Context)
 	clock    clock.Clock
 	started  time.Time
@@ -177,14 +178,15 @@ func New(o Options) (*Daemon, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node-local client certificate: %w", err)
 	}
-	if s.authn, s.runAuthn, err = buildAuthn(o.Config.Server.Authentication, localCA, o.Kube, o.Log); err != nil {
+	if s.local, err = newLocalAdmin(localCA); err != nil {
 		return nil, err
 	}
-	authz, err := buildAuthz(o.Config.Server.Authorization, o.Kube)
-	if err != nil {
+	if s.authn, s.runAuthn, err = buildAuthn(o.Config.Server.Authentication, o.Kube, o.Log); err != nil {
 		return nil, err
 	}
-	s.authz = localAdminAllowed{next: authz}
+	if s.authz, err = buildAuthz(o.Config.Server.Authorization, o.Kube); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
