@@ -291,6 +291,14 @@ func BuildConformanceImages(ctx context.Context, in ConformanceInputs, dir strin
 			return nil, err
 		}
 		out = append(out, t)
+		// Tarballs of older recipes are never read again (agnhost's are
+		// tens of megabytes).
+		stale, _ := filepath.Glob(filepath.Join(dir, "c*-"+CacheFileName(ci.Ref)))
+		for _, s := range stale {
+			if s != p {
+				_ = os.Remove(s)
+			}
+		}
 	}
 	return out, nil
 }

@@ -42,6 +42,10 @@ func fakeConformanceInputs(t *testing.T) ConformanceInputs {
 // the Kubernetes module's test/images say.
 func TestConformanceImages(t *testing.T) {
 	in, out := fakeConformanceInputs(t), t.TempDir()
+	stale := filepath.Join(out, "c1-"+CacheFileName(e2eRegistry+"agnhost:2.66.1"))
+	if err := os.WriteFile(stale, []byte("an older recipe's"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	tars, err := BuildConformanceImages(context.Background(), in, out)
 	if err != nil {
 		t.Fatal(err)
@@ -52,6 +56,9 @@ func TestConformanceImages(t *testing.T) {
 	}
 	if len(byRef) != len(ConformanceImages()) {
 		t.Fatalf("built %d images, want %d", len(byRef), len(ConformanceImages()))
+	}
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Errorf("an older recipe's tarball is left: %v", err)
 	}
 	image := func(ref string) (map[string]*tar.Header, map[string]string, []string, []string) {
 		hdrs, small, cfg := files(t, byRef[ref], ref)
