@@ -109,8 +109,9 @@ type BusConfig struct {
 	// MaxValueSize bounds one bucket value, as etcd bounds an object: a pod
 	// larger than this is rejected with an event. Default: 1536Ki.
 	MaxValueSize string `mapstructure:"maxValueSize"`
-	// EventsMaxBytes bounds the events stream (and status's copy); the
-	// oldest events go first. Default: 128Mi.
+	// EventsMaxBytes bounds the events streams together: each producer's
+	// holds an equal share, status's copies as much again; a producer's
+	// oldest events go first, and only to make room for its own. Default: 128Mi.
 	EventsMaxBytes string `mapstructure:"eventsMaxBytes"`
 	// EventsMaxAge is how long events are kept. Default: 24h.
 	EventsMaxAge time.Duration `mapstructure:"eventsMaxAge"`
@@ -279,6 +280,10 @@ type ServerConfig struct {
 	TLSCertFile string `mapstructure:"tlsCertFile"`
 	// TLSPrivateKeyFile is the key of TLSCertFile. Default: "".
 	TLSPrivateKeyFile string `mapstructure:"tlsPrivateKeyFile"`
+	// TLSMinVersion is the lowest TLS version the kubelet API accepts, by the kubelet's names (VersionTLS10, VersionTLS11, VersionTLS12, VersionTLS13); empty is VersionTLS12, as the kubelet's. Default: "".
+	TLSMinVersion string `mapstructure:"tlsMinVersion"`
+	// TLSCipherSuites are the cipher suites the kubelet API offers up to TLS 1.2, by Go's names as the kubelet takes them (insecure ones are logged); empty is Go's default set. TLS 1.3's suites are not configurable, so not with tlsMinVersion VersionTLS13. Default: none.
+	TLSCipherSuites []string `mapstructure:"tlsCipherSuites"`
 	// ReadOnlyPort serves the read-only API (/pods, /healthz, /spec/, /stats/summary, /metrics, /metrics/cadvisor, /metrics/probes, /metrics/resource) over plain HTTP on Address without authentication; 0 = off. Default: 0.
 	ReadOnlyPort int `mapstructure:"readOnlyPort"`
 	// EnableSystemLogHandler serves /var/log under /logs/ (the kubelet's enableSystemLogHandler); false answers 405. Default: true.
@@ -333,6 +338,8 @@ type ServerAuthorizationConfig struct {
 	Mode string `mapstructure:"mode"`
 	// Webhook caches SubjectAccessReview answers. Default: authorized 5m, unauthorized 30s.
 	Webhook ServerWebhookAuthzConfig `mapstructure:"webhook"`
+	// StrictStreamingVerbs authorizes /exec, /attach, /portForward and /run with the verb create whatever the HTTP method; otherwise the verb follows the method, as the kubelet's, and a WebSocket upgrade (a GET) needs only get on nodes/proxy. kube-apiserver's own client (system:kubelet-api-admin) holds create. Default: false.
+	StrictStreamingVerbs bool `mapstructure:"strictStreamingVerbs"`
 }
 
 // ServerWebhookAuthzConfig is KubeletWebhookAuthorization.

@@ -128,6 +128,9 @@ func TestFileErrorsNameTheKey(t *testing.T) {
 		{"zero gc percent", "memory:\n  gcPercent: 0\n", "memory.gcPercent: 0 must be a positive percentage"},
 		{"collection off without limit", "memory:\n  gcPercent: -1\n  limits: {bus: \"0\"}\n", "memory.gcPercent: -1 (collection off) needs a memory limit for every process; bus has none"},
 		{"two identities", "node:\n  kubeconfig: /k\nsources:\n  kubeconfig: /other\n", "sources.kubeconfig: \"/other\" differs from node.kubeconfig"},
+		{"bad TLS version", "server:\n  tlsMinVersion: TLS1.2\n", `server.tlsMinVersion: "TLS1.2" is not one of VersionTLS10, VersionTLS11, VersionTLS12, VersionTLS13`},
+		{"unknown cipher suite", "server:\n  tlsCipherSuites: [TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256, TLS_NULL]\n", `server.tlsCipherSuites: "TLS_NULL" is no cipher suite`},
+		{"cipher suites with TLS 1.3", "server:\n  tlsMinVersion: VersionTLS13\n  tlsCipherSuites: [TLS_AES_128_GCM_SHA256]\n", "server.tlsCipherSuites: must be empty with server.tlsMinVersion VersionTLS13"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := LoadFile(writeFile(t, tc.input))

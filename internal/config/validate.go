@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
+	cliflag "k8s.io/component-base/cli/flag"
 )
 
 // Validate checks every value and returns the first problem as an *Error.
@@ -198,6 +199,7 @@ func (c *Config) Validate() error {
 			}
 			return nil
 		},
+		c.Server.validateTLS,
 		func() error {
 			return absPath("server.authentication.x509.clientCAFile", c.Server.Authentication.X509.ClientCAFile, true)
 		},
@@ -486,6 +488,23 @@ func loopbackOrAny(key, v string) error {
 	}
 	if host != "" && host != "localhost" && net.ParseIP(host) == nil {
 		return &Error{Key: key, Problem: fmt.Sprintf("%q is not an IP address", host)}
+	}
+	return nil
+}
+
+// validateTLS checks tlsMinVersion and tlsCipherSuites as the kubelet's
+// validation does (its names, through component-base's tables).
+func (s *ServerConfig) validateTLS() error {
+	if _, err := cliflag.TLSVersion(s.TLSMinVersion); err != nil {
+		return &Error{Key: "server.tlsMinVersion", Problem: fmt.Sprintf("%q is not one of %s", s.TLSMinVersion, strings.Join(cliflag.TLSPossibleVersions(), ", "))}
+	}
+	for _, name := range s.TLSCipherSuites {
+		if _, err := cliflag.TLSCipherSuites([]string{name}); err != nil {
+			return &Error{Key: "server.tlsCipherSuites", Problem: fmt.Sprintf("%q is no cipher suite Go supports (Go's names, as the kubelet's --tls-cipher-suites: e.g. TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256)", name)}
+		}
+	}
+	if s.TLSMinVersion == "VersionTLS13" && len(s.TLSCipherSuites) > 0 {
+		return &Error{Key: "server.tlsCipherSuites", Problem: "must be empty with server.tlsMinVersion VersionTLS13: TLS 1.3's cipher suites are not configurable"}
 	}
 	return nil
 }

@@ -130,12 +130,20 @@ func isSubpath(subpath, path string) bool {
 	return subpath == path || (strings.HasPrefix(subpath, path) && subpath[len(path)] == '/')
 }
 
+// streamingPaths run something in a container or reach into it: the
+// kubelet's exec, attach, portForward and run.
+var streamingPaths = []string{"/exec", "/attach", "/portForward", "/run"}
+
 // requestAttributes is the kubelet's nodeAuthorizerAttributesGetter
 // GetRequestAttributes (pkg/kubelet/server/auth.go) with
 // KubeletFineGrainedAuthz on (GA): resource nodes, name the node, verb from
 // the method, subresource from the path; the fine-grained pods, healthz and
-// configz come first and fall back to proxy.
-func requestAttributes(nodeName string, u user.Info, r *http.Request) []authorizer.Attributes {
+// configz come first and fall back to proxy. With strictStreaming
+// (server.authorization.strictStreamingVerbs) the streaming paths take the
+// verb create whatever the method: a WebSocket upgrade is a GET, and the
+// method's verb would let get on nodes/proxy, the permission monitoring
+// agents are given, run commands in every container of the node.
+func requestAttributes(nodeName string, u user.Info, r *http.Request, strictStreaming bool) []authorizer.Attributes {
 	verb := ""
 	switch r.Method {
 	case http.MethodPost:
@@ -150,6 +158,13 @@ func requestAttributes(nodeName string, u user.Info, r *http.Request) []authoriz
 		verb = "delete"
 	}
 	p := r.URL.Path
+	if strictStreaming {
+		for _, sp := range streamingPaths {
+			if isSubpath(p, sp) {
+				verb = "create"
+			}
+		}
+	}
 	var subresources []string
 	switch {
 	case isSubpath(p, podsPath):
@@ -208,7 +223,7 @@ func (s *Daemon) withAuth(next http.Handler) http.Handler {
 			writeErrorString(w, http.StatusUnauthorized, "Unauthorized")
 			return
 		}
-		attrs := requestAttributes(s.nodeName, resp.User, r)
+		attrs := requestAttributes(s.nodeName, resp.User, r, s.cfg != nil && s.cfg.Server.Authorization.StrictStreamingVerbs)
 		var subresources []string
 		allowed := false
 		for _, a := range attrs {

@@ -60,7 +60,7 @@ func TestRequestAttributes(t *testing.T) {
 	} {
 		t.Run(tc.method+" "+tc.path, func(t *testing.T) {
 			u := &user.DefaultInfo{Name: "alice"}
-			attrs := requestAttributes("node-a", u, httptest.NewRequest(tc.method, tc.path, nil))
+			attrs := requestAttributes("node-a", u, httptest.NewRequest(tc.method, tc.path, nil), false)
 			var subs []string
 			for _, a := range attrs {
 				subs = append(subs, a.GetSubresource())
@@ -188,4 +188,19 @@ func testClientCert(t *testing.T, ca *x509.Certificate, caKey *ecdsa.PrivateKey,
 		t.Fatal(err)
 	}
 	return c
+}
+
+// TestStrictStreamingAttributes: with strictStreamingVerbs the streaming
+// paths are create whatever the method; the rest keep the method's verb.
+func TestStrictStreamingAttributes(t *testing.T) {
+	u := &user.DefaultInfo{Name: "alice"}
+	for path, want := range map[string]string{"/exec/ns/p/c": "create", "/attach/ns/p/c": "create",
+		"/portForward/ns/p": "create", "/run/ns/p/c": "create", "/pods": "get", "/containerLogs/ns/p/c": "get",
+		"/execfoo": "get", "/runningpods/": "get"} {
+		for _, a := range requestAttributes("node-a", u, httptest.NewRequest("GET", path, nil), true) {
+			if a.GetVerb() != want {
+				t.Errorf("GET %s strict: verb %s, want %s", path, a.GetVerb(), want)
+			}
+		}
+	}
 }

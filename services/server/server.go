@@ -212,9 +212,10 @@ func (s *Daemon) ReadOnlyAddr() string {
 
 // Run serves until ctx ends.
 func (s *Daemon) Run(ctx context.Context) error {
-	// The kubelet asks for a client certificate without requiring one; the
-	// x509 authenticator verifies it against server.authentication.x509.clientCAFile.
-	tlsCfg := &tls.Config{MinVersion: tls.VersionTLS12, ClientAuth: tls.RequestClientCert, NextProtos: []string{"http/1.1"}}
+	tlsCfg, err := serverTLS(s.cfg.Server, s.log)
+	if err != nil {
+		return err
+	}
 	if err := s.setServingCertificate(ctx, tlsCfg); err != nil {
 		return err
 	}

@@ -3,17 +3,44 @@ package server
 import (
 	"crypto/tls"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"k8s.io/client-go/util/cert"
 	"k8s.io/client-go/util/keyutil"
+	cliflag "k8s.io/component-base/cli/flag"
 
 	"github.com/nodelet/nodelet/internal/config"
 	"github.com/nodelet/nodelet/internal/kubeclient"
 )
+
+// serverTLS is the kubelet API's TLS configuration as the kubelet's
+// InitializeTLS makes it: server.tlsMinVersion (TLS 1.2 when empty) and
+// server.tlsCipherSuites (Go's default set when empty), with a warning for
+// each insecure suite. A client certificate is asked for and not
+// required: the authenticators verify it.
+func serverTLS(cfg config.ServerConfig, log *slog.Logger) (*tls.Config, error) {
+	minVersion, err := cliflag.TLSVersion(cfg.TLSMinVersion)
+	if err != nil {
+		return nil, fmt.Errorf("server.tlsMinVersion: %w", err)
+	}
+	suites, err := cliflag.TLSCipherSuites(cfg.TLSCipherSuites)
+	if err != nil {
+		return nil, fmt.Errorf("server.tlsCipherSuites: %w", err)
+	}
+	insecure := cliflag.InsecureTLSCipherNames()
+	for _, name := range cfg.TLSCipherSuites {
+		if slices.Contains(insecure, name) {
+			log.Warn("Use of insecure cipher detected", "cipher", name)
+		}
+	}
+	return &tls.Config{MinVersion: minVersion, CipherSuites: suites, ClientAuth: tls.RequestClientCert,
+		NextProtos: []string{"http/1.1"}}, nil
+}
 
 // servingCertificate loads server.tlsCertFile/tlsPrivateKeyFile, or, like
 // the kubelet's InitializeTLS (cmd/kubelet/app/server.go), a self-signed
