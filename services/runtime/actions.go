@@ -19,6 +19,9 @@ type containerToKill struct {
 	// Grace overrides the pod's grace period (a probe's own
 	// terminationGracePeriodSeconds).
 	Grace *int64
+	// ForResize: killed to be started again at once with its resized
+	// resources (resizePolicy RestartContainer, resizerestart.go).
+	ForResize bool
 }
 
 // containerToStart is a container computePodActions wants started.

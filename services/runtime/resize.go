@@ -351,7 +351,9 @@ func resizeMessage(pod *corev1.Pod, generation int64, errMsg, prefix string) str
 // resources) what they were allocated, in the kubelet's
 // doPodResizeAction order: the pod cgroup's limits grow (and its shares
 // shrink) before the containers are updated, and shrink (grow) after.
-func (m *Daemon) syncResize(ctx context.Context, pod *corev1.Pod, pr *podRuntime, st *podState) {
+// The restarting containers (resizeRestarts) were killed and start again
+// with their allocation: only the pod cgroup is resized for them.
+func (m *Daemon) syncResize(ctx context.Context, pod *corev1.Pod, pr *podRuntime, st *podState, restarting map[string]bool) {
 	r := m.podResizeOf(pod)
 	type update struct {
 		c  *corev1.Container
@@ -361,7 +363,7 @@ func (m *Daemon) syncResize(ctx context.Context, pod *corev1.Pod, pr *podRuntime
 	m.resize.mu.Lock()
 	for _, c := range resizable(pod) {
 		info := pr.newest(c.Name)
-		if info == nil || info.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		if info == nil || info.State != runtimeapi.ContainerState_CONTAINER_RUNNING || restarting[c.Name] {
 			continue
 		}
 		ap, ok := r.applied[c.Name]
@@ -376,7 +378,7 @@ func (m *Daemon) syncResize(ctx context.Context, pod *corev1.Pod, pr *podRuntime
 	}
 	inProgress := r.inProgress
 	m.resize.mu.Unlock()
-	if len(updates) == 0 {
+	if len(updates) == 0 && len(restarting) == 0 {
 		if inProgress != nil {
 			m.finishResize(pod, r)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -23,11 +24,13 @@ func (m *Daemon) syncRunning(ctx context.Context, pod *corev1.Pod, pr *podRuntim
 	// The pod with its allocated resources: a resize that does not fit
 	// waits (resize.go, the kubelet's allocation manager).
 	pod = m.admitResize(ctx, pod, pr)
-	// Step 1 (computePodActions): what to kill, create and start.
+	// Step 1 (computePodActions): what to kill, create and start; a
+	// resize that needs a restart kills and starts the container again.
 	s := &podSync{m: m, pod: pod, uid: string(pod.UID), st: st, pr: pr, actions: m.actionsFor(pod, pr)}
 	if s.actions.Terminal {
 		return s.terminal(ctx)
 	}
+	restarting := m.resizeRestarts(pod, pr, &s.actions)
 	s.begin(ctx)
 	if s.actions.CreateSandbox && len(s.actions.Kill) == 0 && len(s.actions.StopSandboxes) == 0 && quickVolumes(pod, m.cluster != nil) {
 		// A new sandbox with nothing to kill first and volumes made on the
@@ -68,7 +71,7 @@ func (m *Daemon) syncRunning(ctx context.Context, pod *corev1.Pod, pr *podRuntim
 	// Step 6 (resize): the resources of running containers and the pod
 	// cgroup (UpdateContainerResources, doPodResizeAction), once the
 	// sandbox is known and before anything starts.
-	m.syncResize(ctx, s.pod, s.pr, s.st)
+	m.syncResize(ctx, s.pod, s.pr, s.st, restarting)
 
 	start := func(ts containerToStart) *waitError {
 		id, w := m.startContainer(ctx, pod, ts, sandbox.Sandbox, sandbox.Config, volumes, s.pr)
@@ -200,7 +203,9 @@ func (s *podSync) killUnwanted(ctx context.Context) (killResult, *syncResult) {
 		return done, requeueIn(retryCRI)
 	}
 	done.Sandboxes = len(a.StopSandboxes)
-	if len(a.Kill) > 0 && !a.CreateSandbox {
+	if !a.CreateSandbox && slices.ContainsFunc(a.Kill, func(k containerToKill) bool { return !k.ForResize }) {
+		// What was killed restarts on the next pass; a container killed
+		// for its resize starts again in this one, as the kubelet's.
 		return done, requeueIn(retryNext)
 	}
 	return done, nil
