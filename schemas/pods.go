@@ -111,6 +111,11 @@ type PodObserved struct {
 	// PodResizeInProgress conditions as the kubelet's allocation and status
 	// managers set them (in-place resize); none when no resize is under way.
 	ResizeConditions []corev1.PodCondition `json:"resizeConditions,omitempty"`
+	// RecursiveReadOnlyMounts: the pod's runtime handler supports recursive
+	// read-only mounts (CRI RuntimeHandlerFeatures), set only for a pod
+	// that asks for one; status resolves volumeMounts[].recursiveReadOnly
+	// with it, as the kubelet's convertToAPIContainerStatuses.
+	RecursiveReadOnlyMounts bool `json:"recursiveReadOnlyMounts,omitempty"`
 	// Generation counts the changes the runtime published for this pod.
 	Generation uint64 `json:"generation"`
 }

@@ -41,11 +41,11 @@ func (m *Daemon) containerConfig(ctx context.Context, pod *corev1.Pod, c *corev1
 	if err != nil {
 		return nil, err
 	}
-	order, env, err := containerEnv(ctx, pod, c, envInputs{PodIPs: in.PodIPs, HostIPs: m.hostIPs, Node: m.capacity, Objects: m.objects, Services: services})
+	order, env, err := containerEnv(ctx, pod, c, envInputs{PodIPs: in.PodIPs, HostIPs: m.hostIPs, Node: m.capacity, Objects: m.objects, Services: services, Volumes: in.Volumes})
 	if err != nil {
 		return nil, err
 	}
-	mounts, err := m.containerMounts(pod, c, in.Volumes, env, in.EtcHosts, in.TermFile)
+	mounts, err := m.containerMounts(ctx, pod, c, in.Volumes, env, in.EtcHosts, in.TermFile)
 	if err != nil {
 		return nil, err
 	}
@@ -68,6 +68,7 @@ func (m *Daemon) containerConfig(ctx context.Context, pod *corev1.Pod, c *corev1
 	}
 	return &runtimeapi.ContainerConfig{
 		Metadata:    &runtimeapi.ContainerMetadata{Name: c.Name, Attempt: uint32(in.RestartCount)},
+		StopSignal:  stopSignal(c),
 		Image:       &runtimeapi.ImageSpec{Image: in.ImageRef, UserSpecifiedImage: c.Image},
 		Command:     cmd,
 		Args:        args,
@@ -219,10 +220,17 @@ func (m *Daemon) startContainer(ctx context.Context, pod *corev1.Pod, ts contain
 		if err != nil {
 			return "", m.configError(event, err)
 		}
+		if err := m.stopSignalRefused(c); err != nil {
+			event(corev1.EventTypeWarning, "Failed", "Error: "+err.Error())
+			return "", &waitError{Reason: reasonCreateContainerError, Message: err.Error(), Retry: 30 * time.Second}
+		}
 		if err := mkdirAll(filepath.Join(sbConfig.LogDirectory, c.Name), 0o755); err != nil {
 			return "", m.configError(event, err)
 		}
 		id, err = m.rs.CreateContainer(ctx, sb.ID, cfg, sbConfig)
+		if err == nil {
+			err = m.checkStopSignal(ctx, c, id)
+		}
 		if err != nil {
 			event(corev1.EventTypeWarning, "Failed", "Error: "+err.Error())
 			return "", &waitError{Reason: reasonCreateContainerError, Message: err.Error(), Retry: 2 * time.Second}
@@ -266,19 +274,14 @@ func (m *Daemon) configError(event func(typ, reason, msg string), err error) *wa
 	return &waitError{Reason: reasonCreateConfigError, Message: err.Error(), Retry: 5 * time.Second}
 }
 
-// etcHosts writes the pod's managed /etc/hosts, unless the container
-// runtime must not touch it (a pod that mounts its own is handled per
-// container).
+// etcHosts writes the pod's managed /etc/hosts (the kubelet's makeMounts
+// with the short hostname and the domain of GeneratePodHostNameAndDomain),
+// unless the container runtime must not touch it (a pod that mounts its
+// own is handled per container).
 func (m *Daemon) etcHosts(pod *corev1.Pod, sb *sandboxInfo) (string, error) {
-	host, err := podHostname(pod, m.dns.ClusterDomain)
+	host, domain, err := podHostname(pod, m.dns.ClusterDomain)
 	if err != nil {
 		return "", err
-	}
-	domain := ""
-	if h, d, ok := strings.Cut(host, "."); ok {
-		host, domain = h, d
-	} else if pod.Spec.Subdomain != "" {
-		domain = fmt.Sprintf("%s.%s.svc.%s", pod.Spec.Subdomain, pod.Namespace, m.dns.ClusterDomain)
 	}
 	return writeEtcHosts(m.cfg.Node.StateDir, pod, sb.IPs, host, domain)
 }

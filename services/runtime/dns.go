@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -149,27 +150,66 @@ func dedupe(in []string) []string {
 	return out
 }
 
-// podHostname is the kubelet's GeneratePodHostNameAndDomain plus
-// setHostnameAsFQDN: spec.hostname or the pod name (at most 63 characters),
-// inside <subdomain>.<ns>.svc.<clusterDomain> when a subdomain is set.
-func podHostname(pod *corev1.Pod, clusterDomain string) (string, error) {
-	host := pod.Name
+// podHostname is the kubelet's GeneratePodHostNameAndDomain
+// (kubelet_pods.go; HostnameOverride is GA and locked on in 1.37): the
+// pod's hostname and its domain. spec.hostnameOverride, a DNS subdomain,
+// is the hostname as it is (at most 63 characters) with no domain, so
+// subdomain and setHostnameAsFQDN do not apply (the API refuses the
+// latter beside it); else spec.hostname or the pod name (at most 63
+// characters), in <subdomain>.<ns>.svc.<clusterDomain> when a subdomain
+// is set. Names the API would refuse are errors, as the kubelet's.
+func podHostname(pod *corev1.Pod, clusterDomain string) (hostname, domain string, err error) {
+	if o := pod.Spec.HostnameOverride; o != nil {
+		if msgs := validation.IsDNS1123Subdomain(*o); len(msgs) != 0 {
+			return "", "", fmt.Errorf("pod HostnameOverride %q is not a valid DNS subdomain: %s", *o, strings.Join(msgs, ";"))
+		}
+		h, err := truncateHostname(pod.Name, *o)
+		return h, "", err
+	}
+	hostname = pod.Name
 	if pod.Spec.Hostname != "" {
-		host = pod.Spec.Hostname
+		if msgs := validation.IsDNS1123Label(pod.Spec.Hostname); len(msgs) != 0 {
+			return "", "", fmt.Errorf("pod Hostname %q is not a valid DNS label: %s", pod.Spec.Hostname, strings.Join(msgs, ";"))
+		}
+		hostname = pod.Spec.Hostname
 	}
-	if len(host) > 63 {
-		host = strings.TrimRight(host[:63], "-.")
+	if hostname, err = truncateHostname(pod.Name, hostname); err != nil {
+		return "", "", err
 	}
-	domain := ""
 	if pod.Spec.Subdomain != "" {
+		if msgs := validation.IsDNS1123Label(pod.Spec.Subdomain); len(msgs) != 0 {
+			return "", "", fmt.Errorf("pod Subdomain %q is not a valid DNS label: %s", pod.Spec.Subdomain, strings.Join(msgs, ";"))
+		}
 		domain = fmt.Sprintf("%s.%s.svc.%s", pod.Spec.Subdomain, pod.Namespace, clusterDomain)
 	}
-	if pod.Spec.SetHostnameAsFQDN != nil && *pod.Spec.SetHostnameAsFQDN && domain != "" {
-		fqdn := host + "." + domain
-		if len(fqdn) > 64 {
-			return "", fmt.Errorf("failed to construct FQDN from pod hostname and cluster domain, FQDN %s is too long (64 characters is the max, %d characters requested)", fqdn, len(fqdn))
-		}
-		return fqdn, nil
+	return hostname, domain, nil
+}
+
+// truncateHostname is the kubelet's truncatePodHostnameIfNeeded: at most
+// 63 characters (the kernel's 64 bytes with the terminating NUL), not
+// ending in '-' or '.'.
+func truncateHostname(podName, hostname string) (string, error) {
+	const maxLen = 63
+	if len(hostname) <= maxLen {
+		return hostname, nil
 	}
-	return host, nil
+	truncated := strings.TrimRight(hostname[:maxLen], "-.")
+	if truncated == "" {
+		return "", fmt.Errorf("hostname for pod %q was invalid: %q", podName, hostname)
+	}
+	return truncated, nil
+}
+
+// kernelHostname is the kubelet's GetNodenameForKernel: the sandbox's
+// hostname, the FQDN with setHostnameAsFQDN (at most 64 characters).
+func kernelHostname(pod *corev1.Pod, hostname, domain string) (string, error) {
+	if domain == "" || pod.Spec.SetHostnameAsFQDN == nil || !*pod.Spec.SetHostnameAsFQDN {
+		return hostname, nil
+	}
+	const fqdnMaxLen = 64
+	fqdn := hostname + "." + domain
+	if len(fqdn) > fqdnMaxLen {
+		return "", fmt.Errorf("failed to construct FQDN from pod hostname and cluster domain, FQDN %s is too long (%d characters is the max, %d characters requested)", fqdn, fqdnMaxLen, len(fqdn))
+	}
+	return fqdn, nil
 }

@@ -22,14 +22,18 @@ type envInputs struct {
 	// references, and added after the container's own unless it sets
 	// them itself.
 	Services map[string]string
+	// Volumes are the host paths of the pod's volumes, by name, where
+	// fileKeyRef reads its files.
+	Volumes map[string]string
 }
 
 // containerEnv is the kubelet's makeEnvironmentVariables: envFrom first,
 // then env in order, each value with $(VAR) references to the variables
 // before it (and to the service variables) expanded, fieldRef and
-// resourceFieldRef resolved, and configMap/secret keys read through the
-// ObjectGetter; then the service variables the container does not set
-// itself, by name (the kubelet appends them from a map, in no set order).
+// resourceFieldRef resolved, configMap/secret keys read through the
+// ObjectGetter and fileKeyRef keys from the pod's volumes (envfile.go);
+// then the service variables the container does not set itself, by name
+// (the kubelet appends them from a map, in no set order).
 func containerEnv(ctx context.Context, pod *corev1.Pod, c *corev1.Container, in envInputs) ([]string, map[string]string, error) {
 	env := map[string]string{}
 	var order []string
@@ -76,7 +80,9 @@ func containerEnv(ctx context.Context, pod *corev1.Pod, c *corev1.Container, in 
 		var err error
 		switch f := e.ValueFrom; {
 		case f.FieldRef != nil:
-			v, err = fieldValue(pod, f.FieldRef.FieldPath, in)
+			if err = volumes.FieldRefVersion(f.FieldRef); err == nil {
+				v, err = fieldValue(pod, f.FieldRef.FieldPath, in)
+			}
 		case f.ResourceFieldRef != nil:
 			v, err = resourceValue(pod, c, f.ResourceFieldRef, in.Node)
 		case f.ConfigMapKeyRef != nil:
@@ -115,6 +121,15 @@ func containerEnv(ctx context.Context, pod *corev1.Pod, c *corev1.Container, in 
 				return nil, nil, fmt.Errorf("couldn't find key %s in Secret %s/%s", ref.Key, pod.Namespace, ref.Name)
 			}
 			v = string(val)
+		case f.FileKeyRef != nil:
+			val, ok, ferr := fileKeyValue(f.FileKeyRef, in.Volumes)
+			if ferr != nil {
+				return nil, nil, ferr
+			}
+			if !ok {
+				continue
+			}
+			v = val
 		default:
 			continue
 		}

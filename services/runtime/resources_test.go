@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/utils/ptr"
 )
 
 // Issue 32: a pod with only pod-level resources is not BestEffort, and
@@ -80,5 +81,35 @@ func TestContainerHugePageLimits(t *testing.T) {
 	}
 	if got := limits(containerResourcesWith(pod, &pod.Spec.Containers[0], 8<<30, sizes)); got["1GB"] != 1<<30 || got["2MB"] != 4<<20 {
 		t.Fatalf("pod-level and container huge pages: %v", got)
+	}
+}
+
+// The kubelet's GetContainerOOMScoreAdjust: a node-critical pod
+// (priorityClassName system-node-critical, critical priority) is treated
+// as Guaranteed whatever its QoS; a sidecar scores no higher than the
+// pod's smallest regular container.
+func TestOOMScoreAdj(t *testing.T) {
+	const capacity = 8 << 30
+	critical := newPod("dns", busybox("a", ""))
+	critical.Spec.PriorityClassName = systemNodeCritical
+	critical.Spec.Priority = ptr.To[int32](2000001000)
+	if adj := oomScoreAdj(critical, &critical.Spec.Containers[0], capacity); adj != guaranteedOOMScoreAdj {
+		t.Fatalf("node-critical best-effort pod: %d", adj)
+	}
+	critical.Spec.PriorityClassName = "system-cluster-critical"
+	if adj := oomScoreAdj(critical, &critical.Spec.Containers[0], capacity); adj != besteffortOOMScoreAdj {
+		t.Fatalf("cluster-critical best-effort pod: %d", adj)
+	}
+
+	side := busybox("side", "")
+	side.RestartPolicy = ptr.To(corev1.ContainerRestartPolicyAlways)
+	side.Resources = resources(rlist("memory", "64Mi"), nil)
+	app := busybox("app", "")
+	app.Resources = resources(rlist("memory", "1Gi"), nil)
+	pod := newPod("sidecar", app)
+	pod.Spec.InitContainers = []corev1.Container{side}
+	appAdj := oomScoreAdj(pod, &pod.Spec.Containers[0], capacity)
+	if adj := oomScoreAdj(pod, &pod.Spec.InitContainers[0], capacity); adj != appAdj || appAdj != 1000-1000*(1<<30)/capacity {
+		t.Fatalf("sidecar %d, app %d: the sidecar must score as the smallest regular container", adj, appAdj)
 	}
 }

@@ -272,6 +272,10 @@ type configSources struct {
 	cgroups *cgroups.Pods
 	// resize holds each pod's allocated resources and resize progress (resize.go).
 	resize resizeState
+	// stopSignals remembers runtimes that ignore stop signals (stopsignal.go).
+	stopSignals stopSignals
+	// handlers caches the runtime handlers CRI Status lists (rro.go).
+	handlers runtimeHandlers
 	// objects reads pull secrets, secrets and config maps (nil: none).
 	objects ObjectGetter
 	// cluster watches services and RuntimeClasses; nil on a standalone

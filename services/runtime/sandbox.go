@@ -36,11 +36,13 @@ func (m *Daemon) sandboxConfig(pod *corev1.Pod, attempt uint32) (*runtimeapi.Pod
 	}
 	cfg.DnsConfig = dns
 	if !pod.Spec.HostNetwork {
-		host, err := podHostname(pod, m.dns.ClusterDomain)
+		host, domain, err := podHostname(pod, m.dns.ClusterDomain)
 		if err != nil {
 			return nil, err
 		}
-		cfg.Hostname = host
+		if cfg.Hostname, err = kernelHostname(pod, host, domain); err != nil {
+			return nil, err
+		}
 	}
 	for _, c := range pod.Spec.Containers {
 		for _, p := range c.Ports {

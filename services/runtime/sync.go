@@ -189,6 +189,9 @@ func (m *Daemon) publish(ctx context.Context, pod *corev1.Pod, pr *podRuntime, s
 		return
 	}
 	m.resizeObserved(pod, o)
+	if pod != nil && asksRecursiveReadOnly(pod) {
+		o.RecursiveReadOnlyMounts = m.supportsRecursiveReadOnly(ctx, pod)
+	}
 	if _, err := m.observed.publish(ctx, o); err != nil && ctx.Err() == nil {
 		m.log.Error("Cannot publish observed state", "podUID", o.UID, "err", err)
 	}

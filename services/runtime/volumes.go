@@ -34,12 +34,17 @@ func podDir(stateDir, uid string) string { return volumes.PodDir(stateDir, uid) 
 // containerMounts is the kubelet's makeMounts: the container's volume
 // mounts (subPath and subPathExpr through volumes.PrepareSubPath, which
 // refuses to leave the volume; configMap, secret, downwardAPI and projected
-// volumes always read-only; mountPropagation), /etc/hosts and the
+// volumes always read-only; mountPropagation; recursiveReadOnly, rro.go),
+// /etc/hosts and the
 // termination message file. env is the container's environment, for
 // subPathExpr.
-func (m *Daemon) containerMounts(pod *corev1.Pod, c *corev1.Container, vols map[string]string, env map[string]string, etcHosts, termFile string) ([]*runtimeapi.Mount, error) {
+func (m *Daemon) containerMounts(ctx context.Context, pod *corev1.Pod, c *corev1.Container, vols map[string]string, env map[string]string, etcHosts, termFile string) ([]*runtimeapi.Mount, error) {
 	var out []*runtimeapi.Mount
 	mountsHosts := false
+	rroSupported := false
+	if asksRecursiveReadOnly(pod) {
+		rroSupported = m.supportsRecursiveReadOnly(ctx, pod)
+	}
 	for i, vm := range c.VolumeMounts {
 		host, ok := vols[vm.Name]
 		if !ok {
@@ -75,7 +80,12 @@ func (m *Daemon) containerMounts(pod *corev1.Pod, c *corev1.Container, vols map[
 				readOnly = true
 			}
 		}
-		out = append(out, &runtimeapi.Mount{ContainerPath: vm.MountPath, HostPath: host, Readonly: readOnly, Propagation: propagation})
+		rro, err := resolveRecursiveReadOnly(vm, rroSupported)
+		if err != nil {
+			return nil, fmt.Errorf("failed to resolve recursive read-only mode: %w", err)
+		}
+		out = append(out, &runtimeapi.Mount{ContainerPath: vm.MountPath, HostPath: host, Readonly: readOnly,
+			RecursiveReadOnly: rro, Propagation: propagation})
 	}
 	if etcHosts != "" && !mountsHosts {
 		out = append(out, &runtimeapi.Mount{ContainerPath: "/etc/hosts", HostPath: etcHosts})

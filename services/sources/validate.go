@@ -104,7 +104,31 @@ func validatePodSpec(spec *corev1.PodSpec, p *field.Path) field.ErrorList {
 	if spec.Subdomain != "" {
 		errs = append(errs, dnsLabel(spec.Subdomain, p.Child("subdomain"))...)
 	}
+	errs = append(errs, validateHostnameOverride(spec, p.Child("hostnameOverride"))...)
 	errs = append(errs, validateResourceList(spec.Overhead, p.Child("overhead"))...)
+	return errs
+}
+
+// validateHostnameOverride is the API's validatePodHostName: a DNS
+// subdomain of at most 64 characters, not beside setHostnameAsFQDN or
+// hostNetwork.
+func validateHostnameOverride(spec *corev1.PodSpec, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if spec.HostnameOverride == nil {
+		return nil
+	}
+	if spec.SetHostnameAsFQDN != nil && *spec.SetHostnameAsFQDN {
+		errs = append(errs, field.Forbidden(p, "may not be specified when setHostnameAsFQDN is true"))
+	}
+	if spec.HostNetwork {
+		errs = append(errs, field.Forbidden(p, "may not be specified when hostNetwork is true"))
+	}
+	if len(*spec.HostnameOverride) > 64 {
+		errs = append(errs, field.TooLong(p, "", 64))
+	}
+	for _, msg := range validation.IsDNS1123Subdomain(*spec.HostnameOverride) {
+		errs = append(errs, field.Invalid(p, *spec.HostnameOverride, msg))
+	}
 	return errs
 }
 

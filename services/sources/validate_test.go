@@ -31,6 +31,14 @@ func TestValidatePod(t *testing.T) {
 		{"bad restart policy", func(p *corev1.Pod) { p.Spec.RestartPolicy = "Sometimes" }, "spec.restartPolicy"},
 		{"bad dns policy", func(p *corev1.Pod) { p.Spec.DNSPolicy = "Google" }, "spec.dnsPolicy"},
 		{"dns none without servers", func(p *corev1.Pod) { p.Spec.DNSPolicy = corev1.DNSNone }, "spec.dnsConfig.nameservers"},
+		{"hostnameOverride", func(p *corev1.Pod) { p.Spec.HostnameOverride = ptr.To("override.example.host") }, ""},
+		{"hostnameOverride not a DNS subdomain", func(p *corev1.Pod) { p.Spec.HostnameOverride = ptr.To("Not-RFC1123") }, "spec.hostnameOverride"},
+		{"hostnameOverride with setHostnameAsFQDN", func(p *corev1.Pod) {
+			p.Spec.HostnameOverride, p.Spec.SetHostnameAsFQDN = ptr.To("override-host"), ptr.To(true)
+		}, "spec.hostnameOverride"},
+		{"hostnameOverride with hostNetwork", func(p *corev1.Pod) {
+			p.Spec.HostnameOverride, p.Spec.HostNetwork = ptr.To("override-host"), true
+		}, "spec.hostnameOverride"},
 		{"negative quantity", func(p *corev1.Pod) {
 			p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("-1")}
 		}, "spec.containers[0].resources.limits[cpu]"},

@@ -16,6 +16,9 @@ type containerInputs struct {
 	// anyAppCreated: a regular container exists in the runtime, so every
 	// regular init container must have completed.
 	anyAppCreated bool
+	// rro: the pod's runtime handler supports recursive read-only mounts
+	// (PodObserved.recursiveReadOnlyMounts).
+	rro bool
 }
 
 // statuses is convertToAPIContainerStatuses over the runtime's report: a
@@ -37,7 +40,7 @@ func (c containerInputs) statuses(specs []corev1.Container, observed []schemas.C
 			Name:         spec.Name,
 			Image:        spec.Image,
 			State:        corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: defaultReason}},
-			VolumeMounts: volumeMountStatuses(spec),
+			VolumeMounts: volumeMountStatuses(spec, c.rro),
 		}
 		o := statusByName(old, spec.Name)
 		if o != nil {
@@ -49,7 +52,7 @@ func (c containerInputs) statuses(specs []corev1.Container, observed []schemas.C
 			}
 		}
 		if ob := observedByName(observed, spec.Name); ob != nil {
-			st = fromObserved(spec, ob, o, defaultReason)
+			st = c.fromObserved(spec, ob, o, defaultReason)
 		} else if c.known {
 			c.inferMissing(&st, o, spec, isInit, defaultReason)
 		}
@@ -96,7 +99,7 @@ func (c containerInputs) ephemeralStatuses(obs *schemas.PodObserved, old *corev1
 }
 
 // fromObserved converts the runtime's view of one container.
-func fromObserved(spec *corev1.Container, ob *schemas.ContainerObserved, old *corev1.ContainerStatus, defaultReason string) corev1.ContainerStatus {
+func (c containerInputs) fromObserved(spec *corev1.Container, ob *schemas.ContainerObserved, old *corev1.ContainerStatus, defaultReason string) corev1.ContainerStatus {
 	st := corev1.ContainerStatus{
 		Name:                 spec.Name,
 		Image:                ob.Image,
@@ -105,7 +108,7 @@ func fromObserved(spec *corev1.Container, ob *schemas.ContainerObserved, old *co
 		RestartCount:         ob.RestartCount,
 		State:                *ob.State.DeepCopy(),
 		LastTerminationState: *ob.LastTerminationState.DeepCopy(),
-		VolumeMounts:         volumeMountStatuses(spec),
+		VolumeMounts:         volumeMountStatuses(spec, c.rro),
 	}
 	if st.Image == "" {
 		st.Image = spec.Image
@@ -164,17 +167,20 @@ func (c containerInputs) inferMissing(st *corev1.ContainerStatus, old *corev1.Co
 	}
 }
 
-// volumeMountStatuses is what the kubelet reports per mount (the
-// RecursiveReadOnlyMounts feature): read-only mounts say whether they are
-// recursively read-only. containerd 1.6 cannot do recursive read-only, so
-// only an explicit Enabled request reads Enabled.
-func volumeMountStatuses(spec *corev1.Container) []corev1.VolumeMountStatus {
+// volumeMountStatuses is what the kubelet's convertToAPIContainerStatuses
+// reports per mount (RecursiveReadOnlyMounts, GA): read-only mounts say
+// whether they are recursively read-only, by its resolveRecursiveReadOnly
+// against the runtime handler's support (rro, from the runtime): Enabled
+// only where the runtime applies it (a mount asking for Enabled where it
+// cannot never starts), IfPossible Enabled where it can, else Disabled.
+func volumeMountStatuses(spec *corev1.Container, rro bool) []corev1.VolumeMountStatus {
 	var out []corev1.VolumeMountStatus
 	for _, vm := range spec.VolumeMounts {
 		vs := corev1.VolumeMountStatus{Name: vm.Name, MountPath: vm.MountPath, ReadOnly: vm.ReadOnly}
 		if vm.ReadOnly {
 			mode := corev1.RecursiveReadOnlyDisabled
-			if vm.RecursiveReadOnly != nil && *vm.RecursiveReadOnly == corev1.RecursiveReadOnlyEnabled {
+			if rro && vm.RecursiveReadOnly != nil && (vm.MountPropagation == nil || *vm.MountPropagation == corev1.MountPropagationNone) &&
+				(*vm.RecursiveReadOnly == corev1.RecursiveReadOnlyEnabled || *vm.RecursiveReadOnly == corev1.RecursiveReadOnlyIfPossible) {
 				mode = corev1.RecursiveReadOnlyEnabled
 			}
 			vs.RecursiveReadOnly = &mode

@@ -105,7 +105,7 @@ func generateStatus(in PodInputs, old *corev1.PodStatus) corev1.PodStatus {
 	if obs != nil {
 		obsInit, obsApp = obs.InitContainers, obs.Containers
 	}
-	c := containerInputs{pod: pod, known: obs != nil, anyAppCreated: anyCreated(obsApp)}
+	c := containerInputs{pod: pod, known: obs != nil, anyAppCreated: anyCreated(obsApp), rro: obs != nil && obs.RecursiveReadOnlyMounts}
 	s.ContainerStatuses = c.statuses(pod.Spec.Containers, obsApp, old.ContainerStatuses, hasInit, false)
 	s.InitContainerStatuses = c.statuses(pod.Spec.InitContainers, obsInit, old.InitContainerStatuses, hasInit, true)
 	s.EphemeralContainerStatuses = c.ephemeralStatuses(obs, old)

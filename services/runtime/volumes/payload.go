@@ -87,6 +87,23 @@ func itemMode(m *int32, def int32) int32 {
 	return def
 }
 
+// FieldRefVersion is the kubelet's ConvertDownwardAPIFieldLabel check of a
+// fieldRef's apiVersion: v1 is the only version of the pod's field paths
+// (empty, which the API's defaults never leave, is taken as v1).
+func FieldRefVersion(ref *corev1.ObjectFieldSelector) error {
+	if ref.APIVersion != "" && ref.APIVersion != "v1" {
+		return fmt.Errorf("unsupported pod version: %s", ref.APIVersion)
+	}
+	return nil
+}
+
+func fieldRefValue(pod *corev1.Pod, ref *corev1.ObjectFieldSelector) (string, error) {
+	if err := FieldRefVersion(ref); err != nil {
+		return "", err
+	}
+	return PodFieldValue(pod, ref.FieldPath)
+}
+
 // DownwardAPIPayload is the kubelet's downwardapi.CollectData: each item's
 // field or container resource as a file. Resource limits a container does
 // not set default to allocatable (the node's).
@@ -98,7 +115,7 @@ func DownwardAPIPayload(items []corev1.DownwardAPIVolumeFile, pod *corev1.Pod, a
 		fp := FileProjection{Mode: itemMode(it.Mode, mode)}
 		switch {
 		case it.FieldRef != nil:
-			v, err := PodFieldValue(pod, it.FieldRef.FieldPath)
+			v, err := fieldRefValue(pod, it.FieldRef)
 			if err != nil {
 				errs = append(errs, err.Error())
 				continue
