@@ -93,8 +93,8 @@ type Handler interface {
 }
 
 // Admitter runs the handlers in the kubelet's order (eviction manager,
-// sysctl allowlist, predicates, AppArmor, declared node features); the
-// first refusal decides.
+// sysctl allowlist, predicates, AppArmor, declared node features), then
+// the field ledger's refusals (FieldsHandler); the first refusal decides.
 type Admitter struct {
 	Pressure *PressureHandler
 	handlers []Handler
@@ -107,7 +107,7 @@ func NewAdmitter(node *corev1.Node, sysctls *SysctlHandler) *Admitter {
 		sysctls, _ = NewSysctlHandler(nil, "") // the safe set always parses
 	}
 	p := &PressureHandler{}
-	return &Admitter{Pressure: p, handlers: []Handler{p, sysctls, NewPredicateHandler(node), NewAppArmorHandler(), NewFeaturesHandler(node)}}
+	return &Admitter{Pressure: p, handlers: []Handler{p, sysctls, NewPredicateHandler(node), NewAppArmorHandler(), NewFeaturesHandler(node), FieldsHandler{}}}
 }
 
 // Admit decides on attrs.Pod. Pods to preempt are named only when the pod
