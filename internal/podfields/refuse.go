@@ -1,8 +1,10 @@
 package podfields
 
 import (
-	"fmt"
 	"reflect"
+	"strconv"
+	"strings"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 )
@@ -20,74 +22,158 @@ func (r Refusal) Message() string { return RefusalMessage(r.Path, r.Entry) }
 // FirstRefused finds the first field of the pod's spec, in the order of
 // the types, that the ledger refuses and the pod sets: a pointer, slice
 // or map that holds something (a pointer to a zero scalar, such as
-// hostProcess: false, asks for nothing), or a non-zero value. It does not
-// enter fields that are not the node's.
+// hostProcess: false, asks for nothing), or a non-zero value. It enters
+// only fields whose values can hold a refused field, and names the path
+// only when it finds one (admission runs it on every pod).
 func FirstRefused(pod *corev1.Pod) (Refusal, bool) {
-	return firstRefused(reflect.ValueOf(&pod.Spec).Elem(), "spec")
-}
-
-func firstRefused(v reflect.Value, path string) (Refusal, bool) {
-	t := v.Type()
-	for i := 0; i < t.NumField(); i++ {
-		sf, fv := t.Field(i), v.Field(i)
-		if inline(sf) {
-			if r, ok := firstRefused(fv, path); ok {
-				return r, true
-			}
-			continue
-		}
-		p := join(path, jsonName(sf))
-		e, _ := Lookup(t.Name() + "." + jsonName(sf))
-		switch e.Class {
-		case Refused:
-			if isSet(fv) {
-				return Refusal{Path: p, Entry: e}, true
-			}
-			continue
-		case NotNode:
-			continue
-		}
-		if r, ok := refusedUnder(fv, p); ok {
-			return r, true
-		}
+	w := walker{path: []step{{name: "spec", idx: -1}}}
+	if e, ok := w.inStruct(reflect.ValueOf(&pod.Spec).Elem()); ok {
+		return Refusal{Path: w.String(), Entry: e}, true
 	}
 	return Refusal{}, false
 }
 
-// refusedUnder enters the struct values v holds.
-func refusedUnder(v reflect.Value, path string) (Refusal, bool) {
+// step is one element of a path: a field's JSON name, or an index.
+type step struct {
+	name string
+	idx  int // -1: none; else name is "" and this is [idx]
+	key  string
+}
+
+type walker struct{ path []step }
+
+func (w *walker) String() string {
+	var b strings.Builder
+	for i, s := range w.path {
+		switch {
+		case s.name != "":
+			if i > 0 {
+				b.WriteByte('.')
+			}
+			b.WriteString(s.name)
+		case s.idx >= 0:
+			b.WriteString("[" + strconv.Itoa(s.idx) + "]")
+		default:
+			b.WriteString("[" + s.key + "]")
+		}
+	}
+	return b.String()
+}
+
+func (w *walker) inStruct(v reflect.Value) (Entry, bool) {
+	for _, f := range planOf(v.Type()) {
+		fv := v.Field(f.index)
+		if f.inline {
+			if e, ok := w.inStruct(fv); ok {
+				return e, true
+			}
+			continue
+		}
+		if f.entry.Class == Refused {
+			if isSet(fv) {
+				w.path = append(w.path, step{name: f.name, idx: -1})
+				return f.entry, true
+			}
+			continue
+		}
+		if !f.reach {
+			continue
+		}
+		w.path = append(w.path, step{name: f.name, idx: -1})
+		if e, ok := w.under(fv); ok {
+			return e, true
+		}
+		w.path = w.path[:len(w.path)-1]
+	}
+	return Entry{}, false
+}
+
+// under enters the struct values v holds.
+func (w *walker) under(v reflect.Value) (Entry, bool) {
 	switch v.Kind() {
 	case reflect.Pointer:
 		if v.IsNil() {
-			return Refusal{}, false
+			return Entry{}, false
 		}
-		return refusedUnder(v.Elem(), path)
+		return w.under(v.Elem())
 	case reflect.Slice:
-		if v.Type().Elem().Kind() == reflect.Uint8 {
-			return Refusal{}, false
-		}
 		for i := 0; i < v.Len(); i++ {
-			if r, ok := refusedUnder(v.Index(i), fmt.Sprintf("%s[%d]", path, i)); ok {
-				return r, true
+			w.path = append(w.path, step{idx: i})
+			if e, ok := w.under(v.Index(i)); ok {
+				return e, true
 			}
+			w.path = w.path[:len(w.path)-1]
 		}
 	case reflect.Map:
-		if k := v.Type().Elem().Kind(); k != reflect.Struct && k != reflect.Pointer && k != reflect.Slice {
-			return Refusal{}, false
-		}
 		iter := v.MapRange()
 		for iter.Next() {
-			if r, ok := refusedUnder(iter.Value(), fmt.Sprintf("%s[%v]", path, iter.Key())); ok {
-				return r, true
+			w.path = append(w.path, step{idx: -1, key: iter.Key().String()})
+			if e, ok := w.under(iter.Value()); ok {
+				return e, true
 			}
+			w.path = w.path[:len(w.path)-1]
 		}
 	case reflect.Struct:
-		if leaf[v.Type()] {
-			return Refusal{}, false
-		}
-		return firstRefused(v, path)
+		return w.inStruct(v)
 	}
-	return Refusal{}, false
+	return Entry{}, false
+}
+
+// fieldPlan is what the walk does with one field of a struct type: a plan
+// lists only refused fields and those that can hold one.
+type fieldPlan struct {
+	index  int
+	name   string
+	inline bool
+	entry  Entry
+	// reach: the field's values can hold a refused field.
+	reach bool
+}
+
+var plans sync.Map // reflect.Type -> []fieldPlan
+
+// planOf is t's fields as the refusal walk sees them, made once per type.
+func planOf(t reflect.Type) []fieldPlan {
+	if p, ok := plans.Load(t); ok {
+		return p.([]fieldPlan)
+	}
+	p := makePlan(t, map[reflect.Type]bool{})
+	plans.Store(t, p)
+	return p
+}
+
+func makePlan(t reflect.Type, visiting map[reflect.Type]bool) []fieldPlan {
+	visiting[t] = true
+	defer delete(visiting, t)
+	out := make([]fieldPlan, 0, t.NumField())
+	for i := 0; i < t.NumField(); i++ {
+		sf := t.Field(i)
+		f := fieldPlan{index: i, name: jsonName(sf), inline: inline(sf)}
+		if !f.inline {
+			f.entry, _ = Lookup(t.Name() + "." + f.name)
+		}
+		if st, _ := structUnder(sf.Type, ""); st != nil && f.entry.Class != Refused && f.entry.Class != NotNode {
+			f.reach = reaches(st, visiting)
+		}
+		if f.entry.Class != Refused && !f.reach {
+			continue // nothing to look at
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+// reaches: a value of struct type t can hold a refused field.
+func reaches(t reflect.Type, visiting map[reflect.Type]bool) bool {
+	if visiting[t] {
+		return false
+	}
+	for _, f := range makePlan(t, visiting) {
+		if f.entry.Class == Refused || f.reach {
+			return true
+		}
+	}
+	return false
 }
 
 // isSet: v asks for something.
