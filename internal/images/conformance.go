@@ -59,7 +59,7 @@ const e2eRegistry = "registry.k8s.io/e2e-test-images/"
 
 // conformanceRecipe is bumped whenever a stand-in changes, so that tarballs
 // of an older recipe in the cache are not reused.
-const conformanceRecipe = "c5"
+const conformanceRecipe = "c6"
 
 // errNoInput marks a stand-in whose optional input is not there: it is left
 // out, and the harness lists its image among those without a stand-in.
@@ -259,6 +259,23 @@ func withLayer(img v1.Image, l layer, createdBy string, edit func(*v1.Config)) (
 	return mutate.ConfigFile(img, cf)
 }
 
+// withVersion labels img with ref's tag. Two tags of one stand-in (agnhost
+// 2.55 and 2.66.1, busybox and nginx) would otherwise be one image with one
+// ID, as the real ones are not, and containerd's CRI reports a container's
+// image by the first tag of its ID: a container of agnhost:2.66.1 could
+// show as agnhost:2.55.
+func withVersion(img v1.Image, ref string) (v1.Image, error) {
+	_, tag, _ := strings.Cut(ref[strings.LastIndex(ref, "/")+1:], ":")
+	return withLayer(img, layer{}, "", func(c *v1.Config) {
+		labels := map[string]string{}
+		for k, v := range c.Labels {
+			labels[k] = v
+		}
+		labels["org.opencontainers.image.version"] = tag
+		c.Labels = labels
+	})
+}
+
 // BuildConformanceImages writes every stand-in as a docker-archive tarball
 // into dir (reusing tarballs already there) and returns them. A stand-in
 // whose optional input is missing is left out.
@@ -282,6 +299,9 @@ func BuildConformanceImages(ctx context.Context, in ConformanceInputs, dir strin
 		img, err := ci.build(ctx, b)
 		if errors.Is(err, errNoInput) {
 			continue
+		}
+		if err == nil {
+			img, err = withVersion(img, ci.Ref)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("build %s: %w", ci.Ref, err)

@@ -60,6 +60,14 @@ func TestConformanceImages(t *testing.T) {
 	if _, err := os.Stat(stale); !os.IsNotExist(err) {
 		t.Errorf("an older recipe's tarball is left: %v", err)
 	}
+	// Each tag is an image of its own, as the real ones are.
+	ids := map[string]string{}
+	for _, tb := range tars {
+		if other, ok := ids[tb.ID.String()]; ok {
+			t.Errorf("%s and %s are one image (%s)", tb.Ref, other, tb.ID)
+		}
+		ids[tb.ID.String()] = tb.Ref
+	}
 	image := func(ref string) (map[string]*tar.Header, map[string]string, []string, []string) {
 		hdrs, small, cfg := files(t, byRef[ref], ref)
 		return hdrs, small, cfg.Config.Entrypoint, cfg.Config.Cmd
