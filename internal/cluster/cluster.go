@@ -55,8 +55,13 @@ type Options struct {
 	// image among them when Bins.CoreDNS is empty).
 	Images []images.Tarball
 	// RegistryConfigPath is every containerd's registry hosts directory
-	// (e.g. registry.k8s.io sent to a stand-in on 127.0.0.1). Default: none.
+	// (e.g. registry.k8s.io sent to a stand-in registry). Default: none.
 	RegistryConfigPath string
+	// OnBridge runs once the host's address on the bridge (HostIP) exists
+	// and before any node starts: what the nodes reach on the host, such
+	// as a registry, listens there (the host's loopback is not theirs).
+	// Default: nothing.
+	OnBridge func(ctx context.Context) error
 	// DNSImage is the cluster DNS image's reference (one of Images).
 	// Default: "" (no cluster DNS).
 	DNSImage string
@@ -167,6 +172,11 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 		return nil, err
 	}
 	c.undo = append(c.undo, tearDownBridge)
+	if o.OnBridge != nil {
+		if err := o.OnBridge(ctx); err != nil {
+			return nil, err
+		}
+	}
 
 	names := make([]string, o.Nodes)
 	for i := range names {

@@ -46,18 +46,20 @@ func startCluster(ctx context.Context, o options, undo *[]func()) (*harness, err
 		return nil, fmt.Errorf("cluster DNS image: %w", err)
 	}
 	tars = append(tars, dns)
-	reg, err := serveRegistry(ctx, tars)
-	if err != nil {
-		return nil, err
-	}
-	*undo = append(*undo, reg.close)
-	hostsDir := filepath.Join(o.work, "registry-hosts")
-	if err := reg.writeHosts(hostsDir); err != nil {
-		return nil, err
-	}
-	log("registry.k8s.io stand-in at %s with %d images", reg.addr, len(tars))
 	for _, t := range tars {
 		r.images = append(r.images, t.Ref)
+	}
+	// The registry listens on the bridge's host address, which exists once
+	// the cluster has made the bridge and before any node pulls.
+	hostsDir := filepath.Join(o.work, "registry-hosts")
+	serve := func(ctx context.Context) error {
+		reg, err := serveRegistry(ctx, cluster.HostIP, tars)
+		if err != nil {
+			return err
+		}
+		*undo = append(*undo, reg.close)
+		log("registry.k8s.io stand-in at %s with %d images", reg.addr, len(tars))
+		return reg.writeHosts(hostsDir)
 	}
 
 	r.c, err = cluster.Start(ctx, cluster.Options{
@@ -73,6 +75,7 @@ func startCluster(ctx context.Context, o options, undo *[]func()) (*harness, err
 		},
 		Images:             tars,
 		RegistryConfigPath: hostsDir,
+		OnBridge:           serve,
 		DNSImage:           dns.Ref,
 		LockWait:           o.wait,
 		Log:                log,

@@ -76,10 +76,13 @@ func main() {
 		fmt.Fprintln(os.Stderr, "conformance:", err)
 		os.Exit(2)
 	}
-	// One run per machine: runs share the node's link and address, the work
-	// directory and the node's name, and one's teardown would pull them
+	// One run per machine: runs share the cluster's bridge, addresses and
+	// namespaces and the work directory, and one's teardown would pull them
 	// from under the other.
 	lock, err := daemon.Lock(lockDir, "conformance")
+	for deadline := time.Now().Add(o.wait); err != nil && time.Now().Before(deadline); time.Sleep(time.Second) {
+		lock, err = daemon.Lock(lockDir, "conformance")
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "conformance: another run uses this machine:", err)
 		os.Exit(2)

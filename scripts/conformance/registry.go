@@ -21,7 +21,7 @@ import (
 	"github.com/nodelet/nodelet/internal/images"
 )
 
-// localRegistry stands in for registry.k8s.io on 127.0.0.1, so the specs that
+// localRegistry stands in for registry.k8s.io on the host, so the specs that
 // pull (imagePullPolicy Always) pull the stand-ins, offline.
 type localRegistry struct {
 	addr string
@@ -33,8 +33,10 @@ type localRegistry struct {
 // invalid-registry spec expects a failed pull), so no pull leaves the machine.
 var mirrored = []string{"registry.k8s.io", "invalid.registry.k8s.io", "gcr.io", "docker.io", "registry-1.docker.io"}
 
-func serveRegistry(ctx context.Context, tars []images.Tarball) (*localRegistry, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+// serveRegistry serves tars on a free port of ip: the host's address on
+// the cluster's bridge, which every node reaches.
+func serveRegistry(ctx context.Context, ip string, tars []images.Tarball) (*localRegistry, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
 	if err != nil {
 		return nil, err
 	}

@@ -91,7 +91,8 @@ func TestRunLeavesNothingBehind(t *testing.T) {
 	err := cmd.Run()
 	var exit *exec.ExitError
 	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
-		t.Fatalf("conformance: %v (want exit 1 for the failed spec)\n%s", err, out.String())
+		suiteLog, _ := os.ReadFile(filepath.Join(dir, "report", "r.log"))
+		t.Fatalf("conformance: %v (want exit 1 for the failed spec)\n%s\nthe suite's log:\n%s", err, out.String(), suiteLog)
 	}
 	for _, want := range []string{
 		"1 passed, 1 failed, 0 skipped at run time, of 2 selected specs (3 in the suite)",
@@ -120,7 +121,7 @@ func TestRunLeavesNothingBehind(t *testing.T) {
 func checkNothingLeft(t *testing.T, out, work string, before []string) {
 	t.Helper()
 	dirs := []string{work}
-	m := regexp.MustCompile(`control plane \S+ \(logs in (/\S+)\)`).FindStringSubmatch(out)
+	m := regexp.MustCompile(`control plane at \S+ .*; logs in (/\S+)`).FindStringSubmatch(out)
 	if m == nil {
 		t.Fatalf("output names no control plane dir:\n%s", out)
 	}
