@@ -67,6 +67,13 @@
 //     the events they read (bus.eventsMaxAge). One credential's flood of
 //     consumer requests waits in its own queue of 64 at the proxy.
 //
+// TestAttackSuite holds all of it: every credential against every bucket,
+// events stream, status's copy and durable, and heartbeat subject the
+// declaration gives another component (KV operations, the stream and
+// consumer API, acks and flow control, reply and deliver subjects, raw
+// header blocks, message IDs, rollups, sizes, floods), generated from the
+// declaration, so what is declared tomorrow is attacked too.
+//
 // # Why accounts
 //
 // Subject permissions cannot keep that promise alone. nats-server checks a

@@ -81,3 +81,20 @@ func (w *Wire) Next() (string, []byte, []byte, error) {
 	return m.Subject, m.Header, m.Data, err
 }
 func (w *Wire) Close() { _ = w.w.close() }
+
+// Barrier waits until the server has handled everything sent on w before,
+// skipping what it sent meanwhile (errors for refused publishes).
+func (w *Wire) Barrier() error {
+	if err := w.w.write("PING\r\n"); err != nil {
+		return err
+	}
+	for {
+		l, err := w.w.line()
+		if err != nil {
+			return err
+		}
+		if l == "PONG" {
+			return nil
+		}
+	}
+}
