@@ -109,6 +109,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	internalapi "k8s.io/cri-api/pkg/apis"
 	"k8s.io/utils/clock"
@@ -156,10 +157,12 @@ func Run(ctx context.Context, env *daemon.Env) error {
 // newVolumeManager is the node's volume manager: objects read through
 // opts.Objects, watches and service account tokens through its clientset
 // (when it is the API server's), contents refreshed by the configured
-// strategy.
-func newVolumeManager(opts Options, capacity nodeCapacity) *volumes.Manager {
+// strategy. Its events and wake-ups go through the daemon d will point at.
+func newVolumeManager(opts Options, capacity nodeCapacity, d **Daemon) *volumes.Manager {
 	cfg := opts.Config
 	vo := volumes.Options{
+		Event:                       func(pod *corev1.Pod, typ, reason, msg string) { (*d).event(pod, nil, "", typ, reason, msg) },
+		Wake:                        func(uid types.UID) { (*d).wakeWorker(string(uid)) },
 		StateDir:                    cfg.Node.StateDir,
 		Strategy:                    cfg.Runtime.ConfigMapAndSecretChangeDetectionStrategy,
 		SyncFrequency:               cfg.Runtime.SyncFrequency,
@@ -307,8 +310,9 @@ func New(opts Options) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
+	var m *Daemon
 	if opts.Volumes == nil {
-		opts.Volumes = newVolumeManager(opts, capacity)
+		opts.Volumes = newVolumeManager(opts, capacity, &m)
 	}
 	if len(opts.HostIPs) == 0 {
 		opts.HostIPs = hostIPs(cfg.Node.Address)
@@ -317,7 +321,7 @@ func New(opts Options) (*Daemon, error) {
 	if maxBackOff <= 0 {
 		maxBackOff = 300 * time.Second
 	}
-	m := &Daemon{
+	m = &Daemon{
 		cfg: cfg, log: opts.Log, bus: opts.Bus, rs: opts.Runtime, clock: opts.Clock,
 		runtime: runtimeInfo{name: "containerd"},
 		health:  opts.SetHealth,

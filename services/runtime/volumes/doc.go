@@ -32,6 +32,19 @@
 // values; service account tokens are requested again at 80 % of their
 // lifetime.
 //
+// Projected volumes also carry clusterTrustBundle and podCertificate
+// sources, as the kubelet's (trustbundle.go, podcert.go). Trust bundles are
+// read through an informer on the newest version of certificates.k8s.io
+// that serves them, started on first use; the anchors of a name, or of a
+// signer and label selector, are written once each, and a non-optional
+// source that matches nothing fails the volume (the pod waits). For a
+// podCertificate source the node makes a private key and a
+// PodCertificateRequest for it, naming the pod, its service account and the
+// node by UID; the pod waits until a signer issues it, then the key and
+// chain are the source's files, renewed from beginRefreshAt. A request
+// that is denied or fails is final for the pod. Keys live in memory and on
+// the volume's tmpfs only, so a restarted runtime asks again.
+//
 // subPath mounts follow the kubelet's pkg/volume/util/subpath: the path is
 // resolved inside the volume, opened component by component without
 // following symlinks, and the opened file is bind-mounted, so neither

@@ -48,6 +48,13 @@ type Options struct {
 	// CSI holds the registered CSI drivers; nil: CSI volumes fail. Run
 	// runs it.
 	CSI *csi.Registry
+	// Event posts an event about a pod (podCertificate requests denied,
+	// failed, overdue or expired); nil: none.
+	Event func(pod *corev1.Pod, eventType, reason, message string)
+	// Wake asks for the pod to be synced again: a volume that could not be
+	// set up can be now (a pod certificate was issued); nil: the pod
+	// waits for its next retry.
+	Wake func(uid types.UID)
 	// Clock defaults to the real clock.
 	Clock clock.WithTicker
 	Log   *slog.Logger
@@ -65,12 +72,18 @@ type Manager struct {
 	log         *slog.Logger
 	objects     objectSource // nil: no way to read API objects
 	tokens      *tokenManager
-	ctx         context.Context
-	cancel      context.CancelFunc
-	client      kubernetes.Interface
-	nodeName    string
-	csi         *csi.Registry
-	mounter     mount.Interface
+	// bundles and podCerts serve clusterTrustBundle and podCertificate
+	// projections (trustbundle.go, podcert.go); podCerts is nil on a
+	// standalone node.
+	bundles  *trustBundles
+	podCerts *podCertificates
+	wakePod  func(types.UID)
+	ctx      context.Context
+	cancel   context.CancelFunc
+	client   kubernetes.Interface
+	nodeName string
+	csi      *csi.Registry
+	mounter  mount.Interface
 	// csiMu serialises staging, publishing and their reverse, so that a
 	// volume is never unstaged while another pod publishes it.
 	csiMu sync.Mutex
@@ -91,7 +104,10 @@ type podVolumes struct {
 	// mu serialises setup, refresh and teardown of the pod's volumes.
 	mu sync.Mutex
 	// pod is the newest spec Setup saw.
-	pod  *corev1.Pod
+	pod *corev1.Pod
+	// spec is the pod as first seen, readable under the manager's lock
+	// (its volumes never change).
+	spec *corev1.Pod
 	refs []objectKey
 	// ready: volumes set up at least once, which a refresh rewrites.
 	ready map[string]bool
@@ -125,7 +141,9 @@ func New(opts Options) *Manager {
 		client: opts.Client, nodeName: opts.NodeName, csi: opts.CSI, mounter: mount.NewWithoutSystemd(""),
 		pending: map[types.UID]map[string]bool{}, inUseKick: make(chan struct{}, 1),
 		pods: map[types.UID]*podVolumes{}, dirty: map[types.UID]bool{}, kick: make(chan struct{}, 1),
+		wakePod: opts.Wake,
 	}
+	m.bundles = newTrustBundles(opts.Client, opts.Log, func() { m.markDirty(projectsTrustBundles) })
 	getter := opts.Objects
 	if getter == nil && opts.Client != nil {
 		getter = clientGetter{opts.Client}
@@ -144,6 +162,9 @@ func New(opts Options) *Manager {
 			return c.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name, tr, metav1.CreateOptions{})
 		}, opts.Clock)
 		m.tokens.issued = m.wake
+		m.podCerts = newPodCertificates(c, opts.NodeName, opts.Clock, opts.Log)
+		m.podCerts.event = opts.Event
+		m.podCerts.issued = m.credentialsChanged
 	}
 	return m
 }
@@ -158,6 +179,9 @@ func PodDir(stateDir, uid string) string { return filepath.Join(stateDir, "pods"
 // the kubelet's FailedMount event does.
 func (m *Manager) Setup(ctx context.Context, pod *corev1.Pod) (map[string]string, error) {
 	p := m.track(pod)
+	if m.podCerts != nil {
+		m.podCerts.track(pod)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.pod = pod
@@ -281,6 +305,11 @@ func (m *Manager) Run(ctx context.Context) {
 		go func() { defer close(done); m.csi.Run(ctx) }()
 		defer func() { <-done }()
 	}
+	if m.podCerts != nil {
+		done := make(chan struct{})
+		go func() { defer close(done); m.podCerts.run(ctx) }()
+		defer func() { <-done }()
+	}
 	for {
 		wait := m.syncFreq
 		if m.tokens != nil {
@@ -311,7 +340,7 @@ func (m *Manager) track(pod *corev1.Pod) *podVolumes {
 	defer m.mu.Unlock()
 	p := m.pods[pod.UID]
 	if p == nil {
-		p = &podVolumes{refs: referencedObjects(pod), ready: map[string]bool{}, lastErr: map[string]string{}, persistent: map[string]string{}}
+		p = &podVolumes{spec: pod, refs: referencedObjects(pod), ready: map[string]bool{}, lastErr: map[string]string{}, persistent: map[string]string{}}
 		m.pods[pod.UID] = p
 		if m.objects != nil {
 			for _, k := range p.refs {
@@ -330,6 +359,9 @@ func (m *Manager) untrack(uid types.UID) *podVolumes {
 	m.mu.Unlock()
 	if m.tokens != nil {
 		m.tokens.forgetPod(uid)
+	}
+	if m.podCerts != nil {
+		m.podCerts.forget(uid)
 	}
 	if p == nil {
 		return nil
@@ -357,6 +389,47 @@ func (m *Manager) objectChanged(k objectKey) {
 	}
 	m.mu.Unlock()
 	m.wake()
+}
+
+// markDirty marks the pods whose spec matches for a refresh.
+func (m *Manager) markDirty(match func(*corev1.Pod) bool) {
+	m.mu.Lock()
+	for uid, p := range m.pods {
+		if p.spec != nil && match(p.spec) {
+			m.dirty[uid] = true
+		}
+	}
+	m.mu.Unlock()
+	m.wake()
+}
+
+// credentialsChanged: a pod certificate was issued, denied or failed. Its
+// volumes are rewritten, and a pod still waiting for them synced again.
+func (m *Manager) credentialsChanged(uid types.UID) {
+	m.mu.Lock()
+	if _, ok := m.pods[uid]; ok {
+		m.dirty[uid] = true
+	}
+	m.mu.Unlock()
+	m.wake()
+	if m.wakePod != nil {
+		m.wakePod(uid)
+	}
+}
+
+// projectsTrustBundles: a projected volume of the pod has a
+// clusterTrustBundle source.
+func projectsTrustBundles(pod *corev1.Pod) bool {
+	for _, v := range pod.Spec.Volumes {
+		if v.Projected != nil {
+			for _, s := range v.Projected.Sources {
+				if s.ClusterTrustBundle != nil {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // wake makes Run refresh the dirty pods and compute its next wait again.

@@ -53,7 +53,7 @@ func (m *Manager) setupVolume(ctx context.Context, pod *corev1.Pod, v *corev1.Vo
 		})
 	case v.Projected != nil:
 		return m.project(pod, v, pluginProjected, true, func() (map[string]FileProjection, error) {
-			return m.projectedPayload(ctx, pod, v.Projected)
+			return m.projectedPayload(ctx, pod, v.Name, v.Projected)
 		})
 	case v.PersistentVolumeClaim != nil, v.Ephemeral != nil:
 		return m.setupClaim(ctx, pod, v)
@@ -244,7 +244,7 @@ func (m *Manager) secretPayload(ctx context.Context, pod *corev1.Pod, name strin
 
 // projectedPayload is the kubelet's projected collectData: every source's
 // files in one volume.
-func (m *Manager) projectedPayload(ctx context.Context, pod *corev1.Pod, src *corev1.ProjectedVolumeSource) (map[string]FileProjection, error) {
+func (m *Manager) projectedPayload(ctx context.Context, pod *corev1.Pod, volume string, src *corev1.ProjectedVolumeSource) (map[string]FileProjection, error) {
 	payload := map[string]FileProjection{}
 	var errs []error
 	merge := func(files map[string]FileProjection, err error) {
@@ -257,7 +257,13 @@ func (m *Manager) projectedPayload(ctx context.Context, pod *corev1.Pod, src *co
 		}
 	}
 	fsUser, fsGroup := fsUserOf(pod), fsGroupOf(pod)
-	for _, s := range src.Sources {
+	// With an fsUser or fsGroup a token, trust bundle or credential is the
+	// owner's alone (SetVolumeOwnership adds group read).
+	privateMode := modeOr(src.DefaultMode)
+	if fsUser != nil || fsGroup != nil {
+		privateMode = 0o600
+	}
+	for i, s := range src.Sources {
 		switch {
 		case s.Secret != nil:
 			merge(m.secretPayload(ctx, pod, s.Secret.Name, s.Secret.Items, src.DefaultMode, s.Secret.Optional))
@@ -267,28 +273,59 @@ func (m *Manager) projectedPayload(ctx context.Context, pod *corev1.Pod, src *co
 			merge(DownwardAPIPayload(s.DownwardAPI.Items, pod, m.allocatable, src.DefaultMode))
 		case s.ServiceAccountToken != nil:
 			tp := s.ServiceAccountToken
-			// With an fsUser or fsGroup the token is the owner's alone
-			// (SetVolumeOwnership adds group read).
-			mode := modeOr(src.DefaultMode)
-			if fsUser != nil || fsGroup != nil {
-				mode = 0o600
-			}
 			tok, err := m.token(ctx, pod, tp)
 			if err != nil {
 				errs = append(errs, err)
 				continue
 			}
-			payload[tp.Path] = FileProjection{Data: []byte(tok), Mode: mode, FsUser: fsUser}
+			payload[tp.Path] = FileProjection{Data: []byte(tok), Mode: privateMode, FsUser: fsUser}
 		case s.ClusterTrustBundle != nil:
-			errs = append(errs, errors.New("clusterTrustBundle projections are not supported by nodelet"))
+			anchors, err := m.trustAnchors(ctx, s.ClusterTrustBundle)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			payload[s.ClusterTrustBundle.Path] = FileProjection{Data: anchors, Mode: privateMode, FsUser: fsUser}
 		case s.PodCertificate != nil:
-			errs = append(errs, errors.New("podCertificate projections are not supported by nodelet"))
+			if m.podCerts == nil {
+				errs = append(errs, errNoAPI("podCertificate projection"))
+				continue
+			}
+			key, chain, err := m.podCerts.bundle(pod, volume, i)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			pc := s.PodCertificate
+			if pc.CredentialBundlePath != "" {
+				payload[pc.CredentialBundlePath] = FileProjection{Data: append(append([]byte{}, key...), chain...), Mode: privateMode, FsUser: fsUser}
+			}
+			if pc.KeyPath != "" {
+				payload[pc.KeyPath] = FileProjection{Data: key, Mode: privateMode, FsUser: fsUser}
+			}
+			if pc.CertificateChainPath != "" {
+				payload[pc.CertificateChainPath] = FileProjection{Data: chain, Mode: privateMode, FsUser: fsUser}
+			}
 		}
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
 	return payload, nil
+}
+
+// trustAnchors are the PEM certificates of the bundle a projection names,
+// or of those its signer and selector match (the kubelet's projected
+// collectData).
+func (m *Manager) trustAnchors(ctx context.Context, p *corev1.ClusterTrustBundleProjection) ([]byte, error) {
+	optional := p.Optional != nil && *p.Optional
+	switch {
+	case p.Name != nil:
+		return m.bundles.byName(ctx, *p.Name, optional)
+	case p.SignerName != nil:
+		return m.bundles.bySigner(ctx, *p.SignerName, p.LabelSelector, optional)
+	}
+	return nil, errors.New("ClusterTrustBundle projection requires either name or signerName to be set")
 }
 
 // token is a service account token for the pod through the TokenRequest
