@@ -409,6 +409,17 @@ func startControlPlane(bins BinaryPaths, o ControlPlaneOptions) (_ *ControlPlane
 		"--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname",
 		"--kubelet-client-certificate="+filepath.Join(pki, "apiserver-kubelet-client.crt"),
 		"--kubelet-client-key="+filepath.Join(pki, "apiserver-kubelet-client.key"),
+		// The aggregation layer as kubeadm configures it: requests proxied
+		// to an aggregated API server (the e2e suite's sample-apiserver)
+		// carry the user in headers, vouched for by the front proxy's
+		// client certificate.
+		"--requestheader-client-ca-file="+filepath.Join(pki, "front-proxy-ca.crt"),
+		"--requestheader-allowed-names=front-proxy-client",
+		"--requestheader-username-headers=X-Remote-User",
+		"--requestheader-group-headers=X-Remote-Group",
+		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
+		"--proxy-client-cert-file="+filepath.Join(pki, "front-proxy-client.crt"),
+		"--proxy-client-key-file="+filepath.Join(pki, "front-proxy-client.key"),
 	)
 	if err != nil {
 		return nil, err
@@ -697,6 +708,51 @@ func writePKI(dir string, addr net.IP) error {
 		return err
 	}
 
+	// The front proxy, as kubeadm's certs phase makes it: a CA of its own
+	// (front-proxy-ca) and kube-apiserver's client certificate under it
+	// (front-proxy-client), with which it proxies to aggregated API servers;
+	// they trust the CA through extension-apiserver-authentication.
+	fpCAKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	fpCATmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(4),
+		Subject:               pkix.Name{CommonName: "front-proxy-ca"},
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              now.Add(10 * 365 * 24 * time.Hour),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	fpCADER, err := x509.CreateCertificate(rand.Reader, fpCATmpl, fpCATmpl, &fpCAKey.PublicKey, fpCAKey)
+	if err != nil {
+		return err
+	}
+	fpCACert, err := x509.ParseCertificate(fpCADER)
+	if err != nil {
+		return err
+	}
+	fpKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	fpDER, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{
+		SerialNumber: big.NewInt(5),
+		Subject:      pkix.Name{CommonName: "front-proxy-client"},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.Add(10 * 365 * 24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}, fpCACert, &fpKey.PublicKey, fpCAKey)
+	if err != nil {
+		return err
+	}
+	fpKeyDER, err := x509.MarshalECPrivateKey(fpKey)
+	if err != nil {
+		return err
+	}
+
 	saKey, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
 		return err
@@ -725,6 +781,9 @@ func writePKI(dir string, addr net.IP) error {
 		{"apiserver.key", "EC PRIVATE KEY", srvKeyDER, 0o600},
 		{"apiserver-kubelet-client.crt", "CERTIFICATE", kcDER, 0o644},
 		{"apiserver-kubelet-client.key", "EC PRIVATE KEY", kcKeyDER, 0o600},
+		{"front-proxy-ca.crt", "CERTIFICATE", fpCADER, 0o644},
+		{"front-proxy-client.crt", "CERTIFICATE", fpDER, 0o644},
+		{"front-proxy-client.key", "EC PRIVATE KEY", fpKeyDER, 0o600},
 		{"sa.key", "RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(saKey), 0o600},
 		{"sa.pub", "PUBLIC KEY", saPub, 0o644},
 	}

@@ -6,6 +6,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"os"
 	"os/exec"
@@ -307,6 +309,43 @@ func TestAdminListsNamespaces(t *testing.T) {
 		if err != nil {
 			t.Errorf("%s in %s: %v", name, ns, err)
 		}
+	}
+}
+
+// The aggregation layer is set up as kubeadm sets it up: aggregated API
+// servers (the e2e suite's sample-apiserver) find the front proxy's CA and
+// headers in extension-apiserver-authentication, and the CA is the one
+// that signed kube-apiserver's proxy client certificate.
+func TestFrontProxy(t *testing.T) {
+	cm, err := cp.AdminClient(t).CoreV1().ConfigMaps("kube-system").Get(ctx(t), "extension-apiserver-authentication", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := os.ReadFile(filepath.Join(cp.Dir, "pki", "front-proxy-ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cm.Data["requestheader-client-ca-file"]; strings.TrimSpace(got) != strings.TrimSpace(string(ca)) {
+		t.Errorf("requestheader-client-ca-file = %q, want the front proxy's CA", got)
+	}
+	for key, want := range map[string]string{"requestheader-allowed-names": `["front-proxy-client"]`,
+		"requestheader-username-headers": `["X-Remote-User"]`, "requestheader-group-headers": `["X-Remote-Group"]`} {
+		if got := cm.Data[key]; got != want {
+			t.Errorf("%s = %q, want %q", key, got, want)
+		}
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	pair, err := tls.LoadX509KeyPair(filepath.Join(cp.Dir, "pki", "front-proxy-client.crt"), filepath.Join(cp.Dir, "pki", "front-proxy-client.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil || leaf.Subject.CommonName != "front-proxy-client" {
+		t.Errorf("proxy client certificate %q: %v", leaf.Subject.CommonName, err)
 	}
 }
 
