@@ -71,15 +71,20 @@ type RuntimeState struct {
 
 func (RuntimeState) SchemaName() string { return "nodelet.v1.RuntimeState" }
 
-// PodVolumeStats are the stats of the pods' persistent volumes, by pod UID,
-// in the kubelet's summary API form (CSI volumes through the driver's
+// PodVolumeStats are the stats of the pods' volumes, by pod UID, in the
+// kubelet's summary API form (emptyDir, configMap, secret, downwardAPI and
+// projected volumes by du and statfs, CSI volumes through the driver's
 // NodeGetVolumeStats, local volumes by statfs, as the kubelet's volume
 // stats calculator): the runtime bucket, key "volumestats", written by
-// nodelet-runtime every minute; nodelet-status serves them in
+// nodelet-runtime every minute; nodelet-server serves them in
 // /stats/summary.
 type PodVolumeStats struct {
 	Time time.Time                         `json:"time"`
 	Pods map[string][]statsapi.VolumeStats `json:"pods,omitempty"`
+	// Ephemeral, by pod UID, is what the pod's local ephemeral volumes
+	// (emptyDir on disk, configMap) and its /etc/hosts use (usedBytes,
+	// inodesUsed): part of its ephemeralStorage.
+	Ephemeral map[string]statsapi.FsStats `json:"ephemeral,omitempty"`
 }
 
 func (PodVolumeStats) SchemaName() string { return "nodelet.v1.PodVolumeStats" }

@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -20,6 +19,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/internal/cri"
+	"github.com/nodelet/nodelet/internal/hostinfo"
 )
 
 // FsStats is one filesystem as statfs sees it.
@@ -281,25 +281,11 @@ func statFs(path string) (*FsStats, error) {
 }
 
 // du returns the bytes (allocated blocks, as du and cAdvisor count) and
-// inodes used under dir; a missing dir uses nothing.
+// inodes used under dir, measured as the kubelet measures volumes
+// (hostinfo.DiskUsage); a missing dir uses nothing.
 func du(dir string) (bytes, inodes int64) {
-	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return nil
-		}
-		info, err := d.Info()
-		if err != nil {
-			return nil
-		}
-		inodes++
-		if st, ok := info.Sys().(*syscall.Stat_t); ok {
-			bytes += st.Blocks * 512
-		} else {
-			bytes += info.Size()
-		}
-		return nil
-	})
-	return bytes, inodes
+	b, n, _ := hostinfo.DiskUsage(dir)
+	return int64(b), int64(n)
 }
 
 func readInt(path string) (int64, error) {

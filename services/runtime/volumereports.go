@@ -10,6 +10,7 @@ import (
 
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/schemas"
+	"github.com/nodelet/nodelet/services/runtime/volumes"
 )
 
 // volumeReporter publishes what the volume manager knows of the node's
@@ -24,13 +25,12 @@ type volumeReporter struct {
 	statsPeriod time.Duration
 }
 
-// statsLoop publishes the pods' persistent volume stats every
-// statsPeriod (runtime bucket, key volumestats), for nodelet-status's
-// /stats/summary. A node without such volumes writes one empty record.
+// statsLoop publishes the pods' volume stats every statsPeriod (runtime
+// bucket, key volumestats), for nodelet-server's /stats/summary: the
+// kubelet's volume stats calculators, which also run every minute
+// (volumeStatsAggPeriod). A node without pods writes one empty record.
 func (r *volumeReporter) statsLoop(ctx context.Context) {
-	v, ok := r.volumes.(interface {
-		VolumeStats(context.Context) map[string][]statsapi.VolumeStats
-	})
+	v, ok := r.volumes.(volumeStatser)
 	if !ok {
 		return
 	}
@@ -38,15 +38,29 @@ func (r *volumeReporter) statsLoop(ctx context.Context) {
 	defer t.Stop()
 	wroteEmpty := false
 	for {
-		pods := v.VolumeStats(ctx)
-		if len(pods) > 0 || !wroteEmpty {
-			rec := &schemas.PodVolumeStats{Time: r.clock.Now().UTC(), Pods: pods}
+		stats := v.VolumeStats(ctx)
+		if len(stats) > 0 || !wroteEmpty {
+			rec := &schemas.PodVolumeStats{Time: r.clock.Now().UTC()}
+			for uid, st := range stats {
+				if len(st.Volumes) > 0 {
+					if rec.Pods == nil {
+						rec.Pods = map[string][]statsapi.VolumeStats{}
+					}
+					rec.Pods[uid] = st.Volumes
+				}
+				if st.Ephemeral.UsedBytes != nil {
+					if rec.Ephemeral == nil {
+						rec.Ephemeral = map[string]statsapi.FsStats{}
+					}
+					rec.Ephemeral[uid] = st.Ephemeral
+				}
+			}
 			if _, err := r.bus.Put(ctx, bus.BucketRuntime, bus.KeyVolumeStats, rec); err != nil {
 				if ctx.Err() == nil {
 					r.log.Warn("Cannot publish volume stats", "err", err)
 				}
 			} else {
-				wroteEmpty = len(pods) == 0
+				wroteEmpty = len(stats) == 0
 			}
 		}
 		select {
@@ -56,6 +70,13 @@ func (r *volumeReporter) statsLoop(ctx context.Context) {
 		}
 	}
 }
+
+// volumeStatser measures the pods' volumes.
+type volumeStatser interface {
+	VolumeStats(context.Context) map[string]volumes.PodStats
+}
+
+var _ volumeStatser = (*volumes.Manager)(nil)
 
 // inUseLoop publishes the node's attachable volumes in use (runtime
 // bucket, key volumesinuse) whenever they change, for nodelet-status to

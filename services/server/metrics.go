@@ -24,11 +24,14 @@ import (
 )
 
 // metricsHandler is the node's /metrics: nodelet-server's own process
-// metrics and every other daemon's nodelet_* metrics, read from their
-// metrics sockets (a daemon that is down contributes nothing).
+// metrics, the claims' volume stats (nodelet_volume_stats_*, from what
+// nodelet-runtime measured) and every other daemon's nodelet_* metrics,
+// read from their metrics sockets (a daemon that is down contributes
+// nothing).
 func (s *Daemon) metricsHandler() http.Handler {
 	own := prometheus.NewRegistry()
-	own.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	own.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		volumeStatsCollector{stats: s.view.volumeStats})
 	gatherers := prometheus.Gatherers{own}
 	for _, c := range bus.Daemons {
 		if c != bus.KubeletServer {

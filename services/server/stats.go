@@ -42,7 +42,7 @@ type statsProvider struct {
 	cri        *cri.Clients
 	machine    *hostinfo.Machine
 	clock      clock.PassiveClock
-	// volumes returns the persistent volumes' stats (nil: none).
+	// volumes returns the pods' volume stats (nil: none).
 	volumes func() *schemas.PodVolumeStats
 
 	mu sync.Mutex
@@ -279,7 +279,7 @@ func (p *statsProvider) podStats(ctx context.Context, node statsapi.NodeStats, f
 			StartTime:  metav1.NewTime(time.Unix(0, sb.CreatedAt)),
 			Containers: []statsapi.ContainerStats{},
 		}
-		var cpuSum, memWS, memUsage, rootUsed, logsUsed uint64
+		var cpuSum, memWS, memUsage, rootUsed, logsUsed, inodesUsed uint64
 		haveCPU, haveMem := false, false
 		for _, c := range containers {
 			if c.PodSandboxId != sb.Id {
@@ -298,6 +298,9 @@ func (p *statsProvider) podStats(ctx context.Context, node statsapi.NodeStats, f
 						cs.Rootfs.Inodes, cs.Rootfs.InodesFree = imageFs.Inodes, imageFs.InodesFree
 					}
 					rootUsed += *cs.Rootfs.UsedBytes
+					if cs.Rootfs.InodesUsed != nil {
+						inodesUsed += *cs.Rootfs.InodesUsed
+					}
 				}
 			}
 			if full {
@@ -305,6 +308,9 @@ func (p *statsProvider) podStats(ctx context.Context, node statsapi.NodeStats, f
 			}
 			if cs.Logs != nil {
 				logsUsed += *cs.Logs.UsedBytes
+				if cs.Logs.InodesUsed != nil {
+					inodesUsed += *cs.Logs.InodesUsed
+				}
 			}
 			if cs.CPU != nil && cs.CPU.UsageCoreNanoSeconds != nil {
 				cpuSum += *cs.CPU.UsageCoreNanoSeconds
@@ -339,16 +345,26 @@ func (p *statsProvider) podStats(ctx context.Context, node statsapi.NodeStats, f
 		if ps.Memory == nil && haveMem {
 			ps.Memory = &statsapi.MemoryStats{Time: now, WorkingSetBytes: u64(memWS), UsageBytes: u64(memUsage)}
 		}
-		eph := &statsapi.FsStats{Time: now, UsedBytes: u64(rootUsed + logsUsed)}
+		// The kubelet's calcEphemeralStorage: writable layers, logs, local
+		// ephemeral volumes and /etc/hosts.
+		eph := &statsapi.FsStats{Time: now, UsedBytes: u64(rootUsed + logsUsed), InodesUsed: u64(inodesUsed)}
 		if node.Fs != nil {
 			eph.CapacityBytes, eph.AvailableBytes = node.Fs.CapacityBytes, node.Fs.AvailableBytes
 		}
-		ps.EphemeralStorage = eph
 		if volumeStats != nil {
-			// Persistent volumes, measured by nodelet-runtime (CSI
-			// NodeGetVolumeStats, statfs of local volumes).
+			// The pod's volumes as nodelet-runtime measured them (the
+			// kubelet's volume stats calculator), and what its local
+			// ephemeral volumes and /etc/hosts add to its ephemeral
+			// storage (calcEphemeralStorage).
 			ps.VolumeStats = volumeStats.Pods[md.GetUid()]
+			if e, ok := volumeStats.Ephemeral[md.GetUid()]; ok && e.UsedBytes != nil {
+				*eph.UsedBytes += *e.UsedBytes
+				if e.InodesUsed != nil {
+					*eph.InodesUsed += *e.InodesUsed
+				}
+			}
 		}
+		ps.EphemeralStorage = eph
 		out = append(out, ps)
 	}
 	sort.Slice(out, func(i, j int) bool {

@@ -114,6 +114,9 @@ type podVolumes struct {
 	// persistent: host paths of the PVC and CSI volumes set up, which
 	// later syncs reuse (the kubelet processes a pod's volumes once).
 	persistent map[string]string
+	// mounted: host paths of every volume set up, which the volume stats
+	// measure (the kubelet's mounted volumes).
+	mounted map[string]string
 	// lastErr per volume, so a failing refresh is logged once.
 	lastErr map[string]string
 	gone    bool
@@ -199,6 +202,7 @@ func (m *Manager) Setup(ctx context.Context, pod *corev1.Pod) (map[string]string
 			}
 			if path, ok := p.persistent[v.Name]; ok {
 				paths[v.Name] = path
+				p.mounted[v.Name] = path
 				continue
 			}
 		}
@@ -219,6 +223,7 @@ func (m *Manager) Setup(ctx context.Context, pod *corev1.Pod) (map[string]string
 			continue
 		}
 		paths[v.Name] = path
+		p.mounted[v.Name] = path
 		if persistent {
 			p.persistent[v.Name] = path
 		}
@@ -340,7 +345,7 @@ func (m *Manager) track(pod *corev1.Pod) *podVolumes {
 	defer m.mu.Unlock()
 	p := m.pods[pod.UID]
 	if p == nil {
-		p = &podVolumes{spec: pod, refs: referencedObjects(pod), ready: map[string]bool{}, lastErr: map[string]string{}, persistent: map[string]string{}}
+		p = &podVolumes{spec: pod, refs: referencedObjects(pod), ready: map[string]bool{}, lastErr: map[string]string{}, persistent: map[string]string{}, mounted: map[string]string{}}
 		m.pods[pod.UID] = p
 		if m.objects != nil {
 			for _, k := range p.refs {

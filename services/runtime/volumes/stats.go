@@ -3,24 +3,43 @@ package volumes
 import (
 	"context"
 	"path/filepath"
-	"sort"
+	"slices"
+	"strings"
 	"time"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+
+	"github.com/nodelet/nodelet/internal/hostinfo"
 )
 
-// VolumeStats measures the persistent volumes set up for running pods, by
-// pod UID, as the kubelet's volume stats calculator: a CSI volume through
-// its driver's NodeGetVolumeStats (when the driver has GET_VOLUME_STATS),
-// a local volume by statfs. hostPath volumes have no stats, as with the
-// kubelet. A volume that cannot be measured is left out.
-func (m *Manager) VolumeStats(ctx context.Context) map[string][]statsapi.VolumeStats {
+// PodStats are a pod's volume stats as the kubelet's volume stats
+// calculator and makePodStorageStats make them.
+type PodStats struct {
+	// Volumes: its local ephemeral volumes (emptyDir on disk, configMap),
+	// then the others, each group by name.
+	Volumes []statsapi.VolumeStats
+	// Ephemeral is what its local ephemeral volumes and its /etc/hosts
+	// file use (UsedBytes, InodesUsed), part of the pod's
+	// ephemeral-storage use beside its containers' writable layers and
+	// logs.
+	Ephemeral statsapi.FsStats
+}
+
+// VolumeStats measures the volumes set up for the pods, by pod UID, as the
+// kubelet's volume stats calculator: emptyDir, configMap, secret,
+// downwardAPI and projected volumes by walking them (du) and statfs of
+// their filesystem (its MetricsDu), a CSI volume through its driver's
+// NodeGetVolumeStats (when the driver has GET_VOLUME_STATS), a local
+// volume by statfs. hostPath volumes (and hostPath PVs) have no stats, as
+// with the kubelet. A volume that cannot be measured is left out.
+func (m *Manager) VolumeStats(ctx context.Context) map[string]PodStats {
 	type vol struct {
-		name, path string
-		claim      *statsapi.PVCReference
+		spec corev1.Volume
+		path string
 	}
 	m.mu.Lock()
 	tracked := make(map[string]*podVolumes, len(m.pods))
@@ -29,40 +48,93 @@ func (m *Manager) VolumeStats(ctx context.Context) map[string][]statsapi.VolumeS
 	}
 	m.mu.Unlock()
 	pods := map[string][]vol{}
+	specs := map[string]*corev1.Pod{}
 	for uid, p := range tracked {
 		p.mu.Lock()
-		pod := p.pod
-		for name, path := range p.persistent {
-			v := vol{name: name, path: path}
-			if pod != nil {
-				for i := range pod.Spec.Volumes {
-					if pv := &pod.Spec.Volumes[i]; pv.Name == name && (pv.PersistentVolumeClaim != nil || pv.Ephemeral != nil) {
-						claim, _, _ := claimOf(pod, pv)
-						v.claim = &statsapi.PVCReference{Name: claim, Namespace: pod.Namespace}
-					}
+		if pod := p.pod; pod != nil {
+			specs[uid] = pod
+			for _, v := range pod.Spec.Volumes {
+				if path, ok := p.mounted[v.Name]; ok {
+					pods[uid] = append(pods[uid], vol{spec: v, path: path})
 				}
 			}
-			pods[uid] = append(pods[uid], v)
 		}
 		p.mu.Unlock()
 	}
-	out := map[string][]statsapi.VolumeStats{}
+	out := map[string]PodStats{}
 	for uid, vols := range pods {
+		pod := specs[uid]
+		var st PodStats
+		var ephemeral, others []statsapi.VolumeStats
 		for _, v := range vols {
-			fs, ok := m.measure(ctx, v.path)
+			fs, ok := m.measure(ctx, &v.spec, v.path)
 			if !ok {
 				continue
 			}
-			out[uid] = append(out[uid], statsapi.VolumeStats{Name: v.name, PVCRef: v.claim, FsStats: fs})
+			vs := statsapi.VolumeStats{Name: v.spec.Name, FsStats: fs}
+			if v.spec.PersistentVolumeClaim != nil || v.spec.Ephemeral != nil {
+				claim, _, _ := claimOf(pod, &v.spec)
+				vs.PVCRef = &statsapi.PVCReference{Name: claim, Namespace: pod.Namespace}
+			}
+			if localEphemeral(&v.spec) {
+				ephemeral = append(ephemeral, vs)
+				st.Ephemeral.UsedBytes = add(st.Ephemeral.UsedBytes, fs.UsedBytes)
+				st.Ephemeral.InodesUsed = add(st.Ephemeral.InodesUsed, fs.InodesUsed)
+			} else {
+				others = append(others, vs)
+			}
 		}
-		sort.Slice(out[uid], func(i, j int) bool { return out[uid][i].Name < out[uid][j].Name })
+		// The kubelet's getPodEtcHostsStats.
+		if b, n, err := hostinfo.DiskUsage(filepath.Join(PodDir(m.stateDir, uid), "etc-hosts")); err == nil {
+			st.Ephemeral.UsedBytes, st.Ephemeral.InodesUsed = add(st.Ephemeral.UsedBytes, &b), add(st.Ephemeral.InodesUsed, &n)
+		}
+		byName := func(a, b statsapi.VolumeStats) int { return strings.Compare(a.Name, b.Name) }
+		slices.SortFunc(ephemeral, byName)
+		slices.SortFunc(others, byName)
+		st.Volumes = append(ephemeral, others...)
+		if len(st.Volumes) > 0 || st.Ephemeral.UsedBytes != nil {
+			st.Ephemeral.Time = metav1.NewTime(m.clock.Now())
+			out[uid] = st
+		}
 	}
 	return out
 }
 
-func (m *Manager) measure(ctx context.Context, path string) (statsapi.FsStats, bool) {
+// localEphemeral is the kubelet's IsLocalEphemeralVolume: the volumes
+// counted in a pod's ephemeral storage (gitRepo, which nodelet refuses,
+// aside).
+func localEphemeral(v *corev1.Volume) bool {
+	return (v.EmptyDir != nil && v.EmptyDir.Medium == corev1.StorageMediumDefault) || v.ConfigMap != nil
+}
+
+func add(sum, v *uint64) *uint64 {
+	if v == nil {
+		return sum
+	}
+	var s uint64
+	if sum != nil {
+		s = *sum
+	}
+	s += *v
+	return &s
+}
+
+// measure is the volume's metrics provider: MetricsDu, MetricsStatFS (local
+// volumes) or the CSI driver's; hostPath has none.
+func (m *Manager) measure(ctx context.Context, v *corev1.Volume, path string) (statsapi.FsStats, bool) {
 	now := metav1.NewTime(m.clock.Now())
 	switch {
+	case v.EmptyDir != nil, v.ConfigMap != nil, v.Secret != nil, v.DownwardAPI != nil, v.Projected != nil:
+		used, inodesUsed, err := hostinfo.DiskUsage(path)
+		if err != nil {
+			return statsapi.FsStats{}, false
+		}
+		fs, ok := statfs(path, now)
+		if !ok {
+			return statsapi.FsStats{}, false
+		}
+		fs.UsedBytes, fs.InodesUsed = &used, &inodesUsed
+		return fs, true
 	case filepath.Base(filepath.Dir(filepath.Dir(path))) == pluginCSI:
 		data, err := loadVolData(filepath.Dir(path))
 		if err != nil {
@@ -90,18 +162,23 @@ func (m *Manager) measure(ctx context.Context, path string) (statsapi.FsStats, b
 		}
 		return fs, true
 	case filepath.Base(filepath.Dir(path)) == pluginLocal:
-		var st unix.Statfs_t
-		if err := unix.Statfs(path, &st); err != nil {
-			return statsapi.FsStats{}, false
-		}
-		bs := uint64(st.Bsize)
-		capacity, avail, used := st.Blocks*bs, st.Bavail*bs, (st.Blocks-st.Bfree)*bs
-		inodes, free := st.Files, st.Ffree
-		usedInodes := inodes - free
-		return statsapi.FsStats{Time: now, CapacityBytes: &capacity, AvailableBytes: &avail, UsedBytes: &used,
-			Inodes: &inodes, InodesFree: &free, InodesUsed: &usedInodes}, true
+		return statfs(path, now)
 	}
 	return statsapi.FsStats{}, false
+}
+
+// statfs is the kubelet's MetricsStatFS: the filesystem's figures.
+func statfs(path string, now metav1.Time) (statsapi.FsStats, bool) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		return statsapi.FsStats{}, false
+	}
+	bs := uint64(st.Bsize)
+	capacity, avail, used := st.Blocks*bs, st.Bavail*bs, (st.Blocks-st.Bfree)*bs
+	inodes, free := st.Files, st.Ffree
+	usedInodes := inodes - free
+	return statsapi.FsStats{Time: now, CapacityBytes: &capacity, AvailableBytes: &avail, UsedBytes: &used,
+		Inodes: &inodes, InodesFree: &free, InodesUsed: &usedInodes}, true
 }
 
 func nonNeg(v int64) *uint64 {
