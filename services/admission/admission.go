@@ -96,7 +96,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/internal/daemon"
@@ -116,6 +116,10 @@ type Options struct {
 	// them from the API server when node.kubeconfig is set (else no
 	// attach limit is checked).
 	Volumes VolumeSource
+	// NodeClient reads the node's Node object, whose labels and taints
+	// admission follows; nil makes one from node.kubeconfig when it is set
+	// (else the configured labels and taints are the node's).
+	NodeClient kubernetes.Interface
 }
 
 // Run is nodelet-admission under the daemon frame.
@@ -130,8 +134,9 @@ func Run(ctx context.Context, env *daemon.Env) error {
 // Daemon is nodelet-admission: the node as admission sees it and the
 // controller that decides.
 type Daemon struct {
-	o Options
-	c *controller
+	o    Options
+	c    *controller
+	node *corev1.Node // as configured
 }
 
 // New reads the node's capacity, builds the node admission decides on and
@@ -166,7 +171,7 @@ func New(o Options) (*Daemon, error) {
 	if err != nil {
 		return nil, fmt.Errorf("admission.allowedUnsafeSysctls: %w", err)
 	}
-	return &Daemon{o: o, c: newController(o.Log, o.Bus, o.Health, o.Clock, node, sysctls, cfg.Admission.Disabled)}, nil
+	return &Daemon{o: o, node: node, c: newController(o.Log, o.Bus, o.Health, o.Clock, node, sysctls, cfg.Admission.Disabled)}, nil
 }
 
 // Run decides until ctx is done.
@@ -177,6 +182,17 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	if vols != nil {
 		d.c.admitter.handlers = append(d.c.admitter.handlers, &VolumeLimitsHandler{Source: vols, Log: d.o.Log})
+	}
+	if d.o.NodeClient != nil || d.o.Config.NodeKubeconfig() != "" {
+		go func() {
+			client := d.o.NodeClient
+			if client == nil {
+				if client = nodeClient(ctx, d.o.Config, d.o.Log); client == nil {
+					return
+				}
+			}
+			followAPINode(ctx, client, d.node, d.c.admitter.SetNode, d.o.Log)
+		}()
 	}
 	return d.c.run(ctx)
 }

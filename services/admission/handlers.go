@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 	"strings"
+	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/version"
@@ -110,6 +111,17 @@ func NewAdmitter(node *corev1.Node, sysctls *SysctlHandler) *Admitter {
 	return &Admitter{Pressure: p, handlers: []Handler{p, sysctls, NewPredicateHandler(node), NewAppArmorHandler(), NewFeaturesHandler(node), FieldsHandler{}}}
 }
 
+// SetNode makes the predicates check the next pods against node (the
+// kubelet's predicate handler reads its node from the node lister at each
+// admission).
+func (a *Admitter) SetNode(node *corev1.Node) {
+	for _, h := range a.handlers {
+		if p, ok := h.(*PredicateHandler); ok {
+			p.SetNode(node)
+		}
+	}
+}
+
 // Admit decides on attrs.Pod. Pods to preempt are named only when the pod
 // is admitted by every handler (the kubelet kills them as soon as its
 // predicate handler picks them, even if a later handler refuses the pod).
@@ -175,7 +187,10 @@ func isBestEffort(pod *corev1.Pod) bool {
 // supplemental groups policy, then resources, node affinity, node name and
 // host ports against the node and the admitted pods, then NoExecute taints.
 type PredicateHandler struct {
-	node        *corev1.Node
+	// node is what the predicates check against: the node as configured,
+	// with the API Node's labels and taints once they are known
+	// (SetNode); it changes under Admit, hence the pointer swap.
+	node        atomic.Pointer[corev1.Node]
 	allocatable resources
 	maxPods     int64
 }
@@ -183,8 +198,13 @@ type PredicateHandler struct {
 // NewPredicateHandler returns the handler for node.
 func NewPredicateHandler(node *corev1.Node) *PredicateHandler {
 	pods := node.Status.Allocatable[corev1.ResourcePods]
-	return &PredicateHandler{node: node, allocatable: newResources(node.Status.Allocatable), maxPods: pods.Value()}
+	h := &PredicateHandler{allocatable: newResources(node.Status.Allocatable), maxPods: pods.Value()}
+	h.node.Store(node)
+	return h
 }
+
+// SetNode makes the next decisions use node.
+func (h *PredicateHandler) SetNode(node *corev1.Node) { h.node.Store(node) }
 
 // failure is one failed predicate: either a resource short (resource set)
 // or a named predicate.
@@ -249,7 +269,7 @@ func (h *PredicateHandler) Admit(attrs *Attributes) Result {
 }
 
 func (h *PredicateHandler) supplementalGroupsPolicy() bool {
-	f := h.node.Status.Features
+	f := h.node.Load().Status.Features
 	return f != nil && f.SupplementalGroupsPolicy != nil && *f.SupplementalGroupsPolicy
 }
 
@@ -263,10 +283,11 @@ func (h *PredicateHandler) filter(attrs *Attributes) []failure {
 	in := newPodInfo(pod, false)
 	failures := h.fits(h.withoutMissingExtended(in.requests), used, int64(len(attrs.OtherPods)))
 
-	if ok, _ := nodeaffinity.GetRequiredNodeAffinity(pod).Match(h.node); !ok {
+	node := h.node.Load()
+	if ok, _ := nodeaffinity.GetRequiredNodeAffinity(pod).Match(node); !ok {
 		failures = append(failures, failure{predicate: ReasonNodeAffinity, desc: errNodeAffinity})
 	}
-	if pod.Spec.NodeName != "" && pod.Spec.NodeName != h.node.Name {
+	if pod.Spec.NodeName != "" && pod.Spec.NodeName != node.Name {
 		failures = append(failures, failure{predicate: ReasonNodeName, desc: errNodeName})
 	}
 	if hostPortTaken(in.hostPorts, attrs.OtherPods) {
@@ -276,7 +297,7 @@ func (h *PredicateHandler) filter(attrs *Attributes) []failure {
 		// The kubelet only cares about NoExecute taints: NoSchedule is the
 		// scheduler's business, and a pod bound to the node by name has
 		// bypassed it on purpose.
-		_, untolerated := schedcorev1.FindMatchingUntoleratedTaint(klog.Background(), h.node.Spec.Taints, pod.Spec.Tolerations,
+		_, untolerated := schedcorev1.FindMatchingUntoleratedTaint(klog.Background(), node.Spec.Taints, pod.Spec.Tolerations,
 			func(t *corev1.Taint) bool { return t.Effect == corev1.TaintEffectNoExecute }, false)
 		if untolerated {
 			failures = append(failures, failure{predicate: ReasonTaintToleration, desc: errTaintToleration})

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/bus/bustest"
@@ -41,6 +42,8 @@ type harness struct {
 	daemon testenv.Runner
 	// volumes, when set, is the daemon's VolumeSource.
 	volumes VolumeSource
+	// nodeClient, when set, is the daemon's NodeClient.
+	nodeClient kubernetes.Interface
 }
 
 func newHarness(t *testing.T, mutate ...func(*config.Config)) *harness {
@@ -64,7 +67,8 @@ func newHarness(t *testing.T, mutate ...func(*config.Config)) *harness {
 func (h *harness) start() {
 	h.t.Helper()
 	conn := h.b.Connect(bus.Admission)
-	d, err := New(Options{Deps: daemon.Deps{Config: h.cfg, Log: bustest.Logger(), Bus: conn}, Capacity: twoCPU, Volumes: h.volumes})
+	d, err := New(Options{Deps: daemon.Deps{Config: h.cfg, Log: bustest.Logger(), Bus: conn}, Capacity: twoCPU, Volumes: h.volumes,
+		NodeClient: h.nodeClient})
 	if err != nil {
 		h.t.Fatal(err)
 	}
