@@ -245,6 +245,10 @@ func (p *proxy) close() {
 	if p.w != nil {
 		_ = p.w.close()
 	}
+	for c, q := range p.queues {
+		close(q) // its workers end
+		delete(p.queues, c)
+	}
 }
 
 // dispatch reads who asks and queues the request behind that credential's
@@ -265,6 +269,10 @@ func (p *proxy) dispatch(m wireMsg) {
 		return
 	}
 	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return
+	}
 	q, ok := p.queues[component]
 	if !ok {
 		q = make(chan wireMsg, proxyQueue)
@@ -277,7 +285,6 @@ func (p *proxy) dispatch(m wireMsg) {
 			}()
 		}
 	}
-	p.mu.Unlock()
 	select {
 	case q <- m:
 	default:

@@ -52,7 +52,7 @@ type testServer struct {
 	client *http.Client
 }
 
-func testConfig(t *testing.T) *config.Config {
+func testConfig(t testing.TB) *config.Config {
 	cfg := config.Defaults()
 	cfg.Node.Name = "node-1"
 	cfg.Node.Address = "127.0.0.1"
