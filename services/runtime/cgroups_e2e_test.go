@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -384,4 +385,93 @@ func TestNodeAllocatableEnforced(t *testing.T) {
 		shares := cgroupFile(t, "cpu", kubeCgroup, "cpu.shares")
 		return mem == strconv.Itoa(1<<30) && shares == "512", mem + " " + shares
 	})
+}
+
+// The e2e suite's "6 containers - various operations performed": a resize
+// may add a request the container had none of, and rolling it back takes
+// the request away again; both are allocated and applied.
+func TestInPlaceResizeAddsAndRemovesRequests(t *testing.T) {
+	requiresCgroupV1(t)
+	h := newHarness(t, harnessOptions{})
+	h.setSourcesReady()
+	app := busybox("app", "exec sleep 3600")
+	app.Resources = resources(rlist("cpu", "20m"), nil)
+	pod := newPod("resize-add", app)
+	grace := int64(1)
+	pod.Spec.TerminationGracePeriodSeconds = &grace
+	pod.Generation = 1
+	h.run(pod)
+	h.waitObserved(pod, 2*time.Minute, "running", func(o *schemas.PodObserved) bool { return running(o, "app") })
+	resize := func(gen int64, req corev1.ResourceList) {
+		t.Helper()
+		p := pod.DeepCopy()
+		p.Generation = gen
+		p.Spec.Containers[0].Resources = corev1.ResourceRequirements{Requests: req}
+		h.desire(p)
+		h.waitObserved(pod, time.Minute, fmt.Sprintf("generation %d allocated %v", gen, req), func(o *schemas.PodObserved) bool {
+			c := container(o, "app")
+			return c != nil && c.Allocated != nil && equality.Semantic.DeepEqual(c.Allocated.Requests, req) &&
+				c.Resources != nil && equality.Semantic.DeepEqual(c.Resources.Requests, req) && len(o.ResizeConditions) == 0
+		})
+	}
+	resize(2, rlist("cpu", "15m", "memory", "35Mi"))
+	resize(3, rlist("cpu", "20m"))
+}
+
+// The e2e suite's "burstable pods - extended: 6 containers - various
+// operations performed (including adding limits and requests)", resize as
+// the spec makes it: requests raised, lowered and added, limits added.
+func TestInPlaceResizeVariousOperations(t *testing.T) {
+	requiresCgroupV1(t)
+	h := newHarness(t, harnessOptions{})
+	h.setSourcesReady()
+	before := []corev1.ResourceList{rlist("cpu", "20m"), rlist("memory", "35Mi"), rlist("cpu", "20m", "memory", "35Mi"),
+		rlist("cpu", "20m"), rlist("memory", "35Mi")}
+	after := []corev1.ResourceRequirements{
+		resources(rlist("cpu", "25m"), rlist("cpu", "35m")),
+		resources(rlist("memory", "30Mi"), rlist("memory", "50Mi")),
+		resources(rlist("cpu", "20m", "memory", "30Mi"), nil),
+		resources(rlist("cpu", "15m", "memory", "35Mi"), nil),
+		resources(rlist("cpu", "20m", "memory", "40Mi"), nil),
+	}
+	var cs []corev1.Container
+	for i, r := range before {
+		c := busybox(fmt.Sprintf("c%d", i+1), "exec sleep 3600")
+		c.Resources = corev1.ResourceRequirements{Requests: r}
+		cs = append(cs, c)
+	}
+	pod := newPod("resize-ops", cs...)
+	grace := int64(1)
+	pod.Spec.TerminationGracePeriodSeconds = &grace
+	pod.Generation = 1
+	h.run(pod)
+	h.waitObserved(pod, 2*time.Minute, "running", func(o *schemas.PodObserved) bool {
+		for _, c := range cs {
+			if !running(o, c.Name) {
+				return false
+			}
+		}
+		return true
+	})
+	p := pod.DeepCopy()
+	p.Generation = 2
+	for i := range after {
+		p.Spec.Containers[i].Resources = after[i]
+	}
+	h.desire(p)
+	o := h.waitObserved(pod, time.Minute, "resized", func(o *schemas.PodObserved) bool {
+		for i, want := range after {
+			c := container(o, fmt.Sprintf("c%d", i+1))
+			if c == nil || c.Allocated == nil || !equality.Semantic.DeepEqual(*c.Allocated, want) ||
+				c.Resources == nil || !equality.Semantic.DeepEqual(*c.Resources, want) {
+				return false
+			}
+		}
+		return len(o.ResizeConditions) == 0
+	})
+	for _, c := range o.Containers {
+		if c.RestartCount != 0 {
+			t.Errorf("%s restarted by the resize", c.Name)
+		}
+	}
 }
