@@ -1,0 +1,103 @@
+package soak
+
+import (
+	"bytes"
+	"image/png"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+func TestReceivedCountsEachEventAtItsHighestCount(t *testing.T) {
+	r := &received{node: "node-1", by: map[types.UID]eventCount{}}
+	ev := func(uid, host, reason string, count int32) *corev1.Event {
+		return &corev1.Event{ObjectMeta: metav1.ObjectMeta{UID: types.UID(uid)}, Reason: reason, Count: count,
+			Source: corev1.EventSource{Component: "kubelet", Host: host}}
+	}
+	r.see(ev("a", "node-1", "Pulled", 1))
+	r.see(ev("a", "node-1", "Pulled", 3))
+	r.see(ev("a", "node-1", "Pulled", 2))  // an older copy seen late
+	r.see(ev("b", "node-1", "Started", 0)) // count unset: one
+	r.see(ev("c", "node-2", "Started", 5)) // another node's
+	r.see("not an event")
+	got := r.tally()
+	if got.Received != 4 || got.Objects != 2 || got.ByReason["Pulled"] != 3 || got.ByReason["Started"] != 1 {
+		t.Errorf("tally %+v", got)
+	}
+}
+
+func testResult() *Result {
+	samples := churnSamples(12, func(l float64) (float64, float64, float64) { return 40<<20 + l*1024, 80, 20 })
+	for i := range samples {
+		samples[i].Node = Counts{Containers: 110, Sandboxes: 110, Mounts: 400, IPs: 110}
+		samples[i].Bus = map[string]Stream{"KV_nodelet_v1_pods_status": {DiskBytes: int64(1<<20 + i*1000)}}
+		samples[i].Events = &Events{Produced: int64(i * 10), Posted: int64(i * 10), Received: int64(i * 10)}
+	}
+	rest := Sample{Phase: PhaseBefore, Procs: map[string]Proc{"runtime": {Agent: true, PSS: 30 << 20, Goroutines: 60, FDs: 15}}}
+	res := &Result{Agent: "nodelet", Node: "node-1", Pods: 110, Lifecycles: 1100, Warmup: 200, Samples: samples,
+		Before: &Rest{Sample: rest}, After: &Rest{Sample: rest},
+		Actions: map[string]int{"job": 3, "rollout": 1},
+		Events: Events{Produced: 120, Posted: 100, Dropped: map[string]int64{"spam_filter": 20}, Received: 100,
+			ByReason: map[string]int64{"Started": 100}},
+		Leftovers: []Leftover{{Kind: "mounts", Items: []string{"/x/y"}}}}
+	res.Growth = ComputeGrowth(res.Samples, res.Warmup, Bounds{})
+	return res
+}
+
+func TestPrint(t *testing.T) {
+	res := testResult()
+	other := testResult()
+	other.Agent = "kubelet"
+	var b bytes.Buffer
+	(&Report{Results: []*Result{res, other}}).Print(&b)
+	out := b.String()
+	for _, want := range []string{
+		"== nodelet on node-1: 1100 lifecycles at 110 pods",
+		"runtime",
+		"containerd*",
+		"30.0/41.1/30.0",
+		"events: produced 120 = posted 100 + dropped 20 spam_filter 20; received 100 in 0 objects: balanced",
+		"mounts (1): /x/y",
+		"== side by side",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestPlotsArePNGs(t *testing.T) {
+	dir := t.TempDir()
+	res := testResult()
+	rep := &Report{Results: []*Result{res, testResult()}}
+	rep.Results[1].Agent = "kubelet"
+	if err := rep.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"nodelet.png", "kubelet.png", "compare.png"} {
+		f, err := os.Open(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		img, err := png.Decode(f)
+		f.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if b := img.Bounds(); b.Dx() < 500 || b.Dy() < 300 {
+			t.Errorf("%s: %v", name, b)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "result.json")); err != nil {
+		t.Error(err)
+	}
+	// A run that failed before its churn still plots (empty panels).
+	if err := PlotResult(&Result{Agent: "nodelet"}, filepath.Join(dir, "empty.png")); err != nil {
+		t.Error(err)
+	}
+}

@@ -1,0 +1,200 @@
+package soak
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Result is one soak of one agent; Report holds one per agent and is
+// written as JSON.
+type Result struct {
+	Agent   string    `json:"agent"`
+	Node    string    `json:"node"`
+	Started time.Time `json:"started"`
+	// Pods is the number of pods the node is kept at (its maxPods).
+	Pods int `json:"pods"`
+	// Lifecycles is how many pods were created on the node and then
+	// deleted from the API (the agent confirmed them gone).
+	Lifecycles int `json:"lifecycles"`
+	// Restarts is the sum of the containers' restarts the API saw.
+	Restarts int `json:"restarts"`
+	// Warmup is the lifecycles left out of the growth figures.
+	Warmup int `json:"warmupLifecycles"`
+	// FillSeconds is how long the node took to run Pods pods; ChurnSeconds
+	// the churn; DrainSeconds from the drain's start to no pod in the API.
+	FillSeconds  float64 `json:"fillSeconds"`
+	ChurnSeconds float64 `json:"churnSeconds"`
+	DrainSeconds float64 `json:"drainSeconds"`
+	// Actions counts the churn's API actions by kind.
+	Actions map[string]int `json:"actions"`
+	// Samples is the series, every Options.Every.
+	Samples []Sample `json:"samples"`
+	// Growth is each series' growth per 1,000 lifecycles after warm-up.
+	Growth []Growth `json:"growth"`
+	// Before is the empty node before the fill, After the node once drained.
+	Before *Rest `json:"before"`
+	After  *Rest `json:"after,omitempty"`
+	// Leftovers is what After has and Before had not; CleanAfterSeconds is
+	// how long after the last pod left the API the node took to be clean
+	// (-1: it was not, within Options.Settle).
+	Leftovers         []Leftover `json:"leftovers"`
+	CleanAfterSeconds float64    `json:"cleanAfterSeconds"`
+	// Events are the node's events, produced and received.
+	Events Events `json:"events"`
+	// Errors are what went wrong on the way (a sample that could not be
+	// taken, an action the API refused); the run goes on.
+	Errors []string `json:"errors,omitempty"`
+}
+
+// Report is what a soak writes: one Result per agent.
+type Report struct {
+	Started  time.Time `json:"started"`
+	Finished time.Time `json:"finished"`
+	Command  string    `json:"command"`
+	Load     string    `json:"load"`
+	Results  []*Result `json:"results"`
+}
+
+// Sample is the node at one moment.
+type Sample struct {
+	// At is the time since the soak started, in seconds.
+	At    float64 `json:"t"`
+	Phase string  `json:"phase"`
+	// Lifecycles so far, and the pods bound to the node and not finished.
+	Lifecycles int `json:"lifecycles"`
+	Pods       int `json:"pods"`
+	// Procs are the agent's processes (and, named as such, containerd and
+	// kube-proxy, which are not the agent's).
+	Procs map[string]Proc `json:"procs"`
+	Node  Counts          `json:"node"`
+	// Bus is the bus store's streams (nodelet only), by stream name.
+	Bus    map[string]Stream `json:"bus,omitempty"`
+	Events *Events           `json:"events,omitempty"`
+}
+
+// Proc is one process's cost at a moment. Goroutines is -1 where the
+// process does not tell.
+type Proc struct {
+	PID        int    `json:"pid"`
+	Agent      bool   `json:"agent"`
+	RSS        uint64 `json:"rssBytes"`
+	PSS        uint64 `json:"pssBytes"`
+	PSSAnon    uint64 `json:"pssAnonBytes"`
+	FDs        int    `json:"fds"`
+	Threads    int    `json:"threads"`
+	Goroutines int    `json:"goroutines"`
+}
+
+// Counts are the node's resources that pods come and go with.
+type Counts struct {
+	Containers        int `json:"containers"`
+	ContainersRunning int `json:"containersRunning"`
+	Sandboxes         int `json:"sandboxes"`
+	SandboxesReady    int `json:"sandboxesReady"`
+	Shims             int `json:"shims"`
+	// Mounts are those under the node's and its containerd's dirs.
+	Mounts int `json:"mounts"`
+	// PodCgroups are pod<uid> cgroups under the node's cgroup root (memory
+	// hierarchy), Cgroups every cgroup there.
+	PodCgroups int `json:"podCgroups"`
+	Cgroups    int `json:"cgroups"`
+	// IPs are host-local's leases of the node's network.
+	IPs int `json:"ips"`
+	// IPTables counts the rules in the node's network namespace, CNIRules
+	// those of the CNI plugins' chains (CNI-*).
+	IPTables int `json:"iptablesRules"`
+	CNIRules int `json:"cniRules"`
+	// Veths are the ports of the pods' bridge.
+	Veths int `json:"veths"`
+	// PodLogDirs and PodDirs are the entries of the pod log dir and of the
+	// agent's pods dir (volumes).
+	PodLogDirs int `json:"podLogDirs"`
+	PodDirs    int `json:"podDirs"`
+	// CNINetns counts /run/netns/cni-*: machine-wide, other tests' too.
+	CNINetns int `json:"cniNetnsMachineWide"`
+	// BusKeys is the live keys of every bucket (nodelet; only at rest).
+	BusKeys int `json:"busKeys,omitempty"`
+}
+
+// Stream is one bus stream's size: its bytes on disk, and from JetStream
+// its messages and subjects (0 where the tap credential cannot ask).
+type Stream struct {
+	DiskBytes int64  `json:"diskBytes"`
+	Bytes     uint64 `json:"bytes"`
+	Msgs      uint64 `json:"msgs"`
+	Subjects  uint64 `json:"subjects"`
+	LastSeq   uint64 `json:"lastSeq"`
+}
+
+// Rest is the node at rest: the figures of a sample, and the inventory of
+// what pods leave behind when they go.
+type Rest struct {
+	Sample    Sample    `json:"sample"`
+	Inventory Inventory `json:"inventory"`
+}
+
+// Events tallies the node's events. For nodelet, every event produced on
+// the bus ends either posted to the API or dropped for a counted reason,
+// and what was posted is what the API received: Produced = Posted +
+// ΣDropped and Posted = Received. (The kubelet tells neither Produced nor
+// Posted: only Received.)
+type Events struct {
+	// Produced is the events stored on the producers' streams (their last
+	// sequence: all ever stored, also those aged out since).
+	Produced int64 `json:"produced"`
+	// Posted and Dropped are nodelet-status's counters.
+	Posted  int64            `json:"posted"`
+	Dropped map[string]int64 `json:"dropped"`
+	// Received is the sum of the counts of the node's Event objects in the
+	// API (source kubelet, host the node), each at the highest count seen;
+	// Objects the number of them.
+	Received int64 `json:"received"`
+	Objects  int   `json:"objects"`
+	// ByReason is Received by the events' reason.
+	ByReason map[string]int64 `json:"byReason"`
+}
+
+// DroppedTotal is the sum of Dropped.
+func (e Events) DroppedTotal() int64 {
+	var n int64
+	for _, v := range e.Dropped {
+		n += v
+	}
+	return n
+}
+
+// Mismatch says what does not add up, or "" when it all does (or, with no
+// producer count, when there is nothing to check).
+func (e Events) Mismatch() string {
+	if e.Produced == 0 && e.Posted == 0 {
+		return ""
+	}
+	var out []string
+	if d := e.Produced - e.Posted - e.DroppedTotal(); d != 0 {
+		out = append(out, fmt.Sprintf("produced %d != posted %d + dropped %d (%+d unaccounted)", e.Produced, e.Posted, e.DroppedTotal(), d))
+	}
+	if e.Posted != e.Received {
+		out = append(out, fmt.Sprintf("posted %d != received %d", e.Posted, e.Received))
+	}
+	return strings.Join(out, "; ")
+}
+
+// Leftover is one kind of thing the drained node still has.
+type Leftover struct {
+	Kind  string   `json:"kind"`
+	Items []string `json:"items"`
+}
+
+// agentNames are the agent's processes of a sample, sorted.
+func (s Sample) agentNames() []string {
+	var out []string
+	for name, p := range s.Procs {
+		if p.Agent {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
