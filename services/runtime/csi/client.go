@@ -41,6 +41,9 @@ type Driver struct {
 	StageUnstage bool
 	// VolumeStats: the driver has GET_VOLUME_STATS.
 	VolumeStats bool
+	// Expand: the driver has EXPAND_VOLUME (NodeExpandVolume grows a
+	// resized volume's filesystem on the node).
+	Expand bool
 	// Node is the driver's CSI Node service.
 	Node csipb.NodeClient
 
@@ -81,6 +84,8 @@ func connectDriver(ctx context.Context, name, endpoint string) (*Driver, error) 
 			d.StageUnstage = true
 		case csipb.NodeServiceCapability_RPC_GET_VOLUME_STATS:
 			d.VolumeStats = true
+		case csipb.NodeServiceCapability_RPC_EXPAND_VOLUME:
+			d.Expand = true
 		}
 	}
 	return d, nil

@@ -7,8 +7,9 @@
 // A volume's data is the directory <DataDir>/volumes/<volumeID>.
 // NodeStageVolume bind-mounts it on the staging path, NodePublishVolume
 // bind-mounts the staging path (or the data directory, without staging) on
-// the target path, read-only when asked. Every call is appended to
-// <DataDir>/calls.log so tests can count them.
+// the target path, read-only when asked. A raw block volume is an image on
+// a loop device (loop.go); with Expand, NodeExpandVolume grows volumes.
+// Every call is appended to <DataDir>/calls.log so tests can count them.
 package csitest
 
 import (
@@ -44,6 +45,9 @@ type Config struct {
 	MaxVolumes int64
 	// Stage: the driver has STAGE_UNSTAGE_VOLUME.
 	Stage bool
+	// Expand: the driver has EXPAND_VOLUME; a filesystem volume is a tmpfs
+	// of its size (SizeKey), which NodeExpandVolume grows.
+	Expand bool
 	// DataDir holds the volumes' data, the CSI socket and calls.log.
 	DataDir string
 	// RegistryDir is the node's plugins_registry directory.
@@ -86,6 +90,7 @@ func Run(ctx context.Context, cfg Config) error {
 		go func(srv *grpc.Server) { _ = srv.Serve(ln) }(s.srv)
 	}
 	<-ctx.Done()
+	defer d.cleanup()
 	// The registrar removes its socket when it stops: the node deregisters
 	// the driver.
 	regSrv.Stop()
@@ -133,6 +138,10 @@ type Call struct {
 	Path     string `json:"path,omitempty"`
 	Staging  string `json:"staging,omitempty"`
 	ReadOnly bool   `json:"readOnly,omitempty"`
+	// Block: the capability was a raw block device.
+	Block bool `json:"block,omitempty"`
+	// Bytes is NodeExpandVolume's required size.
+	Bytes int64 `json:"bytes,omitempty"`
 	// Context is the volume context (publish) and PublishContext the
 	// publish context NodeStage/NodePublish received.
 	Context        map[string]string `json:"context,omitempty"`
@@ -176,15 +185,23 @@ func (d *driver) NodeGetCapabilities(context.Context, *csipb.NodeGetCapabilities
 	if d.cfg.Stage {
 		caps = append(caps, rpc(csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME))
 	}
+	if d.cfg.Expand {
+		caps = append(caps, rpc(csipb.NodeServiceCapability_RPC_EXPAND_VOLUME))
+	}
 	return &csipb.NodeGetCapabilitiesResponse{Capabilities: caps}, nil
 }
 
-func (d *driver) dataDir(id string) (string, error) {
+// dataDir is a filesystem volume's data directory, made when missing
+// (with Expand, a tmpfs of the size attrs say).
+func (d *driver) dataDir(id string, attrs map[string]string) (string, error) {
 	if id == "" || filepath.Base(id) != id || id == "." || id == ".." {
 		return "", status.Errorf(codes.InvalidArgument, "bad volume ID %q", id)
 	}
 	dir := filepath.Join(d.cfg.DataDir, "volumes", id)
-	return dir, os.MkdirAll(dir, 0o777)
+	if err := os.MkdirAll(dir, 0o777); err != nil || !d.cfg.Expand {
+		return dir, err
+	}
+	return dir, d.sizedDataDir(dir, attrs)
 }
 
 // bind bind-mounts src on target unless something is mounted there.
@@ -223,28 +240,39 @@ func (d *driver) unbind(target string) error {
 }
 
 func (d *driver) NodeStageVolume(_ context.Context, req *csipb.NodeStageVolumeRequest) (*csipb.NodeStageVolumeResponse, error) {
-	d.record(Call{Method: "NodeStageVolume", VolumeID: req.GetVolumeId(), Path: req.GetStagingTargetPath(), PublishContext: req.GetPublishContext()})
+	d.record(Call{Method: "NodeStageVolume", VolumeID: req.GetVolumeId(), Path: req.GetStagingTargetPath(), PublishContext: req.GetPublishContext(),
+		Block: req.GetVolumeCapability().GetBlock() != nil})
 	if !d.cfg.Stage {
 		return nil, status.Error(codes.Unimplemented, "no STAGE_UNSTAGE_VOLUME")
 	}
-	src, err := d.dataDir(req.GetVolumeId())
-	if err != nil {
-		return nil, err
-	}
 	if req.GetStagingTargetPath() == "" {
 		return nil, status.Error(codes.InvalidArgument, "staging target path missing")
+	}
+	if req.GetVolumeCapability().GetBlock() != nil {
+		return &csipb.NodeStageVolumeResponse{}, d.stageBlock(req)
+	}
+	src, err := d.dataDir(req.GetVolumeId(), req.GetVolumeContext())
+	if err != nil {
+		return nil, err
 	}
 	return &csipb.NodeStageVolumeResponse{}, d.bind(src, req.GetStagingTargetPath(), false)
 }
 
 func (d *driver) NodeUnstageVolume(_ context.Context, req *csipb.NodeUnstageVolumeRequest) (*csipb.NodeUnstageVolumeResponse, error) {
 	d.record(Call{Method: "NodeUnstageVolume", VolumeID: req.GetVolumeId(), Path: req.GetStagingTargetPath()})
-	return &csipb.NodeUnstageVolumeResponse{}, d.unbind(req.GetStagingTargetPath())
+	if err := d.unbind(req.GetStagingTargetPath()); err != nil {
+		return nil, err
+	}
+	return &csipb.NodeUnstageVolumeResponse{}, d.detach(req.GetVolumeId())
 }
 
 func (d *driver) NodePublishVolume(_ context.Context, req *csipb.NodePublishVolumeRequest) (*csipb.NodePublishVolumeResponse, error) {
 	d.record(Call{Method: "NodePublishVolume", VolumeID: req.GetVolumeId(), Path: req.GetTargetPath(), Staging: req.GetStagingTargetPath(),
-		ReadOnly: req.GetReadonly(), Context: req.GetVolumeContext(), PublishContext: req.GetPublishContext()})
+		ReadOnly: req.GetReadonly(), Context: req.GetVolumeContext(), PublishContext: req.GetPublishContext(),
+		Block: req.GetVolumeCapability().GetBlock() != nil})
+	if req.GetVolumeCapability().GetBlock() != nil {
+		return &csipb.NodePublishVolumeResponse{}, d.publishBlock(req)
+	}
 	src := req.GetStagingTargetPath()
 	if src != "" {
 		// Staged (inline ephemeral volumes never are).
@@ -253,7 +281,7 @@ func (d *driver) NodePublishVolume(_ context.Context, req *csipb.NodePublishVolu
 		}
 	} else {
 		var err error
-		if src, err = d.dataDir(req.GetVolumeId()); err != nil {
+		if src, err = d.dataDir(req.GetVolumeId(), req.GetVolumeContext()); err != nil {
 			return nil, err
 		}
 	}
@@ -273,6 +301,19 @@ func (d *driver) NodeUnpublishVolume(_ context.Context, req *csipb.NodeUnpublish
 		return nil, status.Error(codes.Internal, err.Error())
 	}
 	return &csipb.NodeUnpublishVolumeResponse{}, nil
+}
+
+func (d *driver) NodeExpandVolume(_ context.Context, req *csipb.NodeExpandVolumeRequest) (*csipb.NodeExpandVolumeResponse, error) {
+	d.record(Call{Method: "NodeExpandVolume", VolumeID: req.GetVolumeId(), Path: req.GetVolumePath(), Staging: req.GetStagingTargetPath(),
+		Bytes: req.GetCapacityRange().GetRequiredBytes(), Block: req.GetVolumeCapability().GetBlock() != nil})
+	if !d.cfg.Expand {
+		return nil, status.Error(codes.Unimplemented, "no EXPAND_VOLUME")
+	}
+	n, err := d.expand(req)
+	if err != nil {
+		return nil, err
+	}
+	return &csipb.NodeExpandVolumeResponse{CapacityBytes: n}, nil
 }
 
 func (d *driver) NodeGetVolumeStats(_ context.Context, req *csipb.NodeGetVolumeStatsRequest) (*csipb.NodeGetVolumeStatsResponse, error) {

@@ -115,3 +115,8 @@ func (p *Process) Count(method, volumeID string) int {
 func (p *Process) VolumeData(volumeID string) string {
 	return filepath.Join(p.Config.DataDir, "volumes", volumeID)
 }
+
+// Image is the image file of the raw block volume volumeID.
+func (p *Process) Image(volumeID string) string {
+	return filepath.Join(p.Config.DataDir, "volumes", volumeID+".img")
+}
