@@ -16,7 +16,7 @@ func containerEntries() []Entry {
 		h("Container.restartPolicy", "", "TestComputePodActions", "TestSidecarAndCompletion"),
 		h("Container.restartPolicyRules", "action Restart; RestartAllContainers is refused at admission (PodFeatureUnsupported)", "TestComputePodActions", "TestContainerShouldRestart"),
 		h("Container.volumeMounts", "", "TestContainerMountsReadOnly", "TestEmptyDirSharedByInitContainers"),
-		r("Container.volumeDevices", "raw block volumes: nodelet has no block volume support yet"),
+		h("Container.volumeDevices", "raw block claims of CSI volumes (staged and published as block devices); a Block claim of another kind of volume fails to mount", "TestCSIBlockVolumeAsDevice"),
 		h("Container.livenessProbe", "", "TestLivenessFailureRestartsContainer", "TestContainerdExecLiveness"),
 		h("Container.readinessProbe", "", "TestContainerdHTTPReadiness"),
 		h("Container.startupProbe", "", "TestContainerdStartupProbe"),
@@ -68,6 +68,8 @@ func containerEntries() []Entry {
 		h("ContainerRestartRuleOnExitCodes.operator", "", "TestContainerShouldRestart"),
 		h("ContainerRestartRuleOnExitCodes.values", "", "TestContainerShouldRestart"),
 
+		h("VolumeDevice.name", "", "TestCSIBlockVolumeAsDevice"),
+		h("VolumeDevice.devicePath", "", "TestCSIBlockVolumeAsDevice"),
 		h("VolumeMount.name", "", "TestContainerMountsReadOnly"),
 		h("VolumeMount.readOnly", "", "TestContainerMountsReadOnly"),
 		h("VolumeMount.recursiveReadOnly", "CRI's recursive read-only mount where the runtime handler supports it, else the container is refused as the kubelet's makeMounts refuses it", "TestRecursiveReadOnlyMounts", "TestRecursiveReadOnlyOnContainerd", "TestVolumeMountStatuses"),

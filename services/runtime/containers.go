@@ -49,6 +49,10 @@ func (m *Daemon) containerConfig(ctx context.Context, pod *corev1.Pod, c *corev1
 	if err != nil {
 		return nil, err
 	}
+	devices, err := containerDevices(pod, c, in.Volumes)
+	if err != nil {
+		return nil, err
+	}
 	lookup := podutil.MappingFor(env)
 	cmd := make([]string, 0, len(c.Command))
 	for _, s := range c.Command {
@@ -75,6 +79,7 @@ func (m *Daemon) containerConfig(ctx context.Context, pod *corev1.Pod, c *corev1
 		WorkingDir:  c.WorkingDir,
 		Envs:        envs,
 		Mounts:      mounts,
+		Devices:     devices,
 		Labels:      containerLabels(pod, c),
 		Annotations: containerAnnotations(pod, c, in.Kind, in.RestartCount),
 		LogPath:     filepath.Join(c.Name, fmt.Sprintf("%d.log", in.RestartCount)),

@@ -96,6 +96,31 @@ func (m *Daemon) containerMounts(ctx context.Context, pod *corev1.Pod, c *corev1
 	return out, nil
 }
 
+// containerDevices is the kubelet's makeBlockVolumes: each of the
+// container's volumeDevices as a CRI device from the volume's device link
+// (what containerd makes the device node in the container from), "mrw",
+// or "r" for a claim the pod mounts read-only.
+func containerDevices(pod *corev1.Pod, c *corev1.Container, vols map[string]string) ([]*runtimeapi.Device, error) {
+	var out []*runtimeapi.Device
+	for _, d := range c.VolumeDevices {
+		if !filepath.IsAbs(d.DevicePath) {
+			return nil, fmt.Errorf("error DevicePath `%s` must be an absolute path", d.DevicePath)
+		}
+		host, ok := vols[d.Name]
+		if !ok {
+			return nil, fmt.Errorf("cannot find volume %q to pass into container %q", d.Name, c.Name)
+		}
+		perm := "mrw"
+		for j := range pod.Spec.Volumes {
+			if v := &pod.Spec.Volumes[j]; v.Name == d.Name && volumes.ReadOnly(v) {
+				perm = "r"
+			}
+		}
+		out = append(out, &runtimeapi.Device{ContainerPath: d.DevicePath, HostPath: host, Permissions: perm})
+	}
+	return out, nil
+}
+
 // mountPropagation is the kubelet's translateMountPropagation.
 func mountPropagation(mode *corev1.MountPropagationMode) (runtimeapi.MountPropagation, error) {
 	switch {

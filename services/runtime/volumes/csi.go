@@ -43,6 +43,8 @@ type csiVolume struct {
 	stageSecret   *corev1.SecretReference
 	publishSecret *corev1.SecretReference
 	inline        bool
+	// block: a raw block volume (volumeMode Block, volumeDevices).
+	block bool
 }
 
 func csiVolumeFromPV(pv *corev1.PersistentVolume, claimReadOnly bool) csiVolume {
@@ -52,6 +54,7 @@ func csiVolumeFromPV(pv *corev1.PersistentVolume, claimReadOnly bool) csiVolume 
 		readOnly: claimReadOnly || s.ReadOnly, fsType: s.FSType, attributes: s.VolumeAttributes,
 		mountOptions: pv.Spec.MountOptions, accessModes: pv.Spec.AccessModes,
 		stageSecret: s.NodeStageSecretRef, publishSecret: s.NodePublishSecretRef,
+		block: pv.Spec.VolumeMode != nil && *pv.Spec.VolumeMode == corev1.PersistentVolumeBlock,
 	}
 }
 
@@ -120,16 +123,20 @@ func stagingPath(stateDir, driver, handle string) string {
 
 // setupCSI is the kubelet's CSI attacher (WaitForAttach, MountDevice →
 // NodeStageVolume once per volume on the node) and mounter (SetUpAt →
-// NodePublishVolume into the pod's volume directory, then fsGroup). A
-// volume already published (after a restart too) is left alone.
+// NodePublishVolume into the pod's volume directory, then fsGroup), or for
+// a raw block volume its block mapper (csi_block.go). A volume already
+// published (after a restart too) is left alone. It returns the host path
+// the containers get: the mount, or the device.
 func (m *Manager) setupCSI(ctx context.Context, pod *corev1.Pod, cv csiVolume) (string, error) {
-	dir := VolumeDir(m.stateDir, string(pod.UID), pluginCSI, cv.specName)
-	target := filepath.Join(dir, "mount")
-	if mounted, err := m.isMounted(target); err != nil {
+	paths := m.csiPathsFor(pod, cv)
+	if mounted, err := m.isMounted(paths.target); err != nil {
 		return "", err
 	} else if mounted {
 		// The kubelet's SetUpAt: "volume already mounted, skipping".
-		return target, nil
+		if err := paths.link(); err != nil {
+			return "", err
+		}
+		return paths.host, nil
 	}
 	if m.csi == nil {
 		return "", errors.New("kubernetes.io/csi: CSI volumes need nodelet-runtime's plugin registry")
@@ -165,23 +172,47 @@ func (m *Manager) setupCSI(ctx context.Context, pod *corev1.Pod, cv csiVolume) (
 	}
 	m.csiMu.Lock()
 	defer m.csiMu.Unlock()
-	capability := cv.capability()
-	staging := ""
-	if drv.StageUnstage && !cv.inline {
-		staging = stagingPath(m.stateDir, cv.driver, cv.handle)
-		if err := m.stage(ctx, pod, drv.Node, cv, staging, capability, publishContext); err != nil {
+	if !drv.StageUnstage || cv.inline {
+		paths.staging = ""
+	}
+	if paths.staging != "" {
+		if err := m.stage(ctx, pod, drv.Node, cv, paths, publishContext); err != nil {
 			return "", err
 		}
 	}
 	// The kubelet saves vol_data.json before NodePublishVolume so that a
 	// volume of uncertain state can be torn down.
-	if err := saveVolData(dir, volData{SpecVolID: cv.specName, VolumeHandle: cv.handle, DriverName: cv.driver,
+	if err := saveVolData(paths.dataDir, volData{SpecVolID: cv.specName, VolumeHandle: cv.handle, DriverName: cv.driver,
 		NodeName: m.nodeName, AttachmentID: attachID, VolumeLifecycleMode: string(mode)}); err != nil {
 		return "", err
 	}
+	if err := paths.prepare(); err != nil {
+		return "", err
+	}
+	if err := m.publish(ctx, pod, drv, obj, cv, paths, publishContext); err != nil {
+		return "", err
+	}
+	m.log.Info("Published CSI volume", "pod", pod.Namespace+"/"+pod.Name, "podUID", pod.UID, "driver", cv.driver,
+		"volumeHandle", cv.handle, "targetPath", paths.target)
+	if err := paths.link(); err != nil {
+		return "", err
+	}
+	if !cv.block && m.csiFSGroup(obj, cv) {
+		if err := applyFSGroup(paths.target, pod, cv.readOnly); err != nil {
+			return "", fmt.Errorf("applyFSGroup failed for vol %s: %w", cv.handle, err)
+		}
+	}
+	return paths.host, nil
+}
+
+// publish is NodePublishVolume as the kubelet's SetUpAt (or its block
+// mapper's publishVolumeForBlock) makes it: the volume's attributes with
+// the pod's (podInfoOnMount), the publish secret.
+func (m *Manager) publish(ctx context.Context, pod *corev1.Pod, drv *csi.Driver, obj *storagev1.CSIDriver, cv csiVolume,
+	paths csiPaths, publishContext map[string]string) error {
 	secrets, err := m.csiSecrets(ctx, cv.publishSecret)
 	if err != nil {
-		return "", err
+		return err
 	}
 	attrs := map[string]string{}
 	for k, v := range cv.attributes {
@@ -196,33 +227,27 @@ func (m *Manager) setupCSI(ctx context.Context, pod *corev1.Pod, cv csiVolume) (
 		attrs["csi.storage.k8s.io/ephemeral"] = strconv.FormatBool(cv.inline)
 	}
 	_, err = drv.Node.NodePublishVolume(ctx, &csipb.NodePublishVolumeRequest{
-		VolumeId: cv.handle, PublishContext: publishContext, StagingTargetPath: staging, TargetPath: target,
-		VolumeCapability: capability, Readonly: cv.readOnly, Secrets: secrets, VolumeContext: attrs,
+		VolumeId: cv.handle, PublishContext: publishContext, StagingTargetPath: paths.staging, TargetPath: paths.target,
+		VolumeCapability: cv.capability(), Readonly: cv.readOnly, Secrets: secrets, VolumeContext: attrs,
 	})
 	if err != nil {
 		// The kubelet's csiMountMgr.SetUpAt.
-		return "", fmt.Errorf("kubernetes.io/csi: mounter.SetupAt failed: %w", err)
+		return fmt.Errorf("kubernetes.io/csi: mounter.SetupAt failed: %w", err)
 	}
-	m.log.Info("Published CSI volume", "pod", pod.Namespace+"/"+pod.Name, "podUID", pod.UID, "driver", cv.driver,
-		"volumeHandle", cv.handle, "targetPath", target)
-	if m.csiFSGroup(obj, cv) {
-		if err := applyFSGroup(target, pod, cv.readOnly); err != nil {
-			return "", fmt.Errorf("applyFSGroup failed for vol %s: %w", cv.handle, err)
-		}
-	}
-	return target, nil
+	return nil
 }
 
 // stage is the kubelet's MountDevice: vol_data.json beside the global
 // mount, then NodeStageVolume unless the volume is staged already.
-func (m *Manager) stage(ctx context.Context, pod *corev1.Pod, node csipb.NodeClient, cv csiVolume, staging string,
-	capability *csipb.VolumeCapability, publishContext map[string]string) error {
-	if mounted, err := m.isMounted(staging); err != nil {
+func (m *Manager) stage(ctx context.Context, pod *corev1.Pod, node csipb.NodeClient, cv csiVolume, paths csiPaths,
+	publishContext map[string]string) error {
+	staging := paths.staging
+	if staged, err := paths.staged(m); err != nil {
 		return err
-	} else if mounted {
+	} else if staged {
 		return nil
 	}
-	if err := saveVolData(filepath.Dir(staging), volData{VolumeHandle: cv.handle, DriverName: cv.driver}); err != nil {
+	if err := saveVolData(paths.stageDataDir, volData{VolumeHandle: cv.handle, DriverName: cv.driver}); err != nil {
 		return err
 	}
 	if err := os.MkdirAll(staging, 0o750); err != nil {
@@ -234,7 +259,7 @@ func (m *Manager) stage(ctx context.Context, pod *corev1.Pod, node csipb.NodeCli
 	}
 	_, err = node.NodeStageVolume(ctx, &csipb.NodeStageVolumeRequest{
 		VolumeId: cv.handle, PublishContext: publishContext, StagingTargetPath: staging,
-		VolumeCapability: capability, Secrets: secrets, VolumeContext: cv.attributes,
+		VolumeCapability: cv.capability(), Secrets: secrets, VolumeContext: cv.attributes,
 	})
 	if err != nil {
 		// The kubelet's csiAttacher.MountDevice.
@@ -246,7 +271,8 @@ func (m *Manager) stage(ctx context.Context, pod *corev1.Pod, node csipb.NodeCli
 }
 
 // capability is the volume's CSI capability (the kubelet's: a mount with
-// the fs type and mount options, the PV's first access mode).
+// the fs type and mount options, or a block device, and the PV's first
+// access mode).
 func (cv csiVolume) capability() *csipb.VolumeCapability {
 	mode := csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER
 	if len(cv.accessModes) > 0 {
@@ -257,6 +283,12 @@ func (cv csiVolume) capability() *csipb.VolumeCapability {
 			mode = csipb.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER
 		case corev1.ReadWriteOncePod:
 			mode = csipb.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER
+		}
+	}
+	if cv.block {
+		return &csipb.VolumeCapability{
+			AccessType: &csipb.VolumeCapability_Block{Block: &csipb.VolumeCapability_BlockVolume{}},
+			AccessMode: &csipb.VolumeCapability_AccessMode{Mode: mode},
 		}
 	}
 	return &csipb.VolumeCapability{
@@ -342,112 +374,6 @@ func (m *Manager) csiSecrets(ctx context.Context, ref *corev1.SecretReference) (
 		out[k] = string(v)
 	}
 	return out, nil
-}
-
-// teardownCSI unpublishes the pod's CSI volumes, each through its driver,
-// and unstages a volume no other pod on the node still publishes (the
-// kubelet's TearDownAt and UnmountDevice). It reads only the disk, so it
-// works after a restart.
-func (m *Manager) teardownCSI(ctx context.Context, uid string) error {
-	base := filepath.Join(PodDir(m.stateDir, uid), "volumes", pluginCSI)
-	entries, err := os.ReadDir(base)
-	if os.IsNotExist(err) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	m.csiMu.Lock()
-	defer m.csiMu.Unlock()
-	for _, e := range entries {
-		dir := filepath.Join(base, e.Name())
-		target := filepath.Join(dir, "mount")
-		mounted, err := m.isMounted(target)
-		if err != nil {
-			return err
-		}
-		data, lerr := loadVolData(dir)
-		if lerr != nil {
-			if mounted {
-				return fmt.Errorf("kubernetes.io/csi: unmounter failed to load volume data file [%s]: %w", dir, lerr)
-			}
-			if err := os.RemoveAll(dir); err != nil {
-				return err
-			}
-			continue
-		}
-		d, derr := m.driver(data.DriverName)
-		if derr != nil && mounted {
-			return fmt.Errorf("UnmountVolume.TearDown failed for volume %q: %w", data.SpecVolID, derr)
-		}
-		if derr == nil {
-			if _, err := d.Node.NodeUnpublishVolume(ctx, &csipb.NodeUnpublishVolumeRequest{VolumeId: data.VolumeHandle, TargetPath: target}); err != nil {
-				return fmt.Errorf("UnmountVolume.TearDown failed for volume %q: kubernetes.io/csi: Unmounter.TearDownAt failed: %w", data.SpecVolID, err)
-			}
-		}
-		if still, err := m.isMounted(target); err != nil || still {
-			if err == nil {
-				err = fmt.Errorf("%s is still mounted after NodeUnpublishVolume", target)
-			}
-			return err
-		}
-		if err := os.RemoveAll(dir); err != nil {
-			return err
-		}
-		m.log.Info("Unpublished CSI volume", "podUID", uid, "driver", data.DriverName, "volumeHandle", data.VolumeHandle, "targetPath", target)
-		if err := m.unstageIfUnused(ctx, data.DriverName, data.VolumeHandle); err != nil {
-			return err
-		}
-	}
-	return os.RemoveAll(base)
-}
-
-// unstageIfUnused is the kubelet's UnmountDevice once no pod on the node
-// publishes the volume any more.
-func (m *Manager) unstageIfUnused(ctx context.Context, driver, handle string) error {
-	staging := stagingPath(m.stateDir, driver, handle)
-	if _, err := os.Stat(filepath.Dir(staging)); os.IsNotExist(err) {
-		return nil
-	}
-	if m.publishedElsewhere(driver, handle) {
-		return nil
-	}
-	mounted, err := m.isMounted(staging)
-	if err != nil {
-		return err
-	}
-	d, derr := m.driver(driver)
-	if derr != nil && mounted {
-		return fmt.Errorf("UnmountDevice failed for volume %s: %w", handle, derr)
-	}
-	if derr == nil {
-		if _, err := d.Node.NodeUnstageVolume(ctx, &csipb.NodeUnstageVolumeRequest{VolumeId: handle, StagingTargetPath: staging}); err != nil {
-			return fmt.Errorf("UnmountDevice failed for volume %s: kubernetes.io/csi: attacher.UnmountDevice failed: %w", handle, err)
-		}
-	}
-	if still, err := m.isMounted(staging); err != nil || still {
-		if err == nil {
-			err = fmt.Errorf("%s is still mounted after NodeUnstageVolume", staging)
-		}
-		return err
-	}
-	if err := os.RemoveAll(filepath.Dir(staging)); err != nil {
-		return err
-	}
-	m.signalInUse()
-	m.log.Info("Unstaged CSI volume", "driver", driver, "volumeHandle", handle, "stagingTargetPath", staging)
-	return nil
-}
-
-// publishedElsewhere: some pod directory still holds the volume.
-func (m *Manager) publishedElsewhere(driver, handle string) bool {
-	matches, _ := filepath.Glob(filepath.Join(m.stateDir, "pods", "*", "volumes", pluginCSI, "*", volDataFile))
-	for _, f := range matches {
-		if d, err := loadVolData(filepath.Dir(f)); err == nil && d.DriverName == driver && d.VolumeHandle == handle {
-			return true
-		}
-	}
-	return false
 }
 
 // driver is the registered CSI driver called name.

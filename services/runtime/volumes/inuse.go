@@ -25,7 +25,8 @@ func (m *Manager) VolumesInUse() []string {
 	set := map[string]bool{}
 	staged, _ := filepath.Glob(filepath.Join(m.stateDir, "plugins", "kubernetes.io", "csi", "*", "*", volDataFile))
 	published, _ := filepath.Glob(filepath.Join(m.stateDir, "pods", "*", "volumes", pluginCSI, "*", volDataFile))
-	for _, f := range append(staged, published...) {
+	mapped, _ := filepath.Glob(filepath.Join(volumeDevicesDir(m.stateDir), "*", "data", volDataFile))
+	for _, f := range slices.Concat(staged, published, mapped) {
 		d, err := loadVolData(filepath.Dir(f))
 		if err == nil && d.VolumeLifecycleMode != string(storagev1.VolumeLifecycleEphemeral) {
 			set[csiUniqueName(d.DriverName, d.VolumeHandle)] = true

@@ -140,8 +140,8 @@ func (m *Manager) resolveClaim(ctx context.Context, pod *corev1.Pod, v *corev1.V
 		return nil, nil, &processError{fmt.Errorf("volume %s has volumeMode %s, but is specified in volumeMounts", v.Name, mode)}
 	case devices[v.Name] && mode != corev1.PersistentVolumeBlock:
 		return nil, nil, &processError{fmt.Errorf("volume %s has volumeMode %s, but is specified in volumeDevices", v.Name, mode)}
-	case devices[v.Name]:
-		return nil, nil, &processError{fmt.Errorf("volume %s has volumeMode Block: raw block volumes (volumeDevices) are not supported by nodelet", v.Name)}
+	case devices[v.Name] && pv.Spec.CSI == nil:
+		return nil, nil, &processError{fmt.Errorf("volume %s has volumeMode Block: raw block volumes (volumeDevices) are supported for CSI persistent volumes only", v.Name)}
 	}
 	return pvc, pv, nil
 }

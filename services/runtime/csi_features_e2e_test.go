@@ -1,0 +1,159 @@
+package runtime
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/nodelet/nodelet/internal/testenv"
+	"github.com/nodelet/nodelet/schemas"
+	"github.com/nodelet/nodelet/services/runtime/csi"
+	"github.com/nodelet/nodelet/services/runtime/csi/csitest"
+)
+
+// startExpandingDriver runs the test CSI driver with staging and
+// EXPAND_VOLUME: its filesystem volumes are sized tmpfs, its raw block
+// volumes images on loop devices.
+func startExpandingDriver(t *testing.T, name, stateDir string) *csitest.Process {
+	t.Helper()
+	data, err := os.MkdirTemp("", "csi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(data) })
+	return csitest.Start(t, csitest.Config{Name: name, NodeID: "node-1", Stage: true, Expand: true,
+		DataDir: data, RegistryDir: csi.RegistryDir(stateDir)})
+}
+
+// sizedClaim creates a storage class that allows expansion, a PV of
+// driver of size bytes (in mode) and a claim of that class bound to it.
+func sizedClaim(t *testing.T, admin kubernetes.Interface, ns, driver, handle, claim string, size int64, mode corev1.PersistentVolumeMode) *corev1.PersistentVolume {
+	t.Helper()
+	class := "csi-" + ns
+	expand := true
+	sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: class}, Provisioner: driver, AllowVolumeExpansion: &expand}
+	if _, err := admin.StorageV1().StorageClasses().Create(t.Context(), sc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.StorageV1().StorageClasses().Delete(t.Context(), class, metav1.DeleteOptions{}) })
+	q := *resource.NewQuantity(size, resource.BinarySI)
+	pv := newPV(fmt.Sprintf("%s-%s", handle, ns), class, corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
+		Driver: driver, VolumeHandle: handle, VolumeAttributes: map[string]string{csitest.SizeKey: strconv.FormatInt(size, 10)}}})
+	pv.Spec.Capacity[corev1.ResourceStorage] = q
+	pv.Spec.VolumeMode = &mode
+	createPV(t, admin, pv)
+	pvc := newPVC(claim, class)
+	pvc.Spec.Resources.Requests[corev1.ResourceStorage] = q
+	pvc.Spec.VolumeMode = &mode
+	createClaim(t, admin, ns, pvc)
+	bindClaim(t, admin, ns, claim, pv.Name)
+	// bindClaim's capacity is 1Gi; the PV's is the claim's.
+	updateClaimStatus(t, admin, ns, claim, func(c *corev1.PersistentVolumeClaim) { c.Status.Capacity[corev1.ResourceStorage] = q })
+	return pv
+}
+
+func updateClaimStatus(t *testing.T, admin kubernetes.Interface, ns, claim string, change func(*corev1.PersistentVolumeClaim)) {
+	t.Helper()
+	pvcs := admin.CoreV1().PersistentVolumeClaims(ns)
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		c, err := pvcs.Get(t.Context(), claim, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		change(c)
+		_, err = pvcs.UpdateStatus(t.Context(), c, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func lastCall(drv *csitest.Process, method, volumeID string) csitest.Call {
+	var out csitest.Call
+	for _, c := range drv.Calls() {
+		if c.Method == method && c.VolumeID == volumeID {
+			out = c
+		}
+	}
+	return out
+}
+
+// A Block claim of a CSI volume appears in the container as a block
+// device at its volumeDevices path (staged and published as a block
+// device: a loop device of the test driver); what the container writes
+// lands on the device; once the pod goes, the device is unpublished,
+// unstaged and detached, and nothing is left mounted.
+func TestCSIBlockVolumeAsDevice(t *testing.T) {
+	h, cp, ns := apiHarness(t, nil)
+	admin := cp.AdminClient(t)
+	ensureNode(t, cp, nil)
+	const name = "block.csi.nodelet.io"
+	createCSIDriver(t, admin, name, false)
+	drv := startExpandingDriver(t, name, h.cfg.Node.StateDir)
+	waitCSINode(t, admin, name)
+	pv := sizedClaim(t, admin, ns, name, "vol-b", "disk", 32<<20, corev1.PersistentVolumeBlock)
+
+	grace := int64(1)
+	app := busybox("app", "exec sleep 3600")
+	app.VolumeDevices = []corev1.VolumeDevice{{Name: "disk", DevicePath: "/dev/xvda"}}
+	pod := newPod("raw-block", app)
+	pod.Spec.TerminationGracePeriodSeconds = &grace
+	pod.Spec.Volumes = []corev1.Volume{claimVolume("disk", "disk", false)}
+	created := createPod(t, h, cp, ns, pod)
+	o := h.waitObserved(created, 2*time.Minute, "running", func(o *schemas.PodObserved) bool { return running(o, "app") })
+	if out, _ := h.execIn(o, "app", false, "sh", "-c", "test -b /dev/xvda && blockdev --getsize64 /dev/xvda"); strings.TrimSpace(out) != "33554432" {
+		t.Fatalf("device in the container: %q", out)
+	}
+	h.execIn(o, "app", false, "sh", "-c", "echo written-by-the-pod | dd of=/dev/xvda conv=fsync 2>/dev/null")
+	b := make([]byte, 19)
+	if f, err := os.Open(drv.Image("vol-b")); err != nil {
+		t.Fatal(err)
+	} else {
+		_, _ = f.Read(b)
+		f.Close()
+	}
+	if string(b) != "written-by-the-pod\n" {
+		t.Fatalf("device holds %q", b)
+	}
+	for _, m := range []string{"NodeStageVolume", "NodePublishVolume"} {
+		if c := lastCall(drv, m, "vol-b"); !c.Block {
+			t.Fatalf("%s without a block capability: %+v", m, c)
+		}
+	}
+	link := filepath.Join(podDir(h.cfg.Node.StateDir, string(created.UID)), "volumeDevices", "kubernetes.io~csi", pv.Name)
+	if dst, err := os.Readlink(link); err != nil || dst != lastCall(drv, "NodePublishVolume", "vol-b").Path {
+		t.Fatalf("pod device link %s -> %q (%v)", link, dst, err)
+	}
+
+	h.remove(created)
+	h.volumesGone(string(created.UID))
+	waitFor(t, 30*time.Second, "unpublished, unstaged and detached", func() (bool, string) {
+		ms := testenv.MountsUnder(h.cfg.Node.StateDir)
+		out, _ := exec.Command("losetup", "-j", drv.Image("vol-b")).Output()
+		return drv.Count("NodeUnpublishVolume", "vol-b") == 1 && drv.Count("NodeUnstageVolume", "vol-b") == 1 &&
+			len(ms) == 0 && len(out) == 0, strings.Join(ms, ",") + string(out)
+	})
+	// As the kubelet's cleanupOrphanDeviceFiles, the volume's directories
+	// go; the publish and staging parents stay.
+	devices := filepath.Join(h.cfg.Node.StateDir, "plugins", "kubernetes.io", "csi", "volumeDevices")
+	for _, dir := range []string{devices, filepath.Join(devices, "publish"), filepath.Join(devices, "staging")} {
+		entries, _ := os.ReadDir(dir)
+		for _, e := range entries {
+			if dir != devices || (e.Name() != "publish" && e.Name() != "staging") {
+				t.Fatalf("%s left in %s", e.Name(), dir)
+			}
+		}
+	}
+}
