@@ -116,6 +116,11 @@ type PodObserved struct {
 	// that asks for one; status resolves volumeMounts[].recursiveReadOnly
 	// with it, as the kubelet's convertToAPIContainerStatuses.
 	RecursiveReadOnlyMounts bool `json:"recursiveReadOnlyMounts,omitempty"`
+	// PodGeneration is the metadata.generation of the pod spec the
+	// runtime synced last (0 when the spec has none): nodelet-status
+	// reports it as the status's observedGeneration, so a spec change the
+	// runtime has not acted on (a resize not yet admitted) is not observed.
+	PodGeneration int64 `json:"podGeneration,omitempty"`
 	// Generation counts the changes the runtime published for this pod.
 	Generation uint64 `json:"generation"`
 }

@@ -136,6 +136,7 @@ func buildObserved(runtimeName string, pod *corev1.Pod, pr *podRuntime, st *podS
 	o := &schemas.PodObserved{UID: pr.UID, Namespace: pr.Namespace, Name: pr.Name}
 	if pod != nil {
 		o.UID, o.Namespace, o.Name = string(pod.UID), pod.Namespace, pod.Name
+		o.PodGeneration = pod.Generation
 	}
 	if sb := pr.newestSandbox(); sb != nil {
 		o.Sandbox = &schemas.SandboxObserved{ID: sb.ID, Attempt: sb.Attempt, Ready: sb.Ready, IPs: sb.IPs, CreatedAt: sb.CreatedAt}

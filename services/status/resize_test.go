@@ -56,3 +56,38 @@ func TestResizeStatus(t *testing.T) {
 		t.Fatalf("resize conditions left: %v", s.Conditions)
 	}
 }
+
+// A spec change the runtime has not synced yet is not observed: with the
+// runtime's last sync at generation 1, a resize to generation 2 reports
+// observedGeneration 1 (on the status and its conditions), so a client
+// waiting for "observedGeneration caught up, no resize condition" does not
+// take the old resources for the resize's outcome; once the runtime
+// reports generation 2, it is 2. It never goes back.
+func TestObservedGenerationIsTheRuntimes(t *testing.T) {
+	pod := testPod(corev1.RestartPolicyAlways, "app")
+	pod.Generation = 2
+	app := running("app")
+	obs := &schemas.PodObserved{UID: "uid-1", Sandbox: readySandbox(), Containers: []schemas.ContainerObserved{app}, PodGeneration: 1}
+	for _, tc := range []struct {
+		name              string
+		synced, old       int64
+		want, wantCondGen int64
+	}{
+		{"runtime behind", 1, 0, 1, 1},
+		{"runtime caught up", 2, 1, 2, 2},
+		{"runtime reports none (a spec without generation)", 0, 0, 2, 2},
+		{"never backwards", 1, 2, 2, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			obs.PodGeneration = tc.synced
+			old := &corev1.PodStatus{ObservedGeneration: tc.old}
+			s := ComputePodStatus(PodInputs{Pod: pod, Verdict: admitted(), Observed: obs, Now: t0, Old: old})
+			if s.ObservedGeneration != tc.want {
+				t.Errorf("observedGeneration %d, want %d", s.ObservedGeneration, tc.want)
+			}
+			if c := cond(s, corev1.PodReady); c == nil || c.ObservedGeneration != tc.wantCondGen {
+				t.Errorf("Ready condition %+v, want observedGeneration %d", c, tc.wantCondGen)
+			}
+		})
+	}
+}
