@@ -172,7 +172,14 @@ func (m *Daemon) syncTerminating(ctx context.Context, pod *corev1.Pod, pr *podRu
 		}
 	}
 	st.killed()
-	if !pr.empty() || m.observed.get(pr.UID) != nil {
+	// A pod being deleted is published Terminated even when it never had
+	// anything in CRI (deleted before its first sync): nodelet-status
+	// finishes the API's graceful deletion only on that (canBeDeleted),
+	// as the kubelet's pod worker takes a never-started pod straight to
+	// terminated. Without it the pod stayed Terminating in the API for
+	// good (the soak, issue 37).
+	deleting := pod != nil && pod.DeletionTimestamp != nil
+	if !pr.empty() || m.observed.get(pr.UID) != nil || deleting {
 		m.publish(ctx, pod, pr, st, nil)
 	}
 	return syncResult{}
