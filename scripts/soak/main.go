@@ -28,7 +28,7 @@ func main() {
 		boundMiB           float64
 		boundGor, boundFDs float64
 	)
-	flag.StringVar(&agents, "agent", "nodelet,kubelet", "agents to soak, one after the other: nodelet, kubelet or both")
+	flag.StringVar(&agents, "agent", "both", "agents to soak, one after the other: nodelet, kubelet, both (nodelet then the kubelet) or a comma-separated list")
 	flag.IntVar(&o.Lifecycles, "lifecycles", 5000, "end the churn after this many pod lifecycles")
 	flag.DurationVar(&o.Duration, "duration", 0, "end the churn after this long, if sooner (0: no limit)")
 	flag.IntVar(&o.Pods, "pods", 110, "pods the node is kept at (its maxPods)")
@@ -49,6 +49,9 @@ func main() {
 		o.Pods, o.Lifecycles, o.Every, o.Quiet, o.Settle = 20, 60, 5*time.Second, 10*time.Second, time.Minute
 	}
 	o.Bounds = soak.Bounds{Memory: boundMiB * (1 << 20), Goroutines: boundGor, FDs: boundFDs}
+	if agents == "both" {
+		agents = "nodelet,kubelet"
+	}
 	for _, a := range strings.Split(agents, ",") {
 		switch a := cluster.Agent(strings.TrimSpace(a)); a {
 		case cluster.Nodelet, cluster.Kubelet:

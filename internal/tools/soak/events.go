@@ -11,7 +11,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/internal/daemon"
 )
 
@@ -93,8 +92,11 @@ func (r *received) tally() Events {
 
 // statusCounters reads nodelet-status's event counters from its metrics
 // socket: posted, and dropped by reason.
-func statusCounters(stateDir string) (posted int64, dropped map[string]int64, err error) {
-	fams, err := daemon.NewRemoteGatherer(stateDir, bus.Status).Gather()
+// g is the node view's one gatherer: each gatherer keeps its own idle
+// connection to the daemon, which the daemon holds open (a fresh one per
+// sample grew nodelet-status's fds by one a sample).
+func statusCounters(g *daemon.RemoteGatherer) (posted int64, dropped map[string]int64, err error) {
+	fams, err := g.Gather()
 	if err != nil {
 		return 0, nil, err
 	}

@@ -22,6 +22,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	kubetypes "k8s.io/kubelet/pkg/types"
 
+	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/internal/cluster"
 	"github.com/nodelet/nodelet/internal/config"
 	"github.com/nodelet/nodelet/internal/containerd"
@@ -54,6 +55,7 @@ type nodeView struct {
 	cgroupRoot        string
 	hostLocal         string
 	bus               *busReader
+	status            *daemon.RemoteGatherer
 	events            *received
 	sockets           map[string]*http.Client
 }
@@ -92,6 +94,7 @@ func openNode(ctx context.Context, c *cluster.Cluster, n *cluster.Node) (_ *node
 		}
 		v.stateDir = cfg.Node.StateDir
 		v.podsDir = filepath.Join(v.stateDir, "pods")
+		v.status = daemon.NewRemoteGatherer(v.stateDir, bus.Status)
 		if v.bus, err = dialBus(v.stateDir, filepath.Join("/run/netns", n.NetNS), cfg.Bus.Listen); err != nil {
 			return nil, err
 		}
@@ -175,7 +178,7 @@ func (v *nodeView) tallyEvents(streams map[string]Stream) (Events, error) {
 		}
 	}
 	ev.Produced = produced(streams)
-	ev.Posted, ev.Dropped, err = statusCounters(v.stateDir)
+	ev.Posted, ev.Dropped, err = statusCounters(v.status)
 	return ev, err
 }
 

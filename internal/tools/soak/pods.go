@@ -2,6 +2,7 @@ package soak
 
 import (
 	"context"
+	"fmt"
 	"sort"
 	"sync"
 	"time"
@@ -124,6 +125,25 @@ func (t *podTracker) counts() podCounts {
 		}
 	}
 	return c
+}
+
+// remaining describes the pods still in the API, the drained node's
+// leftovers there: "<name> <phase>", and how long ago their graceful
+// deletion ended (deletionTimestamp is the deletion's time plus the grace
+// period: a pod past it should have been gone).
+func (t *podTracker) remaining(now time.Time) []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []string
+	for _, p := range t.pods {
+		s := fmt.Sprintf("%s %s uid %s", p.Name, p.Status.Phase, p.UID)
+		if d := p.DeletionTimestamp; d != nil {
+			s += fmt.Sprintf(", grace period over %.0fs ago", now.Sub(d.Time).Seconds())
+		}
+		out = append(out, s)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // list returns the pods of one kind (label kindLabel), oldest first.

@@ -55,6 +55,10 @@ type Options struct {
 	Settle time.Duration
 	// FillTimeout bounds the fill. Default: 20m.
 	FillTimeout time.Duration
+	// DrainTimeout bounds the wait for the drained pods to leave the API
+	// (the slowest takes its 30s grace period); those still there then
+	// are leftovers. Default: 5m.
+	DrainTimeout time.Duration
 	// Seed makes the churn's choices. Default: 1.
 	Seed uint64
 	// Bounds are the growth allowed per 1,000 lifecycles.
@@ -94,6 +98,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.FillTimeout <= 0 {
 		o.FillTimeout = 20 * time.Minute
+	}
+	if o.DrainTimeout <= 0 {
+		o.DrainTimeout = 5 * time.Minute
 	}
 	if o.Seed == 0 {
 		o.Seed = 1
@@ -240,8 +247,8 @@ func (r *run) soak(ctx context.Context, c *cluster.Cluster, n *cluster.Node) err
 	if err := ch.drain(ctx); err != nil {
 		return err
 	}
-	if !r.pods.waitPods(ctx, 15*time.Minute, func(pc podCounts) bool { return pc.Total == 0 }) {
-		r.errorf("drain: pods still in the API after 15m: %+v", r.pods.counts())
+	if !r.pods.waitPods(ctx, o.DrainTimeout, func(pc podCounts) bool { return pc.Total == 0 }) {
+		r.errorf("drain: pods still in the API after %s: %+v", o.DrainTimeout, r.pods.counts())
 	}
 	r.res.DrainSeconds = time.Since(t0).Seconds()
 	pc := r.pods.counts()
@@ -257,6 +264,10 @@ func (r *run) soak(ctx context.Context, c *cluster.Cluster, n *cluster.Node) err
 		}
 		r.res.After = after
 		r.res.Leftovers = Leftovers(&r.res.Before.Inventory, &after.Inventory)
+		if api := r.pods.remaining(time.Now()); len(api) > 0 {
+			// A pod the agent never finished: the API still has it.
+			r.res.Leftovers = append([]Leftover{{Kind: "pods in the API", Items: api}}, r.res.Leftovers...)
+		}
 		if len(r.res.Leftovers) == 0 {
 			r.res.CleanAfterSeconds = time.Since(t0).Seconds()
 			break
