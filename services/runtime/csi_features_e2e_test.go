@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -156,4 +158,83 @@ func TestCSIBlockVolumeAsDevice(t *testing.T) {
 			}
 		}
 	}
+}
+
+// A CSIDriver with tokenRequests gets, in NodePublishVolume's volume
+// context, the pod's service account token for each audience (the
+// TokenRequest statuses by audience, as the kubelet's csi_mounter passes
+// them), bound to the pod; with requiresRepublish, NodePublishVolume is
+// called again on each sync of the running pod, the periodic resync (every
+// 30s) included, with the same paths and staging once.
+func TestCSIRepublishWithServiceAccountTokens(t *testing.T) {
+	h, cp, ns := apiHarness(t, nil)
+	admin := cp.AdminClient(t)
+	ensureNode(t, cp, nil)
+	const name = "token.csi.nodelet.io"
+	attach, republish := false, true
+	d := &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: storagev1.CSIDriverSpec{
+		AttachRequired: &attach, RequiresRepublish: &republish,
+		TokenRequests: []storagev1.TokenRequest{{Audience: "vault.example"}, {Audience: ""}}}}
+	if _, err := admin.StorageV1().CSIDrivers().Create(t.Context(), d, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.StorageV1().CSIDrivers().Delete(t.Context(), name, metav1.DeleteOptions{}) })
+	drv := startDriver(t, name, h.cfg.Node.StateDir, true)
+	waitCSINode(t, admin, name)
+	csiClaim(t, admin, ns, name, "vol-t", "secrets")
+
+	grace := int64(1)
+	pod := newPod("token-user", withMount(busybox("app", "exec sleep 3600"), "secrets", "/secrets"))
+	pod.Spec.TerminationGracePeriodSeconds = &grace
+	pod.Spec.Volumes = []corev1.Volume{claimVolume("secrets", "secrets", false)}
+	created := createPod(t, h, cp, ns, pod)
+	h.waitObserved(created, 2*time.Minute, "running", func(o *schemas.PodObserved) bool { return running(o, "app") })
+	first := lastCall(drv, "NodePublishVolume", "vol-t")
+	var tokens map[string]authenticationv1.TokenRequestStatus
+	if err := json.Unmarshal([]byte(first.Context["csi.storage.k8s.io/serviceAccount.tokens"]), &tokens); err != nil || len(tokens) != 2 {
+		t.Fatalf("volume context %v: tokens %v (%v)", first.Context, tokens, err)
+	}
+	for _, aud := range []string{"vault.example", ""} {
+		tok := tokens[aud]
+		if tok.Token == "" || tok.ExpirationTimestamp.IsZero() {
+			t.Fatalf("token for audience %q: %+v", aud, tok)
+		}
+		spec := authenticationv1.TokenReviewSpec{Token: tok.Token}
+		if aud != "" {
+			spec.Audiences = []string{aud}
+		}
+		review, err := admin.AuthenticationV1().TokenReviews().Create(h.ctx, &authenticationv1.TokenReview{Spec: spec}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := review.Status
+		if !st.Authenticated || st.User.Username != "system:serviceaccount:"+ns+":default" ||
+			len(st.User.Extra["authentication.kubernetes.io/pod-name"]) != 1 || st.User.Extra["authentication.kubernetes.io/pod-name"][0] != created.Name {
+			t.Fatalf("token for audience %q: review %+v", aud, st)
+		}
+	}
+	if n := drv.Count("NodeStageVolume", "vol-t"); n != 1 {
+		t.Fatalf("%d NodeStageVolume calls", n)
+	}
+	// Twice more: the second time on the resync at the latest, after the
+	// syncs of the pod's start.
+	for range 2 {
+		n := drv.Count("NodePublishVolume", "vol-t")
+		waitFor(t, 75*time.Second, "published again", func() (bool, string) {
+			return drv.Count("NodePublishVolume", "vol-t") > n, ""
+		})
+	}
+	again := lastCall(drv, "NodePublishVolume", "vol-t")
+	if again.Path != first.Path || again.Staging != first.Staging || again.Context["csi.storage.k8s.io/serviceAccount.tokens"] == "" {
+		t.Fatalf("republished %+v\nfirst %+v", again, first)
+	}
+	if n := drv.Count("NodeUnpublishVolume", "vol-t") + drv.Count("NodeStageVolume", "vol-t"); n != 1 {
+		t.Fatalf("republishing unpublished or staged again: %+v", drv.Calls())
+	}
+	h.remove(created)
+	h.volumesGone(string(created.UID))
+	waitFor(t, 30*time.Second, "unstaged", func() (bool, string) {
+		ms := testenv.MountsUnder(h.cfg.Node.StateDir)
+		return drv.Count("NodeUnstageVolume", "vol-t") == 1 && len(ms) == 0, strings.Join(ms, ",")
+	})
 }

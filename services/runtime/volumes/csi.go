@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -136,6 +137,7 @@ func (m *Manager) setupCSI(ctx context.Context, pod *corev1.Pod, cv csiVolume) (
 		if err := paths.link(); err != nil {
 			return "", err
 		}
+		m.rememberCSI(ctx, cv, paths, nil, nil)
 		return paths.host, nil
 	}
 	if m.csi == nil {
@@ -197,6 +199,7 @@ func (m *Manager) setupCSI(ctx context.Context, pod *corev1.Pod, cv csiVolume) (
 	if err := paths.link(); err != nil {
 		return "", err
 	}
+	m.rememberCSI(ctx, cv, paths, obj, publishContext)
 	if !cv.block && m.csiFSGroup(obj, cv) {
 		if err := applyFSGroup(paths.target, pod, cv.readOnly); err != nil {
 			return "", fmt.Errorf("applyFSGroup failed for vol %s: %w", cv.handle, err)
@@ -207,7 +210,8 @@ func (m *Manager) setupCSI(ctx context.Context, pod *corev1.Pod, cv csiVolume) (
 
 // publish is NodePublishVolume as the kubelet's SetUpAt (or its block
 // mapper's publishVolumeForBlock) makes it: the volume's attributes with
-// the pod's (podInfoOnMount), the publish secret.
+// the pod's (podInfoOnMount) and its service account tokens (the
+// CSIDriver's tokenRequests), the publish secret.
 func (m *Manager) publish(ctx context.Context, pod *corev1.Pod, drv *csi.Driver, obj *storagev1.CSIDriver, cv csiVolume,
 	paths csiPaths, publishContext map[string]string) error {
 	secrets, err := m.csiSecrets(ctx, cv.publishSecret)
@@ -225,6 +229,18 @@ func (m *Manager) publish(ctx context.Context, pod *corev1.Pod, drv *csi.Driver,
 		attrs["csi.storage.k8s.io/pod.uid"] = string(pod.UID)
 		attrs["csi.storage.k8s.io/serviceAccount.name"] = pod.Spec.ServiceAccountName
 		attrs["csi.storage.k8s.io/ephemeral"] = strconv.FormatBool(cv.inline)
+	}
+	tokens, inSecrets, err := m.serviceAccountTokenAttrs(ctx, pod, obj)
+	if err != nil {
+		return fmt.Errorf("kubernetes.io/csi: mounter.SetUpAt failed to get service accoount token attributes: %w", err)
+	}
+	if inSecrets {
+		if secrets == nil {
+			secrets = map[string]string{}
+		}
+		maps.Copy(secrets, tokens)
+	} else {
+		maps.Copy(attrs, tokens)
 	}
 	_, err = drv.Node.NodePublishVolume(ctx, &csipb.NodePublishVolumeRequest{
 		VolumeId: cv.handle, PublishContext: publishContext, StagingTargetPath: paths.staging, TargetPath: paths.target,

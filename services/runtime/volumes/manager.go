@@ -49,7 +49,8 @@ type Options struct {
 	// runs it.
 	CSI *csi.Registry
 	// Event posts an event about a pod (podCertificate requests denied,
-	// failed, overdue or expired); nil: none.
+	// failed, overdue or expired; a CSI volume not published again or not
+	// expanded); nil: none.
 	Event func(pod *corev1.Pod, eventType, reason, message string)
 	// Wake asks for the pod to be synced again: a volume that could not be
 	// set up can be now (a pod certificate was issued); nil: the pod
@@ -78,12 +79,17 @@ type Manager struct {
 	bundles  *trustBundles
 	podCerts *podCertificates
 	wakePod  func(types.UID)
-	ctx      context.Context
-	cancel   context.CancelFunc
-	client   kubernetes.Interface
-	nodeName string
-	csi      *csi.Registry
-	mounter  mount.Interface
+	event    func(pod *corev1.Pod, eventType, reason, message string)
+	// csiMounts are the CSI volumes published for pods, by host path
+	// (csi_republish.go).
+	csiMountsMu sync.Mutex
+	csiMounts   map[string]*csiMount
+	ctx         context.Context
+	cancel      context.CancelFunc
+	client      kubernetes.Interface
+	nodeName    string
+	csi         *csi.Registry
+	mounter     mount.Interface
 	// csiMu serialises staging, publishing and their reverse, so that a
 	// volume is never unstaged while another pod publishes it.
 	csiMu sync.Mutex
@@ -144,7 +150,7 @@ func New(opts Options) *Manager {
 		client: opts.Client, nodeName: opts.NodeName, csi: opts.CSI, mounter: mount.NewWithoutSystemd(""),
 		pending: map[types.UID]map[string]bool{}, inUseKick: make(chan struct{}, 1),
 		pods: map[types.UID]*podVolumes{}, dirty: map[types.UID]bool{}, kick: make(chan struct{}, 1),
-		wakePod: opts.Wake,
+		wakePod: opts.Wake, event: opts.Event, csiMounts: map[string]*csiMount{},
 	}
 	m.bundles = newTrustBundles(opts.Client, opts.Log, func() { m.markDirty(projectsTrustBundles) })
 	getter := opts.Objects
@@ -203,6 +209,9 @@ func (m *Manager) Setup(ctx context.Context, pod *corev1.Pod) (map[string]string
 			if path, ok := p.persistent[v.Name]; ok {
 				paths[v.Name] = path
 				p.mounted[v.Name] = path
+				if cm := m.csiMountAt(path); cm != nil {
+					m.resync(ctx, pod, p, v.Name, cm)
+				}
 				continue
 			}
 		}
@@ -277,6 +286,7 @@ func (m *Manager) Teardown(ctx context.Context, uid string) error {
 		return fmt.Errorf("tear down volumes of pod %s: %w", uid, err)
 	}
 	m.forgetInUse(types.UID(uid))
+	m.forgetCSIMounts(uid)
 	dir := PodDir(m.stateDir, uid)
 	ms, err := mountsUnder(dir)
 	if err != nil {
