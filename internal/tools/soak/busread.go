@@ -170,7 +170,7 @@ func (b *busReader) liveKeys(ctx context.Context) ([]string, error) {
 	var out []string
 	for _, bk := range bus.Buckets {
 		stream := tap.BucketStream(bk.Name)
-		err := b.lastPerSubject(ctx, stream, func(m jetstream.Msg) {
+		err := b.lastPerSubject(ctx, stream, "$KV."+bk.Name+".>", func(m jetstream.Msg) {
 			switch m.Headers().Get(kvOperation) {
 			case "DEL", "PURGE":
 				return
@@ -193,12 +193,14 @@ func trimKVPrefix(subject, bucket string) string {
 }
 
 // lastPerSubject calls fn with the last message of every subject of
-// stream, through an ephemeral consumer as tap reads streams.
-func (b *busReader) lastPerSubject(ctx context.Context, stream string, fn func(jetstream.Msg)) error {
+// stream matching filter, through an ephemeral consumer as tap reads
+// streams (JetStream refuses "last per subject" without a filter).
+func (b *busReader) lastPerSubject(ctx context.Context, stream, filter string, fn func(jetstream.Msg)) error {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	cons, err := b.js.CreateConsumer(cctx, stream, jetstream.ConsumerConfig{
 		DeliverPolicy:     jetstream.DeliverLastPerSubjectPolicy,
+		FilterSubject:     filter,
 		AckPolicy:         jetstream.AckNonePolicy,
 		InactiveThreshold: time.Minute,
 		MemoryStorage:     true,

@@ -156,7 +156,7 @@ func (res *Result) Print(w io.Writer) {
 		if m := e.Mismatch(); m != "" {
 			status = "MISMATCH: " + m
 		}
-		fmt.Fprintf(w, "events: produced %d = posted %d + dropped %d %s; received %d in %d objects: %s\n",
+		fmt.Fprintf(w, "events: produced %d = posted %d + dropped %d (%s); received %d in %d objects: %s\n",
 			e.Produced, e.Posted, e.DroppedTotal(), mapLine(e.Dropped), e.Received, e.Objects, status)
 	} else {
 		fmt.Fprintf(w, "events: received %d in %d objects (the kubelet counts nothing it produced)\n", e.Received, e.Objects)
@@ -178,7 +178,11 @@ func (res *Result) Print(w io.Writer) {
 	var over []string
 	for _, g := range res.Growth {
 		if g.Over {
-			over = append(over, fmt.Sprintf("%s %+.1f/1k > %.0f", g.Series, g.Per1000, g.Bound))
+			unit := 1.0
+			if _, fig, _ := procSeries(g.Series); fig == "pss" || fig == "rss" {
+				unit = mib
+			}
+			over = append(over, fmt.Sprintf("%s %+.1f/1k > %g", g.Series, g.Per1000/unit, g.Bound/unit))
 		}
 	}
 	if len(over) > 0 {

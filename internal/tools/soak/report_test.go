@@ -61,13 +61,22 @@ func TestPrint(t *testing.T) {
 		"runtime",
 		"containerd*",
 		"30.0/41.1/30.0",
-		"events: produced 120 = posted 100 + dropped 20 spam_filter 20; received 100 in 0 objects: balanced",
+		"events: produced 120 = posted 100 + dropped 20 (spam_filter 20); received 100 in 0 objects: balanced",
 		"mounts (1): /x/y",
 		"== side by side",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)
 		}
+	}
+	// Growth over a bound is named, memory in MiB.
+	steep := testResult()
+	steep.Samples = churnSamples(12, func(l float64) (float64, float64, float64) { return 40<<20 + l*3*mib/1000, 80, 20 })
+	steep.Growth = ComputeGrowth(steep.Samples, steep.Warmup, Bounds{})
+	b.Reset()
+	steep.Print(&b)
+	if want := "OVER BOUND: proc.runtime.pss +3.0/1k > 2, proc.runtime.rss +3.0/1k > 2"; !strings.Contains(b.String(), want) {
+		t.Errorf("report lacks %q:\n%s", want, b.String())
 	}
 }
 
