@@ -82,6 +82,85 @@ func updateClaimStatus(t *testing.T, admin kubernetes.Interface, ns, claim strin
 	}
 }
 
+// resizeClaim resizes the claim through the API and does what the
+// external-resizer does once the controller side is done: the PV's
+// capacity is the new size, the claim has condition
+// FileSystemResizePending and, from a resizer with recovery from
+// expansion failures (as of 1.37), allocatedResources the new size and
+// storage NodeResizePending.
+func resizeClaim(t *testing.T, admin kubernetes.Interface, ns, claim, pvName string, size int64, recovery bool) {
+	t.Helper()
+	q := *resource.NewQuantity(size, resource.BinarySI)
+	pvcs := admin.CoreV1().PersistentVolumeClaims(ns)
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		c, err := pvcs.Get(t.Context(), claim, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		c.Spec.Resources.Requests[corev1.ResourceStorage] = q
+		_, err = pvcs.Update(t.Context(), c, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		t.Fatalf("resize claim: %v", err)
+	}
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		pv, err := admin.CoreV1().PersistentVolumes().Get(t.Context(), pvName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		pv.Spec.Capacity[corev1.ResourceStorage] = q
+		_, err = admin.CoreV1().PersistentVolumes().Update(t.Context(), pv, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		t.Fatalf("resize PV: %v", err)
+	}
+	updateClaimStatus(t, admin, ns, claim, func(c *corev1.PersistentVolumeClaim) {
+		// A claim only a resizer without recovery resized has no
+		// allocatedResources.
+		c.Status.AllocatedResources = nil
+		if recovery {
+			c.Status.AllocatedResources = corev1.ResourceList{corev1.ResourceStorage: q}
+			c.Status.AllocatedResourceStatuses = map[corev1.ResourceName]corev1.ClaimResourceStatus{
+				corev1.ResourceStorage: corev1.PersistentVolumeClaimNodeResizePending}
+		}
+		c.Status.Conditions = append(c.Status.Conditions, corev1.PersistentVolumeClaimCondition{
+			Type: corev1.PersistentVolumeClaimFileSystemResizePending, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now(),
+			Message: "Waiting for user to (re-)start a pod to finish file system resize of volume on node."})
+	})
+}
+
+// waitClaimResized waits until the claim's status is what the kubelet
+// leaves after a node expansion: capacity the new size, no resize status,
+// no resize condition.
+func waitClaimResized(t *testing.T, admin kubernetes.Interface, ns, claim string, size int64) {
+	t.Helper()
+	waitFor(t, 2*time.Minute, "claim status resized", func() (bool, string) {
+		c, err := admin.CoreV1().PersistentVolumeClaims(ns).Get(t.Context(), claim, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		got := c.Status.Capacity[corev1.ResourceStorage]
+		return got.Value() == size && c.Status.AllocatedResourceStatuses == nil && len(c.Status.Conditions) == 0,
+			fmt.Sprintf("%+v", c.Status)
+	})
+}
+
+// dfSize is the size in bytes of the filesystem at path in the container.
+func dfSize(h *harness, o *schemas.PodObserved, path string) int64 {
+	h.t.Helper()
+	out, _ := h.execIn(o, "app", false, "df", "-k", path)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	f := strings.Fields(lines[len(lines)-1])
+	if len(f) < 2 {
+		h.t.Fatalf("df output %q", out)
+	}
+	kb, err := strconv.ParseInt(f[1], 10, 64)
+	if err != nil {
+		h.t.Fatalf("df output %q: %v", out, err)
+	}
+	return kb << 10
+}
+
 func lastCall(drv *csitest.Process, method, volumeID string) csitest.Call {
 	var out csitest.Call
 	for _, c := range drv.Calls() {
@@ -92,11 +171,100 @@ func lastCall(drv *csitest.Process, method, volumeID string) csitest.Call {
 	return out
 }
 
+// A claim resized through the API while its pod runs grows the filesystem
+// the pod sees (online: NodeExpandVolume on the next sync of the pod, with
+// the published and staging paths), and the claim's status is left as the
+// kubelet leaves it; resized again (by a resizer without recovery) while
+// no pod uses it, it is expanded when the next pod publishes it (offline),
+// before the pod starts.
+func TestCSIVolumeExpandedOnlineAndOffline(t *testing.T) {
+	h, cp, ns := apiHarness(t, nil)
+	admin := cp.AdminClient(t)
+	ensureNode(t, cp, nil)
+	const name = "expand.csi.nodelet.io"
+	createCSIDriver(t, admin, name, false)
+	drv := startExpandingDriver(t, name, h.cfg.Node.StateDir)
+	waitCSINode(t, admin, name)
+	pv := sizedClaim(t, admin, ns, name, "vol-e", "data", 64<<20, corev1.PersistentVolumeFilesystem)
+
+	grace := int64(1)
+	pod := newPod("grows", withMount(busybox("app", "echo kept > /data/file; exec sleep 3600"), "data", "/data"))
+	pod.Spec.TerminationGracePeriodSeconds = &grace
+	pod.Spec.Volumes = []corev1.Volume{claimVolume("data", "data", false)}
+	created := createPod(t, h, cp, ns, pod)
+	o := h.waitObserved(created, 2*time.Minute, "running", func(o *schemas.PodObserved) bool { return running(o, "app") })
+	if got := dfSize(h, o, "/data"); got != 64<<20 {
+		t.Fatalf("volume of %d bytes in the pod, want 64Mi", got)
+	}
+	if n := drv.Count("NodeExpandVolume", ""); n != 0 {
+		t.Fatalf("%d NodeExpandVolume calls before any resize", n)
+	}
+
+	resizeClaim(t, admin, ns, "data", pv.Name, 128<<20, true)
+	// The pod's next sync (the runtime's resync, or any input): put its
+	// desired state again.
+	h.desire(created)
+	waitFor(t, time.Minute, "filesystem grown in the pod", func() (bool, string) {
+		got := dfSize(h, o, "/data")
+		return got == 128<<20, fmt.Sprint(got)
+	})
+	waitClaimResized(t, admin, ns, "data", 128<<20)
+	c := lastCall(drv, "NodeExpandVolume", "vol-e")
+	if c.Bytes != 128<<20 || c.Path != csiTarget(h.cfg.Node.StateDir, string(created.UID), pv.Name) || c.Staging == "" || c.Block {
+		t.Fatalf("NodeExpandVolume call %+v", c)
+	}
+	h.events.await(t, created.UID, "FileSystemResizeSuccess", 1)
+	if out, _ := h.execIn(o, "app", false, "cat", "/data/file"); out != "kept\n" {
+		t.Fatalf("data after the expansion %q", out)
+	}
+	// Expanded once: later syncs leave it alone.
+	h.desire(created)
+	h.barrier()
+	if n := drv.Count("NodeExpandVolume", "vol-e"); n != 1 {
+		t.Fatalf("%d NodeExpandVolume calls, want 1", n)
+	}
+
+	h.remove(created)
+	h.volumesGone(string(created.UID))
+	waitFor(t, 30*time.Second, "unstaged", func() (bool, string) { return drv.Count("NodeUnstageVolume", "vol-e") == 1, "" })
+	// A resizer without recovery this time (the kubelet's legacy
+	// expansion: capacity set, conditions cleared).
+	resizeClaim(t, admin, ns, "data", pv.Name, 192<<20, false)
+	next := newPod("grown", withMount(busybox("app", "exec sleep 3600"), "data", "/data"))
+	next.Spec.TerminationGracePeriodSeconds = &grace
+	next.Spec.Volumes = []corev1.Volume{claimVolume("data", "data", false)}
+	second := createPod(t, h, cp, ns, next)
+	o = h.waitObserved(second, 2*time.Minute, "running", func(o *schemas.PodObserved) bool { return running(o, "app") })
+	if got := dfSize(h, o, "/data"); got != 192<<20 {
+		t.Fatalf("second pod starts on %d bytes, want 192Mi", got)
+	}
+	waitClaimResized(t, admin, ns, "data", 192<<20)
+	if out, _ := h.execIn(o, "app", false, "cat", "/data/file"); out != "kept\n" {
+		t.Fatalf("data after the offline expansion %q", out)
+	}
+	var order []string
+	for _, c := range drv.Calls() {
+		if c.VolumeID == "vol-e" && c.Method != "NodeGetVolumeStats" {
+			order = append(order, c.Method)
+		}
+	}
+	if want := "NodeStageVolume NodePublishVolume NodeExpandVolume NodeUnpublishVolume NodeUnstageVolume NodeStageVolume NodePublishVolume NodeExpandVolume"; strings.Join(order, " ") != want {
+		t.Fatalf("calls %v\nwant %s", order, want)
+	}
+	h.remove(second)
+	h.volumesGone(string(second.UID))
+	waitFor(t, 30*time.Second, "no mount left", func() (bool, string) {
+		ms := testenv.MountsUnder(h.cfg.Node.StateDir)
+		return len(ms) == 0 && drv.Count("NodeUnstageVolume", "vol-e") == 2, strings.Join(ms, ",")
+	})
+}
+
 // A Block claim of a CSI volume appears in the container as a block
 // device at its volumeDevices path (staged and published as a block
 // device: a loop device of the test driver); what the container writes
-// lands on the device; once the pod goes, the device is unpublished,
-// unstaged and detached, and nothing is left mounted.
+// lands on the device; a resize grows the device the container sees; once
+// the pod goes, the device is unpublished, unstaged and detached, and
+// nothing is left mounted.
 func TestCSIBlockVolumeAsDevice(t *testing.T) {
 	h, cp, ns := apiHarness(t, nil)
 	admin := cp.AdminClient(t)
@@ -137,6 +305,17 @@ func TestCSIBlockVolumeAsDevice(t *testing.T) {
 	link := filepath.Join(podDir(h.cfg.Node.StateDir, string(created.UID)), "volumeDevices", "kubernetes.io~csi", pv.Name)
 	if dst, err := os.Readlink(link); err != nil || dst != lastCall(drv, "NodePublishVolume", "vol-b").Path {
 		t.Fatalf("pod device link %s -> %q (%v)", link, dst, err)
+	}
+
+	resizeClaim(t, admin, ns, "disk", pv.Name, 48<<20, true)
+	h.desire(created)
+	waitFor(t, time.Minute, "device grown in the container", func() (bool, string) {
+		out, _ := h.execIn(o, "app", false, "blockdev", "--getsize64", "/dev/xvda")
+		return strings.TrimSpace(out) == "50331648", out
+	})
+	waitClaimResized(t, admin, ns, "disk", 48<<20)
+	if c := lastCall(drv, "NodeExpandVolume", "vol-b"); !c.Block || c.Bytes != 48<<20 {
+		t.Fatalf("NodeExpandVolume call %+v", c)
 	}
 
 	h.remove(created)

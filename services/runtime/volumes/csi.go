@@ -43,20 +43,28 @@ type csiVolume struct {
 	accessModes   []corev1.PersistentVolumeAccessMode
 	stageSecret   *corev1.SecretReference
 	publishSecret *corev1.SecretReference
+	expandSecret  *corev1.SecretReference
 	inline        bool
 	// block: a raw block volume (volumeMode Block, volumeDevices).
 	block bool
+	// pvName and the claim (namespace/name) of a PV's volume, which a
+	// resize expands.
+	pvName, claimNamespace, claimName string
 }
 
 func csiVolumeFromPV(pv *corev1.PersistentVolume, claimReadOnly bool) csiVolume {
 	s := pv.Spec.CSI
-	return csiVolume{
+	cv := csiVolume{
 		specName: pv.Name, driver: s.Driver, handle: s.VolumeHandle,
 		readOnly: claimReadOnly || s.ReadOnly, fsType: s.FSType, attributes: s.VolumeAttributes,
 		mountOptions: pv.Spec.MountOptions, accessModes: pv.Spec.AccessModes,
-		stageSecret: s.NodeStageSecretRef, publishSecret: s.NodePublishSecretRef,
-		block: pv.Spec.VolumeMode != nil && *pv.Spec.VolumeMode == corev1.PersistentVolumeBlock,
+		stageSecret: s.NodeStageSecretRef, publishSecret: s.NodePublishSecretRef, expandSecret: s.NodeExpandSecretRef,
+		block: pv.Spec.VolumeMode != nil && *pv.Spec.VolumeMode == corev1.PersistentVolumeBlock, pvName: pv.Name,
 	}
+	if ref := pv.Spec.ClaimRef; ref != nil {
+		cv.claimNamespace, cv.claimName = ref.Namespace, ref.Name
+	}
+	return cv
 }
 
 func csiVolumeInline(pod *corev1.Pod, v *corev1.Volume) csiVolume {
@@ -126,8 +134,9 @@ func stagingPath(stateDir, driver, handle string) string {
 // NodeStageVolume once per volume on the node) and mounter (SetUpAt →
 // NodePublishVolume into the pod's volume directory, then fsGroup), or for
 // a raw block volume its block mapper (csi_block.go). A volume already
-// published (after a restart too) is left alone. It returns the host path
-// the containers get: the mount, or the device.
+// published (after a restart too) is left alone. A resized claim is
+// expanded once published (csi_expand.go). It returns the host path the
+// containers get: the mount, or the device.
 func (m *Manager) setupCSI(ctx context.Context, pod *corev1.Pod, cv csiVolume) (string, error) {
 	paths := m.csiPathsFor(pod, cv)
 	if mounted, err := m.isMounted(paths.target); err != nil {
@@ -137,7 +146,10 @@ func (m *Manager) setupCSI(ctx context.Context, pod *corev1.Pod, cv csiVolume) (
 		if err := paths.link(); err != nil {
 			return "", err
 		}
-		m.rememberCSI(ctx, cv, paths, nil, nil)
+		cm := m.rememberCSI(ctx, cv, paths, nil, nil)
+		if err := m.expandCSI(ctx, pod, cm); err != nil {
+			return "", fmt.Errorf("MountVolume.Setup failed while expanding volume: %w", err)
+		}
 		return paths.host, nil
 	}
 	if m.csi == nil {
@@ -199,7 +211,10 @@ func (m *Manager) setupCSI(ctx context.Context, pod *corev1.Pod, cv csiVolume) (
 	if err := paths.link(); err != nil {
 		return "", err
 	}
-	m.rememberCSI(ctx, cv, paths, obj, publishContext)
+	cm := m.rememberCSI(ctx, cv, paths, obj, publishContext)
+	if err := m.expandCSI(ctx, pod, cm); err != nil {
+		return "", fmt.Errorf("MountVolume.Setup failed while expanding volume: %w", err)
+	}
 	if !cv.block && m.csiFSGroup(obj, cv) {
 		if err := applyFSGroup(paths.target, pod, cv.readOnly); err != nil {
 			return "", fmt.Errorf("applyFSGroup failed for vol %s: %w", cv.handle, err)

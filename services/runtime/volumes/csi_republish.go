@@ -13,13 +13,16 @@ import (
 
 // csiMount is a CSI volume published for a pod, remembered (by its host
 // path) for what later syncs do with it: publish again
-// (requiresRepublish).
+// (requiresRepublish) and expand it when its claim is resized.
 type csiMount struct {
 	cv             csiVolume
 	paths          csiPaths
 	publishContext map[string]string
 	// republish: the CSIDriver's requiresRepublish.
 	republish bool
+	// inUseExpansionError: the driver cannot expand it while it is in use
+	// (the kubelet's MarkForInUseExpansionError).
+	inUseExpansionError bool
 }
 
 // rememberCSI records a published volume; obj is its CSIDriver (nil: read
@@ -72,8 +75,9 @@ func (m *Manager) forgetCSIMounts(uid string) {
 // before, as the kubelet's volume manager does on each reprocessing of the
 // pod: publish it again when its CSIDriver has requiresRepublish (the
 // remount of MarkRemountRequired: NodePublishVolume with fresh service
-// account tokens). A failure is logged and posted once (FailedMount); the
-// pod keeps the volume as it is.
+// account tokens) and expand it when its claim was resized
+// (GenerateExpandInUseVolumeFunc). A failure is logged and posted once
+// (FailedMount, VolumeResizeFailed); the pod keeps the volume as it is.
 func (m *Manager) resync(ctx context.Context, pod *corev1.Pod, p *podVolumes, name string, cm *csiMount) {
 	if cm.republish {
 		err := m.republish(ctx, pod, cm)
@@ -82,6 +86,12 @@ func (m *Manager) resync(ctx context.Context, pod *corev1.Pod, p *podVolumes, na
 		}
 		m.reportOnce(pod, p, name+"\x00republish", "FailedMount", err)
 	}
+	err := m.expandCSI(ctx, pod, cm)
+	if err != nil {
+		// The kubelet's doOnlineExpansion.
+		err = fmt.Errorf("NodeExpandVolume.NodeExpandVolume failed for volume %q : %w", name, err)
+	}
+	m.reportOnce(pod, p, name+"\x00expand", "VolumeResizeFailed", err)
 }
 
 func (m *Manager) republish(ctx context.Context, pod *corev1.Pod, cm *csiMount) error {
