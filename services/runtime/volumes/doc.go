@@ -51,13 +51,13 @@
 // ".." nor a symlink (even one swapped in later) can reach outside the
 // volume.
 //
-// # Claims and CSI (pv.go, csi.go)
+// # Claims and CSI (pv.go, csi*.go)
 //
 // persistentVolumeClaim and generic ephemeral volumes are resolved as the
 // kubelet's desired-state-of-world populator does (createVolumeSpec): the
 // claim bound and not being deleted (a generic ephemeral volume's claim
 // owned by the pod), the PV bound back to it, volumeMode Filesystem for
-// volumeMounts (Block is refused). A volume that cannot be resolved, or
+// volumeMounts and Block for volumeDevices (CSI PVs only). A volume that cannot be resolved, or
 // waits for its VolumeAttachment, makes Setup return a MountWaitError,
 // worded as the kubelet's WaitForAttachAndMount error. Volumes no container
 // uses are skipped, and a claim once set up is not resolved again for the
@@ -78,6 +78,17 @@
 // target and the staging path is what teardown reads, so it needs no
 // memory of the setup: a volume already published is left alone after a
 // restart. The drivers are those registered in package csi.
+//
+// A Block claim follows the kubelet's CSI block mapper (csi_block.go):
+// staged on <stateDir>/plugins/kubernetes.io/csi/volumeDevices/staging/<pv>,
+// the device published on volumeDevices/publish/<pv>/<podUID>, and the
+// link <pod>/volumeDevices/kubernetes.io~csi/<pv> to it is what the
+// runtime gives containers as devices. A published volume is remembered
+// (csi_republish.go): with the CSIDriver's requiresRepublish each later
+// sync of the pod publishes it again, with the service account tokens of
+// its tokenRequests; and a claim whose PV grew is expanded with
+// NodeExpandVolume after publishing and on later syncs, its status then
+// updated as the kubelet's NodeExpander does (csi_expand.go).
 //
 // Teardown, called once the pod's containers and sandbox are gone, first
 // unpublishes the pod's CSI volumes through their drivers (and unstages
