@@ -225,8 +225,9 @@ func (m *Manager) setupCSI(ctx context.Context, pod *corev1.Pod, cv csiVolume) (
 
 // publish is NodePublishVolume as the kubelet's SetUpAt (or its block
 // mapper's publishVolumeForBlock) makes it: the volume's attributes with
-// the pod's (podInfoOnMount) and its service account tokens (the
-// CSIDriver's tokenRequests), the publish secret.
+// the pod's (podInfoOnMount) and, for a filesystem only (the block mapper
+// passes none), its service account tokens (the CSIDriver's
+// tokenRequests), the publish secret.
 func (m *Manager) publish(ctx context.Context, pod *corev1.Pod, drv *csi.Driver, obj *storagev1.CSIDriver, cv csiVolume,
 	paths csiPaths, publishContext map[string]string) error {
 	secrets, err := m.csiSecrets(ctx, cv.publishSecret)
@@ -245,7 +246,11 @@ func (m *Manager) publish(ctx context.Context, pod *corev1.Pod, drv *csi.Driver,
 		attrs["csi.storage.k8s.io/serviceAccount.name"] = pod.Spec.ServiceAccountName
 		attrs["csi.storage.k8s.io/ephemeral"] = strconv.FormatBool(cv.inline)
 	}
-	tokens, inSecrets, err := m.serviceAccountTokenAttrs(ctx, pod, obj)
+	var tokens map[string]string
+	var inSecrets bool
+	if !cv.block {
+		tokens, inSecrets, err = m.serviceAccountTokenAttrs(ctx, pod, obj)
+	}
 	if err != nil {
 		return fmt.Errorf("kubernetes.io/csi: mounter.SetUpAt failed to get service accoount token attributes: %w", err)
 	}
