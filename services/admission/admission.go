@@ -177,8 +177,11 @@ func New(o Options) (*Daemon, error) {
 // Run decides until ctx is done.
 func (d *Daemon) Run(ctx context.Context) error {
 	vols := d.o.Volumes
+	var apiVols *APIVolumes
 	if vols == nil && d.o.Config.NodeKubeconfig() != "" {
-		vols = NewAPIVolumes(ctx, d.o.Config, d.o.Log)
+		// The node's CSI attach limits, read with the one client below.
+		apiVols = &APIVolumes{NodeName: d.o.Config.Node.Name}
+		vols = apiVols
 	}
 	if vols != nil {
 		d.c.admitter.handlers = append(d.c.admitter.handlers, &VolumeLimitsHandler{Source: vols, Log: d.o.Log})
@@ -190,6 +193,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 				if client = nodeClient(ctx, d.o.Config, d.o.Log); client == nil {
 					return
 				}
+			}
+			if apiVols != nil {
+				apiVols.setClient(client)
 			}
 			followAPINode(ctx, client, d.node, d.c.admitter.SetNode, d.o.Log)
 		}()

@@ -15,9 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/component-helpers/storage/ephemeral"
-
-	"github.com/nodelet/nodelet/internal/config"
-	"github.com/nodelet/nodelet/internal/kubeclient"
 )
 
 // ReasonVolumeAttachmentLimitExceeded is the kubelet's
@@ -135,33 +132,15 @@ type APIVolumes struct {
 	cache map[types.UID]map[string]string
 }
 
-// NewAPIVolumes builds an APIVolumes with the node's identity
-// (node.kubeconfig, through kubeclient, which follows certificate
-// renewals). The client comes in the background: while nodelet-status is
-// still bootstrapping the credential, admission must not wait for it (the
-// runtime and status start after admission), so until then reads fail and
-// pods are admitted without the check, as when the API cannot be read.
-func NewAPIVolumes(ctx context.Context, cfg *config.Config, log *slog.Logger) *APIVolumes {
-	a := &APIVolumes{NodeName: cfg.Node.Name}
-	go func() {
-		rc, err := kubeclient.RESTConfig(ctx, cfg, log)
-		if err != nil {
-			if ctx.Err() == nil {
-				log.Error("No API client for CSI attach limits", "err", err)
-			}
-			return
-		}
-		rc.UserAgent = "nodelet-admission"
-		c, err := kubernetes.NewForConfig(rc)
-		if err != nil {
-			log.Error("No API client for CSI attach limits", "err", err)
-			return
-		}
-		a.mu.Lock()
-		a.Client = c
-		a.mu.Unlock()
-	}()
-	return a
+// setClient gives a the node's API client once there is one: while
+// nodelet-status is still bootstrapping the credential, admission must not
+// wait for it (the runtime and status start after admission), so until
+// then reads fail and pods are admitted without the check, as when the API
+// cannot be read.
+func (a *APIVolumes) setClient(c kubernetes.Interface) {
+	a.mu.Lock()
+	a.Client = c
+	a.mu.Unlock()
 }
 
 // client is the API client, an error until it is there.
