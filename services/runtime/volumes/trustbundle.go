@@ -168,16 +168,25 @@ func (t *trustBundles) drop(obj any) {
 	}
 }
 
-// byName is the kubelet's GetTrustAnchorsByName.
-func (t *trustBundles) byName(ctx context.Context, name string, allowMissing bool) ([]byte, error) {
+// ready says why trust bundles cannot be read yet: no API serving them
+// (static mode), or the informer not synced.
+func (t *trustBundles) ready(ctx context.Context) error {
 	if err := t.ensure(ctx); err != nil {
-		return nil, err
+		return err
 	}
 	if t.static {
-		return nil, errCTBStatic
+		return errCTBStatic
 	}
 	if !t.informer.HasSynced() {
-		return nil, errors.New("ClusterTrustBundle informer has not yet synced")
+		return errors.New("ClusterTrustBundle informer has not yet synced")
+	}
+	return nil
+}
+
+// byName is the kubelet's GetTrustAnchorsByName.
+func (t *trustBundles) byName(ctx context.Context, name string, allowMissing bool) ([]byte, error) {
+	if err := t.ready(ctx); err != nil {
+		return nil, err
 	}
 	key := ctbCacheKey{ctbName: name}
 	if v, ok := t.normalized.Get(key); ok {
@@ -198,14 +207,8 @@ func (t *trustBundles) byName(ctx context.Context, name string, allowMissing boo
 // bySigner is the kubelet's GetTrustAnchorsBySigner: a nil selector
 // matches nothing, an empty one everything.
 func (t *trustBundles) bySigner(ctx context.Context, signer string, selector *metav1.LabelSelector, allowMissing bool) ([]byte, error) {
-	if err := t.ensure(ctx); err != nil {
+	if err := t.ready(ctx); err != nil {
 		return nil, err
-	}
-	if t.static {
-		return nil, errCTBStatic
-	}
-	if !t.informer.HasSynced() {
-		return nil, errors.New("ClusterTrustBundle informer has not yet synced")
 	}
 	sel, err := metav1.LabelSelectorAsSelector(selector)
 	if err != nil {
