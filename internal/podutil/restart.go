@@ -44,3 +44,10 @@ func ContainerShouldRestart(c *corev1.Container, spec *corev1.PodSpec, exitCode 
 		return true
 	}
 }
+
+// IsRestartableInit is the kubelet's podutil.IsRestartableInitContainer: an
+// init container with restartPolicy Always, a sidecar (KEP-753). A nil
+// container is none.
+func IsRestartableInit(c *corev1.Container) bool {
+	return c != nil && c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways
+}

@@ -38,3 +38,21 @@ func TestContainerShouldRestart(t *testing.T) {
 		}
 	}
 }
+
+func TestIsRestartableInit(t *testing.T) {
+	always, never := corev1.ContainerRestartPolicyAlways, corev1.ContainerRestartPolicyNever
+	for _, tc := range []struct {
+		name string
+		c    *corev1.Container
+		want bool
+	}{
+		{"nil container", nil, false},
+		{"no policy", &corev1.Container{}, false},
+		{"Never", &corev1.Container{RestartPolicy: &never}, false},
+		{"Always", &corev1.Container{RestartPolicy: &always}, true},
+	} {
+		if got := IsRestartableInit(tc.c); got != tc.want {
+			t.Errorf("%s: IsRestartableInit = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

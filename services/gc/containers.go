@@ -9,6 +9,8 @@ import (
 	"sort"
 	"time"
 
+	crierrors "k8s.io/cri-api/pkg/errors"
+
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodelet/nodelet/internal/cri"
@@ -176,7 +178,7 @@ func (g *Daemon) removeOldestN(ctx context.Context, containers []containerGCInfo
 		}
 		c := containers[i]
 		if c.unknown {
-			if err := g.rt.StopContainer(ctx, c.id, 2); err != nil && !isNotFound(err) {
+			if err := g.rt.StopContainer(ctx, c.id, 2); err != nil && !crierrors.IsNotFound(err) {
 				g.log.Error("Failed to stop container in unknown state before removal", "containerID", c.id, "err", err)
 				continue
 			}
@@ -196,7 +198,7 @@ func (g *Daemon) removeOldestN(ctx context.Context, containers []containerGCInfo
 func (g *Daemon) removeContainer(ctx context.Context, c containerGCInfo) error {
 	st, err := g.rt.ContainerStatus(ctx, c.id, false)
 	if err != nil {
-		if isNotFound(err) {
+		if crierrors.IsNotFound(err) {
 			return nil
 		}
 		return fmt.Errorf("container status: %w", err)
@@ -212,7 +214,7 @@ func (g *Daemon) removeContainer(ctx context.Context, c containerGCInfo) error {
 			reclaimedBytes.WithLabelValues(objContainerLog).Add(float64(size))
 		}
 	}
-	if err := g.rt.RemoveContainer(ctx, c.id); err != nil && !isNotFound(err) {
+	if err := g.rt.RemoveContainer(ctx, c.id); err != nil && !crierrors.IsNotFound(err) {
 		return err
 	}
 	removedTotal.WithLabelValues(objContainer).Inc()
@@ -284,11 +286,11 @@ func (g *Daemon) removeOldestNSandboxes(ctx context.Context, uid string, sbs []s
 		}
 		// The runtime should have stopped it; stop it anyway, as the
 		// kubelet does, so that its network is torn down first.
-		if err := g.rt.StopPodSandbox(ctx, sb.id); err != nil && !isNotFound(err) {
+		if err := g.rt.StopPodSandbox(ctx, sb.id); err != nil && !crierrors.IsNotFound(err) {
 			g.log.Error("Failed to stop sandbox before removing", "pod", podutil.Ref(sb.podNamespace, sb.podName), "podUID", uid, "podSandboxID", sb.id, "err", err)
 			continue
 		}
-		if err := g.rt.RemovePodSandbox(ctx, sb.id); err != nil && !isNotFound(err) {
+		if err := g.rt.RemovePodSandbox(ctx, sb.id); err != nil && !crierrors.IsNotFound(err) {
 			g.log.Error("Failed to remove sandbox", "pod", podutil.Ref(sb.podNamespace, sb.podName), "podUID", uid, "podSandboxID", sb.id, "err", err)
 			continue
 		}

@@ -48,7 +48,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -300,16 +299,6 @@ func podUIDFromLogDir(name string) string {
 // kubelet's layout).
 func (g *Daemon) emptyDirsOf(uid string) string {
 	return filepath.Join(g.cfg.Node.StateDir, "pods", uid, "volumes", "kubernetes.io~empty-dir")
-}
-
-func isNotFound(err error) bool {
-	if err == nil {
-		return false
-	}
-	if s, ok := status.FromError(err); ok && s.Code() == codes.NotFound {
-		return true
-	}
-	return strings.Contains(err.Error(), "not found") || os.IsNotExist(err)
 }
 
 func isUnavailable(err error) bool {

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	crierrors "k8s.io/cri-api/pkg/errors"
+
 	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -307,7 +309,7 @@ func (g *Daemon) freeSpace(ctx context.Context, bytesToFree int64, freeTime time
 
 func (g *Daemon) freeImage(ctx context.Context, img imageEvictionInfo, reason string, res *imageGCResult) error {
 	g.log.Info("Removing image to free bytes", "imageID", img.id, "repoTags", img.tags, "size", img.size, "lastUsed", img.lastUsed, "reason", reason)
-	if err := g.img.RemoveImage(ctx, &runtimeapi.ImageSpec{Image: img.id}); err != nil && !isNotFound(err) {
+	if err := g.img.RemoveImage(ctx, &runtimeapi.ImageSpec{Image: img.id}); err != nil && !crierrors.IsNotFound(err) {
 		return fmt.Errorf("remove image %s: %w", img.id, err)
 	}
 	delete(g.imageRecords, img.id)

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodelet/nodelet/internal/podutil"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -146,7 +148,7 @@ func (p *criPod) start(name string, attempt uint32, mounts ...*runtimeapi.Mount)
 		p.t.Fatalf("ContainerStatus %s: %v", name, err)
 	}
 	kind := schemas.ContainerKindApp
-	if isSidecar(spec) {
+	if podutil.IsRestartableInit(spec) {
 		kind = schemas.ContainerKindSidecar
 	}
 	p.mu.Lock()

@@ -16,15 +16,11 @@ func probeContainers(pod *corev1.Pod) []*corev1.Container {
 	}
 	for i := range pod.Spec.InitContainers {
 		c := &pod.Spec.InitContainers[i]
-		if isSidecar(c) {
+		if podutil.IsRestartableInit(c) {
 			out = append(out, c)
 		}
 	}
 	return out
-}
-
-func isSidecar(c *corev1.Container) bool {
-	return c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways
 }
 
 func probeKinds(c *corev1.Container) []string {
@@ -71,7 +67,7 @@ func findObserved(o *schemas.PodObserved, name string) *schemas.ContainerObserve
 // probes end (the kubelet's worker stops there).
 func finished(pod *corev1.Pod, c *corev1.Container, oc *schemas.ContainerObserved) bool {
 	t := oc.State.Terminated
-	if t == nil || isSidecar(c) {
+	if t == nil || podutil.IsRestartableInit(c) {
 		return false
 	}
 	return !podutil.ContainerShouldRestart(c, &pod.Spec, t.ExitCode)

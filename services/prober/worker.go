@@ -80,7 +80,7 @@ func newWorker(m *Daemon, k probeKey, pod *corev1.Pod, c *corev1.Container) *wor
 		w.spec.FailureThreshold = defaultFailureThreshold
 	}
 	w.fieldPath = fmt.Sprintf("spec.containers{%s}", c.Name)
-	if isSidecar(c) {
+	if podutil.IsRestartableInit(c) {
 		w.fieldPath = fmt.Sprintf("spec.initContainers{%s}", c.Name)
 	}
 	w.metrics = newProbeMetrics(k.kind, c.Name, pod.Name, pod.Namespace, string(pod.UID))

@@ -213,7 +213,7 @@ initLoop:
 	for i := range pod.Spec.InitContainers {
 		c := &pod.Spec.InitContainers[i]
 		s := current(c.Name)
-		if isSidecar(c) {
+		if podutil.IsRestartableInit(c) {
 			kind := schemas.ContainerKindSidecar
 			switch {
 			case s == nil:
@@ -301,7 +301,7 @@ func firstContainersToStart(pod *corev1.Pod, pr *podRuntime) []containerToStart 
 	if len(pod.Spec.InitContainers) > 0 {
 		c := &pod.Spec.InitContainers[0]
 		kind := schemas.ContainerKindInit
-		if isSidecar(c) {
+		if podutil.IsRestartableInit(c) {
 			kind = schemas.ContainerKindSidecar
 		}
 		return []containerToStart{{Spec: c, Kind: kind}}

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"github.com/nodelet/nodelet/internal/podutil"
+	crierrors "k8s.io/cri-api/pkg/errors"
 
 	"context"
 	"crypto/rand"
@@ -169,7 +170,7 @@ func (m *Daemon) startContainer(ctx context.Context, pod *corev1.Pod, ts contain
 		} else {
 			m.log.Info("Replacing container whose start was interrupted", "pod", podRef(pod), "podUID", pod.UID,
 				"containerName", c.Name, "containerID", ts.Replace.ID)
-			if err := m.rs.RemoveContainer(ctx, ts.Replace.ID); err != nil && !isNotFound(err) {
+			if err := m.rs.RemoveContainer(ctx, ts.Replace.ID); err != nil && !crierrors.IsNotFound(err) {
 				return "", &waitError{Reason: reasonContainerCreating, Message: err.Error(), Retry: time.Second}
 			}
 			restartCount = ts.Replace.RestartCount

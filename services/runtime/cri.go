@@ -7,9 +7,6 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// isNotFound: the runtime no longer has the object (removed meanwhile).
-func isNotFound(err error) bool { return grpcCode(err) == codes.NotFound }
-
 // isUnimplemented: the runtime does not offer the call (containerd 1.6 and
 // GetContainerEvents).
 func isUnimplemented(err error) bool { return grpcCode(err) == codes.Unimplemented }

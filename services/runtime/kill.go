@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	crierrors "k8s.io/cri-api/pkg/errors"
+
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nodelet/nodelet/schemas"
@@ -123,7 +125,7 @@ func (m *Daemon) killContainer(ctx context.Context, pod *corev1.Pod, c *containe
 		grace = 0
 	}
 	m.log.Info("Killing container with a grace period", "containerName", c.Name, "containerID", c.ID, "gracePeriod", grace, "reason", reason)
-	if err := m.rs.StopContainer(ctx, c.ID, grace); err != nil && !isNotFound(err) {
+	if err := m.rs.StopContainer(ctx, c.ID, grace); err != nil && !crierrors.IsNotFound(err) {
 		return fmt.Errorf("stop container %s (%s): %w", c.Name, c.ID, err)
 	}
 	return nil
@@ -217,7 +219,7 @@ func (m *Daemon) killPod(ctx context.Context, pod *corev1.Pod, pr *podRuntime, g
 		if !sb.Ready {
 			continue
 		}
-		if err := m.rs.StopPodSandbox(ctx, sb.ID); err != nil && !isNotFound(err) {
+		if err := m.rs.StopPodSandbox(ctx, sb.ID); err != nil && !crierrors.IsNotFound(err) {
 			return fmt.Errorf("stop sandbox %s: %w", sb.ID, err)
 		}
 	}
@@ -245,12 +247,12 @@ func (m *Daemon) removePod(ctx context.Context, uid string, pod *corev1.Pod, pr 
 func (m *Daemon) removeSandboxes(ctx context.Context, pr *podRuntime) error {
 	var errs []error
 	for _, sb := range pr.Sandboxes {
-		if err := m.rs.RemovePodSandbox(ctx, sb.ID); err != nil && !isNotFound(err) {
+		if err := m.rs.RemovePodSandbox(ctx, sb.ID); err != nil && !crierrors.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("remove sandbox %s: %w", sb.ID, err))
 		}
 	}
 	for _, c := range pr.Containers {
-		if err := m.rs.RemoveContainer(ctx, c.ID); err != nil && !isNotFound(err) {
+		if err := m.rs.RemoveContainer(ctx, c.ID); err != nil && !crierrors.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("remove container %s: %w", c.ID, err))
 		}
 	}
@@ -273,7 +275,7 @@ func (m *Daemon) removePodDirs(uid string, pod *corev1.Pod, pr *podRuntime) {
 // stopSandboxes stops ready sandboxes that are not the pod's current one.
 func (m *Daemon) stopSandboxes(ctx context.Context, sbs []*sandboxInfo) error {
 	for _, sb := range sbs {
-		if err := m.rs.StopPodSandbox(ctx, sb.ID); err != nil && !isNotFound(err) {
+		if err := m.rs.StopPodSandbox(ctx, sb.ID); err != nil && !crierrors.IsNotFound(err) {
 			return fmt.Errorf("stop sandbox %s: %w", sb.ID, err)
 		}
 	}

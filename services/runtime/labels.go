@@ -5,6 +5,8 @@ import (
 	"hash/fnv"
 	"strconv"
 
+	"github.com/nodelet/nodelet/internal/podutil"
+
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nodelet/nodelet/internal/cri"
@@ -116,7 +118,7 @@ func hashContainer(c *corev1.Container) string {
 func containerKind(pod *corev1.Pod, name string) string {
 	for i := range pod.Spec.InitContainers {
 		if pod.Spec.InitContainers[i].Name == name {
-			if isSidecar(&pod.Spec.InitContainers[i]) {
+			if podutil.IsRestartableInit(&pod.Spec.InitContainers[i]) {
 				return schemas.ContainerKindSidecar
 			}
 			return schemas.ContainerKindInit
@@ -128,11 +130,6 @@ func containerKind(pod *corev1.Pod, name string) string {
 		}
 	}
 	return schemas.ContainerKindApp
-}
-
-// isSidecar: an init container with restartPolicy Always (KEP-753).
-func isSidecar(c *corev1.Container) bool {
-	return c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways
 }
 
 func parseInt64(s string) *int64 {

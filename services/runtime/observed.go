@@ -10,6 +10,8 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/nodelet/nodelet/internal/podutil"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -166,7 +168,7 @@ func buildObserved(runtimeName string, pod *corev1.Pod, pr *podRuntime, st *podS
 	for i := range pod.Spec.InitContainers {
 		c := &pod.Spec.InitContainers[i]
 		kind := schemas.ContainerKindInit
-		if isSidecar(c) {
+		if podutil.IsRestartableInit(c) {
 			kind = schemas.ContainerKindSidecar
 		}
 		o.InitContainers = append(o.InitContainers, containerObserved(runtimeName, c.Name, kind, c.Image, pr, st.waitingOf(c.Name), false))

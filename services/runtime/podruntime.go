@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	crierrors "k8s.io/cri-api/pkg/errors"
+
 	corev1 "k8s.io/api/core/v1"
 	internalapi "k8s.io/cri-api/pkg/apis"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -196,7 +198,7 @@ func (v *criView) build(ctx context.Context, sbs []*runtimeapi.PodSandbox, cs []
 		seen[sb.Id] = true
 		info, err := v.sandboxStatus(ctx, sb)
 		if err != nil {
-			if isNotFound(err) {
+			if crierrors.IsNotFound(err) {
 				continue // removed meanwhile
 			}
 			return nil, err
@@ -211,7 +213,7 @@ func (v *criView) build(ctx context.Context, sbs []*runtimeapi.PodSandbox, cs []
 		seen[c.Id] = true
 		info, err := v.containerStatus(ctx, c)
 		if err != nil {
-			if isNotFound(err) {
+			if crierrors.IsNotFound(err) {
 				continue
 			}
 			return nil, err

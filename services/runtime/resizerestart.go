@@ -3,6 +3,8 @@ package runtime
 import (
 	"fmt"
 
+	"github.com/nodelet/nodelet/internal/podutil"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
@@ -30,7 +32,7 @@ func (m *Daemon) resizeRestarts(pod *corev1.Pod, pr *podRuntime, a *podActions) 
 	var out map[string]bool
 	for i, c := range resizable(pod) {
 		initContainer := i < len(pod.Spec.InitContainers)
-		if initContainer && !isSidecar(c) {
+		if initContainer && !podutil.IsRestartableInit(c) {
 			continue // validation allows resizing only sidecars among init containers
 		}
 		info := pr.newest(c.Name)

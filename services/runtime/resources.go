@@ -98,7 +98,7 @@ const systemNodeCritical = "system-node-critical"
 // isSidecarOf is the kubelet's qos isSidecarContainer: an init container
 // of pod with restartPolicy Always.
 func isSidecarOf(pod *corev1.Pod, c *corev1.Container) bool {
-	if c.RestartPolicy == nil || *c.RestartPolicy != corev1.ContainerRestartPolicyAlways {
+	if !podutil.IsRestartableInit(c) {
 		return false
 	}
 	for i := range pod.Spec.InitContainers {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	crierrors "k8s.io/cri-api/pkg/errors"
+
 	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -454,7 +456,7 @@ func (m *Daemon) removeDeadSandboxes(ctx context.Context, pod *corev1.Pod, pr *p
 		if !empty {
 			continue
 		}
-		if err := m.rs.RemovePodSandbox(ctx, sb.ID); err != nil && !isNotFound(err) {
+		if err := m.rs.RemovePodSandbox(ctx, sb.ID); err != nil && !crierrors.IsNotFound(err) {
 			m.log.Warn("Cannot remove dead sandbox", "pod", podRef(pod), "podUID", pod.UID, "sandboxID", sb.ID, "err", err)
 			continue
 		}

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"sync"
 
+	crierrors "k8s.io/cri-api/pkg/errors"
+
 	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
@@ -92,7 +94,7 @@ func (m *Daemon) checkStopSignal(ctx context.Context, c *corev1.Container, id st
 	}
 	m.stopSignals.unsupported[m.runtimeID()] = true
 	m.stopSignals.mu.Unlock()
-	if err := m.rs.RemoveContainer(ctx, id); err != nil && !isNotFound(err) {
+	if err := m.rs.RemoveContainer(ctx, id); err != nil && !crierrors.IsNotFound(err) {
 		m.log.Error("Cannot remove container created without its stop signal", "containerName", c.Name, "containerID", id, "err", err)
 	}
 	return errStopSignalUnsupported(m.runtimeID())

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/nodelet/nodelet/internal/podutil"
+
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nodelet/nodelet/schemas"
@@ -82,7 +84,7 @@ func initializedCondition(pod *corev1.Pod, statuses []corev1.ContainerStatus, ph
 			unknown = append(unknown, spec.Name)
 			continue
 		}
-		if isSidecar(spec) {
+		if podutil.IsRestartableInit(spec) {
 			if cs.Started == nil || !*cs.Started {
 				incomplete = append(incomplete, spec.Name)
 			}
@@ -141,7 +143,7 @@ func containersReadyCondition(pod *corev1.Pod, statuses []corev1.ContainerStatus
 		}
 	}
 	for i := range pod.Spec.InitContainers {
-		if isSidecar(&pod.Spec.InitContainers[i]) {
+		if podutil.IsRestartableInit(&pod.Spec.InitContainers[i]) {
 			check(&pod.Spec.InitContainers[i])
 		}
 	}

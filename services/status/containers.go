@@ -143,7 +143,7 @@ func (c containerInputs) fromObserved(spec *corev1.Container, ob *schemas.Contai
 // inferMissing handles a container the runtime no longer (or not yet)
 // lists although it knows the pod.
 func (c containerInputs) inferMissing(st *corev1.ContainerStatus, old *corev1.ContainerStatus, spec *corev1.Container, isInit bool, defaultReason string) {
-	if isInit && c.anyAppCreated && !isSidecar(spec) && st.State.Waiting != nil {
+	if isInit && c.anyAppCreated && !podutil.IsRestartableInit(spec) && st.State.Waiting != nil {
 		// The regular containers exist, so this init container completed.
 		st.State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
 			Reason: "Completed", ExitCode: 0,
@@ -234,7 +234,7 @@ func setProbeResults(pod *corev1.Pod, s *corev1.PodStatus, probes map[ProbeID]sc
 		spec := specByName(pod.Spec.InitContainers, cs.Name)
 		st := started(cs, spec)
 		cs.Started = &st
-		if !isSidecar(spec) {
+		if !podutil.IsRestartableInit(spec) {
 			cs.Ready = cs.State.Terminated != nil && cs.State.Terminated.ExitCode == 0
 			continue
 		}
@@ -254,7 +254,7 @@ func podPhase(pod *corev1.Pod, info []corev1.ContainerStatus, podIsTerminal, pod
 	spec := pod.Spec
 	pendingRestartableInit, pendingRegularInit, failedInitNotRestartable := 0, 0, 0
 	for _, c := range spec.InitContainers {
-		if isSidecar(&c) {
+		if podutil.IsRestartableInit(&c) {
 			continue
 		}
 		cs := statusByName(info, c.Name)
@@ -279,7 +279,7 @@ func podPhase(pod *corev1.Pod, info []corev1.ContainerStatus, podIsTerminal, pod
 	}
 	unknown, running, waiting, stopped, stoppedNotRestartable, succeeded := 0, 0, 0, 0, 0, 0
 	for _, c := range spec.InitContainers {
-		if !isSidecar(&c) {
+		if !podutil.IsRestartableInit(&c) {
 			continue
 		}
 		cs := statusByName(info, c.Name)
@@ -362,10 +362,6 @@ func podPhase(pod *corev1.Pod, info []corev1.ContainerStatus, podIsTerminal, pod
 // restart rules, then the container's restart policy, then the pod's.
 func containerShouldRestart(c corev1.Container, spec corev1.PodSpec, exitCode int32) bool {
 	return podutil.ContainerShouldRestart(&c, &spec, exitCode)
-}
-
-func isSidecar(c *corev1.Container) bool {
-	return c != nil && c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways
 }
 
 func specByName(specs []corev1.Container, name string) *corev1.Container {

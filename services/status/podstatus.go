@@ -350,7 +350,7 @@ func hasPodInitialized(pod *corev1.Pod, s *corev1.PodStatus) bool {
 	if l := len(s.InitContainerStatuses); l > 0 && l <= len(pod.Spec.InitContainers) {
 		last := s.InitContainerStatuses[l-1]
 		spec := specByName(pod.Spec.InitContainers, last.Name)
-		if isSidecar(spec) {
+		if podutil.IsRestartableInit(spec) {
 			return last.State.Running != nil && last.Started != nil && *last.Started
 		}
 		if t := last.LastTerminationState.Terminated; t != nil && t.ExitCode == 0 {
@@ -433,7 +433,7 @@ func preventRegression(pod *corev1.Pod, s *corev1.PodStatus, old *corev1.PodStat
 				continue
 			}
 			spec := specByName(specs, news[i].Name)
-			if spec == nil || (init && isSidecar(spec)) || containerShouldRestart(*spec, pod.Spec, t.ExitCode) {
+			if spec == nil || (init && podutil.IsRestartableInit(spec)) || containerShouldRestart(*spec, pod.Spec, t.ExitCode) {
 				continue
 			}
 			news[i] = *o.DeepCopy()

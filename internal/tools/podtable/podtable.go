@@ -165,7 +165,7 @@ func podRow(pod *corev1.Pod, now time.Time) PodRow {
 	inits := map[string]*corev1.Container{}
 	for i := range pod.Spec.InitContainers {
 		inits[pod.Spec.InitContainers[i].Name] = &pod.Spec.InitContainers[i]
-		if isSidecar(&pod.Spec.InitContainers[i]) {
+		if podutil.IsRestartableInit(&pod.Spec.InitContainers[i]) {
 			total++
 		}
 	}
@@ -178,7 +178,7 @@ func podRow(pod *corev1.Pod, now time.Time) PodRow {
 	for i, c := range pod.Status.InitContainerStatuses {
 		restarts += int(c.RestartCount)
 		later(&lastRestart, c.LastTerminationState.Terminated)
-		sidecar := isSidecar(inits[c.Name])
+		sidecar := podutil.IsRestartableInit(inits[c.Name])
 		if sidecar {
 			sidecarRestarts += int(c.RestartCount)
 			later(&lastSidecarRestart, c.LastTerminationState.Terminated)
@@ -278,9 +278,5 @@ func podRow(pod *corev1.Pod, now time.Time) PodRow {
 
 // kubectl's printPod has its own copies of these pod rules; so does the table.
 const reasonPodInitializing = "PodInitializing"
-
-func isSidecar(c *corev1.Container) bool {
-	return c != nil && c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways
-}
 
 func isTerminal(p corev1.PodPhase) bool { return p == corev1.PodSucceeded || p == corev1.PodFailed }
