@@ -16,7 +16,8 @@
 // runs one): one callback hears, in order, the current value of every key,
 // Synced, then each Put and Deleted; Reset when the bucket's stream was
 // recreated (the bus's store was wiped — Update.Created and StreamCreated
-// tell which store a value came from), followed by a fresh load and Synced.
+// tell which store a value came from) or the watch was lost longer than
+// it may resume after, followed by a fresh load and Synced.
 // Apply keeps a map of the bucket from those updates. The daemon keeps only
 // its callbacks; the one policy for a watch that ends is the Mirror's:
 //
@@ -30,7 +31,10 @@
 //     more, otherwise after a back-off of 100ms doubling to 5s between
 //     failed attempts (each bounded to 5s). A re-established watch resumes
 //     after the last revision seen, or sends Reset and loads again when
-//     the stream is a new one.
+//     the stream is a new one or the outage lasted past 5 minutes (the bus
+//     drops a deleted key's history, its delete marker included, after
+//     bus.deletedKeyRetention — at least 10 minutes — so a longer outage
+//     could have missed a delete).
 //   - An outage that lasts past the mirror's Grace (DefaultMirrorGrace,
 //     2s; a plain reconnect is shorter) is reported on the connection
 //     (Conn.Outages: "bus watch of <bucket> lost since <time>,

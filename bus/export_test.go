@@ -98,3 +98,22 @@ func (w *Wire) Barrier() error {
 		}
 	}
 }
+
+// OnSweep makes the bus call f after each sweep of deleted keys.
+func OnSweep(s *Server, f func(dropped int, err error)) { s.sweeper.swept.Store(&f) }
+
+// KeyMessages is how many messages the bucket's stream holds for key: its
+// revisions and delete marker.
+func KeyMessages(ctx context.Context, s *Server, bucket, key string) (uint64, error) {
+	js := s.sweeper.store[storeAccountOf(streamOf(bucket))]
+	st, err := js.Stream(ctx, streamOf(bucket))
+	if err != nil {
+		return 0, err
+	}
+	subj := kvSubjectPrefix + bucket + "." + key
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(subj))
+	if err != nil {
+		return 0, err
+	}
+	return info.State.Subjects[subj], nil
+}

@@ -29,6 +29,12 @@ const (
 	// established counts as a failed attempt (no immediate retry), so a
 	// watch the bus keeps closing cannot spin.
 	mirrorShortLived = time.Second
+	// mirrorResumeWithin bounds the outage a watch resumes after: the bus
+	// drops a deleted key's history, delete marker included, after
+	// bus.deletedKeyRetention (at least MinDeletedKeyRetention), so a
+	// watch lost longer than this reloads instead of resuming and missing
+	// such a delete.
+	mirrorResumeWithin = 5 * time.Minute
 )
 
 // Mirror follows one bucket (the keys matching a filter) and hands every
@@ -37,7 +43,8 @@ const (
 // callback builds. The callback is called from one goroutine, in order:
 // the current value of every key (Put), then Synced, then each change (Put,
 // Deleted); Reset when the bucket's stream was recreated (the bus's store
-// was wiped), followed by a fresh load and Synced again. A value that does
+// was wiped) or the watch was lost past mirrorResumeWithin, followed by a
+// fresh load and Synced again. A value that does
 // not decode is logged with its subject and skipped.
 //
 // Run never gives up while its context lives: a watch that is lost (the bus
@@ -244,6 +251,13 @@ func (m *Mirror[T, PT]) session(ctx context.Context, reconnected, disconnected <
 	m.created = info
 	var opts []jetstream.WatchOpt
 	resume := m.resuming && m.lastRev > 0
+	if resume && !m.downSince.IsZero() && m.Clock.Since(m.downSince) > mirrorResumeWithin {
+		m.c.Log.Info("Bus watch lost too long to resume, reloading", "bucket", m.bucket, "filter", m.filter,
+			"outage", m.Clock.Since(m.downSince).Round(time.Second))
+		m.synced.Store(false)
+		m.fn(Update[T]{Kind: Reset, Created: info})
+		m.lastRev, m.resuming, resume = 0, false, false
+	}
 	if resume {
 		opts = append(opts, jetstream.IncludeHistory(), jetstream.ResumeFromRevision(m.lastRev+1))
 	}

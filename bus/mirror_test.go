@@ -319,3 +319,33 @@ func TestMirrorReestablishesAWatchTheBusEnded(t *testing.T) {
 	put(t, src, "b")
 	cp.next(t, bus.Put, "b")
 }
+
+// A watch lost for longer than a delete's history is kept could have
+// missed deletes whose markers the bus has dropped since: it reloads
+// (Reset, a fresh load, Synced) instead of resuming.
+func TestMirrorReloadsAfterALongOutage(t *testing.T) {
+	b := bustest.Start(t)
+	src := b.Connect(bus.Sources)
+	put(t, src, "a")
+	conn := b.Connect(bus.Admission)
+	clk := testingclock.NewFakeClock(time.Now())
+	cp := newPodCopy()
+	m := bus.NewMirror(conn, bus.BucketDesired, ">", cp.apply)
+	m.Clock = clk
+	runMirror(t, m)
+	cp.load(t, "a")
+
+	b.Server.Shutdown()
+	eventually.True(t, 20*time.Second, "the grace timer", clk.HasWaiters)
+	clk.Step(6 * time.Minute)
+	b.Restart(false)
+	eventually.State(t, 20*time.Second, "the outage cleared after the bus came back", func() (bool, string) {
+		if clk.HasWaiters() {
+			clk.Step(5 * time.Second)
+		}
+		out := conn.Outages()
+		return len(out) == 0, strings.Join(out, "; ")
+	})
+	cp.next(t, bus.Reset, "")
+	cp.load(t, "a")
+}

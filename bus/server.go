@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
+	"k8s.io/utils/clock"
 )
 
 // ServerOptions configure the embedded bus.
@@ -32,6 +33,8 @@ type ServerOptions struct {
 	Log           *slog.Logger
 	// Limits bound what the bus stores; zero fields take the defaults.
 	Limits Limits
+	// Clock times the sweep of deleted keys. Default: the real clock.
+	Clock clock.WithTicker
 }
 
 // Limits bound the bus's store. The defaults are sized for a node of 110
@@ -54,6 +57,9 @@ type Limits struct {
 	// oldest events go first, and only to make room for its own.
 	EventsMaxBytes int64
 	EventsMaxAge   time.Duration
+	// DeletedKeyRetention is how long a deleted key's history stays in
+	// its bucket (retention.go); at least MinDeletedKeyRetention.
+	DeletedKeyRetention time.Duration
 	// MaxEventSize bounds one event on the bus; Emit shortens a longer
 	// message to fit.
 	MaxEventSize int32
@@ -79,7 +85,9 @@ var DefaultLimits = Limits{
 	MaxValueSize:   1536 << 10,
 	EventsMaxBytes: 128 << 20,
 	EventsMaxAge:   eventsMaxAgeHours * time.Hour,
-	MaxEventSize:   defaultMaxEventSize,
+
+	DeletedKeyRetention: DefaultDeletedKeyRetention,
+	MaxEventSize:        defaultMaxEventSize,
 
 	ConnectionsPerCredential:   64,
 	SubscriptionsPerCredential: 1024,
@@ -102,6 +110,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.EventsMaxAge == 0 {
 		l.EventsMaxAge = d.EventsMaxAge
+	}
+	if l.DeletedKeyRetention == 0 {
+		l.DeletedKeyRetention = d.DeletedKeyRetention
 	}
 	if l.MaxEventSize == 0 {
 		l.MaxEventSize = d.MaxEventSize
@@ -130,6 +141,10 @@ type Server struct {
 	mu    sync.Mutex
 	conns []*nats.Conn
 	proxy *proxy
+
+	sweeper    *sweeper
+	stopSweep  context.CancelFunc
+	sweepEnded chan struct{}
 }
 
 // CheckLoopback fails unless hostport names a loopback address.
@@ -222,6 +237,11 @@ func StartServer(ctx context.Context, o ServerOptions) (*Server, error) {
 		return nil, err
 	}
 	if err := s.startProxy(); err != nil {
+		s.closeConns()
+		ns.Shutdown()
+		return nil, err
+	}
+	if err := s.startSweeper(o.Clock); err != nil {
 		s.closeConns()
 		ns.Shutdown()
 		return nil, err
@@ -343,6 +363,33 @@ func (s *Server) startProxy() error {
 	s.proxy = p
 	s.mu.Unlock()
 	return p.run()
+}
+
+// startSweeper starts dropping the history of keys deleted longer ago
+// than the retention (retention.go), over connections of its own.
+func (s *Server) startSweeper(clk clock.WithTicker) error {
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	sw := &sweeper{clock: clk, retention: s.limits.DeletedKeyRetention, store: map[string]jetstream.JetStream{}}
+	for _, acct := range declared.storeAccounts() {
+		nc, err := s.connectAs(acct)
+		if err != nil {
+			return err
+		}
+		if sw.store[acct], err = jetstream.New(nc); err != nil {
+			return err
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.sweeper, s.stopSweep, s.sweepEnded = sw, cancel, make(chan struct{})
+	log := s.log.With("bus", "retention")
+	t := clk.NewTicker(sweepInterval(sw.retention))
+	go func() {
+		defer close(s.sweepEnded)
+		sw.run(ctx, t, log)
+	}()
+	return nil
 }
 
 // ensureStreams creates every bucket and the events streams, each in its
@@ -477,6 +524,8 @@ func (s *Server) Addr() string {
 
 // Shutdown stops the bus, flushing the store.
 func (s *Server) Shutdown() {
+	s.stopSweep()
+	<-s.sweepEnded
 	s.closeConns()
 	s.ns.Shutdown()
 	s.ns.WaitForShutdown()
