@@ -82,6 +82,7 @@ func TestDurableConsumerOnlyItsOwner(t *testing.T) {
 	t.Run("others", func(t *testing.T) {
 		for _, cred := range nonOwners(bus.Status) {
 			c := b.Connect(cred)
+			r := newRefusals(c)
 			t.Run(cred, func(t *testing.T) {
 				t.Parallel()
 				for _, stream := range []string{statusCopy, bus.EventsStream(bus.Runtime)} {
@@ -93,7 +94,7 @@ func TestDurableConsumerOnlyItsOwner(t *testing.T) {
 						api + "PAUSE." + stream + "." + durable,
 						"$JS.ACK." + stream + "." + durable + ".1.1.1.0.0",
 					} {
-						if m, err := c.NC.Request(subj, []byte(`{"batch":1}`), 500*time.Millisecond); err == nil && !isAPIError(m) {
+						if m, err := r.request(subj, []byte(`{"batch":1}`), 500*time.Millisecond); err == nil && !isAPIError(m) {
 							t.Errorf("%s: %s answered: %q", cred, subj, m.Data)
 						}
 					}
@@ -102,9 +103,10 @@ func TestDurableConsumerOnlyItsOwner(t *testing.T) {
 						{Name: durable, AckPolicy: jetstream.AckNonePolicy},
 						{Durable: "nodelet-status-x", AckPolicy: jetstream.AckNonePolicy},
 					} {
-						uctx, cancel := context.WithTimeout(ctx, time.Second)
-						_, err := c.JS.CreateOrUpdateConsumer(uctx, stream, update)
-						cancel()
+						err := r.call(time.Second, func(ctx context.Context) error {
+							_, err := c.JS.CreateOrUpdateConsumer(ctx, stream, update)
+							return err
+						})
 						if err == nil {
 							t.Errorf("%s created or updated consumer %s%s on %s", cred, update.Durable, update.Name, stream)
 						}

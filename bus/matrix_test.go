@@ -208,7 +208,7 @@ func TestJetStreamAPIMatrix(t *testing.T) {
 			readable[s] = true
 		}
 		for _, s := range streams {
-			c := b.Connect(cred)
+			c := newRefusals(b.Connect(cred))
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -217,9 +217,10 @@ func TestJetStreamAPIMatrix(t *testing.T) {
 					if op.body != nil {
 						data, _ = json.Marshal(op.body(cred, s))
 					}
-					// Refusals come back at once (an API error, or no
-					// responders); the wait is for answers on a loaded bus.
-					m, err := c.NC.Request(op.subject(cred, s), data, 5*time.Second)
+					// Refusals come back at once (an API error, no
+					// responders, a permissions violation); the wait is
+					// for answers on a loaded bus.
+					m, err := c.request(op.subject(cred, s), data, 5*time.Second)
 					got := err == nil && !isAPIError(m)
 					if want := op.allowed(cred, s, readable[s]); got != want {
 						why := fmt.Sprint(err)
