@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/nodelet/nodelet/internal/config"
 	"github.com/nodelet/nodelet/internal/testenv"
 	"github.com/nodelet/nodelet/schemas"
 	"github.com/nodelet/nodelet/services/runtime/csi"
@@ -354,7 +355,8 @@ func TestCSIBlockVolumeAsDevice(t *testing.T) {
 // called again on each sync of the running pod, the periodic resync (every
 // 30s) included, with the same paths and staging once.
 func TestCSIRepublishWithServiceAccountTokens(t *testing.T) {
-	h, cp, ns := apiHarness(t, nil)
+	// Republishing rides the volumes' resync: a short one keeps the test short.
+	h, cp, ns := apiHarness(t, func(c *config.Config) { c.Runtime.SyncFrequency = 10 * time.Second })
 	admin := cp.AdminClient(t)
 	ensureNode(t, cp, nil)
 	const name = "token.csi.nodelet.io"
@@ -407,7 +409,7 @@ func TestCSIRepublishWithServiceAccountTokens(t *testing.T) {
 	// syncs of the pod's start.
 	for range 2 {
 		n := drv.Count("NodePublishVolume", "vol-t")
-		waitFor(t, 75*time.Second, "published again", func() (bool, string) {
+		waitFor(t, 45*time.Second, "published again", func() (bool, string) {
 			return drv.Count("NodePublishVolume", "vol-t") > n, ""
 		})
 	}
