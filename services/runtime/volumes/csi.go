@@ -6,16 +6,20 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"sync"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodelet/nodelet/services/runtime/csi"
 )
@@ -27,6 +31,60 @@ const (
 	// survives a restart.
 	volDataFile = "vol_data.json"
 )
+
+// csiPlugin is the kubelet's CSI volume plugin (pkg/volume/csi): its
+// attacher and mounter (this file), block mapper (csi_block.go), unmounter
+// (csi_teardown.go), the remount of requiresRepublish (csi_republish.go)
+// and, through its nodeExpander, node expansion (csi_expand.go). It holds
+// the registered drivers and the API client it calls them with, and
+// remembers what it published.
+type csiPlugin struct {
+	stateDir string
+	nodeName string
+	// client reads CSIDriver objects, VolumeAttachments and secrets; nil
+	// on a standalone node.
+	client kubernetes.Interface
+	// registry holds the registered CSI drivers; nil: CSI volumes fail.
+	registry *csi.Registry
+	mounts   mountChecker
+	inUse    inUseRecorder
+	// tokens serve the CSIDriver's tokenRequests; nil: they fail.
+	tokens tokenGetter
+	events eventRecorder
+	log    *slog.Logger
+	// mu serialises staging, publishing and their reverse, so that a
+	// volume is never unstaged while another pod publishes it.
+	mu sync.Mutex
+	// published are the CSI volumes published for pods (csi_republish.go).
+	published *publications
+	expander  *nodeExpander
+}
+
+// mountChecker says whether something is mounted at a path (hostMounts).
+type mountChecker interface {
+	isMounted(path string) (bool, error)
+}
+
+// inUseRecorder is what the CSI plugin tells the in-use tracker
+// (inuse.go), and the kubelet's ReportedInUse gate it waits at.
+type inUseRecorder interface {
+	markInUse(uid types.UID, name string)
+	reportedInUse(ctx context.Context, name string) error
+	signal()
+}
+
+var (
+	_ mountChecker  = hostMounts{}
+	_ inUseRecorder = (*inUseTracker)(nil)
+)
+
+func newCSIPlugin(stateDir, nodeName string, client kubernetes.Interface, registry *csi.Registry, mounts mountChecker,
+	inUse inUseRecorder, tokens tokenGetter, events eventRecorder, log *slog.Logger) *csiPlugin {
+	c := &csiPlugin{stateDir: stateDir, nodeName: nodeName, client: client, registry: registry, mounts: mounts,
+		inUse: inUse, tokens: tokens, events: events, log: log, published: newPublications(stateDir)}
+	c.expander = &nodeExpander{client: client, nodeName: nodeName, csi: c, events: events, log: log}
+	return c
+}
 
 // csiVolume is a CSI volume to set up: from a PV or inline in the pod.
 type csiVolume struct {
@@ -130,36 +188,36 @@ func stagingPath(stateDir, driver, handle string) string {
 		fmt.Sprintf("%x", sha256.Sum256([]byte(handle))), "globalmount")
 }
 
-// setupCSI is the kubelet's CSI attacher (WaitForAttach, MountDevice →
+// setup is the kubelet's CSI attacher (WaitForAttach, MountDevice →
 // NodeStageVolume once per volume on the node) and mounter (SetUpAt →
 // NodePublishVolume into the pod's volume directory, then fsGroup), or for
 // a raw block volume its block mapper (csi_block.go). A volume already
 // published (after a restart too) is left alone. A resized claim is
 // expanded once published (csi_expand.go). It returns the host path the
 // containers get: the mount, or the device.
-func (m *Manager) setupCSI(ctx context.Context, pod *corev1.Pod, cv csiVolume) (string, error) {
-	paths := m.csiPathsFor(pod, cv)
-	if mounted, err := m.isMounted(paths.target); err != nil {
+func (c *csiPlugin) setup(ctx context.Context, pod *corev1.Pod, cv csiVolume) (string, error) {
+	paths := c.pathsFor(pod, cv)
+	if mounted, err := c.mounts.isMounted(paths.target); err != nil {
 		return "", err
 	} else if mounted {
 		// The kubelet's SetUpAt: "volume already mounted, skipping".
 		if err := paths.link(); err != nil {
 			return "", err
 		}
-		cm := m.rememberCSI(ctx, cv, paths, nil, nil)
-		if err := m.expandCSI(ctx, pod, cm); err != nil {
+		cm := c.remember(ctx, cv, paths, nil, nil)
+		if err := c.expander.expand(ctx, pod, cm); err != nil {
 			return "", fmt.Errorf("MountVolume.Setup failed while expanding volume: %w", err)
 		}
 		return paths.host, nil
 	}
-	if m.csi == nil {
+	if c.registry == nil {
 		return "", errors.New("kubernetes.io/csi: CSI volumes need nodelet-runtime's plugin registry")
 	}
-	drv, err := m.csi.Driver(cv.driver)
+	drv, err := c.registry.Driver(cv.driver)
 	if err != nil {
 		return "", fmt.Errorf("kubernetes.io/csi: mounter.SetUpAt failed to get CSI client: %w", err)
 	}
-	obj, err := m.csiDriverObject(ctx, cv.driver)
+	obj, err := c.driverObject(ctx, cv.driver)
 	if err != nil {
 		return "", err
 	}
@@ -173,49 +231,49 @@ func (m *Manager) setupCSI(ctx context.Context, pod *corev1.Pod, cv csiVolume) (
 	var publishContext map[string]string
 	attachID := ""
 	if !cv.inline {
-		m.markInUse(pod.UID, csiUniqueName(cv.driver, cv.handle))
+		c.inUse.markInUse(pod.UID, csiUniqueName(cv.driver, cv.handle))
 	}
 	if !cv.inline && (obj == nil || obj.Spec.AttachRequired == nil || *obj.Spec.AttachRequired) {
-		attachID = attachmentName(cv.handle, cv.driver, m.nodeName)
-		if publishContext, err = m.attached(ctx, attachID); err != nil {
+		attachID = attachmentName(cv.handle, cv.driver, c.nodeName)
+		if publishContext, err = c.attached(ctx, attachID); err != nil {
 			return "", err
 		}
-		if err := m.reportedInUse(ctx, csiUniqueName(cv.driver, cv.handle)); err != nil {
+		if err := c.inUse.reportedInUse(ctx, csiUniqueName(cv.driver, cv.handle)); err != nil {
 			return "", err
 		}
 	}
-	m.csiMu.Lock()
-	defer m.csiMu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if !drv.StageUnstage || cv.inline {
 		paths.staging = ""
 	}
 	if paths.staging != "" {
-		if err := m.stage(ctx, pod, drv.Node, cv, paths, publishContext); err != nil {
+		if err := c.stage(ctx, pod, drv.Node, cv, paths, publishContext); err != nil {
 			return "", err
 		}
 	}
 	// The kubelet saves vol_data.json before NodePublishVolume so that a
 	// volume of uncertain state can be torn down.
 	if err := saveVolData(paths.dataDir, volData{SpecVolID: cv.specName, VolumeHandle: cv.handle, DriverName: cv.driver,
-		NodeName: m.nodeName, AttachmentID: attachID, VolumeLifecycleMode: string(mode)}); err != nil {
+		NodeName: c.nodeName, AttachmentID: attachID, VolumeLifecycleMode: string(mode)}); err != nil {
 		return "", err
 	}
 	if err := paths.prepare(); err != nil {
 		return "", err
 	}
-	if err := m.publish(ctx, pod, drv, obj, cv, paths, publishContext); err != nil {
+	if err := c.publish(ctx, pod, drv, obj, cv, paths, publishContext); err != nil {
 		return "", err
 	}
-	m.log.Info("Published CSI volume", "pod", pod.Namespace+"/"+pod.Name, "podUID", pod.UID, "driver", cv.driver,
+	c.log.Info("Published CSI volume", "pod", pod.Namespace+"/"+pod.Name, "podUID", pod.UID, "driver", cv.driver,
 		"volumeHandle", cv.handle, "targetPath", paths.target)
 	if err := paths.link(); err != nil {
 		return "", err
 	}
-	cm := m.rememberCSI(ctx, cv, paths, obj, publishContext)
-	if err := m.expandCSI(ctx, pod, cm); err != nil {
+	cm := c.remember(ctx, cv, paths, obj, publishContext)
+	if err := c.expander.expand(ctx, pod, cm); err != nil {
 		return "", fmt.Errorf("MountVolume.Setup failed while expanding volume: %w", err)
 	}
-	if !cv.block && m.csiFSGroup(obj, cv) {
+	if !cv.block && csiFSGroup(obj, cv) {
 		if err := applyFSGroup(paths.target, pod, cv.readOnly); err != nil {
 			return "", fmt.Errorf("applyFSGroup failed for vol %s: %w", cv.handle, err)
 		}
@@ -228,9 +286,9 @@ func (m *Manager) setupCSI(ctx context.Context, pod *corev1.Pod, cv csiVolume) (
 // the pod's (podInfoOnMount) and, for a filesystem only (the block mapper
 // passes none), its service account tokens (the CSIDriver's
 // tokenRequests), the publish secret.
-func (m *Manager) publish(ctx context.Context, pod *corev1.Pod, drv *csi.Driver, obj *storagev1.CSIDriver, cv csiVolume,
+func (c *csiPlugin) publish(ctx context.Context, pod *corev1.Pod, drv *csi.Driver, obj *storagev1.CSIDriver, cv csiVolume,
 	paths csiPaths, publishContext map[string]string) error {
-	secrets, err := m.csiSecrets(ctx, cv.publishSecret)
+	secrets, err := c.secrets(ctx, cv.publishSecret)
 	if err != nil {
 		return err
 	}
@@ -249,7 +307,7 @@ func (m *Manager) publish(ctx context.Context, pod *corev1.Pod, drv *csi.Driver,
 	var tokens map[string]string
 	var inSecrets bool
 	if !cv.block {
-		tokens, inSecrets, err = m.serviceAccountTokenAttrs(ctx, pod, obj)
+		tokens, inSecrets, err = c.serviceAccountTokenAttrs(ctx, pod, obj)
 	}
 	if err != nil {
 		return fmt.Errorf("kubernetes.io/csi: mounter.SetUpAt failed to get service accoount token attributes: %w", err)
@@ -275,10 +333,10 @@ func (m *Manager) publish(ctx context.Context, pod *corev1.Pod, drv *csi.Driver,
 
 // stage is the kubelet's MountDevice: vol_data.json beside the global
 // mount, then NodeStageVolume unless the volume is staged already.
-func (m *Manager) stage(ctx context.Context, pod *corev1.Pod, node csipb.NodeClient, cv csiVolume, paths csiPaths,
+func (c *csiPlugin) stage(ctx context.Context, pod *corev1.Pod, node csipb.NodeClient, cv csiVolume, paths csiPaths,
 	publishContext map[string]string) error {
 	staging := paths.staging
-	if staged, err := paths.staged(m); err != nil {
+	if staged, err := paths.staged(c.mounts); err != nil {
 		return err
 	} else if staged {
 		return nil
@@ -289,7 +347,7 @@ func (m *Manager) stage(ctx context.Context, pod *corev1.Pod, node csipb.NodeCli
 	if err := os.MkdirAll(staging, 0o750); err != nil {
 		return err
 	}
-	secrets, err := m.csiSecrets(ctx, cv.stageSecret)
+	secrets, err := c.secrets(ctx, cv.stageSecret)
 	if err != nil {
 		return err
 	}
@@ -301,7 +359,7 @@ func (m *Manager) stage(ctx context.Context, pod *corev1.Pod, node csipb.NodeCli
 		// The kubelet's csiAttacher.MountDevice.
 		return fmt.Errorf("kubernetes.io/csi: attacher.MountDevice failed: %w", err)
 	}
-	m.log.Info("Staged CSI volume", "pod", pod.Namespace+"/"+pod.Name, "podUID", pod.UID, "driver", cv.driver,
+	c.log.Info("Staged CSI volume", "pod", pod.Namespace+"/"+pod.Name, "podUID", pod.UID, "driver", cv.driver,
 		"volumeHandle", cv.handle, "stagingTargetPath", staging)
 	return nil
 }
@@ -334,7 +392,7 @@ func (cv csiVolume) capability() *csipb.VolumeCapability {
 }
 
 // csiFSGroup is the kubelet's supportsFSGroup.
-func (m *Manager) csiFSGroup(obj *storagev1.CSIDriver, cv csiVolume) bool {
+func csiFSGroup(obj *storagev1.CSIDriver, cv csiVolume) bool {
 	policy := storagev1.ReadWriteOnceWithFSTypeFSGroupPolicy
 	if obj != nil && obj.Spec.FSGroupPolicy != nil {
 		policy = *obj.Spec.FSGroupPolicy
@@ -352,13 +410,13 @@ func (m *Manager) csiFSGroup(obj *storagev1.CSIDriver, cv csiVolume) bool {
 	return slices.Contains(cv.accessModes, corev1.ReadWriteOnce)
 }
 
-// csiDriverObject reads the CSIDriver object (nil when there is none: its
+// driverObject reads the CSIDriver object (nil when there is none: its
 // defaults apply).
-func (m *Manager) csiDriverObject(ctx context.Context, name string) (*storagev1.CSIDriver, error) {
-	if m.client == nil {
+func (c *csiPlugin) driverObject(ctx context.Context, name string) (*storagev1.CSIDriver, error) {
+	if c.client == nil {
 		return nil, nil
 	}
-	obj, err := notFoundIsNil(m.client.StorageV1().CSIDrivers().Get(ctx, name, metav1.GetOptions{}))
+	obj, err := notFoundIsNil(c.client.StorageV1().CSIDrivers().Get(ctx, name, metav1.GetOptions{}))
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes.io/csi: failed to get CSIDriver %s: %w", name, err)
 	}
@@ -375,11 +433,11 @@ func lifecycleModes(obj *storagev1.CSIDriver) []storagev1.VolumeLifecycleMode {
 // attached is the kubelet's WaitForAttach: the VolumeAttachment the
 // attach-detach controller made for this node is attached; its metadata is
 // the publish context.
-func (m *Manager) attached(ctx context.Context, name string) (map[string]string, error) {
-	if m.client == nil {
+func (c *csiPlugin) attached(ctx context.Context, name string) (map[string]string, error) {
+	if c.client == nil {
 		return nil, &attachError{errNoAPI("VolumeAttachment " + name)}
 	}
-	va, err := notFoundIsNil(m.client.StorageV1().VolumeAttachments().Get(ctx, name, metav1.GetOptions{}))
+	va, err := notFoundIsNil(c.client.StorageV1().VolumeAttachments().Get(ctx, name, metav1.GetOptions{}))
 	switch {
 	case err != nil:
 		return nil, &attachError{fmt.Errorf("volume attachment %s: %w", name, err)}
@@ -393,15 +451,15 @@ func (m *Manager) attached(ctx context.Context, name string) (map[string]string,
 	return va.Status.AttachmentMetadata, nil
 }
 
-// csiSecrets reads a secret the driver wants with a call.
-func (m *Manager) csiSecrets(ctx context.Context, ref *corev1.SecretReference) (map[string]string, error) {
+// secrets reads a secret the driver wants with a call.
+func (c *csiPlugin) secrets(ctx context.Context, ref *corev1.SecretReference) (map[string]string, error) {
 	if ref == nil || ref.Name == "" {
 		return nil, nil
 	}
-	if m.client == nil {
+	if c.client == nil {
 		return nil, errNoAPI(fmt.Sprintf("secret %s/%s", ref.Namespace, ref.Name))
 	}
-	s, err := m.client.CoreV1().Secrets(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+	s, err := c.client.CoreV1().Secrets(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("fetching NodePublishSecretRef %s/%s failed: %w", ref.Namespace, ref.Name, err)
 	}
@@ -413,9 +471,9 @@ func (m *Manager) csiSecrets(ctx context.Context, ref *corev1.SecretReference) (
 }
 
 // driver is the registered CSI driver called name.
-func (m *Manager) driver(name string) (*csi.Driver, error) {
-	if m.csi == nil {
+func (c *csiPlugin) driver(name string) (*csi.Driver, error) {
+	if c.registry == nil {
 		return nil, fmt.Errorf("driver name %s not found in the list of registered CSI drivers", name)
 	}
-	return m.csi.Driver(name)
+	return c.registry.Driver(name)
 }

@@ -46,18 +46,18 @@ type csiPaths struct {
 	block        bool
 }
 
-func (m *Manager) csiPathsFor(pod *corev1.Pod, cv csiVolume) csiPaths {
+func (c *csiPlugin) pathsFor(pod *corev1.Pod, cv csiVolume) csiPaths {
 	if !cv.block {
-		dir := VolumeDir(m.stateDir, string(pod.UID), pluginCSI, cv.specName)
-		staging := stagingPath(m.stateDir, cv.driver, cv.handle)
+		dir := VolumeDir(c.stateDir, string(pod.UID), pluginCSI, cv.specName)
+		staging := stagingPath(c.stateDir, cv.driver, cv.handle)
 		target := filepath.Join(dir, "mount")
 		return csiPaths{target: target, host: target, dataDir: dir, staging: staging, stageDataDir: filepath.Dir(staging)}
 	}
-	base := volumeDevicesDir(m.stateDir)
+	base := volumeDevicesDir(c.stateDir)
 	data := filepath.Join(base, cv.specName, "data")
 	return csiPaths{
 		target:  filepath.Join(base, "publish", cv.specName, string(pod.UID)),
-		host:    podDeviceLink(m.stateDir, string(pod.UID), cv.specName),
+		host:    podDeviceLink(c.stateDir, string(pod.UID), cv.specName),
 		dataDir: data, staging: filepath.Join(base, "staging", cv.specName), stageDataDir: data, block: true,
 	}
 }
@@ -66,11 +66,11 @@ func (m *Manager) csiPathsFor(pod *corev1.Pod, cv csiVolume) csiPaths {
 // when its global mount is mounted; a block volume is staged again for
 // each publication (NodeStageVolume is idempotent; the kubelet's
 // SetUpDevice runs for each mapping).
-func (p csiPaths) staged(m *Manager) (bool, error) {
+func (p csiPaths) staged(mounts mountChecker) (bool, error) {
 	if p.block {
 		return false, nil
 	}
-	return m.isMounted(p.staging)
+	return mounts.isMounted(p.staging)
 }
 
 // prepare makes the directory of a block volume's publish file (the
@@ -98,12 +98,12 @@ func (p csiPaths) link() error {
 	return os.Symlink(p.target, p.host)
 }
 
-// teardownCSIBlock is the kubelet's block unmapper for the pod's raw block
+// teardownBlock is the kubelet's block unmapper for the pod's raw block
 // volumes: NodeUnpublishVolume of its publish file, the symlink removed,
 // and NodeUnstageVolume once no pod publishes the volume. It reads only the
 // disk.
-func (m *Manager) teardownCSIBlock(ctx context.Context, uid string) error {
-	links := filepath.Join(PodDir(m.stateDir, uid), "volumeDevices", pluginCSIDevices)
+func (c *csiPlugin) teardownBlock(ctx context.Context, uid string) error {
+	links := filepath.Join(PodDir(c.stateDir, uid), "volumeDevices", pluginCSIDevices)
 	entries, err := os.ReadDir(links)
 	if os.IsNotExist(err) {
 		return nil
@@ -111,12 +111,12 @@ func (m *Manager) teardownCSIBlock(ctx context.Context, uid string) error {
 	if err != nil {
 		return err
 	}
-	base := volumeDevicesDir(m.stateDir)
+	base := volumeDevicesDir(c.stateDir)
 	for _, e := range entries {
 		spec := e.Name()
 		target := filepath.Join(base, "publish", spec, uid)
 		data, lerr := loadVolData(filepath.Join(base, spec, "data"))
-		mounted, err := m.isMounted(target)
+		mounted, err := c.mounts.isMounted(target)
 		if err != nil {
 			return err
 		}
@@ -124,7 +124,7 @@ func (m *Manager) teardownCSIBlock(ctx context.Context, uid string) error {
 			return fmt.Errorf("kubernetes.io/csi: blockMapper failed to load volume data file [%s]: %w", spec, lerr)
 		}
 		if lerr == nil {
-			d, derr := m.driver(data.DriverName)
+			d, derr := c.driver(data.DriverName)
 			if derr != nil && mounted {
 				return fmt.Errorf("UnmapVolume.UnmapBlockVolume failed for volume %q: %w", spec, derr)
 			}
@@ -134,7 +134,7 @@ func (m *Manager) teardownCSIBlock(ctx context.Context, uid string) error {
 				}
 			}
 		}
-		if still, err := m.isMounted(target); err != nil || still {
+		if still, err := c.mounts.isMounted(target); err != nil || still {
 			if err == nil {
 				err = fmt.Errorf("%s is still mounted after NodeUnpublishVolume", target)
 			}
@@ -146,11 +146,11 @@ func (m *Manager) teardownCSIBlock(ctx context.Context, uid string) error {
 		if err := os.Remove(filepath.Join(links, spec)); err != nil && !os.IsNotExist(err) {
 			return err
 		}
-		m.log.Info("Unpublished CSI block volume", "podUID", uid, "volume", spec, "targetPath", target)
+		c.log.Info("Unpublished CSI block volume", "podUID", uid, "volume", spec, "targetPath", target)
 		if left, _ := os.ReadDir(filepath.Join(base, "publish", spec)); len(left) > 0 || lerr != nil {
 			continue
 		}
-		if err := m.unstageBlock(ctx, base, spec, data); err != nil {
+		if err := c.unstageBlock(ctx, base, spec, data); err != nil {
 			return err
 		}
 	}
@@ -160,9 +160,9 @@ func (m *Manager) teardownCSIBlock(ctx context.Context, uid string) error {
 // unstageBlock is the kubelet's TearDownDevice once no pod maps the
 // volume: NodeUnstageVolume on its staging path when the driver stages,
 // then its directories go.
-func (m *Manager) unstageBlock(ctx context.Context, base, spec string, data volData) error {
+func (c *csiPlugin) unstageBlock(ctx context.Context, base, spec string, data volData) error {
 	staging := filepath.Join(base, "staging", spec)
-	d, err := m.driver(data.DriverName)
+	d, err := c.driver(data.DriverName)
 	if err != nil {
 		return fmt.Errorf("UnmapDevice failed for volume %s: %w", data.VolumeHandle, err)
 	}
@@ -176,7 +176,7 @@ func (m *Manager) unstageBlock(ctx context.Context, base, spec string, data volD
 			return err
 		}
 	}
-	m.signalInUse()
-	m.log.Info("Unstaged CSI block volume", "driver", data.DriverName, "volumeHandle", data.VolumeHandle, "stagingTargetPath", staging)
+	c.inUse.signal()
+	c.log.Info("Unstaged CSI block volume", "driver", data.DriverName, "volumeHandle", data.VolumeHandle, "stagingTargetPath", staging)
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"maps"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
@@ -13,9 +14,32 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/nodelet/nodelet/services/runtime/csi"
 )
 
-// expandCSI is the kubelet's node expansion of a resized claim
+// nodeExpander is the kubelet's NodeExpander (pkg/volume/util/
+// operationexecutor/node_expander.go) for CSI volumes: NodeExpandVolume
+// through the driver, then the claim's status patched.
+type nodeExpander struct {
+	client   kubernetes.Interface
+	nodeName string
+	csi      csiCaller
+	events   eventRecorder
+	log      *slog.Logger
+}
+
+// csiCaller is what the expander needs of the CSI plugin: a driver to
+// call and the secrets a call carries.
+type csiCaller interface {
+	driver(name string) (*csi.Driver, error)
+	secrets(ctx context.Context, ref *corev1.SecretReference) (map[string]string, error)
+}
+
+var _ csiCaller = (*csiPlugin)(nil)
+
+// expand is the kubelet's node expansion of a resized claim
 // (expandVolumeDuringMount when a volume is published, and
 // GenerateExpandInUseVolumeFunc while pods use it): when the PV's capacity
 // is above the claim's status and the driver has EXPAND_VOLUME,
@@ -28,20 +52,20 @@ import (
 // failure is NodeResizeError (NodeResizeInfeasible for an invalid size). A
 // driver that cannot expand a volume in use (FailedPrecondition) is asked
 // again when the volume is next published.
-func (m *Manager) expandCSI(ctx context.Context, pod *corev1.Pod, cm *csiMount) error {
+func (e *nodeExpander) expand(ctx context.Context, pod *corev1.Pod, cm *csiMount) error {
 	cv := cm.cv
-	if cv.inline || cv.claimName == "" || m.client == nil || cm.inUseExpansionError {
+	if cv.inline || cv.claimName == "" || e.client == nil || cm.inUseExpansionError {
 		return nil
 	}
-	drv, err := m.driver(cv.driver)
+	drv, err := e.csi.driver(cv.driver)
 	if err != nil || !drv.Expand {
 		return nil
 	}
-	pvc, err := m.client.CoreV1().PersistentVolumeClaims(cv.claimNamespace).Get(ctx, cv.claimName, metav1.GetOptions{})
+	pvc, err := e.client.CoreV1().PersistentVolumeClaims(cv.claimNamespace).Get(ctx, cv.claimName, metav1.GetOptions{})
 	if err != nil {
 		return fmt.Errorf("mountVolume.NodeExpandVolume get PVC failed : %w", err)
 	}
-	pv, err := m.client.CoreV1().PersistentVolumes().Get(ctx, cv.pvName, metav1.GetOptions{})
+	pv, err := e.client.CoreV1().PersistentVolumes().Get(ctx, cv.pvName, metav1.GetOptions{})
 	if err != nil {
 		return fmt.Errorf("mountVolume.NodeExpandVolume get PV failed : %w", err)
 	}
@@ -50,7 +74,7 @@ func (m *Manager) expandCSI(ctx context.Context, pod *corev1.Pod, cm *csiMount) 
 		return nil
 	}
 	if cv.readOnly {
-		m.eventf(pod, corev1.EventTypeWarning, "FileSystemResizeFailed", "MountVolume.NodeExpandVolume failed for volume %q requested read-only file system", cv.pvName)
+		e.events.eventf(pod, corev1.EventTypeWarning, "FileSystemResizeFailed", "MountVolume.NodeExpandVolume failed for volume %q requested read-only file system", cv.pvName)
 		return nil
 	}
 	resizeStatus := pvc.Status.AllocatedResourceStatuses[corev1.ResourceStorage]
@@ -61,13 +85,13 @@ func (m *Manager) expandCSI(ctx context.Context, pod *corev1.Pod, cm *csiMount) 
 		if resizeStatus != corev1.PersistentVolumeClaimNodeResizePending && resizeStatus != corev1.PersistentVolumeClaimNodeResizeInProgress {
 			return nil
 		}
-		if pvc, err = m.patchClaimStatus(ctx, pvc, true, func(c *corev1.PersistentVolumeClaim) {
+		if pvc, err = e.patchClaimStatus(ctx, pvc, true, func(c *corev1.PersistentVolumeClaim) {
 			setResizeStatus(c, corev1.PersistentVolumeClaimNodeResizeInProgress)
 		}); err != nil {
 			return fmt.Errorf("MountVolume.NodeExpandVolume failed to mark node expansion in progress: %w", err)
 		}
 	}
-	secrets, err := m.csiSecrets(ctx, cv.expandSecret)
+	secrets, err := e.csi.secrets(ctx, cv.expandSecret)
 	if err != nil {
 		return fmt.Errorf("expander.NodeExpand failed to get NodeExpandSecretRef: %w", err)
 	}
@@ -76,13 +100,13 @@ func (m *Manager) expandCSI(ctx context.Context, pod *corev1.Pod, cm *csiMount) 
 		CapacityRange: &csipb.CapacityRange{RequiredBytes: newSize.Value()}, VolumeCapability: cv.capability(), Secrets: secrets,
 	})
 	if err != nil {
-		return m.expansionFailed(ctx, cm, pvc, recovery, err)
+		return e.expansionFailed(ctx, cm, pvc, recovery, err)
 	}
-	m.eventf(pod, corev1.EventTypeNormal, "FileSystemResizeSuccess", "MountVolume.NodeExpandVolume succeeded for volume %q %s", cv.pvName, m.nodeName)
-	m.log.Info("Expanded CSI volume", "pod", pod.Namespace+"/"+pod.Name, "podUID", pod.UID, "volume", cv.pvName, "size", newSize.String())
+	e.events.eventf(pod, corev1.EventTypeNormal, "FileSystemResizeSuccess", "MountVolume.NodeExpandVolume succeeded for volume %q %s", cv.pvName, e.nodeName)
+	e.log.Info("Expanded CSI volume", "pod", pod.Namespace+"/"+pod.Name, "podUID", pod.UID, "volume", cv.pvName, "size", newSize.String())
 	// The kubelet's MarkNodeExpansionFinishedWithRecovery (and, without
 	// recovery, MarkFSResizeFinished).
-	if _, err := m.patchClaimStatus(ctx, pvc, true, func(c *corev1.PersistentVolumeClaim) {
+	if _, err := e.patchClaimStatus(ctx, pvc, true, func(c *corev1.PersistentVolumeClaim) {
 		if c.Status.Capacity == nil {
 			c.Status.Capacity = corev1.ResourceList{}
 		}
@@ -104,7 +128,7 @@ func (m *Manager) expandCSI(ctx context.Context, pod *corev1.Pod, cm *csiMount) 
 // driver calls invalid. A driver that cannot expand the volume while it
 // is in use (FailedPrecondition) is not asked again until the volume is
 // next published, and the pod goes on.
-func (m *Manager) expansionFailed(ctx context.Context, cm *csiMount, pvc *corev1.PersistentVolumeClaim, recovery bool, err error) error {
+func (e *nodeExpander) expansionFailed(ctx context.Context, cm *csiMount, pvc *corev1.PersistentVolumeClaim, recovery bool, err error) error {
 	code := status.Code(err)
 	infeasible := code == codes.InvalidArgument || code == codes.OutOfRange || code == codes.NotFound
 	switch {
@@ -120,19 +144,19 @@ func (m *Manager) expansionFailed(ctx context.Context, cm *csiMount, pvc *corev1
 			LastTransitionTime: metav1.Now(), Message: fmt.Sprintf("failed to expand pvc with %v", err)}
 		// MarkNodeExpansionInfeasible and MarkNodeExpansionFailedCondition
 		// patch without a resourceVersion.
-		if _, perr := m.patchClaimStatus(ctx, pvc, false, func(c *corev1.PersistentVolumeClaim) {
+		if _, perr := e.patchClaimStatus(ctx, pvc, false, func(c *corev1.PersistentVolumeClaim) {
 			if infeasible {
 				setResizeStatus(c, corev1.PersistentVolumeClaimNodeResizeInfeasible)
 			}
 			mergeResizeConditions(c, []corev1.PersistentVolumeClaimCondition{cond}, true)
 		}); perr != nil {
-			m.log.Warn("Cannot mark the claim's node expansion failed", "claim", pvc.Namespace+"/"+pvc.Name, "err", perr)
+			e.log.Warn("Cannot mark the claim's node expansion failed", "claim", pvc.Namespace+"/"+pvc.Name, "err", perr)
 		}
 	}
 	if code == codes.FailedPrecondition {
 		// MarkForInUseExpansionError.
 		cm.inUseExpansionError = true
-		m.log.Warn("NodeExpandVolume of a volume in use failed: expanded when next published", "volume", cm.cv.pvName, "err", err)
+		e.log.Warn("NodeExpandVolume of a volume in use failed: expanded when next published", "volume", cm.cv.pvName, "err", err)
 		return nil
 	}
 	return err
@@ -189,7 +213,7 @@ func mergeResizeConditions(c *corev1.PersistentVolumeClaim, add []corev1.Persist
 // patchClaimStatus is the kubelet's PatchPVCStatus: a strategic merge
 // patch of the claim's status from change, with checkVersion refused if
 // the claim changed since it was read (its resourceVersion in the patch).
-func (m *Manager) patchClaimStatus(ctx context.Context, pvc *corev1.PersistentVolumeClaim, checkVersion bool, change func(*corev1.PersistentVolumeClaim)) (*corev1.PersistentVolumeClaim, error) {
+func (e *nodeExpander) patchClaimStatus(ctx context.Context, pvc *corev1.PersistentVolumeClaim, checkVersion bool, change func(*corev1.PersistentVolumeClaim)) (*corev1.PersistentVolumeClaim, error) {
 	next := pvc.DeepCopy()
 	next.Status.AllocatedResourceStatuses = maps.Clone(pvc.Status.AllocatedResourceStatuses)
 	next.Status.Capacity = pvc.Status.Capacity.DeepCopy()
@@ -221,7 +245,7 @@ func (m *Manager) patchClaimStatus(ctx context.Context, pvc *corev1.PersistentVo
 			return nil, err
 		}
 	}
-	out, err := m.client.CoreV1().PersistentVolumeClaims(pvc.Namespace).Patch(ctx, pvc.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+	out, err := e.client.CoreV1().PersistentVolumeClaims(pvc.Namespace).Patch(ctx, pvc.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
 	if err != nil {
 		return nil, fmt.Errorf("patchPVCStatus failed to patch PVC %q: %w", pvc.Name, err)
 	}

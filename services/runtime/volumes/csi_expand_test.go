@@ -42,9 +42,9 @@ func TestExpansionFailureMarksTheClaim(t *testing.T) {
 						{Type: "Other", Status: corev1.ConditionTrue},
 					}}}
 			client := fake.NewClientset(pvc)
-			m := &Manager{client: client, log: quietLog()}
+			e := &nodeExpander{client: client, log: quietLog()}
 			cm := &csiMount{cv: csiVolume{pvName: "pv-1"}}
-			err := m.expansionFailed(context.Background(), cm, pvc, true, tc.err)
+			err := e.expansionFailed(context.Background(), cm, pvc, true, tc.err)
 			if (err == nil) != (tc.wantErr == "") || (err != nil && err.Error() != tc.wantErr) {
 				t.Fatalf("error %v, want %q", err, tc.wantErr)
 			}

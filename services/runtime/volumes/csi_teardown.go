@@ -9,18 +9,18 @@ import (
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 )
 
-// teardownCSI unpublishes the pod's CSI volumes (raw block ones first,
+// teardown unpublishes the pod's CSI volumes (raw block ones first,
 // csi_block.go), each through its driver,
 // and unstages a volume no other pod on the node still publishes (the
 // kubelet's TearDownAt and UnmountDevice). It reads only the disk, so it
 // works after a restart.
-func (m *Manager) teardownCSI(ctx context.Context, uid string) error {
-	m.csiMu.Lock()
-	defer m.csiMu.Unlock()
-	if err := m.teardownCSIBlock(ctx, uid); err != nil {
+func (c *csiPlugin) teardown(ctx context.Context, uid string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.teardownBlock(ctx, uid); err != nil {
 		return err
 	}
-	base := filepath.Join(PodDir(m.stateDir, uid), "volumes", pluginCSI)
+	base := filepath.Join(PodDir(c.stateDir, uid), "volumes", pluginCSI)
 	entries, err := os.ReadDir(base)
 	if os.IsNotExist(err) {
 		return nil
@@ -31,7 +31,7 @@ func (m *Manager) teardownCSI(ctx context.Context, uid string) error {
 	for _, e := range entries {
 		dir := filepath.Join(base, e.Name())
 		target := filepath.Join(dir, "mount")
-		mounted, err := m.isMounted(target)
+		mounted, err := c.mounts.isMounted(target)
 		if err != nil {
 			return err
 		}
@@ -45,7 +45,7 @@ func (m *Manager) teardownCSI(ctx context.Context, uid string) error {
 			}
 			continue
 		}
-		d, derr := m.driver(data.DriverName)
+		d, derr := c.driver(data.DriverName)
 		if derr != nil && mounted {
 			return fmt.Errorf("UnmountVolume.TearDown failed for volume %q: %w", data.SpecVolID, derr)
 		}
@@ -54,7 +54,7 @@ func (m *Manager) teardownCSI(ctx context.Context, uid string) error {
 				return fmt.Errorf("UnmountVolume.TearDown failed for volume %q: kubernetes.io/csi: Unmounter.TearDownAt failed: %w", data.SpecVolID, err)
 			}
 		}
-		if still, err := m.isMounted(target); err != nil || still {
+		if still, err := c.mounts.isMounted(target); err != nil || still {
 			if err == nil {
 				err = fmt.Errorf("%s is still mounted after NodeUnpublishVolume", target)
 			}
@@ -63,8 +63,8 @@ func (m *Manager) teardownCSI(ctx context.Context, uid string) error {
 		if err := os.RemoveAll(dir); err != nil {
 			return err
 		}
-		m.log.Info("Unpublished CSI volume", "podUID", uid, "driver", data.DriverName, "volumeHandle", data.VolumeHandle, "targetPath", target)
-		if err := m.unstageIfUnused(ctx, data.DriverName, data.VolumeHandle); err != nil {
+		c.log.Info("Unpublished CSI volume", "podUID", uid, "driver", data.DriverName, "volumeHandle", data.VolumeHandle, "targetPath", target)
+		if err := c.unstageIfUnused(ctx, data.DriverName, data.VolumeHandle); err != nil {
 			return err
 		}
 	}
@@ -73,19 +73,19 @@ func (m *Manager) teardownCSI(ctx context.Context, uid string) error {
 
 // unstageIfUnused is the kubelet's UnmountDevice once no pod on the node
 // publishes the volume any more.
-func (m *Manager) unstageIfUnused(ctx context.Context, driver, handle string) error {
-	staging := stagingPath(m.stateDir, driver, handle)
+func (c *csiPlugin) unstageIfUnused(ctx context.Context, driver, handle string) error {
+	staging := stagingPath(c.stateDir, driver, handle)
 	if _, err := os.Stat(filepath.Dir(staging)); os.IsNotExist(err) {
 		return nil
 	}
-	if m.publishedElsewhere(driver, handle) {
+	if c.publishedElsewhere(driver, handle) {
 		return nil
 	}
-	mounted, err := m.isMounted(staging)
+	mounted, err := c.mounts.isMounted(staging)
 	if err != nil {
 		return err
 	}
-	d, derr := m.driver(driver)
+	d, derr := c.driver(driver)
 	if derr != nil && mounted {
 		return fmt.Errorf("UnmountDevice failed for volume %s: %w", handle, derr)
 	}
@@ -94,7 +94,7 @@ func (m *Manager) unstageIfUnused(ctx context.Context, driver, handle string) er
 			return fmt.Errorf("UnmountDevice failed for volume %s: kubernetes.io/csi: attacher.UnmountDevice failed: %w", handle, err)
 		}
 	}
-	if still, err := m.isMounted(staging); err != nil || still {
+	if still, err := c.mounts.isMounted(staging); err != nil || still {
 		if err == nil {
 			err = fmt.Errorf("%s is still mounted after NodeUnstageVolume", staging)
 		}
@@ -103,14 +103,14 @@ func (m *Manager) unstageIfUnused(ctx context.Context, driver, handle string) er
 	if err := os.RemoveAll(filepath.Dir(staging)); err != nil {
 		return err
 	}
-	m.signalInUse()
-	m.log.Info("Unstaged CSI volume", "driver", driver, "volumeHandle", handle, "stagingTargetPath", staging)
+	c.inUse.signal()
+	c.log.Info("Unstaged CSI volume", "driver", driver, "volumeHandle", handle, "stagingTargetPath", staging)
 	return nil
 }
 
 // publishedElsewhere: some pod directory still holds the volume.
-func (m *Manager) publishedElsewhere(driver, handle string) bool {
-	matches, _ := filepath.Glob(filepath.Join(m.stateDir, "pods", "*", "volumes", pluginCSI, "*", volDataFile))
+func (c *csiPlugin) publishedElsewhere(driver, handle string) bool {
+	matches, _ := filepath.Glob(filepath.Join(c.stateDir, "pods", "*", "volumes", pluginCSI, "*", volDataFile))
 	for _, f := range matches {
 		if d, err := loadVolData(filepath.Dir(f)); err == nil && d.DriverName == driver && d.VolumeHandle == handle {
 			return true

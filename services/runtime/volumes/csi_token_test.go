@@ -22,20 +22,20 @@ func TestServiceAccountTokenAttrs(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
 	api := &fakeTokenAPI{clock: clk}
 	var asked []*authenticationv1.TokenRequest
-	m := &Manager{tokens: newTokenManager(func(ctx context.Context, ns, name string, tr *authenticationv1.TokenRequest) (*authenticationv1.TokenRequest, error) {
+	c := &csiPlugin{tokens: newTokenManager(func(ctx context.Context, ns, name string, tr *authenticationv1.TokenRequest) (*authenticationv1.TokenRequest, error) {
 		asked = append(asked, tr.DeepCopy())
 		return api.request(ctx, ns, name, tr)
 	}, clk)}
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "ns", UID: "uid-1"}, Spec: corev1.PodSpec{ServiceAccountName: "sa"}}
 	ctx := context.Background()
-	if attrs, _, err := m.serviceAccountTokenAttrs(ctx, pod, nil); attrs != nil || err != nil {
+	if attrs, _, err := c.serviceAccountTokenAttrs(ctx, pod, nil); attrs != nil || err != nil {
 		t.Fatalf("no CSIDriver: %v %v", attrs, err)
 	}
 	exp := int64(600)
 	inSecrets := true
 	obj := &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: "d"}, Spec: storagev1.CSIDriverSpec{
 		TokenRequests: []storagev1.TokenRequest{{Audience: "vault", ExpirationSeconds: &exp}, {Audience: ""}}, ServiceAccountTokenInSecrets: &inSecrets}}
-	attrs, secrets, err := m.serviceAccountTokenAttrs(ctx, pod, obj)
+	attrs, secrets, err := c.serviceAccountTokenAttrs(ctx, pod, obj)
 	if err != nil || !secrets {
 		t.Fatalf("attrs %v, in secrets %v, err %v", attrs, secrets, err)
 	}
@@ -51,7 +51,7 @@ func TestServiceAccountTokenAttrs(t *testing.T) {
 		t.Fatalf("token requests %+v", asked)
 	}
 	// Published again before 80% of their life: the same tokens.
-	if again, _, _ := m.serviceAccountTokenAttrs(ctx, pod, obj); again["csi.storage.k8s.io/serviceAccount.tokens"] != attrs["csi.storage.k8s.io/serviceAccount.tokens"] || len(asked) != 2 {
+	if again, _, _ := c.serviceAccountTokenAttrs(ctx, pod, obj); again["csi.storage.k8s.io/serviceAccount.tokens"] != attrs["csi.storage.k8s.io/serviceAccount.tokens"] || len(asked) != 2 {
 		t.Fatalf("tokens asked again: %d requests", len(asked))
 	}
 }

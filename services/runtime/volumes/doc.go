@@ -95,4 +95,30 @@
 // those no other pod directory holds), then unmounts every tmpfs and bind
 // mount under the pod's directory, checks /proc/self/mountinfo that none
 // is left, and removes the directory.
+//
+// # Parts
+//
+// Manager is a façade (manager.go: New wires the parts, and its methods
+// Setup, Teardown, Run, VolumesInUse, InUseChanged and VolumeStats hand
+// over to them). The parts follow the kubelet's volume manager
+// (pkg/kubelet/volumemanager) and volume plugins (pkg/volume); each owns
+// its state and declares, in its own file, the small interface it needs
+// of the others, with interface guards beside it:
+//
+//	part             files          kubelet counterpart               owns
+//	reconciler       reconciler.go  reconciler, operation executor    Setup, Teardown, refresh loop
+//	trackedPods      pods.go        desired state of world            pods, volume paths, dirty set
+//	volumePlugins    plugins.go     VolumePluginMgr, in-tree plugins  one volume by its type
+//	claimPlugin      pv.go          createVolumeSpec, local plugin    claims to PVs, local mounts
+//	csiPlugin        csi*.go        pkg/volume/csi                    drivers, CSI calls, publications
+//	nodeExpander     csi_expand.go  NodeExpander                      NodeExpandVolume, claim status
+//	inUseTracker     inuse.go       GetVolumesInUse, ReportedInUse    volumes about to be used
+//	statsCalculator  stats.go       volume stats calculator           volume stats
+//
+// The sources of volume contents are parts of their own too: objectSource
+// (objects.go: the Watch, Cache and Get strategies), tokenManager
+// (token.go), trustBundles (trustbundle.go) and podCertificates
+// (podcert.go). To follow a pod: reconciler.setup → volumePlugins.setupVolume
+// → claimPlugin.setupClaim → csiPlugin.setup; back out through
+// reconciler.teardown → csiPlugin.teardown.
 package volumes

@@ -58,7 +58,7 @@ func TestWatchStrategyWritesChangesAtOnce(t *testing.T) {
 	if err := m.Teardown(ctx, string(pod.UID)); err != nil {
 		t.Fatal(err)
 	}
-	if n := len(m.objects.(*watchSource).items); n != 0 {
+	if n := len(m.plugins.objects.(*watchSource).items); n != 0 {
 		t.Fatalf("%d watches left after teardown", n)
 	}
 }

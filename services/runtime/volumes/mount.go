@@ -9,7 +9,22 @@ import (
 
 	"github.com/nodelet/nodelet/internal/hostinfo"
 	"golang.org/x/sys/unix"
+	"k8s.io/mount-utils"
 )
+
+// hostMounts mounts on the host (mount-utils, without systemd) and says
+// what is mounted where: the local volume plugin's bind mounts and the
+// CSI plugin's checks of its targets and staging paths.
+type hostMounts struct{ mount.Interface }
+
+// isMounted: something is mounted at path; a missing path is not.
+func (h hostMounts) isMounted(path string) (bool, error) {
+	mounted, err := h.IsMountPoint(path)
+	if os.IsNotExist(err) {
+		return false, nil
+	}
+	return mounted, err
+}
 
 // mountPoint is one line of /proc/self/mountinfo.
 type mountPoint = hostinfo.Mount

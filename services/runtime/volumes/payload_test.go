@@ -188,7 +188,7 @@ func TestFsUserAndTmpfsSize(t *testing.T) {
 		{"sizeLimit below pod limit", limited("100Mi"), q("10Mi"), "10Mi"},
 		{"sizeLimit above pod limit", limited("100Mi"), q("2Gi"), "100Mi"},
 	} {
-		if got := m.tmpfsSize(tc.pod, tc.sizeLimit); got != q(tc.want).Value() {
+		if got := m.plugins.tmpfsSize(tc.pod, tc.sizeLimit); got != q(tc.want).Value() {
 			t.Errorf("%s: size %d, want %s", tc.name, got, tc.want)
 		}
 	}

@@ -171,8 +171,8 @@ func (c *podCertificates) track(pod *corev1.Pod) {
 	}
 }
 
-// forget is the kubelet's ForgetPod: the pod's credentials are dropped.
-func (c *podCertificates) forget(uid types.UID) {
+// forgetPod is the kubelet's ForgetPod: the pod's credentials are dropped.
+func (c *podCertificates) forgetPod(uid types.UID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.pods, uid)

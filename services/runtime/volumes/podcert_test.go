@@ -227,7 +227,7 @@ func TestPodCertificateStateMachine(t *testing.T) {
 	}
 	mu.Unlock()
 
-	c.forget(pod.UID)
+	c.forgetPod(pod.UID)
 	wantErr("forgotten", "no credentials yet")
 	if err := c.handle(ctx, key); err != nil {
 		t.Fatalf("a forgotten pod's key: %v", err)

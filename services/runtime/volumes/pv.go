@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/component-helpers/storage/ephemeral"
 	volumehelpers "k8s.io/component-helpers/storage/volume"
 )
@@ -56,6 +57,20 @@ type attachError struct{ err error }
 func (e *attachError) Error() string { return e.err.Error() }
 func (e *attachError) Unwrap() error { return e.err }
 
+// claimPlugin resolves persistentVolumeClaim and generic ephemeral
+// volumes as the kubelet's desired-state-of-world populator does
+// (createVolumeSpec), and sets up the PV behind them: hostPath, local (the
+// kubelet's local volume plugin) or CSI (the CSI plugin, csi.go).
+type claimPlugin struct {
+	stateDir string
+	nodeName string
+	// client reads claims, PVs and the Node; nil on a standalone node
+	// (claims fail).
+	client kubernetes.Interface
+	mounts hostMounts
+	csi    csiSetter
+}
+
 // podVolumeUse lists the volumes the pod's containers mount and those they
 // use as raw devices (the kubelet's GetPodVolumeNames).
 func podVolumeUse(pod *corev1.Pod) (mounts, devices map[string]bool) {
@@ -93,15 +108,15 @@ func claimOf(pod *corev1.Pod, v *corev1.Volume) (name string, readOnly, isEpheme
 // not deleted PVC of the pod's namespace (owned by the pod for a generic
 // ephemeral volume) and the PV bound to it, in a volume mode the pod can
 // use. Errors are processErrors worded as the kubelet's.
-func (m *Manager) resolveClaim(ctx context.Context, pod *corev1.Pod, v *corev1.Volume) (*corev1.PersistentVolumeClaim, *corev1.PersistentVolume, error) {
+func (c *claimPlugin) resolveClaim(ctx context.Context, pod *corev1.Pod, v *corev1.Volume) (*corev1.PersistentVolumeClaim, *corev1.PersistentVolume, error) {
 	claimName, _, isEphemeral := claimOf(pod, v)
-	if m.client == nil {
+	if c.client == nil {
 		return nil, nil, &processError{errNoAPI(fmt.Sprintf("PVC %s/%s", pod.Namespace, claimName))}
 	}
 	wrap := func(err error) error {
 		return &processError{fmt.Errorf("error processing PVC %s/%s: %v", pod.Namespace, claimName, err)}
 	}
-	pvc, err := m.client.CoreV1().PersistentVolumeClaims(pod.Namespace).Get(ctx, claimName, metav1.GetOptions{})
+	pvc, err := c.client.CoreV1().PersistentVolumeClaims(pod.Namespace).Get(ctx, claimName, metav1.GetOptions{})
 	if err != nil {
 		return nil, nil, wrap(fmt.Errorf("failed to fetch PVC from API server: %v", err))
 	}
@@ -118,7 +133,7 @@ func (m *Manager) resolveClaim(ctx context.Context, pod *corev1.Pod, v *corev1.V
 			return nil, nil, &processError{err}
 		}
 	}
-	pv, err := m.client.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
+	pv, err := c.client.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
 	if err != nil {
 		return nil, nil, wrap(fmt.Errorf("failed to fetch PV %s from API server: %v", pvc.Spec.VolumeName, err))
 	}
@@ -147,8 +162,8 @@ func (m *Manager) resolveClaim(ctx context.Context, pod *corev1.Pod, v *corev1.V
 }
 
 // setupClaim sets up the PV behind a PVC or generic ephemeral volume.
-func (m *Manager) setupClaim(ctx context.Context, pod *corev1.Pod, v *corev1.Volume) (string, error) {
-	_, pv, err := m.resolveClaim(ctx, pod, v)
+func (c *claimPlugin) setupClaim(ctx context.Context, pod *corev1.Pod, v *corev1.Volume) (string, error) {
+	_, pv, err := c.resolveClaim(ctx, pod, v)
 	if err != nil {
 		return "", err
 	}
@@ -158,9 +173,9 @@ func (m *Manager) setupClaim(ctx context.Context, pod *corev1.Pod, v *corev1.Vol
 	case s.HostPath != nil:
 		return s.HostPath.Path, checkHostPath(&corev1.HostPathVolumeSource{Path: s.HostPath.Path, Type: s.HostPath.Type})
 	case s.Local != nil:
-		return m.setupLocal(ctx, pod, pv, readOnly)
+		return c.setupLocal(ctx, pod, pv, readOnly)
 	case s.CSI != nil:
-		return m.setupCSI(ctx, pod, csiVolumeFromPV(pv, readOnly))
+		return c.csi.setup(ctx, pod, csiVolumeFromPV(pv, readOnly))
 	}
 	return "", fmt.Errorf("persistent volume %s: its volume type is not supported by nodelet (local, hostPath and csi are)", pv.Name)
 }
@@ -168,13 +183,13 @@ func (m *Manager) setupClaim(ctx context.Context, pod *corev1.Pod, v *corev1.Vol
 // setupLocal is the kubelet's local volume plugin: the PV's path (on this
 // node, by its node affinity) bind-mounted into the pod's volume
 // directory, given to fsGroup unless read-only.
-func (m *Manager) setupLocal(ctx context.Context, pod *corev1.Pod, pv *corev1.PersistentVolume, readOnly bool) (string, error) {
-	node, err := m.client.CoreV1().Nodes().Get(ctx, m.nodeName, metav1.GetOptions{})
+func (c *claimPlugin) setupLocal(ctx context.Context, pod *corev1.Pod, pv *corev1.PersistentVolume, readOnly bool) (string, error) {
+	node, err := c.client.CoreV1().Nodes().Get(ctx, c.nodeName, metav1.GetOptions{})
 	if err != nil {
-		return "", fmt.Errorf("read node %s for the node affinity of local volume %s: %w", m.nodeName, pv.Name, err)
+		return "", fmt.Errorf("read node %s for the node affinity of local volume %s: %w", c.nodeName, pv.Name, err)
 	}
 	if err := volumehelpers.CheckNodeAffinity(pv, node.Labels); err != nil {
-		return "", fmt.Errorf("local volume %s is not on node %s: %v", pv.Name, m.nodeName, err)
+		return "", fmt.Errorf("local volume %s is not on node %s: %v", pv.Name, c.nodeName, err)
 	}
 	src := pv.Spec.Local.Path
 	fi, err := os.Stat(src)
@@ -184,8 +199,8 @@ func (m *Manager) setupLocal(ctx context.Context, pod *corev1.Pod, pv *corev1.Pe
 	if !fi.IsDir() {
 		return "", fmt.Errorf("local volume %s: %s is not a directory (block device local volumes are not supported by nodelet)", pv.Name, src)
 	}
-	dir := VolumeDir(m.stateDir, string(pod.UID), pluginLocal, pv.Name)
-	if mounted, err := m.isMounted(dir); err != nil || mounted {
+	dir := VolumeDir(c.stateDir, string(pod.UID), pluginLocal, pv.Name)
+	if mounted, err := c.mounts.isMounted(dir); err != nil || mounted {
 		return dir, err
 	}
 	if err := os.MkdirAll(dir, 0o750); err != nil {
@@ -195,7 +210,7 @@ func (m *Manager) setupLocal(ctx context.Context, pod *corev1.Pod, pv *corev1.Pe
 	if readOnly {
 		opts = append(opts, "ro")
 	}
-	if err := m.mounter.Mount(src, dir, "", opts); err != nil {
+	if err := c.mounts.Mount(src, dir, "", opts); err != nil {
 		return "", fmt.Errorf("bind-mount local volume %s: %w", pv.Name, err)
 	}
 	if !readOnly {
@@ -204,15 +219,6 @@ func (m *Manager) setupLocal(ctx context.Context, pod *corev1.Pod, pv *corev1.Pe
 		}
 	}
 	return dir, nil
-}
-
-// isMounted: something is mounted at path; a missing path is not.
-func (m *Manager) isMounted(path string) (bool, error) {
-	mounted, err := m.mounter.IsMountPoint(path)
-	if os.IsNotExist(err) {
-		return false, nil
-	}
-	return mounted, err
 }
 
 // applyFSGroup is the kubelet's SetVolumeOwnership with the pod's

@@ -5,13 +5,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"time"
 
-	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/internal/hostinfo"
 )
@@ -29,45 +28,56 @@ type PodStats struct {
 	Ephemeral statsapi.FsStats
 }
 
-// VolumeStats measures the volumes set up for the pods, by pod UID, as the
+// statsCalculator is the kubelet's volume stats calculator
+// (pkg/kubelet/server/stats/volume_stat_calculator.go) with the metrics
+// providers of the volume plugins: it measures the volumes the pods have
+// mounted (pods.go), a CSI volume through its driver (csi_metrics.go).
+type statsCalculator struct {
+	stateDir string
+	clock    clock.PassiveClock
+	pods     mountedVolumeLister
+	csi      csiStatser
+}
+
+// mountedVolumeLister lists the volumes set up for each pod, by pod UID,
+// with the pods' specs (trackedPods).
+type mountedVolumeLister interface {
+	mountedVolumes() (map[string][]mountedVolume, map[string]*corev1.Pod)
+}
+
+// mountedVolume is a pod's volume and its host path.
+type mountedVolume struct {
+	spec corev1.Volume
+	path string
+}
+
+// csiStatser measures a published CSI volume through its driver
+// (csi_metrics.go).
+type csiStatser interface {
+	volumeStats(ctx context.Context, path string, now metav1.Time) (statsapi.FsStats, bool)
+}
+
+var (
+	_ mountedVolumeLister = (*trackedPods)(nil)
+	_ csiStatser          = (*csiPlugin)(nil)
+)
+
+// podStats measures the volumes set up for the pods, by pod UID, as the
 // kubelet's volume stats calculator: emptyDir, configMap, secret,
 // downwardAPI and projected volumes by walking them (du) and statfs of
 // their filesystem (its MetricsDu), a CSI volume through its driver's
 // NodeGetVolumeStats (when the driver has GET_VOLUME_STATS), a local
 // volume by statfs. hostPath volumes (and hostPath PVs) have no stats, as
 // with the kubelet. A volume that cannot be measured is left out.
-func (m *Manager) VolumeStats(ctx context.Context) map[string]PodStats {
-	type vol struct {
-		spec corev1.Volume
-		path string
-	}
-	m.mu.Lock()
-	tracked := make(map[string]*podVolumes, len(m.pods))
-	for uid, p := range m.pods {
-		tracked[string(uid)] = p
-	}
-	m.mu.Unlock()
-	pods := map[string][]vol{}
-	specs := map[string]*corev1.Pod{}
-	for uid, p := range tracked {
-		p.mu.Lock()
-		if pod := p.pod; pod != nil {
-			specs[uid] = pod
-			for _, v := range pod.Spec.Volumes {
-				if path, ok := p.mounted[v.Name]; ok {
-					pods[uid] = append(pods[uid], vol{spec: v, path: path})
-				}
-			}
-		}
-		p.mu.Unlock()
-	}
+func (s *statsCalculator) podStats(ctx context.Context) map[string]PodStats {
+	pods, specs := s.pods.mountedVolumes()
 	out := map[string]PodStats{}
 	for uid, vols := range pods {
 		pod := specs[uid]
 		var st PodStats
 		var ephemeral, others []statsapi.VolumeStats
 		for _, v := range vols {
-			fs, ok := m.measure(ctx, &v.spec, v.path)
+			fs, ok := s.measure(ctx, &v.spec, v.path)
 			if !ok {
 				continue
 			}
@@ -85,7 +95,7 @@ func (m *Manager) VolumeStats(ctx context.Context) map[string]PodStats {
 			}
 		}
 		// The kubelet's getPodEtcHostsStats.
-		if b, n, err := hostinfo.DiskUsage(filepath.Join(PodDir(m.stateDir, uid), "etc-hosts")); err == nil {
+		if b, n, err := hostinfo.DiskUsage(filepath.Join(PodDir(s.stateDir, uid), "etc-hosts")); err == nil {
 			st.Ephemeral.UsedBytes, st.Ephemeral.InodesUsed = add(st.Ephemeral.UsedBytes, &b), add(st.Ephemeral.InodesUsed, &n)
 		}
 		byName := func(a, b statsapi.VolumeStats) int { return strings.Compare(a.Name, b.Name) }
@@ -93,7 +103,7 @@ func (m *Manager) VolumeStats(ctx context.Context) map[string]PodStats {
 		slices.SortFunc(others, byName)
 		st.Volumes = append(ephemeral, others...)
 		if len(st.Volumes) > 0 || st.Ephemeral.UsedBytes != nil {
-			st.Ephemeral.Time = metav1.NewTime(m.clock.Now())
+			st.Ephemeral.Time = metav1.NewTime(s.clock.Now())
 			out[uid] = st
 		}
 	}
@@ -121,8 +131,8 @@ func add(sum, v *uint64) *uint64 {
 
 // measure is the volume's metrics provider: MetricsDu, MetricsStatFS (local
 // volumes) or the CSI driver's; hostPath has none.
-func (m *Manager) measure(ctx context.Context, v *corev1.Volume, path string) (statsapi.FsStats, bool) {
-	now := metav1.NewTime(m.clock.Now())
+func (s *statsCalculator) measure(ctx context.Context, v *corev1.Volume, path string) (statsapi.FsStats, bool) {
+	now := metav1.NewTime(s.clock.Now())
 	switch {
 	case v.EmptyDir != nil, v.ConfigMap != nil, v.Secret != nil, v.DownwardAPI != nil, v.Projected != nil:
 		used, inodesUsed, err := hostinfo.DiskUsage(path)
@@ -136,31 +146,7 @@ func (m *Manager) measure(ctx context.Context, v *corev1.Volume, path string) (s
 		fs.UsedBytes, fs.InodesUsed = &used, &inodesUsed
 		return fs, true
 	case filepath.Base(filepath.Dir(filepath.Dir(path))) == pluginCSI:
-		data, err := loadVolData(filepath.Dir(path))
-		if err != nil {
-			return statsapi.FsStats{}, false
-		}
-		d, err := m.driver(data.DriverName)
-		if err != nil || !d.VolumeStats {
-			return statsapi.FsStats{}, false
-		}
-		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		resp, err := d.Node.NodeGetVolumeStats(cctx, &csipb.NodeGetVolumeStatsRequest{VolumeId: data.VolumeHandle, VolumePath: path})
-		if err != nil {
-			m.log.Debug("NodeGetVolumeStats failed", "driver", data.DriverName, "volumeHandle", data.VolumeHandle, "err", err)
-			return statsapi.FsStats{}, false
-		}
-		fs := statsapi.FsStats{Time: now}
-		for _, u := range resp.GetUsage() {
-			switch u.GetUnit() {
-			case csipb.VolumeUsage_BYTES:
-				fs.AvailableBytes, fs.CapacityBytes, fs.UsedBytes = nonNeg(u.GetAvailable()), nonNeg(u.GetTotal()), nonNeg(u.GetUsed())
-			case csipb.VolumeUsage_INODES:
-				fs.InodesFree, fs.Inodes, fs.InodesUsed = nonNeg(u.GetAvailable()), nonNeg(u.GetTotal()), nonNeg(u.GetUsed())
-			}
-		}
-		return fs, true
+		return s.csi.volumeStats(ctx, path, now)
 	case filepath.Base(filepath.Dir(path)) == pluginLocal:
 		return statfs(path, now)
 	}
