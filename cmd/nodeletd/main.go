@@ -6,7 +6,7 @@
 // supervisor. One executable for all of them lets
 // their processes share its pages in memory: most of a Go daemon's
 // resident memory is its executable's text and tables, which separate
-// binaries would each load again (see README, Performance).
+// binaries would each load again (see docs/performance.md).
 //
 // `nodeletd link DIR` makes the nodelet-<daemon> links in DIR, next to
 // nodeletd; scripts/setup.sh, the image build and the tests' binaries do.

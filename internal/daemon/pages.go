@@ -25,8 +25,8 @@ import (
 // run, and every release of memory (ManageMemory) once work dies down.
 // Measured on a node at rest: the executable's share of the nine
 // processes' PSS fell from about 60 to 42 MiB with the first call, and
-// by a further 12 MiB with the release after start-up (README,
-// Performance). Writable mappings (the data segment, whose pages the
+// by a further 12 MiB with the release after start-up
+// (docs/performance.md). Writable mappings (the data segment, whose pages the
 // process has modified) are never touched.
 func DropExecutablePages() error {
 	ranges, err := exeRanges()
