@@ -63,7 +63,7 @@ func Run(args []string, stderr io.Writer) int {
 	srv, err := bus.StartServer(ctx, bus.ServerOptions{
 		StateDir: cfg.Node.StateDir, Listen: cfg.Bus.Listen, MonitorListen: cfg.Bus.MonitorListen, Log: log,
 		Limits: bus.Limits{MaxStore: sz.MaxStore, BucketMaxBytes: sz.BucketMaxBytes, MaxValueSize: int32(sz.MaxValueSize),
-			EventsMaxBytes: sz.EventsMaxBytes, EventsMaxAge: cfg.Bus.EventsMaxAge},
+			EventsMaxBytes: sz.EventsMaxBytes, EventsMaxAge: cfg.Bus.EventsMaxAge, DeletedKeyRetention: cfg.Bus.DeletedKeyRetention},
 	})
 	if err != nil {
 		log.Error("Cannot start the bus", "err", err)

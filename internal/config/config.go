@@ -115,6 +115,10 @@ type BusConfig struct {
 	EventsMaxBytes string `mapstructure:"eventsMaxBytes"`
 	// EventsMaxAge is how long events are kept. Default: 24h.
 	EventsMaxAge time.Duration `mapstructure:"eventsMaxAge"`
+	// DeletedKeyRetention is how long a deleted key's history (a gone
+	// pod's revisions, what `nodelet explain` reads) stays in its bucket
+	// before the bus drops it; at least 10m. Default: 1h.
+	DeletedKeyRetention time.Duration `mapstructure:"deletedKeyRetention"`
 }
 
 // BusSizes are the byte sizes of the bus's limits, parsed.

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodelet/nodelet/bus"
+
 	"github.com/spf13/pflag"
 	"sigs.k8s.io/yaml"
 )
@@ -112,6 +114,7 @@ func TestFileErrorsNameTheKey(t *testing.T) {
 		{"bus store too small", "bus:\n  maxStore: 1Gi\n", "bus.maxStore"},
 		{"value over the bus limit", "bus:\n  maxValueSize: 9Mi\n", "bus.maxValueSize"},
 		{"zero events age", "bus:\n  eventsMaxAge: 0s\n", "bus.eventsMaxAge"},
+		{"deleted keys kept too briefly", "bus:\n  deletedKeyRetention: 5m\n", "bus.deletedKeyRetention: 5m0s is below the 10m0s"},
 		{"critical share over the shutdown period", "gc:\n  shutdownGracePeriod: 10s\n  shutdownGracePeriodCriticalPods: 20s\n", "gc.shutdownGracePeriodCriticalPods: 20s must not exceed gc.shutdownGracePeriod (10s)"},
 		{"negative shutdown period", "gc:\n  shutdownGracePeriod: -1s\n", "gc.shutdownGracePeriod"},
 		{"not yaml", "node: [\n", "not valid YAML"},
@@ -278,5 +281,14 @@ func TestPodCIDRDefaulted(t *testing.T) {
 	}
 	if Defaults().Node.PodCIDRDefaulted() {
 		t.Error("a Config built in code counts as set")
+	}
+}
+
+func TestMinDeletedKeyRetentionIsTheBus(t *testing.T) {
+	if MinDeletedKeyRetention != bus.MinDeletedKeyRetention {
+		t.Fatalf("config's minimum %v, the bus's %v", MinDeletedKeyRetention, bus.MinDeletedKeyRetention)
+	}
+	if d := Defaults().Bus.DeletedKeyRetention; d != bus.DefaultDeletedKeyRetention {
+		t.Fatalf("config's default %v, the bus's %v", d, bus.DefaultDeletedKeyRetention)
 	}
 }

@@ -53,7 +53,8 @@ func Defaults() *Config {
 			PodLogsDir:    "/var/log/pods",
 		},
 		Bus: BusConfig{Listen: "127.0.0.1:4250", HeartbeatInterval: 5 * time.Second,
-			MaxStore: "2Gi", BucketMaxBytes: "128Mi", MaxValueSize: "1536Ki", EventsMaxBytes: "128Mi", EventsMaxAge: 24 * time.Hour},
+			MaxStore: "2Gi", BucketMaxBytes: "128Mi", MaxValueSize: "1536Ki", EventsMaxBytes: "128Mi", EventsMaxAge: 24 * time.Hour,
+			DeletedKeyRetention: time.Hour},
 		Runtime: RuntimeConfig{
 			Endpoint:                      "unix:///run/containerd/containerd.sock",
 			ContainerdConfig:              "/etc/nodelet/containerd/config.toml",

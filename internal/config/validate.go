@@ -74,6 +74,12 @@ func (c *Config) Validate() error {
 		func() error { return loopback("bus.monitorListen", c.Bus.MonitorListen, true) },
 		func() error { return positiveDur("bus.heartbeatInterval", c.Bus.HeartbeatInterval) },
 		func() error { return positiveDur("bus.eventsMaxAge", c.Bus.EventsMaxAge) },
+		func() error {
+			if c.Bus.DeletedKeyRetention < MinDeletedKeyRetention {
+				return &Error{Key: "bus.deletedKeyRetention", Problem: fmt.Sprintf("%v is below the %v a bus watch may take to resume", c.Bus.DeletedKeyRetention, MinDeletedKeyRetention)}
+			}
+			return nil
+		},
 		func() error { return busSizes(c.Bus) },
 		func() error { return endpoint("runtime.endpoint", c.Runtime.Endpoint, false) },
 		func() error { return endpoint("runtime.imageEndpoint", c.Runtime.ImageEndpoint, true) },
@@ -416,6 +422,10 @@ func positiveFloat(key string, f float64) error {
 	}
 	return nil
 }
+
+// MinDeletedKeyRetention is bus.MinDeletedKeyRetention (a test holds them
+// equal): the config does not import the bus.
+const MinDeletedKeyRetention = 10 * time.Minute
 
 func positiveDur(key string, d time.Duration) error {
 	if d <= 0 {
