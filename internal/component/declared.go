@@ -156,7 +156,7 @@ var Declared = Set{
 		MemoryLimit: "64Mi",
 		Requires:    []string{Bus, Runtime}, NeedsCRI: true, NeedsAPI: true,
 		Writes: []Bucket{{BucketStatus, 10}, {BucketNode, 1}},
-		Reads: []string{BucketDesired, BucketSources, BucketAdmission, BucketObserved, BucketRuntime,
+		Reads: []string{BucketDesired, BucketAdmission, BucketObserved, BucketRuntime,
 			BucketProbes, BucketStatus, BucketNode, BucketPressure, BucketEvictions},
 		EventsDurable: StatusEventsDurable,
 		Events:        true, Heartbeats: true,
@@ -215,8 +215,7 @@ var Declared = Set{
 		MemoryLimit: "48Mi",
 		Requires:    []string{Bus, Runtime}, NeedsCRI: true,
 		Writes: []Bucket{{BucketPressure, 5}, {BucketEvictions, 1}, {BucketImages, 1}},
-		Reads: []string{BucketDesired, BucketSources, BucketAdmission, BucketObserved, BucketRuntime,
-			BucketStatus, BucketPressure, BucketEvictions, BucketImages},
+		Reads:  []string{BucketDesired, BucketSources, BucketObserved, BucketPressure, BucketEvictions, BucketImages},
 		Events: true, Heartbeats: true,
 		Systemd: Systemd{
 			Why: []string{
