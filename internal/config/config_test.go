@@ -292,3 +292,40 @@ func TestMinDeletedKeyRetentionIsTheBus(t *testing.T) {
 		t.Fatalf("config's default %v, the bus's %v", d, bus.DefaultDeletedKeyRetention)
 	}
 }
+
+// Each section validates itself: the defaults pass, and a bad value is
+// named with its section's key.
+func TestSectionsValidateThemselves(t *testing.T) {
+	for _, tc := range []struct {
+		section string
+		break_  func(c *Config)
+		check   func(c *Config) error
+		key     string
+	}{
+		{"node", func(c *Config) { c.Node.MaxPods = 0 }, func(c *Config) error { return c.Node.Validate() }, "node.maxPods"},
+		{"bus", func(c *Config) { c.Bus.DeletedKeyRetention = time.Minute }, func(c *Config) error { return c.Bus.Validate() }, "bus.deletedKeyRetention"},
+		{"runtime", func(c *Config) { c.Runtime.CgroupDriver = "x" }, func(c *Config) error { return c.Runtime.Validate() }, "runtime.cgroupDriver"},
+		{"sources", func(c *Config) { c.Sources.ManifestURL = "ftp://x" }, func(c *Config) error { return c.Sources.Validate() }, "sources.manifestURL"},
+		{"prober", func(c *Config) { c.Prober.MaxConcurrentProbes = -1 }, func(c *Config) error { return c.Prober.Validate() }, "prober.maxConcurrentProbes"},
+		{"status", func(c *Config) { c.Status.EventBurst = 0 }, func(c *Config) error { return c.Status.Validate() }, "status.eventBurst"},
+		{"server", func(c *Config) { c.Server.Authorization.Mode = "x" }, func(c *Config) error { return c.Server.Validate() }, "server.authorization.mode"},
+		{"gc", func(c *Config) { c.GC.ContainerLogMaxFiles = 1 }, func(c *Config) error { return c.GC.Validate() }, "gc.containerLogMaxFiles"},
+		{"supervisor", func(c *Config) { c.Supervisor.ReadyTimeout = 0 }, func(c *Config) error { return c.Supervisor.Validate() }, "supervisor.readyTimeout"},
+	} {
+		t.Run(tc.section, func(t *testing.T) {
+			c := Defaults()
+			if err := tc.check(c); err != nil {
+				t.Fatalf("defaults: %v", err)
+			}
+			tc.break_(c)
+			err := tc.check(c)
+			var ce *Error
+			if !errors.As(err, &ce) || ce.Key != tc.key {
+				t.Fatalf("err = %v, want an *Error for %s", err, tc.key)
+			}
+			if err := c.Validate(); !errors.As(err, &ce) || ce.Key != tc.key {
+				t.Fatalf("Config.Validate = %v, want the section's error for %s", err, tc.key)
+			}
+		})
+	}
+}

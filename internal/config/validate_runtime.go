@@ -1,0 +1,89 @@
+package config
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+)
+
+// Validate checks the runtime section and returns its first problem as an
+// *Error.
+func (r *RuntimeConfig) Validate() error {
+	return firstError(
+		func() error { return endpoint("runtime.endpoint", r.Endpoint, false) },
+		func() error { return endpoint("runtime.imageEndpoint", r.ImageEndpoint, true) },
+		func() error {
+			if r.SandboxImage == "" {
+				return &Error{Key: "runtime.sandboxImage", Problem: "must name the pause image"}
+			}
+			return nil
+		},
+		func() error { return positiveDur("runtime.relistPeriod", r.RelistPeriod) },
+		func() error { return positiveDur("runtime.runtimeRequestTimeout", r.RuntimeRequestTimeout) },
+		func() error {
+			return positiveDur("runtime.maxContainerRestartPeriod", r.MaxContainerRestartPeriod)
+		},
+		func() error { return positive("runtime.maxParallelImagePulls", r.MaxParallelImagePulls) },
+		func() error {
+			return nonNegative("runtime.maxConcurrentSandboxCreations", r.MaxConcurrentSandboxCreations)
+		},
+		func() error { return absPath("runtime.cniConfDir", r.CNIConfDir, false) },
+		func() error {
+			if len(r.CNIBinDirs) == 0 {
+				return &Error{Key: "runtime.cniBinDirs", Problem: "must list at least one directory"}
+			}
+			for _, d := range r.CNIBinDirs {
+				if err := absPath("runtime.cniBinDirs", d, false); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+		func() error {
+			if n := len(r.CNIBridgeName); n == 0 || n > 15 || strings.ContainsAny(r.CNIBridgeName, "/ \t") {
+				return &Error{Key: "runtime.cniBridgeName", Problem: fmt.Sprintf("%q must be a Linux interface name of 1 to 15 characters", r.CNIBridgeName)}
+			}
+			if r.CNINetworkName == "" {
+				return &Error{Key: "runtime.cniNetworkName", Problem: "must not be empty"}
+			}
+			return nil
+		},
+		func() error {
+			if !strings.HasPrefix(r.CgroupRoot, "/") {
+				return &Error{Key: "runtime.cgroupRoot", Problem: fmt.Sprintf("%q must start with /", r.CgroupRoot)}
+			}
+			if r.CgroupRoot == "/" || strings.Contains(r.CgroupRoot, "_") {
+				return &Error{Key: "runtime.cgroupRoot", Problem: fmt.Sprintf("%q must name a cgroup below / without \"_\"", r.CgroupRoot)}
+			}
+			return nil
+		},
+		func() error {
+			switch r.CgroupDriver {
+			case "cgroupfs", "systemd":
+				return nil
+			}
+			return &Error{Key: "runtime.cgroupDriver", Problem: fmt.Sprintf("%q must be cgroupfs or systemd", r.CgroupDriver)}
+		},
+		func() error {
+			if r.PodPidsLimit == 0 || r.PodPidsLimit < -1 {
+				return &Error{Key: "runtime.podPidsLimit", Problem: fmt.Sprintf("%d must be positive, or -1 for unlimited", r.PodPidsLimit)}
+			}
+			return nil
+		},
+		func() error { return enforceNodeAllocatable(r) },
+		func() error {
+			if r := r.SeccompProfileRoot; r != "" && !filepath.IsAbs(r) {
+				return &Error{Key: "runtime.seccompProfileRoot", Problem: fmt.Sprintf("%q must be an absolute path", r)}
+			}
+			return nil
+		},
+		func() error {
+			switch r.ConfigMapAndSecretChangeDetectionStrategy {
+			case "Watch", "Cache", "Get":
+				return nil
+			}
+			return &Error{Key: "runtime.configMapAndSecretChangeDetectionStrategy", Problem: fmt.Sprintf("%q must be Watch, Cache or Get", r.ConfigMapAndSecretChangeDetectionStrategy)}
+		},
+		func() error { return positiveDur("runtime.syncFrequency", r.SyncFrequency) },
+	)
+}
