@@ -162,7 +162,7 @@ type RuntimeConfig struct {
 	// sandbox's pod cgroup, volumes and RunPodSandbox); 0 = unbounded. Creating a sandbox is
 	// CPU work (runc, CNI, containerd), so more at once than the node has CPUs only share
 	// them: on 2 CPUs scripts/bench.sh recommended 2 of 1, 2, 4 and unbounded in three runs
-	// (README "Performance"). Default: the number of CPUs, at least 2.
+	// (docs/performance.md). Default: the number of CPUs, at least 2.
 	MaxConcurrentSandboxCreations int `mapstructure:"maxConcurrentSandboxCreations"`
 	// CNIConfDir is where nodelet renders the conflist containerd reads. Default: /etc/nodelet/cni/net.d.
 	CNIConfDir string `mapstructure:"cniConfDir"`

@@ -20,8 +20,8 @@ type MemoryConfig struct {
 	// at rest for more collections under load; -1 turns collection off
 	// below the memory limit. Default: 100, Go's own: the memory a burst
 	// leaves behind is returned once it is over (daemon.ManageMemory), and
-	// 50 cost a tenth more CPU in bursts for 3–5 MiB less at rest (README's
-	// Performance section).
+	// 50 cost a tenth more CPU in bursts for 3–5 MiB less at rest
+	// (docs/performance.md).
 	GCPercent int `mapstructure:"gcPercent"`
 	// Limits maps a process (bus, sources, admission, runtime, prober,
 	// status, server, gc, supervisor) to its soft memory limit (GOMEMLIMIT,
