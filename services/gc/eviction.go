@@ -3,6 +3,7 @@ package gc
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sort"
 	"sync"
 	"time"
@@ -10,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/internal/config"
@@ -196,24 +198,64 @@ func (e *evictionState) init(c config.GCConfig) error {
 	return nil
 }
 
+// evictionManager is the kubelet's eviction manager
+// (pkg/kubelet/eviction/eviction_manager.go): it watches the node's
+// signals against gc.evictionHard/evictionSoft, publishes the pressure
+// conditions, reclaims node-level resources (dead containers, unused
+// images) and evicts pods, ranked as the kubelet ranks them.
+type evictionManager struct {
+	cfg       *config.Config
+	log       *slog.Logger
+	bus       *bus.Conn
+	clock     clock.WithTicker
+	state     *podState
+	measure   Measurer
+	podEvent  func(pod *corev1.Pod, typ, reason, message string)
+	nodeEvent func(typ, reason, message string)
+	// images and containers reclaim node-level resources before pods go.
+	images     imageReclaimer
+	containers containerReclaimer
+
+	pressureW  *bus.Writer
+	evictionsW *bus.Writer
+	ev         evictionState
+}
+
+// imageReclaimer deletes every unused image (the kubelet's
+// ImageGC.DeleteUnusedImages).
+type imageReclaimer interface {
+	deleteUnusedImages(ctx context.Context) (imageGCResult, error)
+}
+
+// containerReclaimer removes dead containers (the kubelet's
+// ContainerGC.DeleteAllUnusedContainers).
+type containerReclaimer interface {
+	garbageCollectContainers(ctx context.Context, allSourcesReady bool) (containerGCResult, error)
+}
+
+var (
+	_ imageReclaimer     = (*imageManager)(nil)
+	_ containerReclaimer = (*Daemon)(nil)
+)
+
 // synchronize is one pass of the kubelet's eviction manager: measure, work
 // out the node conditions and publish them, enforce local storage limits,
 // and when a threshold is met past its grace period, reclaim node-level
 // resources first and else evict one pod. It returns the pods it evicted.
-func (g *Daemon) synchronize(ctx context.Context) ([]*corev1.Pod, error) {
-	e := &g.ev
+func (em *evictionManager) synchronize(ctx context.Context) ([]*corev1.Pod, error) {
+	e := &em.ev
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	now := g.clock.Now()
-	if err := g.loadPressure(ctx, now); err != nil {
+	now := em.clock.Now()
+	if err := em.loadPressure(ctx, now); err != nil {
 		return nil, err
 	}
-	ns, err := g.measure.NodeStats(ctx)
+	ns, err := em.measure.NodeStats(ctx)
 	if ns == nil {
 		return nil, fmt.Errorf("eviction manager: measure node: %w", err)
 	}
 	if err != nil {
-		g.log.Error("Eviction manager: some signals could not be measured", "err", err)
+		em.log.Error("Eviction manager: some signals could not be measured", "err", err)
 	}
 	obs := makeObservations(ns)
 	for sig, o := range obs {
@@ -240,11 +282,11 @@ func (g *Daemon) synchronize(ctx context.Context) ([]*corev1.Pod, error) {
 			conditions[c] = true
 		}
 	}
-	if err := g.publishPressure(ctx, conditions, now); err != nil {
-		g.log.Error("Eviction manager: failed to publish node conditions", "err", err)
+	if err := em.publishPressure(ctx, conditions, now); err != nil {
+		em.log.Error("Eviction manager: failed to publish node conditions", "err", err)
 	}
 
-	active := g.state.activePods()
+	active := em.state.activePods()
 	// Pods are measured only when a decision needs their figures: those
 	// with a local storage limit on every pass, all of them once a
 	// threshold is to be reclaimed. The kubelet gathers every pod's stats
@@ -253,7 +295,7 @@ func (g *Daemon) synchronize(ctx context.Context) ([]*corev1.Pod, error) {
 	// and its shims every 10 s with 50 pods, for figures unused while the
 	// node is under no pressure and no pod has a limit.
 	if limited := storageLimited(active); len(limited) > 0 {
-		if evicted := g.localStorageEviction(ctx, limited, g.podUsage(ctx, limited, false)); len(evicted) > 0 {
+		if evicted := em.localStorageEviction(ctx, limited, em.podUsage(ctx, limited, false)); len(evicted) > 0 {
 			return evicted, nil
 		}
 	}
@@ -263,7 +305,7 @@ func (g *Daemon) synchronize(ctx context.Context) ([]*corev1.Pod, error) {
 		if now.Sub(first[t.key()]) >= t.GracePeriod {
 			reclaim = append(reclaim, t)
 		} else {
-			g.log.Info("Eviction manager: eviction criteria not yet met", "signal", t.Signal, "gracePeriod", t.GracePeriod, "duration", now.Sub(first[t.key()]))
+			em.log.Info("Eviction manager: eviction criteria not yet met", "signal", t.Signal, "gracePeriod", t.GracePeriod, "duration", now.Sub(first[t.key()]))
 		}
 	}
 	if len(reclaim) == 0 {
@@ -275,16 +317,16 @@ func (g *Daemon) synchronize(ctx context.Context) ([]*corev1.Pod, error) {
 	})
 	t := reclaim[0]
 	res := signalToResource[t.Signal]
-	g.log.Warn("Eviction manager: attempting to reclaim", "resourceName", res)
-	g.nodeEvent(corev1.EventTypeWarning, "EvictionThresholdMet", fmt.Sprintf("Attempting to reclaim %s", res))
-	if g.reclaimNodeLevelResources(ctx, t.Signal, res, withImageFs) {
+	em.log.Warn("Eviction manager: attempting to reclaim", "resourceName", res)
+	em.nodeEvent(corev1.EventTypeWarning, "EvictionThresholdMet", fmt.Sprintf("Attempting to reclaim %s", res))
+	if em.reclaimNodeLevelResources(ctx, t.Signal, res, withImageFs) {
 		return nil, nil
 	}
 	if len(active) == 0 {
-		g.log.Error("Eviction manager: eviction thresholds have been met, but no pods are active to evict")
+		em.log.Error("Eviction manager: eviction thresholds have been met, but no pods are active to evict")
 		return nil, nil
 	}
-	usage := g.podUsage(ctx, active, t.Signal == SignalPIDAvailable)
+	usage := em.podUsage(ctx, active, t.Signal == SignalPIDAvailable)
 	rankPods(t.Signal, withImageFs, active, usage)
 	var grace *int64
 	if t.hard() {
@@ -293,21 +335,21 @@ func (g *Daemon) synchronize(ctx context.Context) ([]*corev1.Pod, error) {
 	}
 	for _, pod := range active {
 		msg := evictionMessage(res, pod, usage[string(pod.UID)], reclaim, obs)
-		if g.evictPod(ctx, pod, grace, msg, t.Signal) {
+		if em.evictPod(ctx, pod, grace, msg, t.Signal) {
 			return []*corev1.Pod{pod}, nil
 		}
 	}
-	g.log.Info("Eviction manager: unable to evict any pods from the node")
+	em.log.Info("Eviction manager: unable to evict any pods from the node")
 	return nil, nil
 }
 
 // podUsage measures pods for an eviction decision (with their process
 // counts for pid pressure); a failure leaves them without figures, which
 // ranks them first as the kubelet does.
-func (g *Daemon) podUsage(ctx context.Context, pods []*corev1.Pod, processes bool) map[string]*PodUsage {
-	usage, err := g.measure.PodUsage(ctx, pods, processes)
+func (em *evictionManager) podUsage(ctx context.Context, pods []*corev1.Pod, processes bool) map[string]*PodUsage {
+	usage, err := em.measure.PodUsage(ctx, pods, processes)
 	if err != nil {
-		g.log.Error("Eviction manager: failed to measure pod usage", "err", err)
+		em.log.Error("Eviction manager: failed to measure pod usage", "err", err)
 		return map[string]*PodUsage{}
 	}
 	return usage
@@ -317,25 +359,25 @@ func (g *Daemon) podUsage(ctx context.Context, pods []*corev1.Pod, processes boo
 // (dead containers, then unused images, for disk signals) and says whether
 // that ended every threshold without evicting a pod. With a separate image
 // filesystem, nodefs pressure has nothing to reclaim at node level.
-func (g *Daemon) reclaimNodeLevelResources(ctx context.Context, signal string, res corev1.ResourceName, withImageFs bool) bool {
+func (em *evictionManager) reclaimNodeLevelResources(ctx context.Context, signal string, res corev1.ResourceName, withImageFs bool) bool {
 	disk := res == corev1.ResourceEphemeralStorage || res == resourceInodes
 	nodefs := signal == SignalNodeFsAvailable || signal == SignalNodeFsInodesFree
 	if !disk || (withImageFs && nodefs) {
 		return false
 	}
-	if _, err := g.garbageCollectContainers(ctx, true); err != nil {
-		g.log.Info("Eviction manager: unexpected error when attempting to reduce resource pressure", "resourceName", res, "err", err)
+	if _, err := em.containers.garbageCollectContainers(ctx, true); err != nil {
+		em.log.Info("Eviction manager: unexpected error when attempting to reduce resource pressure", "resourceName", res, "err", err)
 	}
-	if _, err := g.deleteUnusedImages(ctx); err != nil {
-		g.log.Info("Eviction manager: unexpected error when attempting to reduce resource pressure", "resourceName", res, "err", err)
+	if _, err := em.images.deleteUnusedImages(ctx); err != nil {
+		em.log.Info("Eviction manager: unexpected error when attempting to reduce resource pressure", "resourceName", res, "err", err)
 	}
-	ns, err := g.measure.NodeStats(ctx)
+	ns, err := em.measure.NodeStats(ctx)
 	if ns == nil {
-		g.log.Error("Eviction manager: failed to measure node after reclaim", "err", err)
+		em.log.Error("Eviction manager: failed to measure node after reclaim", "err", err)
 		return false
 	}
-	if len(thresholdsMet(g.ev.thresholds, makeObservations(ns))) == 0 {
-		g.log.Info("Eviction manager: able to reduce resource pressure without evicting pods.", "resourceName", res)
+	if len(thresholdsMet(em.ev.thresholds, makeObservations(ns))) == 0 {
+		em.log.Info("Eviction manager: able to reduce resource pressure without evicting pods.", "resourceName", res)
 		return true
 	}
 	return false
@@ -344,32 +386,32 @@ func (g *Daemon) reclaimNodeLevelResources(ctx context.Context, signal string, r
 // evictPod asks the runtime to kill pod and status to fail it: a record in
 // the evictions bucket, an Evicted event. Critical pods (static, mirror, or
 // system-critical priority) are never evicted.
-func (g *Daemon) evictPod(ctx context.Context, pod *corev1.Pod, grace *int64, message, signal string) bool {
+func (em *evictionManager) evictPod(ctx context.Context, pod *corev1.Pod, grace *int64, message, signal string) bool {
 	if podutil.IsCriticalPod(pod) {
-		g.log.Error("Eviction manager: cannot evict a critical pod", "pod", podutil.Ref(pod.Namespace, pod.Name), "podUID", pod.UID)
+		em.log.Error("Eviction manager: cannot evict a critical pod", "pod", podutil.Ref(pod.Namespace, pod.Name), "podUID", pod.UID)
 		return false
 	}
 	ev := &schemas.PodEviction{UID: string(pod.UID), Namespace: pod.Namespace, Name: pod.Name,
-		Reason: EvictionReason, Message: message, Time: g.clock.Now().UTC(), GracePeriodSeconds: grace}
-	if _, _, err := g.evictionsW.Put(ctx, string(pod.UID), ev); err != nil {
-		g.log.Error("Eviction manager: pod failed to evict", "pod", podutil.Ref(pod.Namespace, pod.Name), "podUID", pod.UID, "err", err)
+		Reason: EvictionReason, Message: message, Time: em.clock.Now().UTC(), GracePeriodSeconds: grace}
+	if _, _, err := em.evictionsW.Put(ctx, string(pod.UID), ev); err != nil {
+		em.log.Error("Eviction manager: pod failed to evict", "pod", podutil.Ref(pod.Namespace, pod.Name), "podUID", pod.UID, "err", err)
 		return false
 	}
-	g.state.noteEviction(ev)
-	g.podEvent(pod, corev1.EventTypeWarning, EvictionReason, message)
+	em.state.noteEviction(ev)
+	em.podEvent(pod, corev1.EventTypeWarning, EvictionReason, message)
 	evictionsTotal.WithLabelValues(signal).Inc()
-	g.log.Info("Eviction manager: pod is evicted successfully", "pod", podutil.Ref(pod.Namespace, pod.Name), "podUID", pod.UID, "message", message)
+	em.log.Info("Eviction manager: pod is evicted successfully", "pod", podutil.Ref(pod.Namespace, pod.Name), "podUID", pod.UID, "message", message)
 	return true
 }
 
 // waitForPodsCleanup waits until the runtime reports the evicted pods final,
 // or podCleanupTimeout, before the next eviction pass.
-func (g *Daemon) waitForPodsCleanup(ctx context.Context, pods []*corev1.Pod) {
-	deadline := g.clock.Now().Add(podCleanupTimeout)
-	for g.clock.Now().Before(deadline) {
+func (em *evictionManager) waitForPodsCleanup(ctx context.Context, pods []*corev1.Pod) {
+	deadline := em.clock.Now().Add(podCleanupTimeout)
+	for em.clock.Now().Before(deadline) {
 		done := true
 		for _, p := range pods {
-			done = done && g.state.observedTerminated(string(p.UID))
+			done = done && em.state.observedTerminated(string(p.UID))
 		}
 		if done {
 			return
@@ -377,27 +419,27 @@ func (g *Daemon) waitForPodsCleanup(ctx context.Context, pods []*corev1.Pod) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-g.clock.After(time.Second):
+		case <-em.clock.After(time.Second):
 		}
 	}
-	g.log.Info("Eviction manager: timed out waiting for pods to be cleaned up", "pods", len(pods))
+	em.log.Info("Eviction manager: timed out waiting for pods to be cleaned up", "pods", len(pods))
 }
 
 // loadPressure reads back the conditions published before a restart, so
 // that their transition times survive it and a condition that was True is
 // held for another transition period rather than dropped at once.
-func (g *Daemon) loadPressure(ctx context.Context, now time.Time) error {
-	e := &g.ev
+func (em *evictionManager) loadPressure(ctx context.Context, now time.Time) error {
+	e := &em.ev
 	if e.loaded {
 		return nil
 	}
-	np, rev, err := bus.Get[schemas.NodePressure](ctx, g.bus, bus.BucketPressure, bus.KeyPressure)
+	np, rev, err := bus.Get[schemas.NodePressure](ctx, em.bus, bus.BucketPressure, bus.KeyPressure)
 	if err != nil && rev == 0 {
 		return fmt.Errorf("eviction manager: read published conditions: %w", err)
 	}
 	if err != nil {
 		// A value that does not decode is replaced by the next write.
-		g.log.Error("Eviction manager: ignoring published conditions that do not decode", "err", err)
+		em.log.Error("Eviction manager: ignoring published conditions that do not decode", "err", err)
 	}
 	if np != nil {
 		e.published = np
@@ -415,8 +457,8 @@ func (g *Daemon) loadPressure(ctx context.Context, now time.Time) error {
 // transition time while its status holds. Heartbeat time equals transition
 // time: the bucket changes only when a condition does, and nodelet-status
 // stamps its own heartbeats. Callers hold ev.mu.
-func (g *Daemon) publishPressure(ctx context.Context, pressure map[corev1.NodeConditionType]bool, now time.Time) error {
-	e := &g.ev
+func (em *evictionManager) publishPressure(ctx context.Context, pressure map[corev1.NodeConditionType]bool, now time.Time) error {
+	e := &em.ev
 	prev := map[corev1.NodeConditionType]corev1.NodeCondition{}
 	if e.published != nil {
 		for _, c := range e.published.Conditions {
@@ -440,13 +482,13 @@ func (g *Daemon) publishPressure(ctx context.Context, pressure map[corev1.NodeCo
 				// nodelet-status records the kubelet's node event
 				// (NodeHasInsufficientMemory, …) when it sets the condition
 				// on the Node, as the kubelet's setter does.
-				g.log.Info("Node condition changed", "condition", t, "status", c.Status, "reason", c.Reason)
+				em.log.Info("Node condition changed", "condition", t, "status", c.Status, "reason", c.Reason)
 			}
 		}
 		c.LastHeartbeatTime = c.LastTransitionTime
 		np.Conditions = append(np.Conditions, c)
 	}
-	if _, _, err := g.pressureW.Put(ctx, bus.KeyPressure, np); err != nil {
+	if _, _, err := em.pressureW.Put(ctx, bus.KeyPressure, np); err != nil {
 		return err
 	}
 	e.published = np
@@ -455,11 +497,11 @@ func (g *Daemon) publishPressure(ctx context.Context, pressure map[corev1.NodeCo
 
 // rewriteEvictions writes every eviction again after the bus's store was
 // wiped.
-func (g *Daemon) rewriteEvictions() error {
+func (em *evictionManager) rewriteEvictions() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for _, ev := range g.state.evictionsSnapshot() {
-		if _, _, err := g.evictionsW.Put(ctx, ev.UID, ev); err != nil {
+	for _, ev := range em.state.evictionsSnapshot() {
+		if _, _, err := em.evictionsW.Put(ctx, ev.UID, ev); err != nil {
 			return fmt.Errorf("eviction of pod %s: %w", ev.UID, err)
 		}
 	}
@@ -467,10 +509,10 @@ func (g *Daemon) rewriteEvictions() error {
 }
 
 // forgetStaleEvictions deletes the evictions of pods that are gone.
-func (g *Daemon) forgetStaleEvictions(ctx context.Context) {
-	for _, uid := range g.state.staleEvictions() {
-		if _, err := g.evictionsW.Delete(ctx, uid); err != nil {
-			g.log.Error("Failed to delete eviction of a removed pod", "podUID", uid, "err", err)
+func (em *evictionManager) forgetStaleEvictions(ctx context.Context) {
+	for _, uid := range em.state.staleEvictions() {
+		if _, err := em.evictionsW.Delete(ctx, uid); err != nil {
+			em.log.Error("Failed to delete eviction of a removed pod", "podUID", uid, "err", err)
 		}
 	}
 }
