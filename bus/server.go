@@ -331,7 +331,7 @@ func (s *Server) startProxy() error {
 		return err
 	}
 	p := &proxy{nc: nc, log: s.log.With("bus", "consumer-proxy"), limits: s.limits,
-		store: map[string]jetstream.JetStream{}, queues: map[string]chan wireMsg{},
+		queues:   map[string]chan wireMsg{},
 		creators: map[consumerKey]string{}, held: map[string]int{}, inflight: map[string]int{}}
 	p.dial = func() (*wire, error) {
 		conn, err := inProcess(s.ns)
@@ -344,14 +344,8 @@ func (s *Server) startProxy() error {
 		}
 		return w, err
 	}
-	for _, acct := range declared.storeAccounts() {
-		snc, err := s.connectAs(acct)
-		if err != nil {
-			return err
-		}
-		if p.store[acct], err = jetstream.New(snc); err != nil {
-			return err
-		}
+	if p.store, err = s.storeJetStreams(); err != nil {
+		return err
 	}
 	// What a credential made before a restart counts against it.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -365,22 +359,33 @@ func (s *Server) startProxy() error {
 	return p.run()
 }
 
+// storeJetStreams opens a connection of the bus's own to every store
+// account and returns their JetStream contexts, by account.
+func (s *Server) storeJetStreams() (map[string]jetstream.JetStream, error) {
+	out := map[string]jetstream.JetStream{}
+	for _, acct := range declared.storeAccounts() {
+		nc, err := s.connectAs(acct)
+		if err != nil {
+			return nil, err
+		}
+		if out[acct], err = jetstream.New(nc); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
 // startSweeper starts dropping the history of keys deleted longer ago
 // than the retention (retention.go), over connections of its own.
 func (s *Server) startSweeper(clk clock.WithTicker) error {
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
-	sw := &sweeper{clock: clk, retention: s.limits.DeletedKeyRetention, store: map[string]jetstream.JetStream{}}
-	for _, acct := range declared.storeAccounts() {
-		nc, err := s.connectAs(acct)
-		if err != nil {
-			return err
-		}
-		if sw.store[acct], err = jetstream.New(nc); err != nil {
-			return err
-		}
+	store, err := s.storeJetStreams()
+	if err != nil {
+		return err
 	}
+	sw := &sweeper{clock: clk, retention: s.limits.DeletedKeyRetention, store: store}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.sweeper, s.stopSweep, s.sweepEnded = sw, cancel, make(chan struct{})
 	log := s.log.With("bus", "retention")
