@@ -2,10 +2,51 @@ package runtime
 
 import (
 	"context"
+	"log/slog"
 	"strings"
 	"time"
 
+	"github.com/nodelet/nodelet/internal/config"
+	internalapi "k8s.io/cri-api/pkg/apis"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// pleg is the kubelet's pod lifecycle event generator (pleg/generic.go
+// and, where the runtime streams them, pleg/evented.go): it relists CRI
+// and wakes the worker of every pod whose sandboxes or containers changed,
+// sooner when an event says so. Built by Run once the workers exist.
+type pleg struct {
+	cfg      *config.Config
+	log      *slog.Logger
+	clock    Clock
+	rs       internalapi.RuntimeService
+	runtime  runtimeInfo
+	view     podLister
+	store    uidLister
+	observed uidLister
+	workers  podWaker
+	signals  plegSignals
+}
+
+// podLister lists nodelet's pods as CRI has them (criView).
+type podLister interface {
+	all(ctx context.Context) (map[string]*podRuntime, error)
+}
+
+// uidLister lists the pod UIDs an input or output knows.
+type uidLister interface{ uids() []string }
+
+// podWaker wakes pod workers (podWorkers).
+type podWaker interface {
+	Update(uid string)
+	Relisted(uid string, state map[string]string)
+}
+
+var (
+	_ podLister = (*criView)(nil)
+	_ uidLister = (*store)(nil)
+	_ uidLister = (*observedWriter)(nil)
+	_ podWaker  = (*podWorkers)(nil)
 )
 
 // relistLoop is the PLEG: every relistPeriod it lists nodelet's sandboxes
@@ -14,12 +55,12 @@ import (
 // removed or appeared). The first list wakes every pod CRI, the buckets
 // or the observed state know, which is how a restarted nodelet-runtime
 // takes over its pods.
-func (m *Daemon) relistLoop(ctx context.Context) {
-	period := m.cfg.Runtime.RelistPeriod
+func (pl *pleg) relistLoop(ctx context.Context) {
+	period := pl.cfg.Runtime.RelistPeriod
 	if period <= 0 {
 		period = time.Second
 	}
-	t := m.clock.NewTicker(period)
+	t := pl.clock.NewTicker(period)
 	defer t.Stop()
 	var last map[string]string // sandbox or container ID → "<uid> <state>"
 	failing := false
@@ -30,22 +71,22 @@ func (m *Daemon) relistLoop(ctx context.Context) {
 	var retry <-chan time.Time
 	retryDelay := exitRetryMin
 	for {
-		timeout := m.cfg.Runtime.RuntimeRequestTimeout
+		timeout := pl.cfg.Runtime.RuntimeRequestTimeout
 		if timeout <= 0 {
 			timeout = 2 * time.Minute
 		}
 		lctx, cancel := context.WithTimeout(ctx, timeout)
-		pods, err := m.view.all(lctx)
+		pods, err := pl.view.all(lctx)
 		cancel()
 		switch {
 		case err != nil && ctx.Err() == nil:
 			if !failing {
-				m.log.Error("Relist failed", "err", err)
+				pl.log.Error("Relist failed", "err", err)
 			}
 			failing = true
 		case err == nil:
 			if failing {
-				m.log.Info("Relist works again")
+				pl.log.Info("Relist works again")
 			}
 			failing = false
 			cur := snapshot(pods)
@@ -54,23 +95,23 @@ func (m *Daemon) relistLoop(ctx context.Context) {
 				for uid := range pods {
 					seen[uid] = true
 				}
-				for _, uid := range m.store.uids() {
+				for _, uid := range pl.store.uids() {
 					seen[uid] = true
 				}
-				for _, uid := range m.observed.uids() {
+				for _, uid := range pl.observed.uids() {
 					seen[uid] = true
 				}
 				for uid := range seen {
-					m.workers.Update(uid)
+					pl.workers.Update(uid)
 				}
 			} else {
 				byPod := snapshotsByPod(cur)
 				for uid := range changedPods(last, cur) {
-					m.workers.Relisted(uid, byPod[uid])
+					pl.workers.Relisted(uid, byPod[uid])
 				}
 			}
 			last = cur
-			now := m.clock.Now()
+			now := pl.clock.Now()
 			for id, until := range pending {
 				if !stillRunning(cur[id]) || now.After(until) {
 					delete(pending, id)
@@ -79,7 +120,7 @@ func (m *Daemon) relistLoop(ctx context.Context) {
 		}
 		retry = nil
 		if len(pending) > 0 {
-			retry = m.clock.After(retryDelay)
+			retry = pl.clock.After(retryDelay)
 			retryDelay = min(2*retryDelay, exitRetryMax)
 		} else {
 			retryDelay = exitRetryMin
@@ -88,10 +129,10 @@ func (m *Daemon) relistLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C():
-		case <-m.pleg.wake:
+		case <-pl.signals.wake:
 		case <-retry:
-		case id := <-m.pleg.exits:
-			pending[id] = m.clock.Now().Add(exitPendingFor)
+		case id := <-pl.signals.exits:
+			pending[id] = pl.clock.Now().Add(exitPendingFor)
 		}
 	}
 }
@@ -112,9 +153,9 @@ func stillRunning(v string) bool {
 }
 
 // relistNow asks for a relist at once.
-func (m *Daemon) relistNow() {
+func (s plegSignals) relistNow() {
 	select {
-	case m.pleg.wake <- struct{}{}:
+	case s.wake <- struct{}{}:
 	default:
 	}
 }
@@ -180,12 +221,12 @@ func changedPods(last, cur map[string]string) map[string]bool {
 // runtime offers it (containerd 2.x); each event wakes its pod's worker at
 // once. Events are hints: the relist stays the truth. containerd 1.6
 // answers Unimplemented, and the relist alone does the work.
-func (m *Daemon) watchContainerEvents(ctx context.Context) {
-	if m.runtime.name == "containerd" && majorVersion(m.runtime.version) == 1 {
+func (pl *pleg) watchContainerEvents(ctx context.Context) {
+	if pl.runtime.name == "containerd" && majorVersion(pl.runtime.version) == 1 {
 		// Known not to stream CRI events: asking would only make
 		// cri-client log an error at every start.
-		m.log.Info("containerd 1.x does not stream CRI container events, following its task events", "version", m.runtime.version)
-		m.watchTaskEvents(ctx)
+		pl.log.Info("containerd 1.x does not stream CRI container events, following its task events", "version", pl.runtime.version)
+		pl.watchTaskEvents(ctx)
 		return
 	}
 	ch := make(chan *runtimeapi.ContainerEventResponse, 128)
@@ -196,30 +237,30 @@ func (m *Daemon) watchContainerEvents(ctx context.Context) {
 				return
 			case ev := <-ch:
 				if uid := ev.GetPodSandboxStatus().GetMetadata().GetUid(); uid != "" {
-					m.workers.Update(uid)
+					pl.workers.Update(uid)
 				}
 			}
 		}
 	}()
 	for {
-		err := m.rs.GetContainerEvents(ctx, ch, nil)
+		err := pl.rs.GetContainerEvents(ctx, ch, nil)
 		if ctx.Err() != nil {
 			return
 		}
 		if isUnimplemented(err) {
-			if m.runtime.name == "containerd" {
-				m.log.Info("The container runtime does not stream CRI container events, following containerd's task events")
-				m.watchTaskEvents(ctx)
+			if pl.runtime.name == "containerd" {
+				pl.log.Info("The container runtime does not stream CRI container events, following containerd's task events")
+				pl.watchTaskEvents(ctx)
 				return
 			}
-			m.log.Info("The container runtime does not stream container events, relisting only", "relistPeriod", m.cfg.Runtime.RelistPeriod)
+			pl.log.Info("The container runtime does not stream container events, relisting only", "relistPeriod", pl.cfg.Runtime.RelistPeriod)
 			return
 		}
-		m.log.Warn("Container event stream ended, reconnecting", "err", err)
+		pl.log.Warn("Container event stream ended, reconnecting", "err", err)
 		select {
 		case <-ctx.Done():
 			return
-		case <-m.clock.After(5 * time.Second):
+		case <-pl.clock.After(5 * time.Second):
 		}
 	}
 }
