@@ -199,8 +199,10 @@ func TestRelease(t *testing.T) {
 	if b := pool.Get(); b != nil {
 		t.Fatal("a pooled buffer outlived the release")
 	}
-	// The race detector's runtime keeps a few MiB free of its own.
-	if free := read("/memory/classes/heap/free:bytes"); free > 4<<20 {
+	// The race detector's runtime keeps a few MiB free of its own, and
+	// what earlier tests left running allocates meanwhile (4.3 MiB seen on
+	// a loaded machine); the 16 MiB of garbage kept would be far more.
+	if free := read("/memory/classes/heap/free:bytes"); free > 8<<20 {
 		t.Fatalf("%d bytes of free heap kept from the system after the release", free)
 	}
 	if exeAfter := exeRSS(t); exeAfter*2 > exeBefore {
