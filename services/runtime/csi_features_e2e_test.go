@@ -223,6 +223,15 @@ func TestCSIVolumeExpandedOnlineAndOffline(t *testing.T) {
 		t.Fatalf("NodeExpandVolume call %+v", c)
 	}
 	h.events.await(t, created.UID, "FileSystemResizeSuccess", 1)
+	// The kubelet records it on the claim too.
+	claim, err := admin.CoreV1().PersistentVolumeClaims(ns).Get(t.Context(), "data", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev := h.events.await(t, claim.UID, "FileSystemResizeSuccess", 1)[0]; ev.Object.Kind != "PersistentVolumeClaim" ||
+		ev.Object.Namespace != ns || ev.Object.Name != "data" || !strings.Contains(ev.Message, "MountVolume.NodeExpandVolume succeeded") {
+		t.Fatalf("claim's event %+v", ev)
+	}
 	if out, _ := h.execIn(o, "app", false, "cat", "/data/file"); out != "kept\n" {
 		t.Fatalf("data after the expansion %q", out)
 	}

@@ -160,7 +160,10 @@ func Run(ctx context.Context, env *daemon.Env) error {
 func newVolumeManager(opts Options, capacity nodeCapacity, d **Daemon) *volumes.Manager {
 	cfg := opts.Config
 	vo := volumes.Options{
-		Event:                       func(pod *corev1.Pod, typ, reason, msg string) { (*d).event(pod, nil, "", typ, reason, msg) },
+		Event: func(pod *corev1.Pod, typ, reason, msg string) { (*d).event(pod, nil, "", typ, reason, msg) },
+		ObjectEvent: func(ref corev1.ObjectReference, typ, reason, msg string) {
+			opts.Bus.Emit(schemas.Event{Object: ref, Type: typ, Reason: reason, Message: msg, Time: opts.Clock.Now().UTC()})
+		},
 		Wake:                        func(uid types.UID) { (*d).wakeWorker(string(uid)) },
 		StateDir:                    cfg.Node.StateDir,
 		Strategy:                    cfg.Runtime.ConfigMapAndSecretChangeDetectionStrategy,

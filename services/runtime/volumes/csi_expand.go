@@ -27,7 +27,22 @@ type nodeExpander struct {
 	nodeName string
 	csi      csiCaller
 	events   eventRecorder
-	log      *slog.Logger
+	// claimEvents records the same events on the claim, as the kubelet.
+	claimEvents objectRecorder
+	log         *slog.Logger
+}
+
+// objectRecorder posts an event about an object other than a pod
+// (Options.ObjectEvent); nil: none.
+type objectRecorder func(ref corev1.ObjectReference, eventType, reason, message string)
+
+// claimf records an event on claim pvc.
+func (r objectRecorder) claimf(pvc *corev1.PersistentVolumeClaim, typ, reason, format string, args ...any) {
+	if r == nil || pvc == nil {
+		return
+	}
+	r(corev1.ObjectReference{Kind: "PersistentVolumeClaim", APIVersion: "v1", Namespace: pvc.Namespace, Name: pvc.Name,
+		UID: pvc.UID, ResourceVersion: pvc.ResourceVersion}, typ, reason, fmt.Sprintf(format, args...))
 }
 
 // csiCaller is what the expander needs of the CSI plugin: a driver to
@@ -75,6 +90,7 @@ func (e *nodeExpander) expand(ctx context.Context, pod *corev1.Pod, cm *csiMount
 	}
 	if cv.readOnly {
 		e.events.eventf(pod, corev1.EventTypeWarning, "FileSystemResizeFailed", "MountVolume.NodeExpandVolume failed for volume %q requested read-only file system", cv.pvName)
+		e.claimEvents.claimf(pvc, corev1.EventTypeWarning, "FileSystemResizeFailed", "MountVolume.NodeExpandVolume failed for volume %q requested read-only file system", cv.pvName)
 		return nil
 	}
 	resizeStatus := pvc.Status.AllocatedResourceStatuses[corev1.ResourceStorage]
@@ -103,6 +119,7 @@ func (e *nodeExpander) expand(ctx context.Context, pod *corev1.Pod, cm *csiMount
 		return e.expansionFailed(ctx, cm, pvc, recovery, err)
 	}
 	e.events.eventf(pod, corev1.EventTypeNormal, "FileSystemResizeSuccess", "MountVolume.NodeExpandVolume succeeded for volume %q %s", cv.pvName, e.nodeName)
+	e.claimEvents.claimf(pvc, corev1.EventTypeNormal, "FileSystemResizeSuccess", "MountVolume.NodeExpandVolume succeeded for volume %q %s", cv.pvName, e.nodeName)
 	e.log.Info("Expanded CSI volume", "pod", pod.Namespace+"/"+pod.Name, "podUID", pod.UID, "volume", cv.pvName, "size", newSize.String())
 	// The kubelet's MarkNodeExpansionFinishedWithRecovery (and, without
 	// recovery, MarkFSResizeFinished).

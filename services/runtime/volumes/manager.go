@@ -48,6 +48,10 @@ type Options struct {
 	// failed, overdue or expired; a CSI volume not published again or not
 	// expanded); nil: none.
 	Event func(pod *corev1.Pod, eventType, reason, message string)
+	// ObjectEvent posts an event about another object: a claim's
+	// FileSystemResizeSuccess and FileSystemResizeFailed, which the
+	// kubelet records on the pod and on the claim; nil: none.
+	ObjectEvent func(ref corev1.ObjectReference, eventType, reason, message string)
 	// Wake asks for the pod to be synced again: a volume that could not be
 	// set up can be now (a pod certificate was issued); nil: the pod
 	// waits for its next retry.
@@ -137,6 +141,7 @@ func New(opts Options) *Manager {
 	mounts := hostMounts{mount.NewWithoutSystemd("")}
 	inUse := newInUseTracker(opts.StateDir, opts.NodeName, opts.Client)
 	csiPlugin := newCSIPlugin(opts.StateDir, opts.NodeName, opts.Client, opts.CSI, mounts, inUse, tokens, events, opts.Log)
+	csiPlugin.expander.claimEvents = objectRecorder(opts.ObjectEvent)
 	plugins := &volumePlugins{
 		stateDir: opts.StateDir, refuseHP: opts.RefuseHostPathForStaticPods, allocatable: opts.NodeAllocatable,
 		objects: objects, tokens: tokens, bundles: bundles, podCerts: certs, csi: csiPlugin,
