@@ -22,17 +22,17 @@ func (s *Daemon) Handler() http.Handler {
 	mux.HandleFunc("GET /configz", s.serveConfigz)
 	mux.HandleFunc("GET /runningpods/", s.serveRunningPods)
 	mux.Handle("GET "+logsPath, s.serveSystemLogs())
-	mux.HandleFunc("GET /containerLogs/{podNamespace}/{podID}/{containerName}", s.containers.serveContainerLogs)
+	mux.HandleFunc("GET /containerLogs/{podNamespace}/{podID}/{containerName}", s.serveContainerLogs)
 	for _, m := range []string{"GET", "POST"} {
-		mux.HandleFunc(m+" /exec/{podNamespace}/{podID}/{containerName}", s.containers.serveExec)
-		mux.HandleFunc(m+" /exec/{podNamespace}/{podID}/{uid}/{containerName}", s.containers.serveExec)
-		mux.HandleFunc(m+" /attach/{podNamespace}/{podID}/{containerName}", s.containers.serveAttach)
-		mux.HandleFunc(m+" /attach/{podNamespace}/{podID}/{uid}/{containerName}", s.containers.serveAttach)
-		mux.HandleFunc(m+" /portForward/{podNamespace}/{podID}", s.containers.servePortForward)
-		mux.HandleFunc(m+" /portForward/{podNamespace}/{podID}/{uid}", s.containers.servePortForward)
+		mux.HandleFunc(m+" /exec/{podNamespace}/{podID}/{containerName}", s.serveExec)
+		mux.HandleFunc(m+" /exec/{podNamespace}/{podID}/{uid}/{containerName}", s.serveExec)
+		mux.HandleFunc(m+" /attach/{podNamespace}/{podID}/{containerName}", s.serveAttach)
+		mux.HandleFunc(m+" /attach/{podNamespace}/{podID}/{uid}/{containerName}", s.serveAttach)
+		mux.HandleFunc(m+" /portForward/{podNamespace}/{podID}", s.servePortForward)
+		mux.HandleFunc(m+" /portForward/{podNamespace}/{podID}/{uid}", s.servePortForward)
 	}
-	mux.HandleFunc("POST /run/{podNamespace}/{podID}/{containerName}", s.containers.serveRun)
-	mux.HandleFunc("POST /run/{podNamespace}/{podID}/{uid}/{containerName}", s.containers.serveRun)
+	mux.HandleFunc("POST /run/{podNamespace}/{podID}/{containerName}", s.serveRun)
+	mux.HandleFunc("POST /run/{podNamespace}/{podID}/{uid}/{containerName}", s.serveRun)
 	mux.HandleFunc("POST /checkpoint/{podNamespace}/{podID}/{containerName}", func(w http.ResponseWriter, r *http.Request) {
 		writeErrorString(w, http.StatusNotImplemented, "checkpointing containers is not implemented by nodelet")
 	})
@@ -51,7 +51,7 @@ func (s *Daemon) readOnlyHandler() http.Handler {
 // readOnlyRoutes are the kubelet's InstallAuthNotRequiredHandlers (and
 // /spec/): served on both ports.
 func (s *Daemon) readOnlyRoutes(mux *http.ServeMux) {
-	mux.HandleFunc("GET /healthz", s.health.serve)
+	mux.HandleFunc("GET /healthz", s.serveHealthz)
 	mux.HandleFunc("GET /pods", s.servePods)
 	mux.HandleFunc("GET /pods/{$}", s.servePods)
 	mux.HandleFunc("GET /spec/{$}", s.serveSpec)

@@ -126,7 +126,7 @@ func criLogOptions(o *corev1.PodLogOptions, now time.Time) *crilogs.LogOptions {
 // log file read with cri-client's ReadLogs (the kubelet's own reader: the
 // CRI log format, partial lines joined, tail, since, limit, follow across
 // rotation until the container stops).
-func (a *containerAPI) serveContainerLogs(w http.ResponseWriter, r *http.Request) {
+func (s *Daemon) serveContainerLogs(w http.ResponseWriter, r *http.Request) {
 	podID, containerName := r.PathValue("podID"), r.PathValue("containerName")
 	opts, err := parseLogOptions(r.URL.Query())
 	if err != nil {
@@ -150,7 +150,7 @@ func (a *containerAPI) serveContainerLogs(w http.ResponseWriter, r *http.Request
 		writeErrorString(w, http.StatusBadRequest, fmt.Sprintf("invalid stream type %q", *opts.Stream))
 		return
 	}
-	pod, ok := a.pods.get(r.Context(), r.PathValue("podNamespace"), podID)
+	pod, ok := s.pods.get(r.Context(), r.PathValue("podNamespace"), podID)
 	if !ok {
 		writeErrorString(w, http.StatusNotFound, fmt.Sprintf("pod %q does not exist", podID))
 		return
@@ -159,21 +159,21 @@ func (a *containerAPI) serveContainerLogs(w http.ResponseWriter, r *http.Request
 		writeErrorString(w, http.StatusNotFound, fmt.Sprintf("container %q not found in pod %q", containerName, podID))
 		return
 	}
-	c, err := a.logContainer(r.Context(), pod, containerName, opts.Previous)
+	c, err := s.logContainer(r.Context(), pod, containerName, opts.Previous)
 	if err != nil {
 		writeErrorString(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	st, err := a.cri.Runtime.ContainerStatus(r.Context(), c.Id, false)
+	st, err := s.cri.Runtime.ContainerStatus(r.Context(), c.Id, false)
 	if err != nil || st.GetStatus() == nil {
 		writeErrorString(w, http.StatusBadRequest, fmt.Sprintf("unable to retrieve container logs for containerd://%s", c.Id))
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain")
 	w.Header().Set("Transfer-Encoding", "chunked")
-	if err := crilogs.ReadLogs(r.Context(), st.GetStatus().GetLogPath(), c.Id, criLogOptions(opts, time.Now()), a.cri.Runtime, stdout, stderr); err != nil {
+	if err := crilogs.ReadLogs(r.Context(), st.GetStatus().GetLogPath(), c.Id, criLogOptions(opts, time.Now()), s.cri.Runtime, stdout, stderr); err != nil {
 		if fw.wrote {
-			a.log.Debug("Log stream ended", "pod", pod.Namespace+"/"+pod.Name, "podUID", pod.UID, "containerName", containerName, "err", err)
+			s.log.Debug("Log stream ended", "pod", pod.Namespace+"/"+pod.Name, "podUID", pod.UID, "container", containerName, "err", err)
 			return
 		}
 		writeErrorString(w, http.StatusBadRequest, err.Error())
@@ -187,8 +187,8 @@ func (a *containerAPI) serveContainerLogs(w http.ResponseWriter, r *http.Request
 // logContainer picks the container whose log is read, as the kubelet's
 // validateContainerLogStatus does from the pod status: the newest attempt,
 // or with previous the one before it. The error texts are the kubelet's.
-func (a *containerAPI) logContainer(ctx context.Context, pod *corev1.Pod, name string, previous bool) (*runtimeapi.Container, error) {
-	resp, err := a.cri.Runtime.ListContainers(ctx, &runtimeapi.ContainerFilter{LabelSelector: map[string]string{
+func (s *Daemon) logContainer(ctx context.Context, pod *corev1.Pod, name string, previous bool) (*runtimeapi.Container, error) {
+	resp, err := s.cri.Runtime.ListContainers(ctx, &runtimeapi.ContainerFilter{LabelSelector: map[string]string{
 		kubelettypes.KubernetesPodUIDLabel:        string(pod.UID),
 		kubelettypes.KubernetesContainerNameLabel: name,
 	}})

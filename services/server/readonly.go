@@ -3,10 +3,12 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -115,6 +117,92 @@ func (s *Daemon) watchNode(ctx context.Context, wg *sync.WaitGroup) {
 type healthCheck struct {
 	name string
 	err  error
+}
+
+// healthChecks says, for every daemon /healthz watches and for the
+// container runtime, whether it is healthy and if not why: the kubelet's
+// syncloop check (a loop that stopped turning is unhealthy) applied to each
+// daemon's heartbeat. A daemon never heard from counts as stale once
+// status.heartbeatStaleAfter has passed since nodelet-server started.
+func (s *Daemon) healthChecks() []healthCheck {
+	now := s.clock.Now()
+	stale := s.cfg.Status.HeartbeatStaleAfter
+	v := s.view
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var out []healthCheck
+	for _, d := range s.daemons {
+		c := healthCheck{name: "nodelet-" + d}
+		e, ok := v.beats[d]
+		switch {
+		case !ok && now.Sub(s.started) > stale:
+			c.err = fmt.Errorf("no heartbeat received in %s", now.Sub(s.started).Round(time.Second))
+		case !ok:
+		case now.Sub(e.at) > stale:
+			c.err = fmt.Errorf("last heartbeat %s ago (stale after %s)", now.Sub(e.at).Round(time.Second), stale)
+		case !e.hb.Ready:
+			c.err = fmt.Errorf("not ready: %s", e.hb.Message)
+		}
+		out = append(out, c)
+	}
+	// nodelet-server's own mirrors (it does not hear its own heartbeat):
+	// a lost watch past its grace fails /healthz like a daemon's would.
+	if s.bus != nil {
+		if lost := s.bus.Outages(); len(lost) > 0 {
+			out = append(out, healthCheck{name: "nodelet-server", err: errors.New(strings.Join(lost, "; "))})
+		}
+	}
+	rc := healthCheck{name: "runtime"}
+	switch rs := v.runtime; {
+	case rs == nil && now.Sub(s.started) > stale:
+		rc.err = fmt.Errorf("no runtime state published by nodelet-runtime")
+	case rs == nil:
+	case !rs.RuntimeReady:
+		rc.err = fmt.Errorf("container runtime is down: %s", joinNonEmpty(": ", rs.Reason, rs.Message))
+	}
+	return append(out, rc)
+}
+
+func joinNonEmpty(sep string, parts ...string) string {
+	var out []string
+	for _, p := range parts {
+		if p != "" {
+			out = append(out, p)
+		}
+	}
+	if len(out) == 0 {
+		return "no reason given"
+	}
+	return strings.Join(out, sep)
+}
+
+// serveHealthz answers "ok", or 500 naming each failing check, in the
+// format of k8s.io/apiserver's healthz (?verbose lists every check).
+func (s *Daemon) serveHealthz(w http.ResponseWriter, r *http.Request) {
+	failed := false
+	var b strings.Builder
+	b.WriteString("[+]ping ok\n")
+	for _, c := range s.healthChecks() {
+		if c.err != nil {
+			failed = true
+			fmt.Fprintf(&b, "[-]%s failed: %v\n", c.name, c.err)
+		} else {
+			fmt.Fprintf(&b, "[+]%s ok\n", c.name)
+		}
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	switch _, verbose := r.URL.Query()["verbose"]; {
+	case failed:
+		w.WriteHeader(http.StatusInternalServerError)
+		b.WriteString("healthz check failed\n")
+		_, _ = w.Write([]byte(b.String()))
+	case verbose:
+		b.WriteString("healthz check passed\n")
+		_, _ = w.Write([]byte(b.String()))
+	default:
+		_, _ = w.Write([]byte("ok"))
+	}
 }
 
 // podList is the kubelet's GetPods: the node's pods (desired, mirror pods

@@ -137,9 +137,6 @@ type Daemon struct {
 	nodeKube kubernetes.Interface
 	addr     atomic.Value
 	roAddr   atomic.Value
-
-	containers *containerAPI
-	health     *healthz
 }
 
 // New builds a Daemon: authenticator and authorizer as configured.
@@ -175,12 +172,6 @@ func New(o Options) (*Daemon, error) {
 		s.nodeKube = o.Kube
 	}
 	s.inflight, s.streams = make(chan struct{}, s.limits.MaxInflight), make(chan struct{}, s.limits.MaxStreams)
-	s.containers = &containerAPI{cri: o.CRI, pods: s.pods, log: o.Log}
-	s.health = &healthz{clock: o.Clock, staleAfter: o.Config.Status.HeartbeatStaleAfter, view: s.view,
-		daemons: o.Daemons, started: s.started}
-	if o.Bus != nil {
-		s.health.bus = o.Bus
-	}
 	s.stats = &statsProvider{nodeName: s.nodeName, stateDir: o.Config.Node.StateDir, podLogsDir: o.Config.Node.PodLogsDir,
 		hostIPs: ips, cri: o.CRI, machine: s.machine, clock: o.Clock, volumes: s.view.volumeStats}
 	localCA, err := ensureLocalClient(o.Config.Node.StateDir)

@@ -3,12 +3,10 @@ package server
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"net/url"
 	"strings"
 
-	"github.com/nodelet/nodelet/internal/cri"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/httpstream/wsstream"
 	"k8s.io/apimachinery/pkg/util/proxy"
@@ -21,27 +19,17 @@ import (
 )
 
 // responder is the kubelet's: a proxy error is a 500 with its text.
-type responder struct{ log *slog.Logger }
+type responder struct{ s *Daemon }
 
 func (r responder) Error(w http.ResponseWriter, req *http.Request, err error) {
-	r.log.Error("Error while proxying request", "path", req.URL.Path, "err", err)
+	r.s.log.Error("Error while proxying request", "path", req.URL.Path, "err", err)
 	http.Error(w, err.Error(), http.StatusInternalServerError)
-}
-
-// containerAPI serves the kubelet API's container endpoints — exec,
-// attach, port-forward, run and containerLogs (the kubelet's server.go
-// getExec, getAttach, getPortForward, getRun, getContainerLogs) — from
-// the pods it is told of and CRI.
-type containerAPI struct {
-	cri  *cri.Clients
-	pods *podIndex
-	log  *slog.Logger
 }
 
 // streamPod finds the request's pod for exec, attach, run and
 // port-forward; the 404 text is the kubelet's.
-func (a *containerAPI) streamPod(w http.ResponseWriter, r *http.Request) (*corev1.Pod, bool) {
-	pod, ok := a.pods.get(r.Context(), r.PathValue("podNamespace"), r.PathValue("podID"))
+func (s *Daemon) streamPod(w http.ResponseWriter, r *http.Request) (*corev1.Pod, bool) {
+	pod, ok := s.pods.get(r.Context(), r.PathValue("podNamespace"), r.PathValue("podID"))
 	if !ok {
 		writeErrorString(w, http.StatusNotFound, "pod does not exist")
 		return nil, false
@@ -51,8 +39,8 @@ func (a *containerAPI) streamPod(w http.ResponseWriter, r *http.Request) (*corev
 
 // runningContainer is the kubelet's findContainer: the newest running
 // instance of the pod's container.
-func (a *containerAPI) runningContainer(ctx context.Context, pod *corev1.Pod, name string) (string, error) {
-	resp, err := a.cri.Runtime.ListContainers(ctx, &runtimeapi.ContainerFilter{
+func (s *Daemon) runningContainer(ctx context.Context, pod *corev1.Pod, name string) (string, error) {
+	resp, err := s.cri.Runtime.ListContainers(ctx, &runtimeapi.ContainerFilter{
 		State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING},
 		LabelSelector: map[string]string{
 			kubelettypes.KubernetesPodUIDLabel:        string(pod.UID),
@@ -77,8 +65,8 @@ func (a *containerAPI) runningContainer(ctx context.Context, pod *corev1.Pod, na
 // connection to the runtime's streaming URL with UpgradeAwareHandler, and
 // for kubectl's WebSocket (v5.channel.k8s.io) translate it to SPDY towards
 // the runtime with the StreamTranslatorHandler.
-func (a *containerAPI) proxyStream(w http.ResponseWriter, r *http.Request, u *url.URL, opts *remotecommandserver.Options) {
-	var h http.Handler = proxy.NewUpgradeAwareHandler(u, nil /*transport*/, false /*wrapTransport*/, true /*upgradeRequired*/, responder{a.log})
+func (s *Daemon) proxyStream(w http.ResponseWriter, r *http.Request, u *url.URL, opts *remotecommandserver.Options) {
+	var h http.Handler = proxy.NewUpgradeAwareHandler(u, nil /*transport*/, false /*wrapTransport*/, true /*upgradeRequired*/, responder{s})
 	if wsstream.IsWebSocketRequestWithStreamCloseProtocol(r) {
 		h = translator.NewStreamTranslatorHandler(u, nil, 0, translator.Options{
 			Stdin: opts.Stdin, Stdout: opts.Stdout, Stderr: opts.Stderr, Tty: opts.TTY,
@@ -88,18 +76,18 @@ func (a *containerAPI) proxyStream(w http.ResponseWriter, r *http.Request, u *ur
 }
 
 // serveExec is the kubelet's getExec: CRI Exec gives a streaming URL.
-func (a *containerAPI) serveExec(w http.ResponseWriter, r *http.Request) {
-	a.serveRemoteCommand(w, r, "Exec", func(ctx context.Context, id string, o *remotecommandserver.Options) (string, error) {
-		resp, err := a.cri.Runtime.Exec(ctx, &runtimeapi.ExecRequest{ContainerId: id,
+func (s *Daemon) serveExec(w http.ResponseWriter, r *http.Request) {
+	s.serveRemoteCommand(w, r, "Exec", func(ctx context.Context, id string, o *remotecommandserver.Options) (string, error) {
+		resp, err := s.cri.Runtime.Exec(ctx, &runtimeapi.ExecRequest{ContainerId: id,
 			Cmd: r.URL.Query()[corev1.ExecCommandParam], Tty: o.TTY, Stdin: o.Stdin, Stdout: o.Stdout, Stderr: o.Stderr})
 		return resp.GetUrl(), err
 	})
 }
 
 // serveAttach is the kubelet's getAttach: CRI Attach gives a streaming URL.
-func (a *containerAPI) serveAttach(w http.ResponseWriter, r *http.Request) {
-	a.serveRemoteCommand(w, r, "Attach", func(ctx context.Context, id string, o *remotecommandserver.Options) (string, error) {
-		resp, err := a.cri.Runtime.Attach(ctx, &runtimeapi.AttachRequest{ContainerId: id,
+func (s *Daemon) serveAttach(w http.ResponseWriter, r *http.Request) {
+	s.serveRemoteCommand(w, r, "Attach", func(ctx context.Context, id string, o *remotecommandserver.Options) (string, error) {
+		resp, err := s.cri.Runtime.Attach(ctx, &runtimeapi.AttachRequest{ContainerId: id,
 			Tty: o.TTY, Stdin: o.Stdin, Stdout: o.Stdout, Stderr: o.Stderr})
 		return resp.GetUrl(), err
 	})
@@ -108,18 +96,18 @@ func (a *containerAPI) serveAttach(w http.ResponseWriter, r *http.Request) {
 // serveRemoteCommand is what exec and attach share: the options from the
 // request, the pod's running container, the streaming URL CRI gives for it
 // (streamURL), and the proxied stream.
-func (a *containerAPI) serveRemoteCommand(w http.ResponseWriter, r *http.Request, what string,
+func (s *Daemon) serveRemoteCommand(w http.ResponseWriter, r *http.Request, what string,
 	streamURL func(ctx context.Context, containerID string, o *remotecommandserver.Options) (string, error)) {
 	opts, err := remotecommandserver.NewOptions(r)
 	if err != nil {
 		writeErrorString(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	pod, ok := a.streamPod(w, r)
+	pod, ok := s.streamPod(w, r)
 	if !ok {
 		return
 	}
-	id, err := a.runningContainer(r.Context(), pod, r.PathValue("containerName"))
+	id, err := s.runningContainer(r.Context(), pod, r.PathValue("containerName"))
 	if err != nil {
 		_ = streaming.WriteError(err, w)
 		return
@@ -134,14 +122,14 @@ func (a *containerAPI) serveRemoteCommand(w http.ResponseWriter, r *http.Request
 		_ = streaming.WriteError(err, w)
 		return
 	}
-	a.log.Debug(what, "pod", pod.Namespace+"/"+pod.Name, "podUID", pod.UID, "containerName", r.PathValue("containerName"))
-	a.proxyStream(w, r, u, opts)
+	s.log.Debug(what, "pod", pod.Namespace+"/"+pod.Name, "podUID", pod.UID, "container", r.PathValue("containerName"))
+	s.proxyStream(w, r, u, opts)
 }
 
 // servePortForward is the kubelet's getPortForward: CRI PortForward on the
 // pod's sandbox; kubectl's WebSocket tunnel (SPDY over WebSocket) is
 // unwrapped by the TunnelingHandler.
-func (a *containerAPI) servePortForward(w http.ResponseWriter, r *http.Request) {
+func (s *Daemon) servePortForward(w http.ResponseWriter, r *http.Request) {
 	tunnel := wsstream.IsWebSocketRequestWithTunnelingProtocol(r)
 	opts := &portforward.V4Options{}
 	if !tunnel {
@@ -151,7 +139,7 @@ func (a *containerAPI) servePortForward(w http.ResponseWriter, r *http.Request) 
 			return
 		}
 	}
-	pod, ok := a.streamPod(w, r)
+	pod, ok := s.streamPod(w, r)
 	if !ok {
 		return
 	}
@@ -159,7 +147,7 @@ func (a *containerAPI) servePortForward(w http.ResponseWriter, r *http.Request) 
 		writeErrorString(w, http.StatusNotFound, "pod not found")
 		return
 	}
-	sbs, err := a.cri.Runtime.ListPodSandbox(r.Context(), &runtimeapi.PodSandboxFilter{
+	sbs, err := s.cri.Runtime.ListPodSandbox(r.Context(), &runtimeapi.PodSandboxFilter{
 		State:         &runtimeapi.PodSandboxStateValue{State: runtimeapi.PodSandboxState_SANDBOX_READY},
 		LabelSelector: map[string]string{kubelettypes.KubernetesPodUIDLabel: string(pod.UID)},
 	})
@@ -171,7 +159,7 @@ func (a *containerAPI) servePortForward(w http.ResponseWriter, r *http.Request) 
 		_ = streaming.WriteError(fmt.Errorf("pod %s/%s has no running sandbox", pod.Namespace, pod.Name), w)
 		return
 	}
-	resp, err := a.cri.Runtime.PortForward(r.Context(), &runtimeapi.PortForwardRequest{PodSandboxId: sbs[0].Id, Port: opts.Ports})
+	resp, err := s.cri.Runtime.PortForward(r.Context(), &runtimeapi.PortForwardRequest{PodSandboxId: sbs[0].Id, Port: opts.Ports})
 	if err != nil {
 		_ = streaming.WriteError(err, w)
 		return
@@ -181,7 +169,7 @@ func (a *containerAPI) servePortForward(w http.ResponseWriter, r *http.Request) 
 		_ = streaming.WriteError(err, w)
 		return
 	}
-	var h http.Handler = proxy.NewUpgradeAwareHandler(u, nil, false, true, responder{a.log})
+	var h http.Handler = proxy.NewUpgradeAwareHandler(u, nil, false, true, responder{s})
 	if tunnel {
 		h = translator.NewTunnelingHandler(h)
 	}
@@ -190,19 +178,19 @@ func (a *containerAPI) servePortForward(w http.ResponseWriter, r *http.Request) 
 
 // serveRun is the kubelet's getRun: ExecSync of the space-separated cmd
 // query parameter, stdout and stderr together in the answer.
-func (a *containerAPI) serveRun(w http.ResponseWriter, r *http.Request) {
-	pod, ok := a.streamPod(w, r)
+func (s *Daemon) serveRun(w http.ResponseWriter, r *http.Request) {
+	pod, ok := s.streamPod(w, r)
 	if !ok {
 		return
 	}
-	id, err := a.runningContainer(r.Context(), pod, r.PathValue("containerName"))
+	id, err := s.runningContainer(r.Context(), pod, r.PathValue("containerName"))
 	if err != nil {
 		writeErrorString(w, http.StatusInternalServerError, err.Error())
 		return
 	}
 	// For legacy reasons, run uses different query param than exec.
 	cmd := strings.Split(r.URL.Query().Get("cmd"), " ")
-	stdout, stderr, err := a.cri.Runtime.ExecSync(r.Context(), id, cmd, 0)
+	stdout, stderr, err := s.cri.Runtime.ExecSync(r.Context(), id, cmd, 0)
 	if err != nil {
 		writeErrorString(w, http.StatusInternalServerError, err.Error())
 		return
