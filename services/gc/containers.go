@@ -79,7 +79,7 @@ func (g *Daemon) garbageCollectContainers(ctx context.Context, evictNonDeletedPo
 	if err := g.evictPodLogDirs(ctx, &res); err != nil {
 		errs = append(errs, err)
 	}
-	g.eviction.forgetStaleEvictions(ctx)
+	g.forgetStaleEvictions(ctx)
 	return res, errors.Join(errs...)
 }
 

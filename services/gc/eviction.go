@@ -3,7 +3,6 @@ package gc
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"sort"
 	"sync"
 	"time"
@@ -11,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/internal/config"
@@ -198,64 +196,24 @@ func (e *evictionState) init(c config.GCConfig) error {
 	return nil
 }
 
-// evictionManager is the kubelet's eviction manager
-// (pkg/kubelet/eviction/eviction_manager.go): it watches the node's
-// signals against gc.evictionHard/evictionSoft, publishes the pressure
-// conditions, reclaims node-level resources (dead containers, unused
-// images) and evicts pods, ranked as the kubelet ranks them.
-type evictionManager struct {
-	cfg       *config.Config
-	log       *slog.Logger
-	bus       *bus.Conn
-	clock     clock.WithTicker
-	state     *podState
-	measure   Measurer
-	podEvent  func(pod *corev1.Pod, typ, reason, message string)
-	nodeEvent func(typ, reason, message string)
-	// images and containers reclaim node-level resources before pods go.
-	images     imageReclaimer
-	containers containerReclaimer
-
-	pressureW  *bus.Writer
-	evictionsW *bus.Writer
-	ev         evictionState
-}
-
-// imageReclaimer deletes every unused image (the kubelet's
-// ImageGC.DeleteUnusedImages).
-type imageReclaimer interface {
-	deleteUnusedImages(ctx context.Context) (imageGCResult, error)
-}
-
-// containerReclaimer removes dead containers (the kubelet's
-// ContainerGC.DeleteAllUnusedContainers).
-type containerReclaimer interface {
-	garbageCollectContainers(ctx context.Context, allSourcesReady bool) (containerGCResult, error)
-}
-
-var (
-	_ imageReclaimer     = (*imageManager)(nil)
-	_ containerReclaimer = (*Daemon)(nil)
-)
-
 // synchronize is one pass of the kubelet's eviction manager: measure, work
 // out the node conditions and publish them, enforce local storage limits,
 // and when a threshold is met past its grace period, reclaim node-level
 // resources first and else evict one pod. It returns the pods it evicted.
-func (em *evictionManager) synchronize(ctx context.Context) ([]*corev1.Pod, error) {
-	e := &em.ev
+func (g *Daemon) synchronize(ctx context.Context) ([]*corev1.Pod, error) {
+	e := &g.ev
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	now := em.clock.Now()
-	if err := em.loadPressure(ctx, now); err != nil {
+	now := g.clock.Now()
+	if err := g.loadPressure(ctx, now); err != nil {
 		return nil, err
 	}
-	ns, err := em.measure.NodeStats(ctx)
+	ns, err := g.measure.NodeStats(ctx)
 	if ns == nil {
 		return nil, fmt.Errorf("eviction manager: measure node: %w", err)
 	}
 	if err != nil {
-		em.log.Error("Eviction manager: some signals could not be measured", "err", err)
+		g.log.Error("Eviction manager: some signals could not be measured", "err", err)
 	}
 	obs := makeObservations(ns)
 	for sig, o := range obs {
@@ -282,11 +240,11 @@ func (em *evictionManager) synchronize(ctx context.Context) ([]*corev1.Pod, erro
 			conditions[c] = true
 		}
 	}
-	if err := em.publishPressure(ctx, conditions, now); err != nil {
-		em.log.Error("Eviction manager: failed to publish node conditions", "err", err)
+	if err := g.publishPressure(ctx, conditions, now); err != nil {
+		g.log.Error("Eviction manager: failed to publish node conditions", "err", err)
 	}
 
-	active := em.state.activePods()
+	active := g.state.activePods()
 	// Pods are measured only when a decision needs their figures: those
 	// with a local storage limit on every pass, all of them once a
 	// threshold is to be reclaimed. The kubelet gathers every pod's stats
@@ -295,7 +253,7 @@ func (em *evictionManager) synchronize(ctx context.Context) ([]*corev1.Pod, erro
 	// and its shims every 10 s with 50 pods, for figures unused while the
 	// node is under no pressure and no pod has a limit.
 	if limited := storageLimited(active); len(limited) > 0 {
-		if evicted := em.localStorageEviction(ctx, limited, em.podUsage(ctx, limited, false)); len(evicted) > 0 {
+		if evicted := g.localStorageEviction(ctx, limited, g.podUsage(ctx, limited, false)); len(evicted) > 0 {
 			return evicted, nil
 		}
 	}
@@ -305,7 +263,7 @@ func (em *evictionManager) synchronize(ctx context.Context) ([]*corev1.Pod, erro
 		if now.Sub(first[t.key()]) >= t.GracePeriod {
 			reclaim = append(reclaim, t)
 		} else {
-			em.log.Info("Eviction manager: eviction criteria not yet met", "signal", t.Signal, "gracePeriod", t.GracePeriod, "duration", now.Sub(first[t.key()]))
+			g.log.Info("Eviction manager: eviction criteria not yet met", "signal", t.Signal, "gracePeriod", t.GracePeriod, "duration", now.Sub(first[t.key()]))
 		}
 	}
 	if len(reclaim) == 0 {
@@ -317,16 +275,16 @@ func (em *evictionManager) synchronize(ctx context.Context) ([]*corev1.Pod, erro
 	})
 	t := reclaim[0]
 	res := signalToResource[t.Signal]
-	em.log.Warn("Eviction manager: attempting to reclaim", "resourceName", res)
-	em.nodeEvent(corev1.EventTypeWarning, "EvictionThresholdMet", fmt.Sprintf("Attempting to reclaim %s", res))
-	if em.reclaimNodeLevelResources(ctx, t.Signal, res, withImageFs) {
+	g.log.Warn("Eviction manager: attempting to reclaim", "resourceName", res)
+	g.nodeEvent(corev1.EventTypeWarning, "EvictionThresholdMet", fmt.Sprintf("Attempting to reclaim %s", res))
+	if g.reclaimNodeLevelResources(ctx, t.Signal, res, withImageFs) {
 		return nil, nil
 	}
 	if len(active) == 0 {
-		em.log.Error("Eviction manager: eviction thresholds have been met, but no pods are active to evict")
+		g.log.Error("Eviction manager: eviction thresholds have been met, but no pods are active to evict")
 		return nil, nil
 	}
-	usage := em.podUsage(ctx, active, t.Signal == SignalPIDAvailable)
+	usage := g.podUsage(ctx, active, t.Signal == SignalPIDAvailable)
 	rankPods(t.Signal, withImageFs, active, usage)
 	var grace *int64
 	if t.hard() {
@@ -335,21 +293,21 @@ func (em *evictionManager) synchronize(ctx context.Context) ([]*corev1.Pod, erro
 	}
 	for _, pod := range active {
 		msg := evictionMessage(res, pod, usage[string(pod.UID)], reclaim, obs)
-		if em.evictPod(ctx, pod, grace, msg, t.Signal) {
+		if g.evictPod(ctx, pod, grace, msg, t.Signal) {
 			return []*corev1.Pod{pod}, nil
 		}
 	}
-	em.log.Info("Eviction manager: unable to evict any pods from the node")
+	g.log.Info("Eviction manager: unable to evict any pods from the node")
 	return nil, nil
 }
 
 // podUsage measures pods for an eviction decision (with their process
 // counts for pid pressure); a failure leaves them without figures, which
 // ranks them first as the kubelet does.
-func (em *evictionManager) podUsage(ctx context.Context, pods []*corev1.Pod, processes bool) map[string]*PodUsage {
-	usage, err := em.measure.PodUsage(ctx, pods, processes)
+func (g *Daemon) podUsage(ctx context.Context, pods []*corev1.Pod, processes bool) map[string]*PodUsage {
+	usage, err := g.measure.PodUsage(ctx, pods, processes)
 	if err != nil {
-		em.log.Error("Eviction manager: failed to measure pod usage", "err", err)
+		g.log.Error("Eviction manager: failed to measure pod usage", "err", err)
 		return map[string]*PodUsage{}
 	}
 	return usage
@@ -359,25 +317,25 @@ func (em *evictionManager) podUsage(ctx context.Context, pods []*corev1.Pod, pro
 // (dead containers, then unused images, for disk signals) and says whether
 // that ended every threshold without evicting a pod. With a separate image
 // filesystem, nodefs pressure has nothing to reclaim at node level.
-func (em *evictionManager) reclaimNodeLevelResources(ctx context.Context, signal string, res corev1.ResourceName, withImageFs bool) bool {
+func (g *Daemon) reclaimNodeLevelResources(ctx context.Context, signal string, res corev1.ResourceName, withImageFs bool) bool {
 	disk := res == corev1.ResourceEphemeralStorage || res == resourceInodes
 	nodefs := signal == SignalNodeFsAvailable || signal == SignalNodeFsInodesFree
 	if !disk || (withImageFs && nodefs) {
 		return false
 	}
-	if _, err := em.containers.garbageCollectContainers(ctx, true); err != nil {
-		em.log.Info("Eviction manager: unexpected error when attempting to reduce resource pressure", "resourceName", res, "err", err)
+	if _, err := g.garbageCollectContainers(ctx, true); err != nil {
+		g.log.Info("Eviction manager: unexpected error when attempting to reduce resource pressure", "resourceName", res, "err", err)
 	}
-	if _, err := em.images.deleteUnusedImages(ctx); err != nil {
-		em.log.Info("Eviction manager: unexpected error when attempting to reduce resource pressure", "resourceName", res, "err", err)
+	if _, err := g.deleteUnusedImages(ctx); err != nil {
+		g.log.Info("Eviction manager: unexpected error when attempting to reduce resource pressure", "resourceName", res, "err", err)
 	}
-	ns, err := em.measure.NodeStats(ctx)
+	ns, err := g.measure.NodeStats(ctx)
 	if ns == nil {
-		em.log.Error("Eviction manager: failed to measure node after reclaim", "err", err)
+		g.log.Error("Eviction manager: failed to measure node after reclaim", "err", err)
 		return false
 	}
-	if len(thresholdsMet(em.ev.thresholds, makeObservations(ns))) == 0 {
-		em.log.Info("Eviction manager: able to reduce resource pressure without evicting pods.", "resourceName", res)
+	if len(thresholdsMet(g.ev.thresholds, makeObservations(ns))) == 0 {
+		g.log.Info("Eviction manager: able to reduce resource pressure without evicting pods.", "resourceName", res)
 		return true
 	}
 	return false
@@ -386,32 +344,32 @@ func (em *evictionManager) reclaimNodeLevelResources(ctx context.Context, signal
 // evictPod asks the runtime to kill pod and status to fail it: a record in
 // the evictions bucket, an Evicted event. Critical pods (static, mirror, or
 // system-critical priority) are never evicted.
-func (em *evictionManager) evictPod(ctx context.Context, pod *corev1.Pod, grace *int64, message, signal string) bool {
+func (g *Daemon) evictPod(ctx context.Context, pod *corev1.Pod, grace *int64, message, signal string) bool {
 	if podutil.IsCriticalPod(pod) {
-		em.log.Error("Eviction manager: cannot evict a critical pod", "pod", podutil.Ref(pod.Namespace, pod.Name), "podUID", pod.UID)
+		g.log.Error("Eviction manager: cannot evict a critical pod", "pod", podutil.Ref(pod.Namespace, pod.Name), "podUID", pod.UID)
 		return false
 	}
 	ev := &schemas.PodEviction{UID: string(pod.UID), Namespace: pod.Namespace, Name: pod.Name,
-		Reason: EvictionReason, Message: message, Time: em.clock.Now().UTC(), GracePeriodSeconds: grace}
-	if _, _, err := em.evictionsW.Put(ctx, string(pod.UID), ev); err != nil {
-		em.log.Error("Eviction manager: pod failed to evict", "pod", podutil.Ref(pod.Namespace, pod.Name), "podUID", pod.UID, "err", err)
+		Reason: EvictionReason, Message: message, Time: g.clock.Now().UTC(), GracePeriodSeconds: grace}
+	if _, _, err := g.evictionsW.Put(ctx, string(pod.UID), ev); err != nil {
+		g.log.Error("Eviction manager: pod failed to evict", "pod", podutil.Ref(pod.Namespace, pod.Name), "podUID", pod.UID, "err", err)
 		return false
 	}
-	em.state.noteEviction(ev)
-	em.podEvent(pod, corev1.EventTypeWarning, EvictionReason, message)
+	g.state.noteEviction(ev)
+	g.podEvent(pod, corev1.EventTypeWarning, EvictionReason, message)
 	evictionsTotal.WithLabelValues(signal).Inc()
-	em.log.Info("Eviction manager: pod is evicted successfully", "pod", podutil.Ref(pod.Namespace, pod.Name), "podUID", pod.UID, "message", message)
+	g.log.Info("Eviction manager: pod is evicted successfully", "pod", podutil.Ref(pod.Namespace, pod.Name), "podUID", pod.UID, "message", message)
 	return true
 }
 
 // waitForPodsCleanup waits until the runtime reports the evicted pods final,
 // or podCleanupTimeout, before the next eviction pass.
-func (em *evictionManager) waitForPodsCleanup(ctx context.Context, pods []*corev1.Pod) {
-	deadline := em.clock.Now().Add(podCleanupTimeout)
-	for em.clock.Now().Before(deadline) {
+func (g *Daemon) waitForPodsCleanup(ctx context.Context, pods []*corev1.Pod) {
+	deadline := g.clock.Now().Add(podCleanupTimeout)
+	for g.clock.Now().Before(deadline) {
 		done := true
 		for _, p := range pods {
-			done = done && em.state.observedTerminated(string(p.UID))
+			done = done && g.state.observedTerminated(string(p.UID))
 		}
 		if done {
 			return
@@ -419,27 +377,27 @@ func (em *evictionManager) waitForPodsCleanup(ctx context.Context, pods []*corev
 		select {
 		case <-ctx.Done():
 			return
-		case <-em.clock.After(time.Second):
+		case <-g.clock.After(time.Second):
 		}
 	}
-	em.log.Info("Eviction manager: timed out waiting for pods to be cleaned up", "pods", len(pods))
+	g.log.Info("Eviction manager: timed out waiting for pods to be cleaned up", "pods", len(pods))
 }
 
 // loadPressure reads back the conditions published before a restart, so
 // that their transition times survive it and a condition that was True is
 // held for another transition period rather than dropped at once.
-func (em *evictionManager) loadPressure(ctx context.Context, now time.Time) error {
-	e := &em.ev
+func (g *Daemon) loadPressure(ctx context.Context, now time.Time) error {
+	e := &g.ev
 	if e.loaded {
 		return nil
 	}
-	np, rev, err := bus.Get[schemas.NodePressure](ctx, em.bus, bus.BucketPressure, bus.KeyPressure)
+	np, rev, err := bus.Get[schemas.NodePressure](ctx, g.bus, bus.BucketPressure, bus.KeyPressure)
 	if err != nil && rev == 0 {
 		return fmt.Errorf("eviction manager: read published conditions: %w", err)
 	}
 	if err != nil {
 		// A value that does not decode is replaced by the next write.
-		em.log.Error("Eviction manager: ignoring published conditions that do not decode", "err", err)
+		g.log.Error("Eviction manager: ignoring published conditions that do not decode", "err", err)
 	}
 	if np != nil {
 		e.published = np
@@ -457,8 +415,8 @@ func (em *evictionManager) loadPressure(ctx context.Context, now time.Time) erro
 // transition time while its status holds. Heartbeat time equals transition
 // time: the bucket changes only when a condition does, and nodelet-status
 // stamps its own heartbeats. Callers hold ev.mu.
-func (em *evictionManager) publishPressure(ctx context.Context, pressure map[corev1.NodeConditionType]bool, now time.Time) error {
-	e := &em.ev
+func (g *Daemon) publishPressure(ctx context.Context, pressure map[corev1.NodeConditionType]bool, now time.Time) error {
+	e := &g.ev
 	prev := map[corev1.NodeConditionType]corev1.NodeCondition{}
 	if e.published != nil {
 		for _, c := range e.published.Conditions {
@@ -482,13 +440,13 @@ func (em *evictionManager) publishPressure(ctx context.Context, pressure map[cor
 				// nodelet-status records the kubelet's node event
 				// (NodeHasInsufficientMemory, …) when it sets the condition
 				// on the Node, as the kubelet's setter does.
-				em.log.Info("Node condition changed", "condition", t, "status", c.Status, "reason", c.Reason)
+				g.log.Info("Node condition changed", "condition", t, "status", c.Status, "reason", c.Reason)
 			}
 		}
 		c.LastHeartbeatTime = c.LastTransitionTime
 		np.Conditions = append(np.Conditions, c)
 	}
-	if _, _, err := em.pressureW.Put(ctx, bus.KeyPressure, np); err != nil {
+	if _, _, err := g.pressureW.Put(ctx, bus.KeyPressure, np); err != nil {
 		return err
 	}
 	e.published = np
@@ -497,11 +455,11 @@ func (em *evictionManager) publishPressure(ctx context.Context, pressure map[cor
 
 // rewriteEvictions writes every eviction again after the bus's store was
 // wiped.
-func (em *evictionManager) rewriteEvictions() error {
+func (g *Daemon) rewriteEvictions() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for _, ev := range em.state.evictionsSnapshot() {
-		if _, _, err := em.evictionsW.Put(ctx, ev.UID, ev); err != nil {
+	for _, ev := range g.state.evictionsSnapshot() {
+		if _, _, err := g.evictionsW.Put(ctx, ev.UID, ev); err != nil {
 			return fmt.Errorf("eviction of pod %s: %w", ev.UID, err)
 		}
 	}
@@ -509,10 +467,10 @@ func (em *evictionManager) rewriteEvictions() error {
 }
 
 // forgetStaleEvictions deletes the evictions of pods that are gone.
-func (em *evictionManager) forgetStaleEvictions(ctx context.Context) {
-	for _, uid := range em.state.staleEvictions() {
-		if _, err := em.evictionsW.Delete(ctx, uid); err != nil {
-			em.log.Error("Failed to delete eviction of a removed pod", "podUID", uid, "err", err)
+func (g *Daemon) forgetStaleEvictions(ctx context.Context) {
+	for _, uid := range g.state.staleEvictions() {
+		if _, err := g.evictionsW.Delete(ctx, uid); err != nil {
+			g.log.Error("Failed to delete eviction of a removed pod", "podUID", uid, "err", err)
 		}
 	}
 }

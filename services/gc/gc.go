@@ -109,13 +109,21 @@ type Daemon struct {
 	state     *podState
 	began     time.Time
 
-	logs *logManager
+	logMaxSize int64
 
-	eviction *evictionManager
+	pressureW  *bus.Writer
+	evictionsW *bus.Writer
+	imagesW    *bus.Writer
 
 	containerMu sync.Mutex
+	logMu       sync.Mutex
 
-	images *imageManager
+	imageMu           sync.Mutex
+	imageRecords      map[string]*schemas.ImageRecord // by image ID
+	imageRecordsReady bool
+	prevImageGCFailed bool
+
+	ev evictionState
 }
 
 // New builds a GC; it does nothing until Run (or a pass) is called.
@@ -126,7 +134,8 @@ func New(o Options) (*Daemon, error) {
 	g := &Daemon{
 		cfg: o.Config, log: o.Log, bus: o.Bus, rt: o.Runtime, img: o.Images,
 		clock: o.Clock, measure: o.Measurer, setHealth: o.SetHealth,
-		state: newPodState(),
+		state:        newPodState(),
+		imageRecords: map[string]*schemas.ImageRecord{},
 	}
 	if g.log == nil {
 		g.log = slog.Default()
@@ -150,26 +159,26 @@ func New(o Options) (*Daemon, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gc.containerLogMaxSize %q: %w", o.Config.GC.ContainerLogMaxSize, err)
 	}
-	g.logs = &logManager{log: g.log, rt: g.rt, clock: g.clock, maxSize: q.Value(), maxFiles: o.Config.GC.ContainerLogMaxFiles}
+	g.logMaxSize = q.Value()
 	if o.Config.GC.ContainerLogMaxFiles < 2 {
 		return nil, fmt.Errorf("gc.containerLogMaxFiles %d: must be at least 2", o.Config.GC.ContainerLogMaxFiles)
 	}
-	g.images = &imageManager{cfg: g.cfg, log: g.log, rt: g.rt, img: g.img, clock: g.clock, measure: g.measure,
-		began: g.began, nodeEvent: g.nodeEvent, records: map[string]*schemas.ImageRecord{}}
-	g.images.w = bus.NewWriter(o.Bus, bus.BucketImages, g.images.forgetRecords)
-	em := &evictionManager{cfg: g.cfg, log: g.log, bus: g.bus, clock: g.clock, state: g.state, measure: g.measure,
-		podEvent: g.podEvent, nodeEvent: g.nodeEvent, images: g.images, containers: g}
-	if err := em.ev.init(o.Config.GC); err != nil {
+	if err := g.ev.init(o.Config.GC); err != nil {
 		return nil, err
 	}
-	em.pressureW = bus.NewWriter(o.Bus, bus.BucketPressure, func() error {
-		em.ev.mu.Lock()
-		em.ev.published = nil
-		em.ev.mu.Unlock()
+	g.pressureW = bus.NewWriter(o.Bus, bus.BucketPressure, func() error {
+		g.ev.mu.Lock()
+		g.ev.published = nil
+		g.ev.mu.Unlock()
 		return nil
 	})
-	em.evictionsW = bus.NewWriter(o.Bus, bus.BucketEvictions, em.rewriteEvictions)
-	g.eviction = em
+	g.evictionsW = bus.NewWriter(o.Bus, bus.BucketEvictions, g.rewriteEvictions)
+	g.imagesW = bus.NewWriter(o.Bus, bus.BucketImages, func() error {
+		g.imageMu.Lock()
+		g.imageRecordsReady = false
+		g.imageMu.Unlock()
+		return nil
+	})
 	return g, nil
 }
 
@@ -198,17 +207,17 @@ func (g *Daemon) Run(ctx context.Context) error {
 	} else {
 		wg.Go(func() {
 			g.every(ctx, "image", gcCfg.ImageGCPeriod, func(ctx context.Context) error {
-				_, err := g.images.garbageCollect(ctx)
+				_, err := g.garbageCollectImages(ctx)
 				return err
 			})
 		})
 	}
-	wg.Go(func() { g.every(ctx, "log_rotation", gcCfg.ContainerLogMonitorInterval, g.logs.rotateLogs) })
+	wg.Go(func() { g.every(ctx, "log_rotation", gcCfg.ContainerLogMonitorInterval, g.rotateLogs) })
 	wg.Go(func() {
 		g.every(ctx, "eviction", gcCfg.EvictionMonitoringPeriod, func(ctx context.Context) error {
-			evicted, err := g.eviction.synchronize(ctx)
+			evicted, err := g.synchronize(ctx)
 			if len(evicted) > 0 {
-				g.eviction.waitForPodsCleanup(ctx, evicted)
+				g.waitForPodsCleanup(ctx, evicted)
 			}
 			return err
 		})

@@ -5,57 +5,19 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math"
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
-	internalapi "k8s.io/cri-api/pkg/apis"
 	crierrors "k8s.io/cri-api/pkg/errors"
-	"k8s.io/utils/clock"
 
 	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/nodelet/nodelet/bus"
-	"github.com/nodelet/nodelet/internal/config"
 	"github.com/nodelet/nodelet/schemas"
 )
-
-// imageManager is the kubelet's realImageGCManager
-// (pkg/kubelet/images/image_gc_manager.go): it knows when each image was
-// first seen and last used (the images bucket, so that a restart keeps
-// it), and frees unused images oldest-used first when the image
-// filesystem passes the high threshold, or when they are older than
-// gc.imageMaximumGCAge.
-type imageManager struct {
-	cfg       *config.Config
-	log       *slog.Logger
-	rt        internalapi.RuntimeService
-	img       internalapi.ImageManagerService
-	clock     clock.Clock
-	measure   Measurer
-	began     time.Time
-	nodeEvent func(typ, reason, message string)
-	w         *bus.Writer
-
-	mu           sync.Mutex
-	records      map[string]*schemas.ImageRecord // by image ID
-	recordsReady bool
-	prevFailed   bool
-}
-
-// forgetRecords makes the next pass read the images bucket again (the
-// bus's store was wiped).
-func (m *imageManager) forgetRecords() error {
-	m.mu.Lock()
-	m.recordsReady = false
-	m.mu.Unlock()
-	return nil
-}
 
 // imageEvictionInfo is one unused image considered for removal.
 type imageEvictionInfo struct {
@@ -86,31 +48,31 @@ func ImageRecordKey(id string) string {
 }
 
 // loadImageRecords reads the images bucket once (and again after the bus's
-// store was wiped). Callers hold mu.
-func (m *imageManager) loadImageRecords(ctx context.Context) error {
-	if m.recordsReady {
+// store was wiped). Callers hold imageMu.
+func (g *Daemon) loadImageRecords(ctx context.Context) error {
+	if g.imageRecordsReady {
 		return nil
 	}
-	keys, err := m.w.Keys(ctx)
+	keys, err := g.imagesW.Keys(ctx)
 	if err != nil {
 		return fmt.Errorf("load image records: %w", err)
 	}
 	for _, k := range keys {
-		data, _, ok, err := m.w.Data(ctx, k)
+		data, _, ok, err := g.imagesW.Data(ctx, k)
 		if err != nil {
 			return fmt.Errorf("load image records: %w", err)
 		}
 		var rec schemas.ImageRecord
 		if !ok || json.Unmarshal(data, &rec) != nil || rec.ID == "" {
-			m.log.Error("Skipping image record that does not decode", "key", k)
+			g.log.Error("Skipping image record that does not decode", "key", k)
 			continue
 		}
-		if prev := m.records[rec.ID]; prev == nil || rec.LastUsed.After(prev.LastUsed) {
-			m.records[rec.ID] = &rec
+		if prev := g.imageRecords[rec.ID]; prev == nil || rec.LastUsed.After(prev.LastUsed) {
+			g.imageRecords[rec.ID] = &rec
 		}
 	}
 	// After a wipe, what is only in memory is written again below.
-	m.recordsReady = true
+	g.imageRecordsReady = true
 	return nil
 }
 
@@ -120,15 +82,15 @@ func (m *imageManager) loadImageRecords(ctx context.Context) error {
 // images that are gone are dropped. Records are written to the images
 // bucket only when they changed. It returns the images in use and the
 // runtime's images by ID.
-func (m *imageManager) detectImages(ctx context.Context, now time.Time) (map[string]bool, map[string]*runtimeapi.Image, error) {
-	if err := m.loadImageRecords(ctx); err != nil {
+func (g *Daemon) detectImages(ctx context.Context, now time.Time) (map[string]bool, map[string]*runtimeapi.Image, error) {
+	if err := g.loadImageRecords(ctx); err != nil {
 		return nil, nil, err
 	}
-	images, err := m.img.ListImages(ctx, nil)
+	images, err := g.img.ListImages(ctx, nil)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list images: %w", err)
 	}
-	containers, err := m.rt.ListContainers(ctx, nil)
+	containers, err := g.rt.ListContainers(ctx, nil)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list containers: %w", err)
 	}
@@ -138,8 +100,8 @@ func (m *imageManager) detectImages(ctx context.Context, now time.Time) (map[str
 		refs[c.GetImage().GetImage()] = true
 	}
 	// The sandbox image is never collected, even when no sandbox runs.
-	refs[m.cfg.Runtime.SandboxImage] = true
-	if st, err := m.img.ImageStatus(ctx, &runtimeapi.ImageSpec{Image: m.cfg.Runtime.SandboxImage}, false); err == nil && st.GetImage() != nil {
+	refs[g.cfg.Runtime.SandboxImage] = true
+	if st, err := g.img.ImageStatus(ctx, &runtimeapi.ImageSpec{Image: g.cfg.Runtime.SandboxImage}, false); err == nil && st.GetImage() != nil {
 		refs[st.GetImage().GetId()] = true
 	}
 	inUse := map[string]bool{}
@@ -155,23 +117,23 @@ func (m *imageManager) detectImages(ctx context.Context, now time.Time) (map[str
 		if used {
 			inUse[id] = true
 		}
-		rec := m.records[id]
+		rec := g.imageRecords[id]
 		if rec == nil {
 			rec = &schemas.ImageRecord{ID: id, FirstSeen: now.UTC()}
-			m.records[id] = rec
+			g.imageRecords[id] = rec
 		}
 		rec.RepoTags = img.GetRepoTags()
 		if used {
 			rec.LastUsed = now.UTC()
 		}
-		if _, _, err := m.w.Put(ctx, ImageRecordKey(id), rec); err != nil {
+		if _, _, err := g.imagesW.Put(ctx, ImageRecordKey(id), rec); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	for id := range m.records {
+	for id := range g.imageRecords {
 		if byID[id] == nil {
-			delete(m.records, id)
-			if _, err := m.w.Delete(ctx, ImageRecordKey(id)); err != nil {
+			delete(g.imageRecords, id)
+			if _, err := g.imagesW.Delete(ctx, ImageRecordKey(id)); err != nil {
 				errs = append(errs, err)
 			}
 		}
@@ -182,8 +144,8 @@ func (m *imageManager) detectImages(ctx context.Context, now time.Time) (map[str
 // imagesInEvictionOrder lists the images that may be removed — not in use,
 // not pinned by the runtime, not the sandbox image — least recently used
 // first, ties broken by first seen.
-func (m *imageManager) imagesInEvictionOrder(ctx context.Context, now time.Time) ([]imageEvictionInfo, error) {
-	inUse, byID, err := m.detectImages(ctx, now)
+func (g *Daemon) imagesInEvictionOrder(ctx context.Context, now time.Time) ([]imageEvictionInfo, error) {
+	inUse, byID, err := g.detectImages(ctx, now)
 	if err != nil {
 		return nil, err
 	}
@@ -192,7 +154,7 @@ func (m *imageManager) imagesInEvictionOrder(ctx context.Context, now time.Time)
 		if inUse[id] || img.GetPinned() {
 			continue
 		}
-		rec := m.records[id]
+		rec := g.imageRecords[id]
 		out = append(out, imageEvictionInfo{id: id, tags: img.GetRepoTags(), size: int64(img.GetSize()),
 			first: rec.FirstSeen, lastUsed: rec.LastUsed})
 	}
@@ -208,70 +170,70 @@ func (m *imageManager) imagesInEvictionOrder(ctx context.Context, now time.Time)
 	return out, nil
 }
 
-// garbageCollect is the kubelet's realImageGCManager.GarbageCollect:
+// garbageCollectImages is the kubelet's realImageGCManager.GarbageCollect:
 // images unused for longer than imageMaximumGCAge go first; then, when the
 // image filesystem is at or above imageGCHighThresholdPercent, unused images
 // go least recently used first until it is at imageGCLowThresholdPercent.
-func (m *imageManager) garbageCollect(ctx context.Context) (imageGCResult, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	res, err := m.garbageCollectLocked(ctx)
+func (g *Daemon) garbageCollectImages(ctx context.Context) (imageGCResult, error) {
+	g.imageMu.Lock()
+	defer g.imageMu.Unlock()
+	res, err := g.garbageCollectImagesLocked(ctx)
 	if err != nil {
-		if m.prevFailed {
+		if g.prevImageGCFailed {
 			// As the kubelet: only repeated failures are an event; the
 			// first may be stats not yet there.
-			m.log.Error("Image garbage collection failed multiple times in a row", "err", err)
-			m.nodeEvent(corev1.EventTypeWarning, "ImageGCFailed", err.Error())
+			g.log.Error("Image garbage collection failed multiple times in a row", "err", err)
+			g.nodeEvent(corev1.EventTypeWarning, "ImageGCFailed", err.Error())
 		} else {
-			m.log.Error("Image garbage collection failed once", "err", err)
+			g.log.Error("Image garbage collection failed once", "err", err)
 		}
-		m.prevFailed = true
+		g.prevImageGCFailed = true
 		return res, err
 	}
-	m.prevFailed = false
+	g.prevImageGCFailed = false
 	return res, nil
 }
 
-func (m *imageManager) garbageCollectLocked(ctx context.Context) (imageGCResult, error) {
+func (g *Daemon) garbageCollectImagesLocked(ctx context.Context) (imageGCResult, error) {
 	var res imageGCResult
-	freeTime := m.clock.Now()
-	images, err := m.imagesInEvictionOrder(ctx, freeTime)
+	freeTime := g.clock.Now()
+	images, err := g.imagesInEvictionOrder(ctx, freeTime)
 	if err != nil {
 		return res, err
 	}
-	images, err = m.freeOldImages(ctx, images, freeTime, &res)
+	images, err = g.freeOldImages(ctx, images, freeTime, &res)
 	if err != nil {
 		return res, err
 	}
-	ns, err := m.measure.NodeStats(ctx)
+	ns, err := g.measure.NodeStats(ctx)
 	if ns == nil || ns.ImageFs == nil {
 		return res, fmt.Errorf("image filesystem stats: %w", err)
 	}
 	capacity, available := ns.ImageFs.Capacity, ns.ImageFs.Available
 	if available > capacity {
-		m.log.Info("Availability is larger than capacity", "available", available, "capacity", capacity)
+		g.log.Info("Availability is larger than capacity", "available", available, "capacity", capacity)
 		available = capacity
 	}
 	if capacity == 0 {
 		err := errors.New("invalid capacity 0 on image filesystem")
-		m.nodeEvent(corev1.EventTypeWarning, "InvalidDiskCapacity", err.Error())
+		g.nodeEvent(corev1.EventTypeWarning, "InvalidDiskCapacity", err.Error())
 		return res, err
 	}
-	policy := m.cfg.GC
+	policy := g.cfg.GC
 	usagePercent := 100 - int(available*100/capacity)
 	if usagePercent < policy.ImageGCHighThresholdPercent {
 		return res, nil
 	}
 	amountToFree := capacity*int64(100-policy.ImageGCLowThresholdPercent)/100 - available
-	m.log.Info("Disk usage on image filesystem is over the high threshold, trying to free bytes down to the low threshold",
+	g.log.Info("Disk usage on image filesystem is over the high threshold, trying to free bytes down to the low threshold",
 		"usage", usagePercent, "highThreshold", policy.ImageGCHighThresholdPercent, "amountToFree", amountToFree, "lowThreshold", policy.ImageGCLowThresholdPercent)
-	freed, err := m.freeSpace(ctx, amountToFree, freeTime, images, &res)
+	freed, err := g.freeSpace(ctx, amountToFree, freeTime, images, &res)
 	if err != nil {
 		return res, err
 	}
 	if freed < amountToFree {
 		msg := fmt.Sprintf("Failed to garbage collect required amount of images. Attempted to free %d bytes, but only found %d bytes eligible to free.", amountToFree, freed)
-		m.nodeEvent(corev1.EventTypeWarning, "FreeDiskSpaceFailed", msg)
+		g.nodeEvent(corev1.EventTypeWarning, "FreeDiskSpaceFailed", msg)
 		return res, errors.New(msg)
 	}
 	return res, nil
@@ -279,31 +241,31 @@ func (m *imageManager) garbageCollectLocked(ctx context.Context) (imageGCResult,
 
 // deleteUnusedImages removes every unused image old enough: the eviction
 // manager's reclaim under disk pressure.
-func (m *imageManager) deleteUnusedImages(ctx context.Context) (imageGCResult, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+func (g *Daemon) deleteUnusedImages(ctx context.Context) (imageGCResult, error) {
+	g.imageMu.Lock()
+	defer g.imageMu.Unlock()
 	var res imageGCResult
-	freeTime := m.clock.Now()
-	images, err := m.imagesInEvictionOrder(ctx, freeTime)
+	freeTime := g.clock.Now()
+	images, err := g.imagesInEvictionOrder(ctx, freeTime)
 	if err != nil {
 		return res, err
 	}
-	_, err = m.freeSpace(ctx, math.MaxInt64, freeTime, images, &res)
+	_, err = g.freeSpace(ctx, math.MaxInt64, freeTime, images, &res)
 	return res, err
 }
 
 // freeOldImages removes images unused for longer than imageMaximumGCAge, once
 // gc itself has run that long (before, lastUsed may be older than the truth).
-func (m *imageManager) freeOldImages(ctx context.Context, images []imageEvictionInfo, freeTime time.Time, res *imageGCResult) ([]imageEvictionInfo, error) {
-	maxAge := m.cfg.GC.ImageMaximumGCAge
-	if maxAge == 0 || freeTime.Sub(m.began) <= maxAge {
+func (g *Daemon) freeOldImages(ctx context.Context, images []imageEvictionInfo, freeTime time.Time, res *imageGCResult) ([]imageEvictionInfo, error) {
+	maxAge := g.cfg.GC.ImageMaximumGCAge
+	if maxAge == 0 || freeTime.Sub(g.began) <= maxAge {
 		return images, nil
 	}
 	var errs []error
 	var remaining []imageEvictionInfo
 	for _, img := range images {
 		if freeTime.Sub(img.lastUsed) > maxAge {
-			if err := m.freeImage(ctx, img, imageGCReasonAge, res); err != nil {
+			if err := g.freeImage(ctx, img, imageGCReasonAge, res); err != nil {
 				errs = append(errs, err)
 				remaining = append(remaining, img)
 			}
@@ -320,17 +282,17 @@ func (m *imageManager) freeOldImages(ctx context.Context, images []imageEviction
 // freeSpace removes images in order until bytesToFree are freed, skipping
 // those first seen less than imageMinimumGCAge ago (just pulled, about to be
 // used).
-func (m *imageManager) freeSpace(ctx context.Context, bytesToFree int64, freeTime time.Time, images []imageEvictionInfo, res *imageGCResult) (int64, error) {
+func (g *Daemon) freeSpace(ctx context.Context, bytesToFree int64, freeTime time.Time, images []imageEvictionInfo, res *imageGCResult) (int64, error) {
 	var errs []error
 	var freed int64
 	for _, img := range images {
 		if ctx.Err() != nil {
 			break
 		}
-		if freeTime.Sub(img.first) < m.cfg.GC.ImageMinimumGCAge {
+		if freeTime.Sub(img.first) < g.cfg.GC.ImageMinimumGCAge {
 			continue
 		}
-		if err := m.freeImage(ctx, img, imageGCReasonSpace, res); err != nil {
+		if err := g.freeImage(ctx, img, imageGCReasonSpace, res); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -345,14 +307,14 @@ func (m *imageManager) freeSpace(ctx context.Context, bytesToFree int64, freeTim
 	return freed, nil
 }
 
-func (m *imageManager) freeImage(ctx context.Context, img imageEvictionInfo, reason string, res *imageGCResult) error {
-	m.log.Info("Removing image to free bytes", "imageID", img.id, "repoTags", img.tags, "size", img.size, "lastUsed", img.lastUsed, "reason", reason)
-	if err := m.img.RemoveImage(ctx, &runtimeapi.ImageSpec{Image: img.id}); err != nil && !crierrors.IsNotFound(err) {
+func (g *Daemon) freeImage(ctx context.Context, img imageEvictionInfo, reason string, res *imageGCResult) error {
+	g.log.Info("Removing image to free bytes", "imageID", img.id, "repoTags", img.tags, "size", img.size, "lastUsed", img.lastUsed, "reason", reason)
+	if err := g.img.RemoveImage(ctx, &runtimeapi.ImageSpec{Image: img.id}); err != nil && !crierrors.IsNotFound(err) {
 		return fmt.Errorf("remove image %s: %w", img.id, err)
 	}
-	delete(m.records, img.id)
-	if _, err := m.w.Delete(ctx, ImageRecordKey(img.id)); err != nil {
-		m.log.Error("Failed to delete image record", "imageID", img.id, "err", err)
+	delete(g.imageRecords, img.id)
+	if _, err := g.imagesW.Delete(ctx, ImageRecordKey(img.id)); err != nil {
+		g.log.Error("Failed to delete image record", "imageID", img.id, "err", err)
 	}
 	removedTotal.WithLabelValues(objImage).Inc()
 	reclaimedBytes.WithLabelValues(objImage).Add(float64(img.size))

@@ -192,7 +192,7 @@ func (s *shutdownManager) handle(ctx context.Context, conn inhibiter, active boo
 	s.mu.Lock()
 	s.shuttingDown = active
 	s.mu.Unlock()
-	g.eviction.republishPressure(ctx, active)
+	g.republishPressure(ctx, active)
 	if !active {
 		if err := s.acquireLock(conn); err != nil {
 			g.log.Error("Cannot take the shutdown inhibitor lock again", "err", err)
@@ -249,7 +249,7 @@ func (s *shutdownManager) killPods(ctx context.Context) {
 			g.log.Info("Shutdown manager killing pod with gracePeriod", "pod", podutil.Ref(pod.Namespace, pod.Name), "podUID", pod.UID, "gracePeriod", grace)
 			ev := &schemas.PodEviction{UID: string(pod.UID), Namespace: pod.Namespace, Name: pod.Name,
 				Reason: shutdownReason, Message: shutdownMessage, Time: g.clock.Now().UTC(), GracePeriodSeconds: &grace}
-			if _, _, err := g.eviction.evictionsW.Put(ctx, string(pod.UID), ev); err != nil {
+			if _, _, err := g.evictionsW.Put(ctx, string(pod.UID), ev); err != nil {
 				g.log.Error("Shutdown manager failed killing pod", "pod", podutil.Ref(pod.Namespace, pod.Name), "podUID", pod.UID, "err", err)
 				continue
 			}
@@ -280,8 +280,8 @@ func (s *shutdownManager) killPods(ctx context.Context) {
 
 // republishPressure writes the pressure record again with shuttingDown,
 // keeping the conditions last published.
-func (em *evictionManager) republishPressure(ctx context.Context, shuttingDown bool) {
-	e := &em.ev
+func (g *Daemon) republishPressure(ctx context.Context, shuttingDown bool) {
+	e := &g.ev
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.shuttingDown = shuttingDown
@@ -291,7 +291,7 @@ func (em *evictionManager) republishPressure(ctx context.Context, shuttingDown b
 			pressure[c.Type] = c.Status == corev1.ConditionTrue
 		}
 	}
-	if err := em.publishPressure(ctx, pressure, em.clock.Now()); err != nil {
-		em.log.Error("Cannot publish that the node is shutting down", "err", err)
+	if err := g.publishPressure(ctx, pressure, g.clock.Now()); err != nil {
+		g.log.Error("Cannot publish that the node is shutting down", "err", err)
 	}
 }
