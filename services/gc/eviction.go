@@ -276,7 +276,7 @@ func (g *Daemon) synchronize(ctx context.Context) ([]*corev1.Pod, error) {
 	t := reclaim[0]
 	res := signalToResource[t.Signal]
 	g.log.Warn("Eviction manager: attempting to reclaim", "resourceName", res)
-	g.nodeEvent(corev1.EventTypeWarning, "EvictionThresholdMet", fmt.Sprintf("Attempting to reclaim %s", res))
+	g.events.nodeEvent(corev1.EventTypeWarning, "EvictionThresholdMet", fmt.Sprintf("Attempting to reclaim %s", res))
 	if g.reclaimNodeLevelResources(ctx, t.Signal, res, withImageFs) {
 		return nil, nil
 	}
@@ -351,12 +351,11 @@ func (g *Daemon) evictPod(ctx context.Context, pod *corev1.Pod, grace *int64, me
 	}
 	ev := &schemas.PodEviction{UID: string(pod.UID), Namespace: pod.Namespace, Name: pod.Name,
 		Reason: EvictionReason, Message: message, Time: g.clock.Now().UTC(), GracePeriodSeconds: grace}
-	if _, _, err := g.evictionsW.Put(ctx, string(pod.UID), ev); err != nil {
+	if err := g.evictions.put(ctx, ev); err != nil {
 		g.log.Error("Eviction manager: pod failed to evict", "pod", podutil.Ref(pod.Namespace, pod.Name), "podUID", pod.UID, "err", err)
 		return false
 	}
-	g.state.noteEviction(ev)
-	g.podEvent(pod, corev1.EventTypeWarning, EvictionReason, message)
+	g.events.podEvent(pod, corev1.EventTypeWarning, EvictionReason, message)
 	evictionsTotal.WithLabelValues(signal).Inc()
 	g.log.Info("Eviction manager: pod is evicted successfully", "pod", podutil.Ref(pod.Namespace, pod.Name), "podUID", pod.UID, "message", message)
 	return true
@@ -451,26 +450,4 @@ func (g *Daemon) publishPressure(ctx context.Context, pressure map[corev1.NodeCo
 	}
 	e.published = np
 	return nil
-}
-
-// rewriteEvictions writes every eviction again after the bus's store was
-// wiped.
-func (g *Daemon) rewriteEvictions() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	for _, ev := range g.state.evictionsSnapshot() {
-		if _, _, err := g.evictionsW.Put(ctx, ev.UID, ev); err != nil {
-			return fmt.Errorf("eviction of pod %s: %w", ev.UID, err)
-		}
-	}
-	return nil
-}
-
-// forgetStaleEvictions deletes the evictions of pods that are gone.
-func (g *Daemon) forgetStaleEvictions(ctx context.Context) {
-	for _, uid := range g.state.staleEvictions() {
-		if _, err := g.evictionsW.Delete(ctx, uid); err != nil {
-			g.log.Error("Failed to delete eviction of a removed pod", "podUID", uid, "err", err)
-		}
-	}
 }

@@ -111,9 +111,11 @@ type Daemon struct {
 
 	logMaxSize int64
 
-	pressureW  *bus.Writer
-	evictionsW *bus.Writer
-	imagesW    *bus.Writer
+	events    *eventRecorder
+	evictions *evictionRecords
+
+	pressureW *bus.Writer
+	imagesW   *bus.Writer
 
 	containerMu sync.Mutex
 	logMu       sync.Mutex
@@ -172,7 +174,8 @@ func New(o Options) (*Daemon, error) {
 		g.ev.mu.Unlock()
 		return nil
 	})
-	g.evictionsW = bus.NewWriter(o.Bus, bus.BucketEvictions, g.rewriteEvictions)
+	g.events = &eventRecorder{bus: o.Bus, nodeName: o.Config.Node.Name, clock: g.clock}
+	g.evictions = newEvictionRecords(o.Bus, g.log, g.state)
 	g.imagesW = bus.NewWriter(o.Bus, bus.BucketImages, func() error {
 		g.imageMu.Lock()
 		g.imageRecordsReady = false
@@ -196,7 +199,7 @@ func (g *Daemon) Run(ctx context.Context) error {
 		g.every(ctx, "container", gcCfg.ContainerGCPeriod, func(ctx context.Context) error {
 			_, err := g.garbageCollectContainers(ctx, false)
 			if err != nil {
-				g.nodeEvent(corev1.EventTypeWarning, "ContainerGCFailed", err.Error())
+				g.events.nodeEvent(corev1.EventTypeWarning, "ContainerGCFailed", err.Error())
 			}
 			return err
 		})
@@ -266,22 +269,6 @@ func (g *Daemon) passHealth(err error) {
 	case isUnavailable(err):
 		g.setHealth(false, "container runtime unreachable: "+err.Error())
 	}
-}
-
-// nodeEvent emits an event about the node.
-func (g *Daemon) nodeEvent(typ, reason, message string) {
-	g.bus.Emit(schemas.Event{
-		Object: corev1.ObjectReference{Kind: "Node", Name: g.cfg.Node.Name},
-		Type:   typ, Reason: reason, Message: message, Time: g.clock.Now().UTC(),
-	})
-}
-
-// podEvent emits an event about a pod.
-func (g *Daemon) podEvent(pod *corev1.Pod, typ, reason, message string) {
-	g.bus.Emit(schemas.Event{
-		Object: corev1.ObjectReference{Kind: "Pod", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, APIVersion: "v1"},
-		Type:   typ, Reason: reason, Message: message, Time: g.clock.Now().UTC(),
-	})
 }
 
 // podLogDir is the kubelet's pod log directory, <podLogsDir>/<ns>_<name>_<uid>.

@@ -184,10 +184,10 @@ func (s *shutdownManager) handle(ctx context.Context, conn inhibiter, active boo
 	g := s.g
 	if active {
 		g.log.Info("Shutdown manager detected new shutdown event", "event", "shutdown")
-		g.nodeEvent(corev1.EventTypeNormal, eventNodeShutdown, "Shutdown manager detected shutdown event")
+		g.events.nodeEvent(corev1.EventTypeNormal, eventNodeShutdown, "Shutdown manager detected shutdown event")
 	} else {
 		g.log.Info("Shutdown manager detected new shutdown event", "event", "cancelled")
-		g.nodeEvent(corev1.EventTypeNormal, eventNodeShutdown, "Shutdown manager detected shutdown cancellation")
+		g.events.nodeEvent(corev1.EventTypeNormal, eventNodeShutdown, "Shutdown manager detected shutdown cancellation")
 	}
 	s.mu.Lock()
 	s.shuttingDown = active
@@ -249,11 +249,10 @@ func (s *shutdownManager) killPods(ctx context.Context) {
 			g.log.Info("Shutdown manager killing pod with gracePeriod", "pod", podutil.Ref(pod.Namespace, pod.Name), "podUID", pod.UID, "gracePeriod", grace)
 			ev := &schemas.PodEviction{UID: string(pod.UID), Namespace: pod.Namespace, Name: pod.Name,
 				Reason: shutdownReason, Message: shutdownMessage, Time: g.clock.Now().UTC(), GracePeriodSeconds: &grace}
-			if _, _, err := g.evictionsW.Put(ctx, string(pod.UID), ev); err != nil {
+			if err := g.evictions.put(ctx, ev); err != nil {
 				g.log.Error("Shutdown manager failed killing pod", "pod", podutil.Ref(pod.Namespace, pod.Name), "podUID", pod.UID, "err", err)
 				continue
 			}
-			g.state.noteEviction(ev)
 		}
 		deadline := g.clock.Now().Add(time.Duration(group.GracePeriod) * time.Second)
 		for {
