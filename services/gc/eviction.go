@@ -323,7 +323,7 @@ func (g *Daemon) reclaimNodeLevelResources(ctx context.Context, signal string, r
 	if !disk || (withImageFs && nodefs) {
 		return false
 	}
-	if _, err := g.garbageCollectContainers(ctx, true); err != nil {
+	if _, err := g.containers.garbageCollect(ctx, true); err != nil {
 		g.log.Info("Eviction manager: unexpected error when attempting to reduce resource pressure", "resourceName", res, "err", err)
 	}
 	if _, err := g.deleteUnusedImages(ctx); err != nil {

@@ -117,8 +117,9 @@ type Daemon struct {
 	pressureW *bus.Writer
 	imagesW   *bus.Writer
 
-	containerMu sync.Mutex
-	logMu       sync.Mutex
+	containers *containerGC
+
+	logMu sync.Mutex
 
 	imageMu           sync.Mutex
 	imageRecords      map[string]*schemas.ImageRecord // by image ID
@@ -176,6 +177,10 @@ func New(o Options) (*Daemon, error) {
 	})
 	g.events = &eventRecorder{bus: o.Bus, nodeName: o.Config.Node.Name, clock: g.clock}
 	g.evictions = newEvictionRecords(o.Bus, g.log, g.state)
+	g.containers = &containerGC{
+		policy: &o.Config.GC, podLogsDir: o.Config.Node.PodLogsDir,
+		log: g.log, clock: g.clock, rt: o.Runtime, state: g.state, evictions: g.evictions,
+	}
 	g.imagesW = bus.NewWriter(o.Bus, bus.BucketImages, func() error {
 		g.imageMu.Lock()
 		g.imageRecordsReady = false
@@ -197,7 +202,7 @@ func (g *Daemon) Run(ctx context.Context) error {
 	gcCfg := g.cfg.GC
 	wg.Go(func() {
 		g.every(ctx, "container", gcCfg.ContainerGCPeriod, func(ctx context.Context) error {
-			_, err := g.garbageCollectContainers(ctx, false)
+			_, err := g.containers.garbageCollect(ctx, false)
 			if err != nil {
 				g.events.nodeEvent(corev1.EventTypeWarning, "ContainerGCFailed", err.Error())
 			}

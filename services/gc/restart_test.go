@@ -85,7 +85,7 @@ func TestRestartAfterDeathMidPass(t *testing.T) {
 	rt := &dyingRuntime{RuntimeService: e.cri.Runtime, die: die}
 	g1, stop1 := e.newGC(func(o *Options) { o.Runtime = rt })
 	waitFor(t, "gc to see the pods", func() bool { return g1.state.pod(string(live.UID)) != nil && g1.state.allSourcesReady() })
-	res, _ := g1.garbageCollectContainers(passCtx, false)
+	res, _ := g1.containers.garbageCollect(passCtx, false)
 	if len(res.Containers) != 1 || passCtx.Err() == nil {
 		t.Fatalf("the dying pass removed %v (ctx %v), want exactly one container before it died", res.Containers, passCtx.Err())
 	}
@@ -104,7 +104,7 @@ func TestRestartAfterDeathMidPass(t *testing.T) {
 	// A new gc, as after a restart: state from the bus, objects from CRI.
 	g2, _ := e.newGC()
 	waitFor(t, "gc to see the pods", func() bool { return g2.state.pod(string(live.UID)) != nil && g2.state.allSourcesReady() })
-	if _, err := g2.garbageCollectContainers(testCtx(t), false); err != nil {
+	if _, err := g2.containers.garbageCollect(testCtx(t), false); err != nil {
 		t.Fatal(err)
 	}
 	got := map[string]bool{}
