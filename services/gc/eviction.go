@@ -326,7 +326,7 @@ func (g *Daemon) reclaimNodeLevelResources(ctx context.Context, signal string, r
 	if _, err := g.containers.garbageCollect(ctx, true); err != nil {
 		g.log.Info("Eviction manager: unexpected error when attempting to reduce resource pressure", "resourceName", res, "err", err)
 	}
-	if _, err := g.deleteUnusedImages(ctx); err != nil {
+	if _, err := g.images.deleteUnusedImages(ctx); err != nil {
 		g.log.Info("Eviction manager: unexpected error when attempting to reduce resource pressure", "resourceName", res, "err", err)
 	}
 	ns, err := g.measure.NodeStats(ctx)

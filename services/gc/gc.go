@@ -64,7 +64,6 @@ import (
 	"github.com/nodelet/nodelet/internal/config"
 	"github.com/nodelet/nodelet/internal/cri"
 	"github.com/nodelet/nodelet/internal/daemon"
-	"github.com/nodelet/nodelet/schemas"
 )
 
 // Run serves until ctx is done.
@@ -107,24 +106,18 @@ type Daemon struct {
 	measure   Measurer
 	setHealth func(bool, string)
 	state     *podState
-	began     time.Time
 
 	logMaxSize int64
 
 	events    *eventRecorder
 	evictions *evictionRecords
 
+	images    *imageGC
 	pressureW *bus.Writer
-	imagesW   *bus.Writer
 
 	containers *containerGC
 
 	logMu sync.Mutex
-
-	imageMu           sync.Mutex
-	imageRecords      map[string]*schemas.ImageRecord // by image ID
-	imageRecordsReady bool
-	prevImageGCFailed bool
 
 	ev evictionState
 }
@@ -137,8 +130,7 @@ func New(o Options) (*Daemon, error) {
 	g := &Daemon{
 		cfg: o.Config, log: o.Log, bus: o.Bus, rt: o.Runtime, img: o.Images,
 		clock: o.Clock, measure: o.Measurer, setHealth: o.SetHealth,
-		state:        newPodState(),
-		imageRecords: map[string]*schemas.ImageRecord{},
+		state: newPodState(),
 	}
 	if g.log == nil {
 		g.log = slog.Default()
@@ -149,7 +141,7 @@ func New(o Options) (*Daemon, error) {
 	if g.setHealth == nil {
 		g.setHealth = func(bool, string) {}
 	}
-	g.began = g.clock.Now()
+	began := g.clock.Now()
 	if g.measure == nil {
 		g.measure = &nodeMeasurer{
 			procDir: "/proc", cgroupDir: "/sys/fs/cgroup",
@@ -181,11 +173,10 @@ func New(o Options) (*Daemon, error) {
 		policy: &o.Config.GC, podLogsDir: o.Config.Node.PodLogsDir,
 		log: g.log, clock: g.clock, rt: o.Runtime, state: g.state, evictions: g.evictions,
 	}
-	g.imagesW = bus.NewWriter(o.Bus, bus.BucketImages, func() error {
-		g.imageMu.Lock()
-		g.imageRecordsReady = false
-		g.imageMu.Unlock()
-		return nil
+	g.images = newImageGC(o.Bus, &imageGC{
+		policy: &o.Config.GC, sandboxImage: o.Config.Runtime.SandboxImage,
+		log: g.log, clock: g.clock, began: began,
+		rt: o.Runtime, img: o.Images, measure: g.measure, events: g.events,
 	})
 	return g, nil
 }
@@ -215,7 +206,7 @@ func (g *Daemon) Run(ctx context.Context) error {
 	} else {
 		wg.Go(func() {
 			g.every(ctx, "image", gcCfg.ImageGCPeriod, func(ctx context.Context) error {
-				_, err := g.garbageCollectImages(ctx)
+				_, err := g.images.garbageCollect(ctx)
 				return err
 			})
 		})

@@ -91,7 +91,7 @@ func TestRestartAfterDeathMidPass(t *testing.T) {
 	}
 	imgCtx, dieImages := context.WithCancel(testCtx(t))
 	g1.img = &dyingImages{ImageManagerService: e.cri.Image, die: dieImages}
-	ires, _ := g1.garbageCollectImages(imgCtx)
+	ires, _ := g1.images.garbageCollect(imgCtx)
 	if !slices.Equal(ires.Removed, []string{imgA}) {
 		t.Fatalf("the dying image pass removed %v, want only the least recently used %s", ires.Removed, imgA)
 	}
@@ -127,7 +127,7 @@ func TestRestartAfterDeathMidPass(t *testing.T) {
 		t.Errorf("log dir of the removed pod %s survived", pg.logDir)
 	}
 
-	ires, _ = g2.garbageCollectImages(testCtx(t))
+	ires, _ = g2.images.garbageCollect(testCtx(t))
 	if !slices.Equal(ires.Removed, []string{imgB, imgC}) {
 		t.Errorf("after the restart image GC removed %v, want %v: the LRU order from the bucket", ires.Removed, []string{imgB, imgC})
 	}
