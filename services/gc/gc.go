@@ -107,8 +107,6 @@ type Daemon struct {
 	setHealth func(bool, string)
 	state     *podState
 
-	logMaxSize int64
-
 	events    *eventRecorder
 	evictions *evictionRecords
 
@@ -116,8 +114,7 @@ type Daemon struct {
 	pressureW *bus.Writer
 
 	containers *containerGC
-
-	logMu sync.Mutex
+	logs       *containerLogManager
 
 	ev evictionState
 }
@@ -154,9 +151,12 @@ func New(o Options) (*Daemon, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gc.containerLogMaxSize %q: %w", o.Config.GC.ContainerLogMaxSize, err)
 	}
-	g.logMaxSize = q.Value()
 	if o.Config.GC.ContainerLogMaxFiles < 2 {
 		return nil, fmt.Errorf("gc.containerLogMaxFiles %d: must be at least 2", o.Config.GC.ContainerLogMaxFiles)
+	}
+	g.logs = &containerLogManager{
+		maxSize: q.Value(), maxFiles: o.Config.GC.ContainerLogMaxFiles,
+		log: g.log, clock: g.clock, rt: o.Runtime,
 	}
 	if err := g.ev.init(o.Config.GC); err != nil {
 		return nil, err
@@ -211,7 +211,7 @@ func (g *Daemon) Run(ctx context.Context) error {
 			})
 		})
 	}
-	wg.Go(func() { g.every(ctx, "log_rotation", gcCfg.ContainerLogMonitorInterval, g.rotateLogs) })
+	wg.Go(func() { g.every(ctx, "log_rotation", gcCfg.ContainerLogMonitorInterval, g.logs.rotateLogs) })
 	wg.Go(func() {
 		g.every(ctx, "eviction", gcCfg.EvictionMonitoringPeriod, func(ctx context.Context) error {
 			evicted, err := g.synchronize(ctx)
