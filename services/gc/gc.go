@@ -95,28 +95,25 @@ type Options struct {
 	Measurer Measurer
 }
 
-// Daemon is one nodelet-gc.
+// Daemon is one nodelet-gc: it builds the parts and runs their loops.
 type Daemon struct {
 	cfg       *config.Config
 	log       *slog.Logger
 	bus       *bus.Conn
-	rt        internalapi.RuntimeService
-	img       internalapi.ImageManagerService
 	clock     clock.WithTicker
 	measure   Measurer
 	setHealth func(bool, string)
-	state     *podState
 
+	// What gc knows of the node's pods, and what it writes for them.
+	state     *podState
 	events    *eventRecorder
 	evictions *evictionRecords
 
-	images    *imageGC
-	pressureW *bus.Writer
-
+	// The parts, one per kubelet manager.
 	containers *containerGC
+	images     *imageGC
 	logs       *containerLogManager
-
-	ev evictionState
+	eviction   *evictionManager
 }
 
 // New builds a GC; it does nothing until Run (or a pass) is called.
@@ -125,7 +122,7 @@ func New(o Options) (*Daemon, error) {
 		return nil, fmt.Errorf("gc: Config, Bus, Runtime and Images are required")
 	}
 	g := &Daemon{
-		cfg: o.Config, log: o.Log, bus: o.Bus, rt: o.Runtime, img: o.Images,
+		cfg: o.Config, log: o.Log, bus: o.Bus,
 		clock: o.Clock, measure: o.Measurer, setHealth: o.SetHealth,
 		state: newPodState(),
 	}
@@ -154,19 +151,14 @@ func New(o Options) (*Daemon, error) {
 	if o.Config.GC.ContainerLogMaxFiles < 2 {
 		return nil, fmt.Errorf("gc.containerLogMaxFiles %d: must be at least 2", o.Config.GC.ContainerLogMaxFiles)
 	}
+	thresholds, err := parseThresholds(o.Config.GC)
+	if err != nil {
+		return nil, err
+	}
 	g.logs = &containerLogManager{
 		maxSize: q.Value(), maxFiles: o.Config.GC.ContainerLogMaxFiles,
 		log: g.log, clock: g.clock, rt: o.Runtime,
 	}
-	if err := g.ev.init(o.Config.GC); err != nil {
-		return nil, err
-	}
-	g.pressureW = bus.NewWriter(o.Bus, bus.BucketPressure, func() error {
-		g.ev.mu.Lock()
-		g.ev.published = nil
-		g.ev.mu.Unlock()
-		return nil
-	})
 	g.events = &eventRecorder{bus: o.Bus, nodeName: o.Config.Node.Name, clock: g.clock}
 	g.evictions = newEvictionRecords(o.Bus, g.log, g.state)
 	g.containers = &containerGC{
@@ -177,6 +169,11 @@ func New(o Options) (*Daemon, error) {
 		policy: &o.Config.GC, sandboxImage: o.Config.Runtime.SandboxImage,
 		log: g.log, clock: g.clock, began: began,
 		rt: o.Runtime, img: o.Images, measure: g.measure, events: g.events,
+	})
+	g.eviction = newEvictionManager(thresholds, o.Config.GC.EvictionPressureTransitionPeriod, &evictionManager{
+		log: g.log, clock: g.clock, bus: o.Bus, measure: g.measure,
+		pods: g.state, evictions: g.evictions, events: g.events,
+		containers: g.containers, images: g.images,
 	})
 	return g, nil
 }
@@ -214,9 +211,9 @@ func (g *Daemon) Run(ctx context.Context) error {
 	wg.Go(func() { g.every(ctx, "log_rotation", gcCfg.ContainerLogMonitorInterval, g.logs.rotateLogs) })
 	wg.Go(func() {
 		g.every(ctx, "eviction", gcCfg.EvictionMonitoringPeriod, func(ctx context.Context) error {
-			evicted, err := g.synchronize(ctx)
+			evicted, err := g.eviction.synchronize(ctx)
 			if len(evicted) > 0 {
-				g.waitForPodsCleanup(ctx, evicted)
+				g.eviction.waitForPodsCleanup(ctx, evicted)
 			}
 			return err
 		})

@@ -90,7 +90,7 @@ func TestRestartAfterDeathMidPass(t *testing.T) {
 		t.Fatalf("the dying pass removed %v (ctx %v), want exactly one container before it died", res.Containers, passCtx.Err())
 	}
 	imgCtx, dieImages := context.WithCancel(testCtx(t))
-	g1.img = &dyingImages{ImageManagerService: e.cri.Image, die: dieImages}
+	g1.images.img = &dyingImages{ImageManagerService: e.cri.Image, die: dieImages}
 	ires, _ := g1.images.garbageCollect(imgCtx)
 	if !slices.Equal(ires.Removed, []string{imgA}) {
 		t.Fatalf("the dying image pass removed %v, want only the least recently used %s", ires.Removed, imgA)
