@@ -22,17 +22,17 @@ func (s *Daemon) Handler() http.Handler {
 	mux.HandleFunc("GET /configz", s.serveConfigz)
 	mux.HandleFunc("GET /runningpods/", s.serveRunningPods)
 	mux.Handle("GET "+logsPath, s.serveSystemLogs())
-	mux.HandleFunc("GET /containerLogs/{podNamespace}/{podID}/{containerName}", s.serveContainerLogs)
+	mux.HandleFunc("GET /containerLogs/{podNamespace}/{podID}/{containerName}", s.logs.serveContainerLogs)
 	for _, m := range []string{"GET", "POST"} {
-		mux.HandleFunc(m+" /exec/{podNamespace}/{podID}/{containerName}", s.serveExec)
-		mux.HandleFunc(m+" /exec/{podNamespace}/{podID}/{uid}/{containerName}", s.serveExec)
-		mux.HandleFunc(m+" /attach/{podNamespace}/{podID}/{containerName}", s.serveAttach)
-		mux.HandleFunc(m+" /attach/{podNamespace}/{podID}/{uid}/{containerName}", s.serveAttach)
-		mux.HandleFunc(m+" /portForward/{podNamespace}/{podID}", s.servePortForward)
-		mux.HandleFunc(m+" /portForward/{podNamespace}/{podID}/{uid}", s.servePortForward)
+		mux.HandleFunc(m+" /exec/{podNamespace}/{podID}/{containerName}", s.streams.serveExec)
+		mux.HandleFunc(m+" /exec/{podNamespace}/{podID}/{uid}/{containerName}", s.streams.serveExec)
+		mux.HandleFunc(m+" /attach/{podNamespace}/{podID}/{containerName}", s.streams.serveAttach)
+		mux.HandleFunc(m+" /attach/{podNamespace}/{podID}/{uid}/{containerName}", s.streams.serveAttach)
+		mux.HandleFunc(m+" /portForward/{podNamespace}/{podID}", s.streams.servePortForward)
+		mux.HandleFunc(m+" /portForward/{podNamespace}/{podID}/{uid}", s.streams.servePortForward)
 	}
-	mux.HandleFunc("POST /run/{podNamespace}/{podID}/{containerName}", s.serveRun)
-	mux.HandleFunc("POST /run/{podNamespace}/{podID}/{uid}/{containerName}", s.serveRun)
+	mux.HandleFunc("POST /run/{podNamespace}/{podID}/{containerName}", s.streams.serveRun)
+	mux.HandleFunc("POST /run/{podNamespace}/{podID}/{uid}/{containerName}", s.streams.serveRun)
 	mux.HandleFunc("POST /checkpoint/{podNamespace}/{podID}/{containerName}", func(w http.ResponseWriter, r *http.Request) {
 		writeErrorString(w, http.StatusNotImplemented, "checkpointing containers is not implemented by nodelet")
 	})
@@ -96,7 +96,7 @@ func (s *Daemon) limited(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		sem, what := s.inflight, "requests"
 		if isStream(r) {
-			sem, what = s.streams, "streams"
+			sem, what = s.streamSlots, "streams"
 		}
 		select {
 		case sem <- struct{}{}:

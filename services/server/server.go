@@ -113,30 +113,34 @@ func (l Limits) withDefaults() Limits {
 
 // Daemon is a running nodelet-server.
 type Daemon struct {
-	cfg      *config.Config
-	log      *slog.Logger
-	bus      *bus.Conn
-	cri      *cri.Clients
-	nodeName string
-	pods     *podIndex
-	authn    authenticator.Request
-	authz    authorizer.UnconditionalAuthorizer
-	local    *localAdmin
-	runAuthn func(ctx context.Context)
-	clock    clock.Clock
-	started  time.Time
-	daemons  []string
-	view     *nodeView
-	stats    *statsProvider
-	machine  *hostinfo.Machine
-	machineF func() (*cadvisorapi.MachineInfo, error)
-	logDir   string
-	limits   Limits
-	inflight chan struct{}
-	streams  chan struct{}
-	nodeKube kubernetes.Interface
-	addr     atomic.Value
-	roAddr   atomic.Value
+	cfg         *config.Config
+	log         *slog.Logger
+	bus         *bus.Conn
+	cri         *cri.Clients
+	nodeName    string
+	pods        *podIndex
+	authn       authenticator.Request
+	authz       authorizer.UnconditionalAuthorizer
+	local       *localAdmin
+	runAuthn    func(ctx context.Context)
+	clock       clock.Clock
+	started     time.Time
+	daemons     []string
+	view        *nodeView
+	stats       *statsProvider
+	machine     *hostinfo.Machine
+	machineF    func() (*cadvisorapi.MachineInfo, error)
+	logDir      string
+	limits      Limits
+	inflight    chan struct{}
+	streamSlots chan struct{}
+	nodeKube    kubernetes.Interface
+	addr        atomic.Value
+	roAddr      atomic.Value
+
+	// The parts behind the handler.
+	streams *streamer
+	logs    *containerLogs
 }
 
 // New builds a Daemon: authenticator and authorizer as configured.
@@ -171,7 +175,9 @@ func New(o Options) (*Daemon, error) {
 	if s.nodeKube == nil {
 		s.nodeKube = o.Kube
 	}
-	s.inflight, s.streams = make(chan struct{}, s.limits.MaxInflight), make(chan struct{}, s.limits.MaxStreams)
+	s.inflight, s.streamSlots = make(chan struct{}, s.limits.MaxInflight), make(chan struct{}, s.limits.MaxStreams)
+	s.streams = &streamer{log: o.Log, pods: s.pods, rt: o.CRI.Runtime}
+	s.logs = &containerLogs{log: o.Log, pods: s.pods, rt: o.CRI.Runtime}
 	s.stats = &statsProvider{nodeName: s.nodeName, stateDir: o.Config.Node.StateDir, podLogsDir: o.Config.Node.PodLogsDir,
 		hostIPs: ips, cri: o.CRI, machine: s.machine, clock: o.Clock, volumes: s.view.volumeStats}
 	localCA, err := ensureLocalClient(o.Config.Node.StateDir)
