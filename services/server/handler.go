@@ -20,8 +20,8 @@ func (s *Daemon) Handler() http.Handler {
 	mux := http.NewServeMux()
 	s.readOnlyRoutes(mux)
 	mux.HandleFunc("GET /configz", s.serveConfigz)
-	mux.HandleFunc("GET /runningpods/", s.serveRunningPods)
-	mux.Handle("GET "+logsPath, s.serveSystemLogs())
+	mux.HandleFunc("GET /runningpods/", s.readOnly.serveRunningPods)
+	mux.Handle("GET "+logsPath, s.readOnly.serveSystemLogs())
 	mux.HandleFunc("GET /containerLogs/{podNamespace}/{podID}/{containerName}", s.logs.serveContainerLogs)
 	for _, m := range []string{"GET", "POST"} {
 		mux.HandleFunc(m+" /exec/{podNamespace}/{podID}/{containerName}", s.streams.serveExec)
@@ -51,12 +51,12 @@ func (s *Daemon) readOnlyHandler() http.Handler {
 // readOnlyRoutes are the kubelet's InstallAuthNotRequiredHandlers (and
 // /spec/): served on both ports.
 func (s *Daemon) readOnlyRoutes(mux *http.ServeMux) {
-	mux.HandleFunc("GET /healthz", s.serveHealthz)
-	mux.HandleFunc("GET /pods", s.servePods)
-	mux.HandleFunc("GET /pods/{$}", s.servePods)
-	mux.HandleFunc("GET /spec/{$}", s.serveSpec)
-	mux.HandleFunc("GET /spec", s.serveSpec)
-	mux.HandleFunc("GET /stats/summary", s.serveSummary)
+	mux.HandleFunc("GET /healthz", s.readOnly.serveHealthz)
+	mux.HandleFunc("GET /pods", s.readOnly.servePods)
+	mux.HandleFunc("GET /pods/{$}", s.readOnly.servePods)
+	mux.HandleFunc("GET /spec/{$}", s.readOnly.serveSpec)
+	mux.HandleFunc("GET /spec", s.readOnly.serveSpec)
+	mux.HandleFunc("GET /stats/summary", s.readOnly.serveSummary)
 	mux.Handle("GET /metrics", s.metricsHandler())
 	mux.Handle("GET /metrics/cadvisor", s.cadvisorMetricsHandler())
 	mux.Handle("GET /metrics/probes", s.probeMetricsHandler())

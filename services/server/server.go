@@ -124,13 +124,10 @@ type Daemon struct {
 	local       *localAdmin
 	runAuthn    func(ctx context.Context)
 	clock       clock.Clock
-	started     time.Time
-	daemons     []string
 	view        *nodeView
 	stats       *statsProvider
 	machine     *hostinfo.Machine
 	machineF    func() (*cadvisorapi.MachineInfo, error)
-	logDir      string
 	limits      Limits
 	inflight    chan struct{}
 	streamSlots chan struct{}
@@ -139,8 +136,9 @@ type Daemon struct {
 	roAddr      atomic.Value
 
 	// The parts behind the handler.
-	streams *streamer
-	logs    *containerLogs
+	readOnly *readOnlyAPI
+	streams  *streamer
+	logs     *containerLogs
 }
 
 // New builds a Daemon: authenticator and authorizer as configured.
@@ -169,17 +167,21 @@ func New(o Options) (*Daemon, error) {
 		return nil, err
 	}
 	s := &Daemon{cfg: o.Config, log: o.Log, bus: o.Bus, cri: o.CRI, nodeName: o.Config.Node.Name,
-		pods: newPodIndex(), view: newNodeView(), clock: o.Clock, started: o.Clock.Now(), daemons: o.Daemons,
-		machine: &hostinfo.Machine{}, machineF: o.Machine, logDir: o.SystemLogDir, limits: o.Limits.withDefaults(),
+		pods: newPodIndex(), view: newNodeView(), clock: o.Clock,
+		machine: &hostinfo.Machine{}, machineF: o.Machine, limits: o.Limits.withDefaults(),
 		nodeKube: o.NodeKube}
 	if s.nodeKube == nil {
 		s.nodeKube = o.Kube
 	}
 	s.inflight, s.streamSlots = make(chan struct{}, s.limits.MaxInflight), make(chan struct{}, s.limits.MaxStreams)
-	s.streams = &streamer{log: o.Log, pods: s.pods, rt: o.CRI.Runtime}
-	s.logs = &containerLogs{log: o.Log, pods: s.pods, rt: o.CRI.Runtime}
 	s.stats = &statsProvider{nodeName: s.nodeName, stateDir: o.Config.Node.StateDir, podLogsDir: o.Config.Node.PodLogsDir,
 		hostIPs: ips, cri: o.CRI, machine: s.machine, clock: o.Clock, volumes: s.view.volumeStats}
+	s.readOnly = &readOnlyAPI{log: o.Log, clock: o.Clock, started: o.Clock.Now(),
+		staleAfter: o.Config.Status.HeartbeatStaleAfter, daemons: o.Daemons, bus: o.Bus,
+		view: s.view, pods: s.pods, stats: s.stats, machine: s.machineInfo, rt: o.CRI.Runtime,
+		systemLogs: o.Config.Server.EnableSystemLogHandler, logDir: o.SystemLogDir}
+	s.streams = &streamer{log: o.Log, pods: s.pods, rt: o.CRI.Runtime}
+	s.logs = &containerLogs{log: o.Log, pods: s.pods, rt: o.CRI.Runtime}
 	localCA, err := ensureLocalClient(o.Config.Node.StateDir)
 	if err != nil {
 		return nil, fmt.Errorf("node-local client certificate: %w", err)
@@ -269,7 +271,7 @@ func (s *Daemon) Run(ctx context.Context) error {
 	s.log.Info("Serving the kubelet API", "address", ln.Addr().String(), "node", s.nodeName,
 		"authorizationMode", s.cfg.Server.Authorization.Mode)
 
-	s.watchNode(ctx, &wg)
+	s.view.watch(ctx, &wg, s.bus, s.pods, s.log, s.clock)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
