@@ -57,9 +57,9 @@ func (s *Daemon) readOnlyRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /spec/{$}", s.readOnly.serveSpec)
 	mux.HandleFunc("GET /spec", s.readOnly.serveSpec)
 	mux.HandleFunc("GET /stats/summary", s.readOnly.serveSummary)
-	mux.Handle("GET /metrics", s.metricsHandler())
-	mux.Handle("GET /metrics/cadvisor", s.cadvisorMetricsHandler())
-	mux.Handle("GET /metrics/probes", s.probeMetricsHandler())
+	mux.Handle("GET /metrics", s.metrics.metricsHandler())
+	mux.Handle("GET /metrics/cadvisor", s.metrics.cadvisorMetricsHandler())
+	mux.Handle("GET /metrics/probes", s.metrics.probeMetricsHandler())
 	mux.Handle("GET /metrics/resource", resourceMetricsHandler(func(ctx context.Context) (*statsapi.Summary, error) {
 		return s.stats.Summary(ctx, true)
 	}, s.log))
