@@ -36,7 +36,7 @@ func (s *Daemon) Handler() http.Handler {
 	mux.HandleFunc("POST /checkpoint/{podNamespace}/{podID}/{containerName}", func(w http.ResponseWriter, r *http.Request) {
 		writeErrorString(w, http.StatusNotImplemented, "checkpointing containers is not implemented by nodelet")
 	})
-	return s.withAuth(s.limited(mux))
+	return s.auth.withAuth(s.limited(mux))
 }
 
 // readOnlyHandler serves the read-only port (server.readOnlyPort): the

@@ -27,8 +27,6 @@ import (
 
 	cadvisorapi "github.com/google/cadvisor/lib/model"
 	"golang.org/x/net/netutil"
-	"k8s.io/apiserver/pkg/authentication/authenticator"
-	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/clock"
@@ -119,9 +117,6 @@ type Daemon struct {
 	cri         *cri.Clients
 	nodeName    string
 	pods        *podIndex
-	authn       authenticator.Request
-	authz       authorizer.UnconditionalAuthorizer
-	local       *localAdmin
 	runAuthn    func(ctx context.Context)
 	clock       clock.Clock
 	view        *nodeView
@@ -136,6 +131,7 @@ type Daemon struct {
 	roAddr      atomic.Value
 
 	// The parts behind the handler.
+	auth     *authFilter
 	readOnly *readOnlyAPI
 	metrics  *metricsAPI
 	streams  *streamer
@@ -189,13 +185,15 @@ func New(o Options) (*Daemon, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node-local client certificate: %w", err)
 	}
-	if s.local, err = newLocalAdmin(localCA); err != nil {
+	s.auth = &authFilter{log: o.Log, nodeName: s.nodeName,
+		strictStreamingVerbs: o.Config.Server.Authorization.StrictStreamingVerbs}
+	if s.auth.local, err = newLocalAdmin(localCA); err != nil {
 		return nil, err
 	}
-	if s.authn, s.runAuthn, err = buildAuthn(o.Config.Server.Authentication, o.Kube, o.Log); err != nil {
+	if s.auth.authn, s.runAuthn, err = buildAuthn(o.Config.Server.Authentication, o.Kube, o.Log); err != nil {
 		return nil, err
 	}
-	if s.authz, err = buildAuthz(o.Config.Server.Authorization, o.Kube); err != nil {
+	if s.auth.authz, err = buildAuthz(o.Config.Server.Authorization, o.Kube); err != nil {
 		return nil, err
 	}
 	return s, nil
