@@ -4,17 +4,68 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
+	"sync"
 	"time"
 
-	crierrors "k8s.io/cri-api/pkg/errors"
-
+	internalapi "k8s.io/cri-api/pkg/apis"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	crierrors "k8s.io/cri-api/pkg/errors"
+	"k8s.io/utils/clock"
 
+	"github.com/nodelet/nodelet/internal/config"
 	"github.com/nodelet/nodelet/internal/cri"
 	"github.com/nodelet/nodelet/internal/podutil"
+)
+
+// containerGC is the kubelet's container garbage collector
+// (pkg/kubelet/kuberuntime/kuberuntime_gc.go containerGC): dead containers
+// by policy, sandboxes without containers, and the log directories of
+// removed pods. It owns its lock; the pod state tells it what may go.
+type containerGC struct {
+	policy     *config.GCConfig
+	podLogsDir string
+	log        *slog.Logger
+	clock      clock.Clock
+	rt         containerRuntime
+	state      containerPods
+	evictions  staleEvictions
+
+	mu sync.Mutex
+}
+
+// containerRuntime is the part of CRI container GC uses.
+type containerRuntime interface {
+	ListContainers(ctx context.Context, filter *runtimeapi.ContainerFilter) ([]*runtimeapi.Container, error)
+	ListPodSandbox(ctx context.Context, filter *runtimeapi.PodSandboxFilter) ([]*runtimeapi.PodSandbox, error)
+	ContainerStatus(ctx context.Context, containerID string, verbose bool) (*runtimeapi.ContainerStatusResponse, error)
+	StopContainer(ctx context.Context, containerID string, timeout int64) error
+	RemoveContainer(ctx context.Context, containerID string) error
+	StopPodSandbox(ctx context.Context, podSandboxID string) error
+	RemovePodSandbox(ctx context.Context, podSandboxID string) error
+}
+
+// containerPods is the kubelet's podStateProvider: what container GC asks
+// of the pod state.
+type containerPods interface {
+	allSourcesReady() bool
+	shouldContentBeRemoved(uid string) bool
+	shouldRuntimeBeRemoved(uid string) bool
+}
+
+// staleEvictions forgets the evictions of pods that are gone, at the end of
+// each container GC pass.
+type staleEvictions interface {
+	forgetStaleEvictions(ctx context.Context)
+}
+
+var (
+	_ containerRuntime = (internalapi.RuntimeService)(nil)
+	_ containerPods    = (*podState)(nil)
+	_ staleEvictions   = (*evictionRecords)(nil)
 )
 
 // containerGCInfo is one dead container considered for removal.
@@ -60,33 +111,33 @@ type containerGCResult struct {
 	LogDirs    []string
 }
 
-// garbageCollectContainers is the kubelet's containerGC.GarbageCollect: dead
+// garbageCollect is the kubelet's containerGC.GarbageCollect: dead
 // containers by policy, then sandboxes without containers, then the log
 // directories of removed pods. evictNonDeletedPods (under disk pressure)
 // also removes every dead container and sandbox of pods whose runtime is
 // final though the pod still exists.
-func (g *Daemon) garbageCollectContainers(ctx context.Context, evictNonDeletedPods bool) (containerGCResult, error) {
-	g.containerMu.Lock()
-	defer g.containerMu.Unlock()
+func (cg *containerGC) garbageCollect(ctx context.Context, evictNonDeletedPods bool) (containerGCResult, error) {
+	cg.mu.Lock()
+	defer cg.mu.Unlock()
 	var res containerGCResult
 	var errs []error
-	if err := g.evictContainers(ctx, evictNonDeletedPods, &res); err != nil {
+	if err := cg.evictContainers(ctx, evictNonDeletedPods, &res); err != nil {
 		errs = append(errs, err)
 	}
-	if err := g.evictSandboxes(ctx, evictNonDeletedPods, &res); err != nil {
+	if err := cg.evictSandboxes(ctx, evictNonDeletedPods, &res); err != nil {
 		errs = append(errs, err)
 	}
-	if err := g.evictPodLogDirs(ctx, &res); err != nil {
+	if err := cg.evictPodLogDirs(ctx, &res); err != nil {
 		errs = append(errs, err)
 	}
-	g.forgetStaleEvictions(ctx)
+	cg.evictions.forgetStaleEvictions(ctx)
 	return res, errors.Join(errs...)
 }
 
 // evictableContainers lists the managed containers that are not running and
 // were created before newestGCTime, by pod container.
-func (g *Daemon) evictableContainers(ctx context.Context, newestGCTime time.Time) (containersByEvictUnit, error) {
-	containers, err := g.rt.ListContainers(ctx, &runtimeapi.ContainerFilter{LabelSelector: cri.ManagedSelector()})
+func (cg *containerGC) evictableContainers(ctx context.Context, newestGCTime time.Time) (containersByEvictUnit, error) {
+	containers, err := cg.rt.ListContainers(ctx, &runtimeapi.ContainerFilter{LabelSelector: cri.ManagedSelector()})
 	if err != nil {
 		return nil, fmt.Errorf("list containers: %w", err)
 	}
@@ -116,17 +167,17 @@ func (g *Daemon) evictableContainers(ctx context.Context, newestGCTime time.Time
 	return units, nil
 }
 
-func (g *Daemon) evictContainers(ctx context.Context, evictNonDeletedPods bool, res *containerGCResult) error {
-	policy := g.cfg.GC
-	units, err := g.evictableContainers(ctx, g.clock.Now().Add(-policy.MinAge))
+func (cg *containerGC) evictContainers(ctx context.Context, evictNonDeletedPods bool, res *containerGCResult) error {
+	policy := cg.policy
+	units, err := cg.evictableContainers(ctx, cg.clock.Now().Add(-policy.MinAge))
 	if err != nil {
 		return err
 	}
 	// The containers of removed pods all go, once every source is ready.
-	if g.state.allSourcesReady() {
+	if cg.state.allSourcesReady() {
 		for key, unit := range units {
-			if g.state.shouldContentBeRemoved(key.uid) || (evictNonDeletedPods && g.state.shouldRuntimeBeRemoved(key.uid)) {
-				g.removeOldestN(ctx, unit, len(unit), res)
+			if cg.state.shouldContentBeRemoved(key.uid) || (evictNonDeletedPods && cg.state.shouldRuntimeBeRemoved(key.uid)) {
+				cg.removeOldestN(ctx, unit, len(unit), res)
 				delete(units, key)
 			}
 		}
@@ -134,13 +185,13 @@ func (g *Daemon) evictContainers(ctx context.Context, evictNonDeletedPods bool, 
 	// Every other pod keeps at least its newest dead instance of each
 	// container: status derives the container's (last) state from it.
 	perUnit := max(policy.MaxPerPodContainer, 1)
-	g.enforceMaxPerUnit(ctx, units, perUnit, res)
+	cg.enforceMaxPerUnit(ctx, units, perUnit, res)
 
 	if policy.MaxContainers >= 0 && units.numContainers() > policy.MaxContainers {
 		// Leave an equal number per unit (at least one), then the oldest
 		// of the rest go, never a unit's newest.
 		n := max(policy.MaxContainers/max(len(units), 1), 1)
-		g.enforceMaxPerUnit(ctx, units, n, res)
+		cg.enforceMaxPerUnit(ctx, units, n, res)
 		if total := units.numContainers(); total > policy.MaxContainers {
 			var rest []containerGCInfo
 			for key, unit := range units {
@@ -150,16 +201,16 @@ func (g *Daemon) evictContainers(ctx context.Context, evictNonDeletedPods bool, 
 			}
 			byAttempt(rest)
 			toRemove := min(total-policy.MaxContainers, len(rest))
-			g.removeOldestN(ctx, rest, toRemove, res)
+			cg.removeOldestN(ctx, rest, toRemove, res)
 		}
 	}
 	return nil
 }
 
-func (g *Daemon) enforceMaxPerUnit(ctx context.Context, units containersByEvictUnit, keep int, res *containerGCResult) {
+func (cg *containerGC) enforceMaxPerUnit(ctx context.Context, units containersByEvictUnit, keep int, res *containerGCResult) {
 	for key, unit := range units {
 		if toRemove := len(unit) - keep; toRemove > 0 {
-			units[key] = g.removeOldestN(ctx, unit, toRemove, res)
+			units[key] = cg.removeOldestN(ctx, unit, toRemove, res)
 		}
 	}
 }
@@ -167,7 +218,7 @@ func (g *Daemon) enforceMaxPerUnit(ctx context.Context, units containersByEvictU
 // removeOldestN removes the toRemove oldest of containers and returns the
 // rest. Failures are logged and the container counted as removed, as the
 // kubelet does, so one stuck container does not make the pass aggressive.
-func (g *Daemon) removeOldestN(ctx context.Context, containers []containerGCInfo, toRemove int, res *containerGCResult) []containerGCInfo {
+func (cg *containerGC) removeOldestN(ctx context.Context, containers []containerGCInfo, toRemove int, res *containerGCResult) []containerGCInfo {
 	numToKeep := len(containers) - toRemove
 	if numToKeep > 0 {
 		byAttempt(containers)
@@ -178,13 +229,13 @@ func (g *Daemon) removeOldestN(ctx context.Context, containers []containerGCInfo
 		}
 		c := containers[i]
 		if c.unknown {
-			if err := g.rt.StopContainer(ctx, c.id, 2); err != nil && !crierrors.IsNotFound(err) {
-				g.log.Error("Failed to stop container in unknown state before removal", "containerID", c.id, "err", err)
+			if err := cg.rt.StopContainer(ctx, c.id, 2); err != nil && !crierrors.IsNotFound(err) {
+				cg.log.Error("Failed to stop container in unknown state before removal", "containerID", c.id, "err", err)
 				continue
 			}
 		}
-		if err := g.removeContainer(ctx, c); err != nil {
-			g.log.Error("Failed to remove container", "pod", podutil.Ref(c.podNamespace, c.podName), "podUID", c.podUID, "containerName", c.name, "containerID", c.id, "err", err)
+		if err := cg.removeContainer(ctx, c); err != nil {
+			cg.log.Error("Failed to remove container", "pod", podutil.Ref(c.podNamespace, c.podName), "podUID", c.podUID, "containerName", c.name, "containerID", c.id, "err", err)
 			continue
 		}
 		res.Containers = append(res.Containers, c.id)
@@ -195,8 +246,8 @@ func (g *Daemon) removeOldestN(ctx context.Context, containers []containerGCInfo
 // removeContainer removes the container's log files (rotated ones too), then
 // the container, as the kubelet's removeContainer. A container already gone
 // counts as removed: a pass cut short is simply finished by the next one.
-func (g *Daemon) removeContainer(ctx context.Context, c containerGCInfo) error {
-	st, err := g.rt.ContainerStatus(ctx, c.id, false)
+func (cg *containerGC) removeContainer(ctx context.Context, c containerGCInfo) error {
+	st, err := cg.rt.ContainerStatus(ctx, c.id, false)
 	if err != nil {
 		if crierrors.IsNotFound(err) {
 			return nil
@@ -214,11 +265,11 @@ func (g *Daemon) removeContainer(ctx context.Context, c containerGCInfo) error {
 			reclaimedBytes.WithLabelValues(objContainerLog).Add(float64(size))
 		}
 	}
-	if err := g.rt.RemoveContainer(ctx, c.id); err != nil && !crierrors.IsNotFound(err) {
+	if err := cg.rt.RemoveContainer(ctx, c.id); err != nil && !crierrors.IsNotFound(err) {
 		return err
 	}
 	removedTotal.WithLabelValues(objContainer).Inc()
-	g.log.Info("Removed dead container", "pod", podutil.Ref(c.podNamespace, c.podName), "podUID", c.podUID,
+	cg.log.Info("Removed dead container", "pod", podutil.Ref(c.podNamespace, c.podName), "podUID", c.podUID,
 		"containerName", c.name, "containerID", c.id, "attempt", c.attempt)
 	return nil
 }
@@ -234,12 +285,12 @@ type sandboxGCInfo struct {
 
 // evictSandboxes removes sandboxes that are not ready and hold no
 // containers: all of them for a removed pod, all but the newest otherwise.
-func (g *Daemon) evictSandboxes(ctx context.Context, evictNonDeletedPods bool, res *containerGCResult) error {
-	containers, err := g.rt.ListContainers(ctx, &runtimeapi.ContainerFilter{LabelSelector: cri.ManagedSelector()})
+func (cg *containerGC) evictSandboxes(ctx context.Context, evictNonDeletedPods bool, res *containerGCResult) error {
+	containers, err := cg.rt.ListContainers(ctx, &runtimeapi.ContainerFilter{LabelSelector: cri.ManagedSelector()})
 	if err != nil {
 		return fmt.Errorf("list containers: %w", err)
 	}
-	sandboxes, err := g.rt.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{LabelSelector: cri.ManagedSelector()})
+	sandboxes, err := cg.rt.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{LabelSelector: cri.ManagedSelector()})
 	if err != nil {
 		return fmt.Errorf("list pod sandboxes: %w", err)
 	}
@@ -260,16 +311,16 @@ func (g *Daemon) evictSandboxes(ctx context.Context, evictNonDeletedPods bool, r
 		})
 	}
 	for uid, sbs := range byPod {
-		if g.state.shouldContentBeRemoved(uid) || (evictNonDeletedPods && g.state.shouldRuntimeBeRemoved(uid)) {
-			g.removeOldestNSandboxes(ctx, uid, sbs, len(sbs), res)
+		if cg.state.shouldContentBeRemoved(uid) || (evictNonDeletedPods && cg.state.shouldRuntimeBeRemoved(uid)) {
+			cg.removeOldestNSandboxes(ctx, uid, sbs, len(sbs), res)
 		} else {
-			g.removeOldestNSandboxes(ctx, uid, sbs, len(sbs)-1, res)
+			cg.removeOldestNSandboxes(ctx, uid, sbs, len(sbs)-1, res)
 		}
 	}
 	return nil
 }
 
-func (g *Daemon) removeOldestNSandboxes(ctx context.Context, uid string, sbs []sandboxGCInfo, toRemove int, res *containerGCResult) {
+func (cg *containerGC) removeOldestNSandboxes(ctx context.Context, uid string, sbs []sandboxGCInfo, toRemove int, res *containerGCResult) {
 	numToKeep := len(sbs) - toRemove
 	if numToKeep > 0 {
 		sort.SliceStable(sbs, func(i, j int) bool {
@@ -286,28 +337,28 @@ func (g *Daemon) removeOldestNSandboxes(ctx context.Context, uid string, sbs []s
 		}
 		// The runtime should have stopped it; stop it anyway, as the
 		// kubelet does, so that its network is torn down first.
-		if err := g.rt.StopPodSandbox(ctx, sb.id); err != nil && !crierrors.IsNotFound(err) {
-			g.log.Error("Failed to stop sandbox before removing", "pod", podutil.Ref(sb.podNamespace, sb.podName), "podUID", uid, "podSandboxID", sb.id, "err", err)
+		if err := cg.rt.StopPodSandbox(ctx, sb.id); err != nil && !crierrors.IsNotFound(err) {
+			cg.log.Error("Failed to stop sandbox before removing", "pod", podutil.Ref(sb.podNamespace, sb.podName), "podUID", uid, "podSandboxID", sb.id, "err", err)
 			continue
 		}
-		if err := g.rt.RemovePodSandbox(ctx, sb.id); err != nil && !crierrors.IsNotFound(err) {
-			g.log.Error("Failed to remove sandbox", "pod", podutil.Ref(sb.podNamespace, sb.podName), "podUID", uid, "podSandboxID", sb.id, "err", err)
+		if err := cg.rt.RemovePodSandbox(ctx, sb.id); err != nil && !crierrors.IsNotFound(err) {
+			cg.log.Error("Failed to remove sandbox", "pod", podutil.Ref(sb.podNamespace, sb.podName), "podUID", uid, "podSandboxID", sb.id, "err", err)
 			continue
 		}
 		removedTotal.WithLabelValues(objSandbox).Inc()
 		res.Sandboxes = append(res.Sandboxes, sb.id)
-		g.log.Info("Removed pod sandbox", "pod", podutil.Ref(sb.podNamespace, sb.podName), "podUID", uid, "podSandboxID", sb.id)
+		cg.log.Info("Removed pod sandbox", "pod", podutil.Ref(sb.podNamespace, sb.podName), "podUID", uid, "podSandboxID", sb.id)
 	}
 }
 
 // evictPodLogDirs removes the log directories of removed pods, once every
 // source is ready. A directory whose pod still has a container or sandbox
 // in the runtime stays until those are gone.
-func (g *Daemon) evictPodLogDirs(ctx context.Context, res *containerGCResult) error {
-	if !g.state.allSourcesReady() {
+func (cg *containerGC) evictPodLogDirs(ctx context.Context, res *containerGCResult) error {
+	if !cg.state.allSourcesReady() {
 		return nil
 	}
-	root := g.cfg.Node.PodLogsDir
+	root := cg.podLogsDir
 	dirs, err := os.ReadDir(root)
 	if os.IsNotExist(err) {
 		return nil
@@ -315,7 +366,7 @@ func (g *Daemon) evictPodLogDirs(ctx context.Context, res *containerGCResult) er
 	if err != nil {
 		return fmt.Errorf("read pod logs directory %s: %w", root, err)
 	}
-	inRuntime, err := g.podsInRuntime(ctx)
+	inRuntime, err := cg.podsInRuntime(ctx)
 	if err != nil {
 		return err
 	}
@@ -324,35 +375,35 @@ func (g *Daemon) evictPodLogDirs(ctx context.Context, res *containerGCResult) er
 			continue
 		}
 		uid := podUIDFromLogDir(d.Name())
-		if uid == "" || inRuntime[uid] || !g.state.shouldContentBeRemoved(uid) {
+		if uid == "" || inRuntime[uid] || !cg.state.shouldContentBeRemoved(uid) {
 			continue
 		}
 		p := filepath.Join(root, d.Name())
 		size, _ := du(p)
 		if err := os.RemoveAll(p); err != nil {
-			g.log.Error("Failed to remove pod logs directory", "path", p, "podUID", uid, "err", err)
+			cg.log.Error("Failed to remove pod logs directory", "path", p, "podUID", uid, "err", err)
 			continue
 		}
 		removedTotal.WithLabelValues(objPodLogDir).Inc()
 		reclaimedBytes.WithLabelValues(objPodLogDir).Add(float64(size))
 		res.LogDirs = append(res.LogDirs, p)
-		g.log.Info("Removed pod logs directory", "path", p, "podUID", uid)
+		cg.log.Info("Removed pod logs directory", "path", p, "podUID", uid)
 	}
 	return nil
 }
 
 // podsInRuntime lists the pod UIDs that still have a managed container or
 // sandbox.
-func (g *Daemon) podsInRuntime(ctx context.Context) (map[string]bool, error) {
+func (cg *containerGC) podsInRuntime(ctx context.Context) (map[string]bool, error) {
 	out := map[string]bool{}
-	containers, err := g.rt.ListContainers(ctx, &runtimeapi.ContainerFilter{LabelSelector: cri.ManagedSelector()})
+	containers, err := cg.rt.ListContainers(ctx, &runtimeapi.ContainerFilter{LabelSelector: cri.ManagedSelector()})
 	if err != nil {
 		return nil, fmt.Errorf("list containers: %w", err)
 	}
 	for _, c := range containers {
 		out[c.GetLabels()[cri.LabelPodUID]] = true
 	}
-	sandboxes, err := g.rt.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{LabelSelector: cri.ManagedSelector()})
+	sandboxes, err := cg.rt.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{LabelSelector: cri.ManagedSelector()})
 	if err != nil {
 		return nil, fmt.Errorf("list pod sandboxes: %w", err)
 	}

@@ -36,7 +36,7 @@ func TestContainerGCKeepsLastDeadInstance(t *testing.T) {
 
 	g, _ := e.newGC()
 	waitFor(t, "gc to see the pod", func() bool { return g.state.pod(string(pod.UID)) != nil && g.state.allSourcesReady() })
-	res, err := g.garbageCollectContainers(testCtx(t), false)
+	res, err := g.containers.garbageCollect(testCtx(t), false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +65,7 @@ func TestContainerGCKeepsLastDeadInstance(t *testing.T) {
 	}
 
 	// A second pass finds nothing more to do.
-	res, err = g.garbageCollectContainers(testCtx(t), false)
+	res, err = g.containers.garbageCollect(testCtx(t), false)
 	if err != nil || len(res.Containers)+len(res.Sandboxes)+len(res.LogDirs) != 0 {
 		t.Errorf("second pass removed %+v (err %v), want nothing", res, err)
 	}
@@ -107,7 +107,7 @@ func TestContainerGCRemovesRemovedPod(t *testing.T) {
 	// Sources not ready: a pod missing from desired may just not be
 	// delivered yet. It is treated as live: its last dead instance, its
 	// sandbox and its logs stay.
-	if _, err := g.garbageCollectContainers(testCtx(t), false); err != nil {
+	if _, err := g.containers.garbageCollect(testCtx(t), false); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(e.containersOf(string(gone.UID))); n != 1 {
@@ -122,7 +122,7 @@ func TestContainerGCRemovesRemovedPod(t *testing.T) {
 
 	e.sourcesReady(true)
 	waitFor(t, "gc to see the sources ready", g.state.allSourcesReady)
-	res, err := g.garbageCollectContainers(testCtx(t), false)
+	res, err := g.containers.garbageCollect(testCtx(t), false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +165,7 @@ func TestContainerGCRemovesRemovedPod(t *testing.T) {
 	e.stopPod(ps)
 	e.observe(stopping, true)
 	waitFor(t, "gc to see the pod final", func() bool { return g.state.shouldContentBeRemoved(string(stopping.UID)) })
-	if _, err := g.garbageCollectContainers(testCtx(t), false); err != nil {
+	if _, err := g.containers.garbageCollect(testCtx(t), false); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(e.containersOf(string(stopping.UID))) + len(e.sandboxesOf(string(stopping.UID))); n != 0 {
@@ -241,7 +241,7 @@ func TestContainerGCPolicy(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := g.garbageCollectContainers(testCtx(t), false); err != nil {
+			if _, err := g.containers.garbageCollect(testCtx(t), false); err != nil {
 				t.Fatal(err)
 			}
 			var left []string

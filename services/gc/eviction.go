@@ -3,6 +3,7 @@ package gc
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sort"
 	"sync"
 	"time"
@@ -10,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/internal/config"
@@ -169,10 +171,24 @@ func thresholdsMet(ts []threshold, obs observations) []threshold {
 	return out
 }
 
-// evictionState is the kubelet's eviction manager state. Everything in it is
-// either recomputed each pass or, for the published conditions, read back
-// from the pressure bucket after a restart.
-type evictionState struct {
+// evictionManager is the kubelet's eviction manager
+// (pkg/kubelet/eviction/eviction_manager.go managerImpl): it measures the
+// signals, publishes the node's pressure conditions, reclaims node-level
+// resources through container and image GC, and evicts pods. Everything in
+// its state is either recomputed each pass or, for the published
+// conditions, read back from the pressure bucket after a restart.
+type evictionManager struct {
+	log        *slog.Logger
+	clock      clock.Clock
+	bus        *bus.Conn
+	pressureW  *bus.Writer // the pressure bucket
+	measure    Measurer
+	pods       evictionPods
+	evictions  evictionWriter
+	events     podEvents
+	containers containerReclaimer
+	images     imageReclaimer
+
 	mu                 sync.Mutex
 	thresholds         []threshold
 	transition         time.Duration
@@ -184,36 +200,73 @@ type evictionState struct {
 	shuttingDown bool
 }
 
-func (e *evictionState) init(c config.GCConfig) error {
-	ts, err := parseThresholds(c)
-	if err != nil {
-		return err
-	}
-	e.thresholds = ts
-	e.transition = c.EvictionPressureTransitionPeriod
-	e.firstObservedAt = map[string]time.Time{}
-	e.condLastObservedAt = map[corev1.NodeConditionType]time.Time{}
-	return nil
+// evictionPods is what the eviction manager asks of the pod state: the
+// kubelet's activePodsFunc and podCleanedUpFunc.
+type evictionPods interface {
+	activePods() []*corev1.Pod
+	observedTerminated(uid string) bool
+}
+
+// evictionWriter records an eviction (the runtime kills the pod, status
+// fails it).
+type evictionWriter interface {
+	put(ctx context.Context, ev *schemas.PodEviction) error
+}
+
+// containerReclaimer is container GC as the eviction manager's node-level
+// reclaim uses it (the kubelet's ContainerGC.DeleteAllUnusedContainers).
+type containerReclaimer interface {
+	garbageCollect(ctx context.Context, evictNonDeletedPods bool) (containerGCResult, error)
+}
+
+// imageReclaimer is image GC as the eviction manager's node-level reclaim
+// uses it (the kubelet's ImageGC.DeleteUnusedImages).
+type imageReclaimer interface {
+	deleteUnusedImages(ctx context.Context) (imageGCResult, error)
+}
+
+var (
+	_ evictionPods       = (*podState)(nil)
+	_ evictionWriter     = (*evictionRecords)(nil)
+	_ podEvents          = (*eventRecorder)(nil)
+	_ containerReclaimer = (*containerGC)(nil)
+	_ imageReclaimer     = (*imageGC)(nil)
+)
+
+// newEvictionManager completes m with its thresholds (parseThresholds),
+// gc.evictionPressureTransitionPeriod and the pressure bucket's writer.
+func newEvictionManager(thresholds []threshold, transition time.Duration, m *evictionManager) *evictionManager {
+	m.thresholds = thresholds
+	m.transition = transition
+	m.firstObservedAt = map[string]time.Time{}
+	m.condLastObservedAt = map[corev1.NodeConditionType]time.Time{}
+	m.pressureW = bus.NewWriter(m.bus, bus.BucketPressure, func() error {
+		// The store was wiped: the next pass publishes the conditions again.
+		m.mu.Lock()
+		m.published = nil
+		m.mu.Unlock()
+		return nil
+	})
+	return m
 }
 
 // synchronize is one pass of the kubelet's eviction manager: measure, work
 // out the node conditions and publish them, enforce local storage limits,
 // and when a threshold is met past its grace period, reclaim node-level
 // resources first and else evict one pod. It returns the pods it evicted.
-func (g *Daemon) synchronize(ctx context.Context) ([]*corev1.Pod, error) {
-	e := &g.ev
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	now := g.clock.Now()
-	if err := g.loadPressure(ctx, now); err != nil {
+func (m *evictionManager) synchronize(ctx context.Context) ([]*corev1.Pod, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.clock.Now()
+	if err := m.loadPressure(ctx, now); err != nil {
 		return nil, err
 	}
-	ns, err := g.measure.NodeStats(ctx)
+	ns, err := m.measure.NodeStats(ctx)
 	if ns == nil {
 		return nil, fmt.Errorf("eviction manager: measure node: %w", err)
 	}
 	if err != nil {
-		g.log.Error("Eviction manager: some signals could not be measured", "err", err)
+		m.log.Error("Eviction manager: some signals could not be measured", "err", err)
 	}
 	obs := makeObservations(ns)
 	for sig, o := range obs {
@@ -221,30 +274,30 @@ func (g *Daemon) synchronize(ctx context.Context) ([]*corev1.Pod, error) {
 	}
 	withImageFs := ns.ImageFs != nil && ns.NodeFs != nil && ns.ImageFs.Device != ns.NodeFs.Device
 
-	met := thresholdsMet(e.thresholds, obs)
+	met := thresholdsMet(m.thresholds, obs)
 	first := map[string]time.Time{}
 	for _, t := range met {
-		at, ok := e.firstObservedAt[t.key()]
+		at, ok := m.firstObservedAt[t.key()]
 		if !ok {
 			at = now
 		}
 		first[t.key()] = at
 	}
-	e.firstObservedAt = first
+	m.firstObservedAt = first
 	for _, t := range met {
-		e.condLastObservedAt[signalToCondition[t.Signal]] = now
+		m.condLastObservedAt[signalToCondition[t.Signal]] = now
 	}
 	conditions := map[corev1.NodeConditionType]bool{}
-	for c, at := range e.condLastObservedAt {
-		if now.Sub(at) < e.transition || at.Equal(now) {
+	for c, at := range m.condLastObservedAt {
+		if now.Sub(at) < m.transition || at.Equal(now) {
 			conditions[c] = true
 		}
 	}
-	if err := g.publishPressure(ctx, conditions, now); err != nil {
-		g.log.Error("Eviction manager: failed to publish node conditions", "err", err)
+	if err := m.publishPressure(ctx, conditions, now); err != nil {
+		m.log.Error("Eviction manager: failed to publish node conditions", "err", err)
 	}
 
-	active := g.state.activePods()
+	active := m.pods.activePods()
 	// Pods are measured only when a decision needs their figures: those
 	// with a local storage limit on every pass, all of them once a
 	// threshold is to be reclaimed. The kubelet gathers every pod's stats
@@ -253,7 +306,7 @@ func (g *Daemon) synchronize(ctx context.Context) ([]*corev1.Pod, error) {
 	// and its shims every 10 s with 50 pods, for figures unused while the
 	// node is under no pressure and no pod has a limit.
 	if limited := storageLimited(active); len(limited) > 0 {
-		if evicted := g.localStorageEviction(ctx, limited, g.podUsage(ctx, limited, false)); len(evicted) > 0 {
+		if evicted := m.localStorageEviction(ctx, limited, m.podUsage(ctx, limited, false)); len(evicted) > 0 {
 			return evicted, nil
 		}
 	}
@@ -263,7 +316,7 @@ func (g *Daemon) synchronize(ctx context.Context) ([]*corev1.Pod, error) {
 		if now.Sub(first[t.key()]) >= t.GracePeriod {
 			reclaim = append(reclaim, t)
 		} else {
-			g.log.Info("Eviction manager: eviction criteria not yet met", "signal", t.Signal, "gracePeriod", t.GracePeriod, "duration", now.Sub(first[t.key()]))
+			m.log.Info("Eviction manager: eviction criteria not yet met", "signal", t.Signal, "gracePeriod", t.GracePeriod, "duration", now.Sub(first[t.key()]))
 		}
 	}
 	if len(reclaim) == 0 {
@@ -275,16 +328,16 @@ func (g *Daemon) synchronize(ctx context.Context) ([]*corev1.Pod, error) {
 	})
 	t := reclaim[0]
 	res := signalToResource[t.Signal]
-	g.log.Warn("Eviction manager: attempting to reclaim", "resourceName", res)
-	g.nodeEvent(corev1.EventTypeWarning, "EvictionThresholdMet", fmt.Sprintf("Attempting to reclaim %s", res))
-	if g.reclaimNodeLevelResources(ctx, t.Signal, res, withImageFs) {
+	m.log.Warn("Eviction manager: attempting to reclaim", "resourceName", res)
+	m.events.nodeEvent(corev1.EventTypeWarning, "EvictionThresholdMet", fmt.Sprintf("Attempting to reclaim %s", res))
+	if m.reclaimNodeLevelResources(ctx, t.Signal, res, withImageFs) {
 		return nil, nil
 	}
 	if len(active) == 0 {
-		g.log.Error("Eviction manager: eviction thresholds have been met, but no pods are active to evict")
+		m.log.Error("Eviction manager: eviction thresholds have been met, but no pods are active to evict")
 		return nil, nil
 	}
-	usage := g.podUsage(ctx, active, t.Signal == SignalPIDAvailable)
+	usage := m.podUsage(ctx, active, t.Signal == SignalPIDAvailable)
 	rankPods(t.Signal, withImageFs, active, usage)
 	var grace *int64
 	if t.hard() {
@@ -293,21 +346,21 @@ func (g *Daemon) synchronize(ctx context.Context) ([]*corev1.Pod, error) {
 	}
 	for _, pod := range active {
 		msg := evictionMessage(res, pod, usage[string(pod.UID)], reclaim, obs)
-		if g.evictPod(ctx, pod, grace, msg, t.Signal) {
+		if m.evictPod(ctx, pod, grace, msg, t.Signal) {
 			return []*corev1.Pod{pod}, nil
 		}
 	}
-	g.log.Info("Eviction manager: unable to evict any pods from the node")
+	m.log.Info("Eviction manager: unable to evict any pods from the node")
 	return nil, nil
 }
 
 // podUsage measures pods for an eviction decision (with their process
 // counts for pid pressure); a failure leaves them without figures, which
 // ranks them first as the kubelet does.
-func (g *Daemon) podUsage(ctx context.Context, pods []*corev1.Pod, processes bool) map[string]*PodUsage {
-	usage, err := g.measure.PodUsage(ctx, pods, processes)
+func (m *evictionManager) podUsage(ctx context.Context, pods []*corev1.Pod, processes bool) map[string]*PodUsage {
+	usage, err := m.measure.PodUsage(ctx, pods, processes)
 	if err != nil {
-		g.log.Error("Eviction manager: failed to measure pod usage", "err", err)
+		m.log.Error("Eviction manager: failed to measure pod usage", "err", err)
 		return map[string]*PodUsage{}
 	}
 	return usage
@@ -317,25 +370,25 @@ func (g *Daemon) podUsage(ctx context.Context, pods []*corev1.Pod, processes boo
 // (dead containers, then unused images, for disk signals) and says whether
 // that ended every threshold without evicting a pod. With a separate image
 // filesystem, nodefs pressure has nothing to reclaim at node level.
-func (g *Daemon) reclaimNodeLevelResources(ctx context.Context, signal string, res corev1.ResourceName, withImageFs bool) bool {
+func (m *evictionManager) reclaimNodeLevelResources(ctx context.Context, signal string, res corev1.ResourceName, withImageFs bool) bool {
 	disk := res == corev1.ResourceEphemeralStorage || res == resourceInodes
 	nodefs := signal == SignalNodeFsAvailable || signal == SignalNodeFsInodesFree
 	if !disk || (withImageFs && nodefs) {
 		return false
 	}
-	if _, err := g.garbageCollectContainers(ctx, true); err != nil {
-		g.log.Info("Eviction manager: unexpected error when attempting to reduce resource pressure", "resourceName", res, "err", err)
+	if _, err := m.containers.garbageCollect(ctx, true); err != nil {
+		m.log.Info("Eviction manager: unexpected error when attempting to reduce resource pressure", "resourceName", res, "err", err)
 	}
-	if _, err := g.deleteUnusedImages(ctx); err != nil {
-		g.log.Info("Eviction manager: unexpected error when attempting to reduce resource pressure", "resourceName", res, "err", err)
+	if _, err := m.images.deleteUnusedImages(ctx); err != nil {
+		m.log.Info("Eviction manager: unexpected error when attempting to reduce resource pressure", "resourceName", res, "err", err)
 	}
-	ns, err := g.measure.NodeStats(ctx)
+	ns, err := m.measure.NodeStats(ctx)
 	if ns == nil {
-		g.log.Error("Eviction manager: failed to measure node after reclaim", "err", err)
+		m.log.Error("Eviction manager: failed to measure node after reclaim", "err", err)
 		return false
 	}
-	if len(thresholdsMet(g.ev.thresholds, makeObservations(ns))) == 0 {
-		g.log.Info("Eviction manager: able to reduce resource pressure without evicting pods.", "resourceName", res)
+	if len(thresholdsMet(m.thresholds, makeObservations(ns))) == 0 {
+		m.log.Info("Eviction manager: able to reduce resource pressure without evicting pods.", "resourceName", res)
 		return true
 	}
 	return false
@@ -344,32 +397,31 @@ func (g *Daemon) reclaimNodeLevelResources(ctx context.Context, signal string, r
 // evictPod asks the runtime to kill pod and status to fail it: a record in
 // the evictions bucket, an Evicted event. Critical pods (static, mirror, or
 // system-critical priority) are never evicted.
-func (g *Daemon) evictPod(ctx context.Context, pod *corev1.Pod, grace *int64, message, signal string) bool {
+func (m *evictionManager) evictPod(ctx context.Context, pod *corev1.Pod, grace *int64, message, signal string) bool {
 	if podutil.IsCriticalPod(pod) {
-		g.log.Error("Eviction manager: cannot evict a critical pod", "pod", podutil.Ref(pod.Namespace, pod.Name), "podUID", pod.UID)
+		m.log.Error("Eviction manager: cannot evict a critical pod", "pod", podutil.Ref(pod.Namespace, pod.Name), "podUID", pod.UID)
 		return false
 	}
 	ev := &schemas.PodEviction{UID: string(pod.UID), Namespace: pod.Namespace, Name: pod.Name,
-		Reason: EvictionReason, Message: message, Time: g.clock.Now().UTC(), GracePeriodSeconds: grace}
-	if _, _, err := g.evictionsW.Put(ctx, string(pod.UID), ev); err != nil {
-		g.log.Error("Eviction manager: pod failed to evict", "pod", podutil.Ref(pod.Namespace, pod.Name), "podUID", pod.UID, "err", err)
+		Reason: EvictionReason, Message: message, Time: m.clock.Now().UTC(), GracePeriodSeconds: grace}
+	if err := m.evictions.put(ctx, ev); err != nil {
+		m.log.Error("Eviction manager: pod failed to evict", "pod", podutil.Ref(pod.Namespace, pod.Name), "podUID", pod.UID, "err", err)
 		return false
 	}
-	g.state.noteEviction(ev)
-	g.podEvent(pod, corev1.EventTypeWarning, EvictionReason, message)
+	m.events.podEvent(pod, corev1.EventTypeWarning, EvictionReason, message)
 	evictionsTotal.WithLabelValues(signal).Inc()
-	g.log.Info("Eviction manager: pod is evicted successfully", "pod", podutil.Ref(pod.Namespace, pod.Name), "podUID", pod.UID, "message", message)
+	m.log.Info("Eviction manager: pod is evicted successfully", "pod", podutil.Ref(pod.Namespace, pod.Name), "podUID", pod.UID, "message", message)
 	return true
 }
 
 // waitForPodsCleanup waits until the runtime reports the evicted pods final,
 // or podCleanupTimeout, before the next eviction pass.
-func (g *Daemon) waitForPodsCleanup(ctx context.Context, pods []*corev1.Pod) {
-	deadline := g.clock.Now().Add(podCleanupTimeout)
-	for g.clock.Now().Before(deadline) {
+func (m *evictionManager) waitForPodsCleanup(ctx context.Context, pods []*corev1.Pod) {
+	deadline := m.clock.Now().Add(podCleanupTimeout)
+	for m.clock.Now().Before(deadline) {
 		done := true
 		for _, p := range pods {
-			done = done && g.state.observedTerminated(string(p.UID))
+			done = done && m.pods.observedTerminated(string(p.UID))
 		}
 		if done {
 			return
@@ -377,53 +429,51 @@ func (g *Daemon) waitForPodsCleanup(ctx context.Context, pods []*corev1.Pod) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-g.clock.After(time.Second):
+		case <-m.clock.After(time.Second):
 		}
 	}
-	g.log.Info("Eviction manager: timed out waiting for pods to be cleaned up", "pods", len(pods))
+	m.log.Info("Eviction manager: timed out waiting for pods to be cleaned up", "pods", len(pods))
 }
 
 // loadPressure reads back the conditions published before a restart, so
 // that their transition times survive it and a condition that was True is
 // held for another transition period rather than dropped at once.
-func (g *Daemon) loadPressure(ctx context.Context, now time.Time) error {
-	e := &g.ev
-	if e.loaded {
+func (m *evictionManager) loadPressure(ctx context.Context, now time.Time) error {
+	if m.loaded {
 		return nil
 	}
-	np, rev, err := bus.Get[schemas.NodePressure](ctx, g.bus, bus.BucketPressure, bus.KeyPressure)
+	np, rev, err := bus.Get[schemas.NodePressure](ctx, m.bus, bus.BucketPressure, bus.KeyPressure)
 	if err != nil && rev == 0 {
 		return fmt.Errorf("eviction manager: read published conditions: %w", err)
 	}
 	if err != nil {
 		// A value that does not decode is replaced by the next write.
-		g.log.Error("Eviction manager: ignoring published conditions that do not decode", "err", err)
+		m.log.Error("Eviction manager: ignoring published conditions that do not decode", "err", err)
 	}
 	if np != nil {
-		e.published = np
+		m.published = np
 		for _, c := range np.Conditions {
 			if c.Status == corev1.ConditionTrue {
-				e.condLastObservedAt[c.Type] = now
+				m.condLastObservedAt[c.Type] = now
 			}
 		}
 	}
-	e.loaded = true
+	m.loaded = true
 	return nil
 }
 
 // publishPressure writes the three conditions, keeping each one's
 // transition time while its status holds. Heartbeat time equals transition
 // time: the bucket changes only when a condition does, and nodelet-status
-// stamps its own heartbeats. Callers hold ev.mu.
-func (g *Daemon) publishPressure(ctx context.Context, pressure map[corev1.NodeConditionType]bool, now time.Time) error {
-	e := &g.ev
+// stamps its own heartbeats. Callers hold mu.
+func (m *evictionManager) publishPressure(ctx context.Context, pressure map[corev1.NodeConditionType]bool, now time.Time) error {
 	prev := map[corev1.NodeConditionType]corev1.NodeCondition{}
-	if e.published != nil {
-		for _, c := range e.published.Conditions {
+	if m.published != nil {
+		for _, c := range m.published.Conditions {
 			prev[c.Type] = c
 		}
 	}
-	np := &schemas.NodePressure{ShuttingDown: e.shuttingDown}
+	np := &schemas.NodePressure{ShuttingDown: m.shuttingDown}
 	for _, p := range nodestatus.PressureConditions {
 		t := p.Type
 		c := p.Condition(pressure[t])
@@ -440,37 +490,15 @@ func (g *Daemon) publishPressure(ctx context.Context, pressure map[corev1.NodeCo
 				// nodelet-status records the kubelet's node event
 				// (NodeHasInsufficientMemory, …) when it sets the condition
 				// on the Node, as the kubelet's setter does.
-				g.log.Info("Node condition changed", "condition", t, "status", c.Status, "reason", c.Reason)
+				m.log.Info("Node condition changed", "condition", t, "status", c.Status, "reason", c.Reason)
 			}
 		}
 		c.LastHeartbeatTime = c.LastTransitionTime
 		np.Conditions = append(np.Conditions, c)
 	}
-	if _, _, err := g.pressureW.Put(ctx, bus.KeyPressure, np); err != nil {
+	if _, _, err := m.pressureW.Put(ctx, bus.KeyPressure, np); err != nil {
 		return err
 	}
-	e.published = np
+	m.published = np
 	return nil
-}
-
-// rewriteEvictions writes every eviction again after the bus's store was
-// wiped.
-func (g *Daemon) rewriteEvictions() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	for _, ev := range g.state.evictionsSnapshot() {
-		if _, _, err := g.evictionsW.Put(ctx, ev.UID, ev); err != nil {
-			return fmt.Errorf("eviction of pod %s: %w", ev.UID, err)
-		}
-	}
-	return nil
-}
-
-// forgetStaleEvictions deletes the evictions of pods that are gone.
-func (g *Daemon) forgetStaleEvictions(ctx context.Context) {
-	for _, uid := range g.state.staleEvictions() {
-		if _, err := g.evictionsW.Delete(ctx, uid); err != nil {
-			g.log.Error("Failed to delete eviction of a removed pod", "podUID", uid, "err", err)
-		}
-	}
 }

@@ -92,7 +92,7 @@ func TestEvictionWithRealThresholds(t *testing.T) {
 				return fileSize(pb.logDir+"/app/0.log") > 0
 			})
 			evictedBefore := counterValue(evictionsTotal.WithLabelValues(tc.signal))
-			evicted, err := g.synchronize(testCtx(t))
+			evicted, err := g.eviction.synchronize(testCtx(t))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -165,7 +165,7 @@ func TestPressureConditionsAndGracePeriods(t *testing.T) {
 	waitFor(t, "the pod", func() bool { return len(g.state.activePods()) == 1 })
 	sync := func() []*corev1.Pod {
 		t.Helper()
-		ev, err := g.synchronize(testCtx(t))
+		ev, err := g.eviction.synchronize(testCtx(t))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -215,7 +215,7 @@ func TestPressureConditionsAndGracePeriods(t *testing.T) {
 	g2 := newUnitGC(t, b, cfg, clk, fm)
 	for _, step := range []time.Duration{0, 4 * time.Minute} {
 		clk.Step(step)
-		if _, err := g2.synchronize(testCtx(t)); err != nil {
+		if _, err := g2.eviction.synchronize(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
 		if c := pressureOf(t, st)[corev1.NodeMemoryPressure]; c.Status != corev1.ConditionTrue || !c.LastTransitionTime.Equal(&raised) {
@@ -223,7 +223,7 @@ func TestPressureConditionsAndGracePeriods(t *testing.T) {
 		}
 	}
 	clk.Step(2 * time.Minute)
-	if _, err := g2.synchronize(testCtx(t)); err != nil {
+	if _, err := g2.eviction.synchronize(testCtx(t)); err != nil {
 		t.Fatal(err)
 	}
 	c = pressureOf(t, st)[corev1.NodeMemoryPressure]
@@ -279,7 +279,7 @@ func TestLocalStorageEviction(t *testing.T) {
 			mustPut(t, b.Connect(bus.Runtime), bus.BucketObserved, string(tc.pod.UID), &schemas.PodObserved{UID: string(tc.pod.UID)})
 			g := newUnitGC(t, b, cfg, clk, fm)
 			waitFor(t, "the pod", func() bool { return len(g.state.activePods()) == 1 })
-			evicted, err := g.synchronize(testCtx(t))
+			evicted, err := g.eviction.synchronize(testCtx(t))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -352,7 +352,7 @@ func TestPodsMeasuredOnlyWhenNeeded(t *testing.T) {
 			}
 			g := newUnitGC(t, b, cfg, clk, fm)
 			waitFor(t, "the pods", func() bool { return len(g.state.activePods()) == len(tc.pods) })
-			if _, err := g.synchronize(testCtx(t)); err != nil {
+			if _, err := g.eviction.synchronize(testCtx(t)); err != nil {
 				t.Fatal(err)
 			}
 			got := fm.calls()

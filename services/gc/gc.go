@@ -64,7 +64,6 @@ import (
 	"github.com/nodelet/nodelet/internal/config"
 	"github.com/nodelet/nodelet/internal/cri"
 	"github.com/nodelet/nodelet/internal/daemon"
-	"github.com/nodelet/nodelet/schemas"
 )
 
 // Run serves until ctx is done.
@@ -96,34 +95,25 @@ type Options struct {
 	Measurer Measurer
 }
 
-// Daemon is one nodelet-gc.
+// Daemon is one nodelet-gc: it builds the parts and runs their loops.
 type Daemon struct {
 	cfg       *config.Config
 	log       *slog.Logger
 	bus       *bus.Conn
-	rt        internalapi.RuntimeService
-	img       internalapi.ImageManagerService
 	clock     clock.WithTicker
 	measure   Measurer
 	setHealth func(bool, string)
+
+	// What gc knows of the node's pods, and what it writes for them.
 	state     *podState
-	began     time.Time
+	events    *eventRecorder
+	evictions *evictionRecords
 
-	logMaxSize int64
-
-	pressureW  *bus.Writer
-	evictionsW *bus.Writer
-	imagesW    *bus.Writer
-
-	containerMu sync.Mutex
-	logMu       sync.Mutex
-
-	imageMu           sync.Mutex
-	imageRecords      map[string]*schemas.ImageRecord // by image ID
-	imageRecordsReady bool
-	prevImageGCFailed bool
-
-	ev evictionState
+	// The parts, one per kubelet manager.
+	containers *containerGC
+	images     *imageGC
+	logs       *containerLogManager
+	eviction   *evictionManager
 }
 
 // New builds a GC; it does nothing until Run (or a pass) is called.
@@ -132,10 +122,9 @@ func New(o Options) (*Daemon, error) {
 		return nil, fmt.Errorf("gc: Config, Bus, Runtime and Images are required")
 	}
 	g := &Daemon{
-		cfg: o.Config, log: o.Log, bus: o.Bus, rt: o.Runtime, img: o.Images,
+		cfg: o.Config, log: o.Log, bus: o.Bus,
 		clock: o.Clock, measure: o.Measurer, setHealth: o.SetHealth,
-		state:        newPodState(),
-		imageRecords: map[string]*schemas.ImageRecord{},
+		state: newPodState(),
 	}
 	if g.log == nil {
 		g.log = slog.Default()
@@ -146,7 +135,7 @@ func New(o Options) (*Daemon, error) {
 	if g.setHealth == nil {
 		g.setHealth = func(bool, string) {}
 	}
-	g.began = g.clock.Now()
+	began := g.clock.Now()
 	if g.measure == nil {
 		g.measure = &nodeMeasurer{
 			procDir: "/proc", cgroupDir: "/sys/fs/cgroup",
@@ -159,25 +148,32 @@ func New(o Options) (*Daemon, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gc.containerLogMaxSize %q: %w", o.Config.GC.ContainerLogMaxSize, err)
 	}
-	g.logMaxSize = q.Value()
 	if o.Config.GC.ContainerLogMaxFiles < 2 {
 		return nil, fmt.Errorf("gc.containerLogMaxFiles %d: must be at least 2", o.Config.GC.ContainerLogMaxFiles)
 	}
-	if err := g.ev.init(o.Config.GC); err != nil {
+	thresholds, err := parseThresholds(o.Config.GC)
+	if err != nil {
 		return nil, err
 	}
-	g.pressureW = bus.NewWriter(o.Bus, bus.BucketPressure, func() error {
-		g.ev.mu.Lock()
-		g.ev.published = nil
-		g.ev.mu.Unlock()
-		return nil
+	g.logs = &containerLogManager{
+		maxSize: q.Value(), maxFiles: o.Config.GC.ContainerLogMaxFiles,
+		log: g.log, clock: g.clock, rt: o.Runtime,
+	}
+	g.events = &eventRecorder{bus: o.Bus, nodeName: o.Config.Node.Name, clock: g.clock}
+	g.evictions = newEvictionRecords(o.Bus, g.log, g.state)
+	g.containers = &containerGC{
+		policy: &o.Config.GC, podLogsDir: o.Config.Node.PodLogsDir,
+		log: g.log, clock: g.clock, rt: o.Runtime, state: g.state, evictions: g.evictions,
+	}
+	g.images = newImageGC(o.Bus, &imageGC{
+		policy: &o.Config.GC, sandboxImage: o.Config.Runtime.SandboxImage,
+		log: g.log, clock: g.clock, began: began,
+		rt: o.Runtime, img: o.Images, measure: g.measure, events: g.events,
 	})
-	g.evictionsW = bus.NewWriter(o.Bus, bus.BucketEvictions, g.rewriteEvictions)
-	g.imagesW = bus.NewWriter(o.Bus, bus.BucketImages, func() error {
-		g.imageMu.Lock()
-		g.imageRecordsReady = false
-		g.imageMu.Unlock()
-		return nil
+	g.eviction = newEvictionManager(thresholds, o.Config.GC.EvictionPressureTransitionPeriod, &evictionManager{
+		log: g.log, clock: g.clock, bus: o.Bus, measure: g.measure,
+		pods: g.state, evictions: g.evictions, events: g.events,
+		containers: g.containers, images: g.images,
 	})
 	return g, nil
 }
@@ -194,9 +190,9 @@ func (g *Daemon) Run(ctx context.Context) error {
 	gcCfg := g.cfg.GC
 	wg.Go(func() {
 		g.every(ctx, "container", gcCfg.ContainerGCPeriod, func(ctx context.Context) error {
-			_, err := g.garbageCollectContainers(ctx, false)
+			_, err := g.containers.garbageCollect(ctx, false)
 			if err != nil {
-				g.nodeEvent(corev1.EventTypeWarning, "ContainerGCFailed", err.Error())
+				g.events.nodeEvent(corev1.EventTypeWarning, "ContainerGCFailed", err.Error())
 			}
 			return err
 		})
@@ -207,17 +203,17 @@ func (g *Daemon) Run(ctx context.Context) error {
 	} else {
 		wg.Go(func() {
 			g.every(ctx, "image", gcCfg.ImageGCPeriod, func(ctx context.Context) error {
-				_, err := g.garbageCollectImages(ctx)
+				_, err := g.images.garbageCollect(ctx)
 				return err
 			})
 		})
 	}
-	wg.Go(func() { g.every(ctx, "log_rotation", gcCfg.ContainerLogMonitorInterval, g.rotateLogs) })
+	wg.Go(func() { g.every(ctx, "log_rotation", gcCfg.ContainerLogMonitorInterval, g.logs.rotateLogs) })
 	wg.Go(func() {
 		g.every(ctx, "eviction", gcCfg.EvictionMonitoringPeriod, func(ctx context.Context) error {
-			evicted, err := g.synchronize(ctx)
+			evicted, err := g.eviction.synchronize(ctx)
 			if len(evicted) > 0 {
-				g.waitForPodsCleanup(ctx, evicted)
+				g.eviction.waitForPodsCleanup(ctx, evicted)
 			}
 			return err
 		})
@@ -266,22 +262,6 @@ func (g *Daemon) passHealth(err error) {
 	case isUnavailable(err):
 		g.setHealth(false, "container runtime unreachable: "+err.Error())
 	}
-}
-
-// nodeEvent emits an event about the node.
-func (g *Daemon) nodeEvent(typ, reason, message string) {
-	g.bus.Emit(schemas.Event{
-		Object: corev1.ObjectReference{Kind: "Node", Name: g.cfg.Node.Name},
-		Type:   typ, Reason: reason, Message: message, Time: g.clock.Now().UTC(),
-	})
-}
-
-// podEvent emits an event about a pod.
-func (g *Daemon) podEvent(pod *corev1.Pod, typ, reason, message string) {
-	g.bus.Emit(schemas.Event{
-		Object: corev1.ObjectReference{Kind: "Pod", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, APIVersion: "v1"},
-		Type:   typ, Reason: reason, Message: message, Time: g.clock.Now().UTC(),
-	})
 }
 
 // podLogDir is the kubelet's pod log directory, <podLogsDir>/<ns>_<name>_<uid>.

@@ -5,19 +5,86 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
-	crierrors "k8s.io/cri-api/pkg/errors"
-
 	corev1 "k8s.io/api/core/v1"
+	internalapi "k8s.io/cri-api/pkg/apis"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	crierrors "k8s.io/cri-api/pkg/errors"
+	"k8s.io/utils/clock"
 
+	"github.com/nodelet/nodelet/bus"
+	"github.com/nodelet/nodelet/internal/config"
 	"github.com/nodelet/nodelet/schemas"
 )
+
+// imageGC is the kubelet's image garbage collector
+// (pkg/kubelet/images/image_gc_manager.go realImageGCManager): it keeps the
+// images' first-seen and last-used times (in the images bucket, so that the
+// least-recently-used order survives a restart) and removes unused images by
+// age and by the image filesystem's thresholds; the eviction manager asks it
+// to delete every unused image under disk pressure.
+type imageGC struct {
+	policy       *config.GCConfig
+	sandboxImage string
+	log          *slog.Logger
+	clock        clock.Clock
+	began        time.Time // gc's start: imageMaximumGCAge counts from it
+	rt           imageContainers
+	img          imageService
+	measure      imageFsMeasurer
+	events       nodeEvents
+	w            *bus.Writer // the images bucket
+
+	mu           sync.Mutex
+	records      map[string]*schemas.ImageRecord // by image ID
+	recordsReady bool
+	prevFailed   bool
+}
+
+// imageContainers is the part of CRI's runtime service image GC uses: the
+// images the containers use.
+type imageContainers interface {
+	ListContainers(ctx context.Context, filter *runtimeapi.ContainerFilter) ([]*runtimeapi.Container, error)
+}
+
+// imageService is the part of CRI's image service image GC uses.
+type imageService interface {
+	ListImages(ctx context.Context, filter *runtimeapi.ImageFilter) ([]*runtimeapi.Image, error)
+	ImageStatus(ctx context.Context, image *runtimeapi.ImageSpec, verbose bool) (*runtimeapi.ImageStatusResponse, error)
+	RemoveImage(ctx context.Context, image *runtimeapi.ImageSpec) error
+}
+
+// imageFsMeasurer measures the image filesystem.
+type imageFsMeasurer interface {
+	NodeStats(ctx context.Context) (*NodeStats, error)
+}
+
+var (
+	_ imageContainers = (internalapi.RuntimeService)(nil)
+	_ imageService    = (internalapi.ImageManagerService)(nil)
+	_ imageFsMeasurer = (Measurer)(nil)
+	_ nodeEvents      = (*eventRecorder)(nil)
+)
+
+func newImageGC(conn *bus.Conn, ig *imageGC) *imageGC {
+	ig.records = map[string]*schemas.ImageRecord{}
+	ig.w = bus.NewWriter(conn, bus.BucketImages, func() error {
+		// The store was wiped: read it again (finding nothing) and write
+		// every record again at the next pass.
+		ig.mu.Lock()
+		ig.recordsReady = false
+		ig.mu.Unlock()
+		return nil
+	})
+	return ig
+}
 
 // imageEvictionInfo is one unused image considered for removal.
 type imageEvictionInfo struct {
@@ -48,31 +115,31 @@ func ImageRecordKey(id string) string {
 }
 
 // loadImageRecords reads the images bucket once (and again after the bus's
-// store was wiped). Callers hold imageMu.
-func (g *Daemon) loadImageRecords(ctx context.Context) error {
-	if g.imageRecordsReady {
+// store was wiped). Callers hold mu.
+func (ig *imageGC) loadImageRecords(ctx context.Context) error {
+	if ig.recordsReady {
 		return nil
 	}
-	keys, err := g.imagesW.Keys(ctx)
+	keys, err := ig.w.Keys(ctx)
 	if err != nil {
 		return fmt.Errorf("load image records: %w", err)
 	}
 	for _, k := range keys {
-		data, _, ok, err := g.imagesW.Data(ctx, k)
+		data, _, ok, err := ig.w.Data(ctx, k)
 		if err != nil {
 			return fmt.Errorf("load image records: %w", err)
 		}
 		var rec schemas.ImageRecord
 		if !ok || json.Unmarshal(data, &rec) != nil || rec.ID == "" {
-			g.log.Error("Skipping image record that does not decode", "key", k)
+			ig.log.Error("Skipping image record that does not decode", "key", k)
 			continue
 		}
-		if prev := g.imageRecords[rec.ID]; prev == nil || rec.LastUsed.After(prev.LastUsed) {
-			g.imageRecords[rec.ID] = &rec
+		if prev := ig.records[rec.ID]; prev == nil || rec.LastUsed.After(prev.LastUsed) {
+			ig.records[rec.ID] = &rec
 		}
 	}
 	// After a wipe, what is only in memory is written again below.
-	g.imageRecordsReady = true
+	ig.recordsReady = true
 	return nil
 }
 
@@ -82,15 +149,15 @@ func (g *Daemon) loadImageRecords(ctx context.Context) error {
 // images that are gone are dropped. Records are written to the images
 // bucket only when they changed. It returns the images in use and the
 // runtime's images by ID.
-func (g *Daemon) detectImages(ctx context.Context, now time.Time) (map[string]bool, map[string]*runtimeapi.Image, error) {
-	if err := g.loadImageRecords(ctx); err != nil {
+func (ig *imageGC) detectImages(ctx context.Context, now time.Time) (map[string]bool, map[string]*runtimeapi.Image, error) {
+	if err := ig.loadImageRecords(ctx); err != nil {
 		return nil, nil, err
 	}
-	images, err := g.img.ListImages(ctx, nil)
+	images, err := ig.img.ListImages(ctx, nil)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list images: %w", err)
 	}
-	containers, err := g.rt.ListContainers(ctx, nil)
+	containers, err := ig.rt.ListContainers(ctx, nil)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list containers: %w", err)
 	}
@@ -100,8 +167,8 @@ func (g *Daemon) detectImages(ctx context.Context, now time.Time) (map[string]bo
 		refs[c.GetImage().GetImage()] = true
 	}
 	// The sandbox image is never collected, even when no sandbox runs.
-	refs[g.cfg.Runtime.SandboxImage] = true
-	if st, err := g.img.ImageStatus(ctx, &runtimeapi.ImageSpec{Image: g.cfg.Runtime.SandboxImage}, false); err == nil && st.GetImage() != nil {
+	refs[ig.sandboxImage] = true
+	if st, err := ig.img.ImageStatus(ctx, &runtimeapi.ImageSpec{Image: ig.sandboxImage}, false); err == nil && st.GetImage() != nil {
 		refs[st.GetImage().GetId()] = true
 	}
 	inUse := map[string]bool{}
@@ -117,23 +184,23 @@ func (g *Daemon) detectImages(ctx context.Context, now time.Time) (map[string]bo
 		if used {
 			inUse[id] = true
 		}
-		rec := g.imageRecords[id]
+		rec := ig.records[id]
 		if rec == nil {
 			rec = &schemas.ImageRecord{ID: id, FirstSeen: now.UTC()}
-			g.imageRecords[id] = rec
+			ig.records[id] = rec
 		}
 		rec.RepoTags = img.GetRepoTags()
 		if used {
 			rec.LastUsed = now.UTC()
 		}
-		if _, _, err := g.imagesW.Put(ctx, ImageRecordKey(id), rec); err != nil {
+		if _, _, err := ig.w.Put(ctx, ImageRecordKey(id), rec); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	for id := range g.imageRecords {
+	for id := range ig.records {
 		if byID[id] == nil {
-			delete(g.imageRecords, id)
-			if _, err := g.imagesW.Delete(ctx, ImageRecordKey(id)); err != nil {
+			delete(ig.records, id)
+			if _, err := ig.w.Delete(ctx, ImageRecordKey(id)); err != nil {
 				errs = append(errs, err)
 			}
 		}
@@ -144,8 +211,8 @@ func (g *Daemon) detectImages(ctx context.Context, now time.Time) (map[string]bo
 // imagesInEvictionOrder lists the images that may be removed — not in use,
 // not pinned by the runtime, not the sandbox image — least recently used
 // first, ties broken by first seen.
-func (g *Daemon) imagesInEvictionOrder(ctx context.Context, now time.Time) ([]imageEvictionInfo, error) {
-	inUse, byID, err := g.detectImages(ctx, now)
+func (ig *imageGC) imagesInEvictionOrder(ctx context.Context, now time.Time) ([]imageEvictionInfo, error) {
+	inUse, byID, err := ig.detectImages(ctx, now)
 	if err != nil {
 		return nil, err
 	}
@@ -154,7 +221,7 @@ func (g *Daemon) imagesInEvictionOrder(ctx context.Context, now time.Time) ([]im
 		if inUse[id] || img.GetPinned() {
 			continue
 		}
-		rec := g.imageRecords[id]
+		rec := ig.records[id]
 		out = append(out, imageEvictionInfo{id: id, tags: img.GetRepoTags(), size: int64(img.GetSize()),
 			first: rec.FirstSeen, lastUsed: rec.LastUsed})
 	}
@@ -170,70 +237,70 @@ func (g *Daemon) imagesInEvictionOrder(ctx context.Context, now time.Time) ([]im
 	return out, nil
 }
 
-// garbageCollectImages is the kubelet's realImageGCManager.GarbageCollect:
+// garbageCollect is the kubelet's realImageGCManager.GarbageCollect:
 // images unused for longer than imageMaximumGCAge go first; then, when the
 // image filesystem is at or above imageGCHighThresholdPercent, unused images
 // go least recently used first until it is at imageGCLowThresholdPercent.
-func (g *Daemon) garbageCollectImages(ctx context.Context) (imageGCResult, error) {
-	g.imageMu.Lock()
-	defer g.imageMu.Unlock()
-	res, err := g.garbageCollectImagesLocked(ctx)
+func (ig *imageGC) garbageCollect(ctx context.Context) (imageGCResult, error) {
+	ig.mu.Lock()
+	defer ig.mu.Unlock()
+	res, err := ig.garbageCollectLocked(ctx)
 	if err != nil {
-		if g.prevImageGCFailed {
+		if ig.prevFailed {
 			// As the kubelet: only repeated failures are an event; the
 			// first may be stats not yet there.
-			g.log.Error("Image garbage collection failed multiple times in a row", "err", err)
-			g.nodeEvent(corev1.EventTypeWarning, "ImageGCFailed", err.Error())
+			ig.log.Error("Image garbage collection failed multiple times in a row", "err", err)
+			ig.events.nodeEvent(corev1.EventTypeWarning, "ImageGCFailed", err.Error())
 		} else {
-			g.log.Error("Image garbage collection failed once", "err", err)
+			ig.log.Error("Image garbage collection failed once", "err", err)
 		}
-		g.prevImageGCFailed = true
+		ig.prevFailed = true
 		return res, err
 	}
-	g.prevImageGCFailed = false
+	ig.prevFailed = false
 	return res, nil
 }
 
-func (g *Daemon) garbageCollectImagesLocked(ctx context.Context) (imageGCResult, error) {
+func (ig *imageGC) garbageCollectLocked(ctx context.Context) (imageGCResult, error) {
 	var res imageGCResult
-	freeTime := g.clock.Now()
-	images, err := g.imagesInEvictionOrder(ctx, freeTime)
+	freeTime := ig.clock.Now()
+	images, err := ig.imagesInEvictionOrder(ctx, freeTime)
 	if err != nil {
 		return res, err
 	}
-	images, err = g.freeOldImages(ctx, images, freeTime, &res)
+	images, err = ig.freeOldImages(ctx, images, freeTime, &res)
 	if err != nil {
 		return res, err
 	}
-	ns, err := g.measure.NodeStats(ctx)
+	ns, err := ig.measure.NodeStats(ctx)
 	if ns == nil || ns.ImageFs == nil {
 		return res, fmt.Errorf("image filesystem stats: %w", err)
 	}
 	capacity, available := ns.ImageFs.Capacity, ns.ImageFs.Available
 	if available > capacity {
-		g.log.Info("Availability is larger than capacity", "available", available, "capacity", capacity)
+		ig.log.Info("Availability is larger than capacity", "available", available, "capacity", capacity)
 		available = capacity
 	}
 	if capacity == 0 {
 		err := errors.New("invalid capacity 0 on image filesystem")
-		g.nodeEvent(corev1.EventTypeWarning, "InvalidDiskCapacity", err.Error())
+		ig.events.nodeEvent(corev1.EventTypeWarning, "InvalidDiskCapacity", err.Error())
 		return res, err
 	}
-	policy := g.cfg.GC
+	policy := ig.policy
 	usagePercent := 100 - int(available*100/capacity)
 	if usagePercent < policy.ImageGCHighThresholdPercent {
 		return res, nil
 	}
 	amountToFree := capacity*int64(100-policy.ImageGCLowThresholdPercent)/100 - available
-	g.log.Info("Disk usage on image filesystem is over the high threshold, trying to free bytes down to the low threshold",
+	ig.log.Info("Disk usage on image filesystem is over the high threshold, trying to free bytes down to the low threshold",
 		"usage", usagePercent, "highThreshold", policy.ImageGCHighThresholdPercent, "amountToFree", amountToFree, "lowThreshold", policy.ImageGCLowThresholdPercent)
-	freed, err := g.freeSpace(ctx, amountToFree, freeTime, images, &res)
+	freed, err := ig.freeSpace(ctx, amountToFree, freeTime, images, &res)
 	if err != nil {
 		return res, err
 	}
 	if freed < amountToFree {
 		msg := fmt.Sprintf("Failed to garbage collect required amount of images. Attempted to free %d bytes, but only found %d bytes eligible to free.", amountToFree, freed)
-		g.nodeEvent(corev1.EventTypeWarning, "FreeDiskSpaceFailed", msg)
+		ig.events.nodeEvent(corev1.EventTypeWarning, "FreeDiskSpaceFailed", msg)
 		return res, errors.New(msg)
 	}
 	return res, nil
@@ -241,31 +308,31 @@ func (g *Daemon) garbageCollectImagesLocked(ctx context.Context) (imageGCResult,
 
 // deleteUnusedImages removes every unused image old enough: the eviction
 // manager's reclaim under disk pressure.
-func (g *Daemon) deleteUnusedImages(ctx context.Context) (imageGCResult, error) {
-	g.imageMu.Lock()
-	defer g.imageMu.Unlock()
+func (ig *imageGC) deleteUnusedImages(ctx context.Context) (imageGCResult, error) {
+	ig.mu.Lock()
+	defer ig.mu.Unlock()
 	var res imageGCResult
-	freeTime := g.clock.Now()
-	images, err := g.imagesInEvictionOrder(ctx, freeTime)
+	freeTime := ig.clock.Now()
+	images, err := ig.imagesInEvictionOrder(ctx, freeTime)
 	if err != nil {
 		return res, err
 	}
-	_, err = g.freeSpace(ctx, math.MaxInt64, freeTime, images, &res)
+	_, err = ig.freeSpace(ctx, math.MaxInt64, freeTime, images, &res)
 	return res, err
 }
 
 // freeOldImages removes images unused for longer than imageMaximumGCAge, once
 // gc itself has run that long (before, lastUsed may be older than the truth).
-func (g *Daemon) freeOldImages(ctx context.Context, images []imageEvictionInfo, freeTime time.Time, res *imageGCResult) ([]imageEvictionInfo, error) {
-	maxAge := g.cfg.GC.ImageMaximumGCAge
-	if maxAge == 0 || freeTime.Sub(g.began) <= maxAge {
+func (ig *imageGC) freeOldImages(ctx context.Context, images []imageEvictionInfo, freeTime time.Time, res *imageGCResult) ([]imageEvictionInfo, error) {
+	maxAge := ig.policy.ImageMaximumGCAge
+	if maxAge == 0 || freeTime.Sub(ig.began) <= maxAge {
 		return images, nil
 	}
 	var errs []error
 	var remaining []imageEvictionInfo
 	for _, img := range images {
 		if freeTime.Sub(img.lastUsed) > maxAge {
-			if err := g.freeImage(ctx, img, imageGCReasonAge, res); err != nil {
+			if err := ig.freeImage(ctx, img, imageGCReasonAge, res); err != nil {
 				errs = append(errs, err)
 				remaining = append(remaining, img)
 			}
@@ -282,17 +349,17 @@ func (g *Daemon) freeOldImages(ctx context.Context, images []imageEvictionInfo, 
 // freeSpace removes images in order until bytesToFree are freed, skipping
 // those first seen less than imageMinimumGCAge ago (just pulled, about to be
 // used).
-func (g *Daemon) freeSpace(ctx context.Context, bytesToFree int64, freeTime time.Time, images []imageEvictionInfo, res *imageGCResult) (int64, error) {
+func (ig *imageGC) freeSpace(ctx context.Context, bytesToFree int64, freeTime time.Time, images []imageEvictionInfo, res *imageGCResult) (int64, error) {
 	var errs []error
 	var freed int64
 	for _, img := range images {
 		if ctx.Err() != nil {
 			break
 		}
-		if freeTime.Sub(img.first) < g.cfg.GC.ImageMinimumGCAge {
+		if freeTime.Sub(img.first) < ig.policy.ImageMinimumGCAge {
 			continue
 		}
-		if err := g.freeImage(ctx, img, imageGCReasonSpace, res); err != nil {
+		if err := ig.freeImage(ctx, img, imageGCReasonSpace, res); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -307,14 +374,14 @@ func (g *Daemon) freeSpace(ctx context.Context, bytesToFree int64, freeTime time
 	return freed, nil
 }
 
-func (g *Daemon) freeImage(ctx context.Context, img imageEvictionInfo, reason string, res *imageGCResult) error {
-	g.log.Info("Removing image to free bytes", "imageID", img.id, "repoTags", img.tags, "size", img.size, "lastUsed", img.lastUsed, "reason", reason)
-	if err := g.img.RemoveImage(ctx, &runtimeapi.ImageSpec{Image: img.id}); err != nil && !crierrors.IsNotFound(err) {
+func (ig *imageGC) freeImage(ctx context.Context, img imageEvictionInfo, reason string, res *imageGCResult) error {
+	ig.log.Info("Removing image to free bytes", "imageID", img.id, "repoTags", img.tags, "size", img.size, "lastUsed", img.lastUsed, "reason", reason)
+	if err := ig.img.RemoveImage(ctx, &runtimeapi.ImageSpec{Image: img.id}); err != nil && !crierrors.IsNotFound(err) {
 		return fmt.Errorf("remove image %s: %w", img.id, err)
 	}
-	delete(g.imageRecords, img.id)
-	if _, err := g.imagesW.Delete(ctx, ImageRecordKey(img.id)); err != nil {
-		g.log.Error("Failed to delete image record", "imageID", img.id, "err", err)
+	delete(ig.records, img.id)
+	if _, err := ig.w.Delete(ctx, ImageRecordKey(img.id)); err != nil {
+		ig.log.Error("Failed to delete image record", "imageID", img.id, "err", err)
 	}
 	removedTotal.WithLabelValues(objImage).Inc()
 	reclaimedBytes.WithLabelValues(objImage).Add(float64(img.size))

@@ -51,7 +51,7 @@ func TestImageGCRemovesLeastRecentlyUsedFirst(t *testing.T) {
 	events := subscribeEvents(t, e.bus)
 
 	g, _ := e.newGC()
-	res, err := g.garbageCollectImages(testCtx(t))
+	res, err := g.images.garbageCollect(testCtx(t))
 	// The whole filesystem is "over 0 %": the kubelet reports what it could
 	// not free.
 	if err == nil || !strings.Contains(err.Error(), "Failed to garbage collect required amount of images") {
@@ -125,7 +125,7 @@ func TestImageGCStopsAtLowThreshold(t *testing.T) {
 		ns.ImageFs = &FsStats{Capacity: 10 * sizeA, Available: sizeA}
 	}}
 	g, _ := e.newGC(func(o *Options) { o.Measurer = fake })
-	res, err := g.garbageCollectImages(testCtx(t))
+	res, err := g.images.garbageCollect(testCtx(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +139,7 @@ func TestImageGCStopsAtLowThreshold(t *testing.T) {
 
 	// Below the high threshold nothing goes.
 	fake.node = func(ns *NodeStats) { ns.ImageFs = &FsStats{Capacity: 100, Available: 20} }
-	if res, err := g.garbageCollectImages(testCtx(t)); err != nil || len(res.Removed) != 0 {
+	if res, err := g.images.garbageCollect(testCtx(t)); err != nil || len(res.Removed) != 0 {
 		t.Errorf("below the threshold: removed %v, %v", res.Removed, err)
 	}
 }
@@ -176,18 +176,18 @@ func TestImageGCMaximumAgeAndPinned(t *testing.T) {
 	seedImageRecord(t, conn, "recent", clk.Now().Add(-48*time.Hour), clk.Now().Add(-30*time.Minute))
 
 	// Within an hour of start nothing is old enough to judge.
-	if res, err := g.garbageCollectImages(ctx); err != nil || len(res.Removed) != 0 {
+	if res, err := g.images.garbageCollect(ctx); err != nil || len(res.Removed) != 0 {
 		t.Fatalf("right after start: removed %v, %v", res.Removed, err)
 	}
 	// "recent" is used again (a container of it appears), then time passes.
 	clk.Step(50 * time.Minute)
 	rt.SetFakeContainers([]*critest.FakeContainer{deadOf("c1", "used"), deadOf("c2", "recent")})
-	if _, err := g.garbageCollectImages(ctx); err != nil {
+	if _, err := g.images.garbageCollect(ctx); err != nil {
 		t.Fatal(err)
 	}
 	rt.SetFakeContainers([]*critest.FakeContainer{deadOf("c1", "used")})
 	clk.Step(20 * time.Minute)
-	res, err := g.garbageCollectImages(ctx)
+	res, err := g.images.garbageCollect(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

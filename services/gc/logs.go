@@ -5,12 +5,16 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 
+	internalapi "k8s.io/cri-api/pkg/apis"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/internal/cri"
 )
@@ -27,12 +31,35 @@ const (
 	logTmpSuffix       = ".tmp"
 )
 
+// containerLogManager is the kubelet's container log manager
+// (pkg/kubelet/logs/container_log_manager.go containerLogManager): it
+// rotates the running containers' logs at containerLogMaxSize, keeping
+// containerLogMaxFiles files.
+type containerLogManager struct {
+	maxSize  int64 // gc.containerLogMaxSize in bytes
+	maxFiles int   // gc.containerLogMaxFiles, at least 2
+	log      *slog.Logger
+	clock    clock.Clock
+	rt       logRuntime
+
+	mu sync.Mutex
+}
+
+// logRuntime is the part of CRI log rotation uses.
+type logRuntime interface {
+	ListContainers(ctx context.Context, filter *runtimeapi.ContainerFilter) ([]*runtimeapi.Container, error)
+	ContainerStatus(ctx context.Context, containerID string, verbose bool) (*runtimeapi.ContainerStatusResponse, error)
+	ReopenContainerLog(ctx context.Context, containerID string) error
+}
+
+var _ logRuntime = (internalapi.RuntimeService)(nil)
+
 // rotateLogs checks every running managed container's log and rotates the
 // ones at or above containerLogMaxSize.
-func (g *Daemon) rotateLogs(ctx context.Context) error {
-	g.logMu.Lock()
-	defer g.logMu.Unlock()
-	containers, err := g.rt.ListContainers(ctx, &runtimeapi.ContainerFilter{
+func (m *containerLogManager) rotateLogs(ctx context.Context) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	containers, err := m.rt.ListContainers(ctx, &runtimeapi.ContainerFilter{
 		State:         &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING},
 		LabelSelector: cri.ManagedSelector(),
 	})
@@ -48,9 +75,9 @@ func (g *Daemon) rotateLogs(ctx context.Context) error {
 			continue
 		}
 		id := c.GetId()
-		resp, err := g.rt.ContainerStatus(ctx, id, false)
+		resp, err := m.rt.ContainerStatus(ctx, id, false)
 		if err != nil {
-			g.log.Error("Failed to get container status", "containerID", id, "err", err)
+			m.log.Error("Failed to get container status", "containerID", id, "err", err)
 			continue
 		}
 		path := resp.GetStatus().GetLogPath()
@@ -60,40 +87,40 @@ func (g *Daemon) rotateLogs(ctx context.Context) error {
 		info, err := os.Stat(path)
 		if err != nil {
 			if !os.IsNotExist(err) {
-				g.log.Error("Failed to stat container log", "path", path, "err", err)
+				m.log.Error("Failed to stat container log", "path", path, "err", err)
 				continue
 			}
 			// A rotation cut short (reopen failed, or gc died between the
 			// rename and the reopen) lost the current file: reopen it.
-			if err := g.rt.ReopenContainerLog(ctx, id); err != nil {
-				g.log.Error("Container log doesn't exist, reopen container log failed", "containerID", id, "path", path, "err", err)
+			if err := m.rt.ReopenContainerLog(ctx, id); err != nil {
+				m.log.Error("Container log doesn't exist, reopen container log failed", "containerID", id, "path", path, "err", err)
 				continue
 			}
 			if info, err = os.Stat(path); err != nil {
-				g.log.Error("Failed to stat container log after reopen", "path", path, "err", err)
+				m.log.Error("Failed to stat container log after reopen", "path", path, "err", err)
 				continue
 			}
 		}
-		if info.Size() < g.logMaxSize {
+		if info.Size() < m.maxSize {
 			continue
 		}
-		if err := g.rotateLog(ctx, id, path); err != nil {
-			g.log.Error("Failed to rotate log for container", "path", path, "containerID", id, "err", err)
+		if err := m.rotateLog(ctx, id, path); err != nil {
+			m.log.Error("Failed to rotate log for container", "path", path, "containerID", id, "err", err)
 			continue
 		}
 	}
 	return nil
 }
 
-func (g *Daemon) rotateLog(ctx context.Context, id, log string) error {
+func (m *containerLogManager) rotateLog(ctx context.Context, id, log string) error {
 	logs, err := filepath.Glob(log + ".*")
 	if err != nil {
 		return fmt.Errorf("failed to list all log files with pattern %q: %w", log+".*", err)
 	}
-	if logs, err = g.cleanupUnusedLogs(logs); err != nil {
+	if logs, err = m.cleanupUnusedLogs(logs); err != nil {
 		return fmt.Errorf("failed to cleanup logs: %w", err)
 	}
-	if logs, err = g.removeExcessLogs(logs); err != nil {
+	if logs, err = m.removeExcessLogs(logs); err != nil {
 		return fmt.Errorf("failed to remove excess logs: %w", err)
 	}
 	for _, l := range logs {
@@ -104,12 +131,12 @@ func (g *Daemon) rotateLog(ctx context.Context, id, log string) error {
 			return fmt.Errorf("failed to compress log %q: %w", l, err)
 		}
 	}
-	return g.rotateLatestLog(ctx, id, log)
+	return m.rotateLatestLog(ctx, id, log)
 }
 
 // cleanupUnusedLogs removes what an earlier rotation cut short left:
 // temporary files, and uncompressed files whose .gz is complete.
-func (g *Daemon) cleanupUnusedLogs(logs []string) ([]string, error) {
+func (m *containerLogManager) cleanupUnusedLogs(logs []string) ([]string, error) {
 	inuse, unused := filterUnusedLogs(logs)
 	for _, l := range unused {
 		if err := os.Remove(l); err != nil && !os.IsNotExist(err) {
@@ -150,9 +177,9 @@ func isLogInUse(l string, logs []string) bool {
 // with the file about to be rotated and the new current one, that makes
 // containerLogMaxFiles. The oldest go first, so a reader following the
 // newest files is not disturbed.
-func (g *Daemon) removeExcessLogs(logs []string) ([]string, error) {
+func (m *containerLogManager) removeExcessLogs(logs []string) ([]string, error) {
 	sort.Strings(logs)
-	maxRotated := max(g.cfg.GC.ContainerLogMaxFiles-2, 0)
+	maxRotated := max(m.maxFiles-2, 0)
 	i := 0
 	for ; i < len(logs)-maxRotated; i++ {
 		size := fileSize(logs[i])
@@ -202,8 +229,8 @@ func compressLog(log string) error {
 
 // rotateLatestLog renames the current log aside and has the runtime reopen
 // it; if the reopen fails the rename is undone so the next pass can retry.
-func (g *Daemon) rotateLatestLog(ctx context.Context, id, log string) error {
-	rotated := log + "." + g.clock.Now().Format(logTimestampFormat)
+func (m *containerLogManager) rotateLatestLog(ctx context.Context, id, log string) error {
+	rotated := log + "." + m.clock.Now().Format(logTimestampFormat)
 	if _, err := os.Stat(rotated); err == nil {
 		// Rotated twice within a second: renaming would overwrite the
 		// earlier file. The next pass rotates under a new name.
@@ -212,13 +239,13 @@ func (g *Daemon) rotateLatestLog(ctx context.Context, id, log string) error {
 	if err := os.Rename(log, rotated); err != nil {
 		return fmt.Errorf("failed to rotate log %q to %q: %w", log, rotated, err)
 	}
-	if err := g.rt.ReopenContainerLog(ctx, id); err != nil {
+	if err := m.rt.ReopenContainerLog(ctx, id); err != nil {
 		if renameErr := os.Rename(rotated, log); renameErr != nil {
-			g.log.Error("Failed to rename rotated log", "rotatedLog", rotated, "newLog", log, "containerID", id, "err", renameErr)
+			m.log.Error("Failed to rename rotated log", "rotatedLog", rotated, "newLog", log, "containerID", id, "err", renameErr)
 		}
 		return fmt.Errorf("failed to reopen container log %q: %w", id, err)
 	}
 	logRotations.Inc()
-	g.log.Debug("Rotated container log", "containerID", id, "path", log, "rotatedLog", rotated)
+	m.log.Debug("Rotated container log", "containerID", id, "path", log, "rotatedLog", rotated)
 	return nil
 }

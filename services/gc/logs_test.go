@@ -35,7 +35,7 @@ func TestLogRotation(t *testing.T) {
 	const rotations = 5
 	for i := 0; i < rotations; i++ {
 		waitFor(t, "the log to pass containerLogMaxSize", func() bool { return fileSize(current) >= 8*1024 })
-		if err := g.rotateLogs(testCtx(t)); err != nil {
+		if err := g.logs.rotateLogs(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
 		files, _ := filepath.Glob(current + "*")
@@ -85,9 +85,9 @@ func TestLogRotation(t *testing.T) {
 
 	// Below the size nothing happens.
 	g.cfg.GC.ContainerLogMaxSize = "1Gi"
-	g.logMaxSize = 1 << 30
+	g.logs.maxSize = 1 << 30
 	before := counterValue(logRotations)
-	if err := g.rotateLogs(testCtx(t)); err != nil {
+	if err := g.logs.rotateLogs(testCtx(t)); err != nil {
 		t.Fatal(err)
 	}
 	if counterValue(logRotations) != before {

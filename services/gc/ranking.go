@@ -258,7 +258,7 @@ func storageLimited(pods []*corev1.Pod) []*corev1.Pod {
 // sizeLimit, whose ephemeral storage exceeds the sum of its containers'
 // limits, or with a container over its own ephemeral-storage limit, is
 // evicted whatever the node's pressure.
-func (g *Daemon) localStorageEviction(ctx context.Context, pods []*corev1.Pod, usage map[string]*PodUsage) []*corev1.Pod {
+func (m *evictionManager) localStorageEviction(ctx context.Context, pods []*corev1.Pod, usage map[string]*PodUsage) []*corev1.Pod {
 	var evicted []*corev1.Pod
 	var zero int64
 	for _, pod := range pods {
@@ -267,19 +267,19 @@ func (g *Daemon) localStorageEviction(ctx context.Context, pods []*corev1.Pod, u
 			continue
 		}
 		if msg, ok := emptyDirLimitExceeded(pod, u); ok {
-			if g.evictPod(ctx, pod, &zero, msg, signalEmptyDirFsLimit) {
+			if m.evictPod(ctx, pod, &zero, msg, signalEmptyDirFsLimit) {
 				evicted = append(evicted, pod)
 			}
 			continue
 		}
 		if msg, ok := podEphemeralLimitExceeded(pod, u); ok {
-			if g.evictPod(ctx, pod, &zero, msg, signalEphemeralPodFsLimit) {
+			if m.evictPod(ctx, pod, &zero, msg, signalEphemeralPodFsLimit) {
 				evicted = append(evicted, pod)
 			}
 			continue
 		}
 		if msg, ok := containerEphemeralLimitExceeded(pod, u); ok {
-			if g.evictPod(ctx, pod, &zero, msg, signalEphemeralContainerFsLimit) {
+			if m.evictPod(ctx, pod, &zero, msg, signalEphemeralContainerFsLimit) {
 				evicted = append(evicted, pod)
 			}
 		}

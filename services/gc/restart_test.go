@@ -85,13 +85,13 @@ func TestRestartAfterDeathMidPass(t *testing.T) {
 	rt := &dyingRuntime{RuntimeService: e.cri.Runtime, die: die}
 	g1, stop1 := e.newGC(func(o *Options) { o.Runtime = rt })
 	waitFor(t, "gc to see the pods", func() bool { return g1.state.pod(string(live.UID)) != nil && g1.state.allSourcesReady() })
-	res, _ := g1.garbageCollectContainers(passCtx, false)
+	res, _ := g1.containers.garbageCollect(passCtx, false)
 	if len(res.Containers) != 1 || passCtx.Err() == nil {
 		t.Fatalf("the dying pass removed %v (ctx %v), want exactly one container before it died", res.Containers, passCtx.Err())
 	}
 	imgCtx, dieImages := context.WithCancel(testCtx(t))
-	g1.img = &dyingImages{ImageManagerService: e.cri.Image, die: dieImages}
-	ires, _ := g1.garbageCollectImages(imgCtx)
+	g1.images.img = &dyingImages{ImageManagerService: e.cri.Image, die: dieImages}
+	ires, _ := g1.images.garbageCollect(imgCtx)
 	if !slices.Equal(ires.Removed, []string{imgA}) {
 		t.Fatalf("the dying image pass removed %v, want only the least recently used %s", ires.Removed, imgA)
 	}
@@ -104,7 +104,7 @@ func TestRestartAfterDeathMidPass(t *testing.T) {
 	// A new gc, as after a restart: state from the bus, objects from CRI.
 	g2, _ := e.newGC()
 	waitFor(t, "gc to see the pods", func() bool { return g2.state.pod(string(live.UID)) != nil && g2.state.allSourcesReady() })
-	if _, err := g2.garbageCollectContainers(testCtx(t), false); err != nil {
+	if _, err := g2.containers.garbageCollect(testCtx(t), false); err != nil {
 		t.Fatal(err)
 	}
 	got := map[string]bool{}
@@ -127,7 +127,7 @@ func TestRestartAfterDeathMidPass(t *testing.T) {
 		t.Errorf("log dir of the removed pod %s survived", pg.logDir)
 	}
 
-	ires, _ = g2.garbageCollectImages(testCtx(t))
+	ires, _ = g2.images.garbageCollect(testCtx(t))
 	if !slices.Equal(ires.Removed, []string{imgB, imgC}) {
 		t.Errorf("after the restart image GC removed %v, want %v: the LRU order from the bucket", ires.Removed, []string{imgB, imgC})
 	}

@@ -3,12 +3,15 @@ package gc
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sort"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/clock"
 
+	"github.com/nodelet/nodelet/internal/config"
 	"github.com/nodelet/nodelet/internal/podutil"
 	"github.com/nodelet/nodelet/schemas"
 )
@@ -75,8 +78,14 @@ func shutdownGroups(total, critical time.Duration, pods []*corev1.Pod) []shutdow
 
 // shutdownManager watches logind for the gc daemon.
 type shutdownManager struct {
-	g       *Daemon
-	connect func() (inhibiter, error)
+	policy    *config.GCConfig
+	log       *slog.Logger
+	clock     clock.Clock
+	pods      evictionPods
+	evictions evictionWriter
+	events    nodeEvents
+	pressure  shutdownPressure
+	connect   func() (inhibiter, error)
 
 	mu           sync.Mutex
 	conn         inhibiter
@@ -84,19 +93,37 @@ type shutdownManager struct {
 	shuttingDown bool
 }
 
+// shutdownPressure says in the pressure record that the node is shutting
+// down (admission refuses new pods, status reports the node NotReady).
+type shutdownPressure interface {
+	republishPressure(ctx context.Context, shuttingDown bool)
+}
+
+var (
+	_ evictionPods     = (*podState)(nil)
+	_ evictionWriter   = (*evictionRecords)(nil)
+	_ nodeEvents       = (*eventRecorder)(nil)
+	_ shutdownPressure = (*evictionManager)(nil)
+)
+
+// newShutdownManager builds gc's shutdown manager from its parts.
 func newShutdownManager(g *Daemon, connect func() (inhibiter, error)) *shutdownManager {
-	return &shutdownManager{g: g, connect: connect}
+	return &shutdownManager{
+		policy: &g.cfg.GC, log: g.log, clock: g.clock,
+		pods: g.state, evictions: g.evictions, events: g.events, pressure: g.eviction,
+		connect: connect,
+	}
 }
 
 // periodRequested is the whole shutdownGracePeriod.
-func (s *shutdownManager) periodRequested() time.Duration { return s.g.cfg.GC.ShutdownGracePeriod }
+func (s *shutdownManager) periodRequested() time.Duration { return s.policy.ShutdownGracePeriod }
 
 // run is the kubelet's Start: watch logind, and watch again (every
 // dbusReconnectPeriod) whenever the watch ends or cannot start.
 func (s *shutdownManager) run(ctx context.Context) {
-	log := s.g.log
+	log := s.log
 	log.Info("Creating node shutdown manager", "shutdownGracePeriodRequested", s.periodRequested(),
-		"shutdownGracePeriodCriticalPods", s.g.cfg.GC.ShutdownGracePeriodCriticalPods)
+		"shutdownGracePeriodCriticalPods", s.policy.ShutdownGracePeriodCriticalPods)
 	for {
 		stop, err := s.start(ctx)
 		if err != nil {
@@ -115,7 +142,7 @@ func (s *shutdownManager) run(ctx context.Context) {
 			}
 			s.mu.Unlock()
 			return
-		case <-s.g.clock.After(dbusReconnectPeriod):
+		case <-s.clock.After(dbusReconnectPeriod):
 		}
 	}
 }
@@ -154,7 +181,7 @@ func (s *shutdownManager) start(ctx context.Context) (chan struct{}, error) {
 	if err := s.acquireLock(conn); err != nil {
 		return nil, err
 	}
-	events, err := conn.MonitorShutdown(s.g.log)
+	events, err := conn.MonitorShutdown(s.log)
 	if err != nil {
 		_ = s.release()
 		return nil, fmt.Errorf("failed to monitor shutdown: %w", err)
@@ -169,7 +196,7 @@ func (s *shutdownManager) start(ctx context.Context) (chan struct{}, error) {
 				return
 			case active, open := <-events:
 				if !open {
-					s.g.log.Error("Ended to watching the node for shutdown events")
+					s.log.Error("Ended to watching the node for shutdown events")
 					return
 				}
 				s.handle(ctx, conn, active)
@@ -181,29 +208,28 @@ func (s *shutdownManager) start(ctx context.Context) (chan struct{}, error) {
 
 // handle is one PrepareForShutdown signal.
 func (s *shutdownManager) handle(ctx context.Context, conn inhibiter, active bool) {
-	g := s.g
 	if active {
-		g.log.Info("Shutdown manager detected new shutdown event", "event", "shutdown")
-		g.nodeEvent(corev1.EventTypeNormal, eventNodeShutdown, "Shutdown manager detected shutdown event")
+		s.log.Info("Shutdown manager detected new shutdown event", "event", "shutdown")
+		s.events.nodeEvent(corev1.EventTypeNormal, eventNodeShutdown, "Shutdown manager detected shutdown event")
 	} else {
-		g.log.Info("Shutdown manager detected new shutdown event", "event", "cancelled")
-		g.nodeEvent(corev1.EventTypeNormal, eventNodeShutdown, "Shutdown manager detected shutdown cancellation")
+		s.log.Info("Shutdown manager detected new shutdown event", "event", "cancelled")
+		s.events.nodeEvent(corev1.EventTypeNormal, eventNodeShutdown, "Shutdown manager detected shutdown cancellation")
 	}
 	s.mu.Lock()
 	s.shuttingDown = active
 	s.mu.Unlock()
-	g.republishPressure(ctx, active)
+	s.pressure.republishPressure(ctx, active)
 	if !active {
 		if err := s.acquireLock(conn); err != nil {
-			g.log.Error("Cannot take the shutdown inhibitor lock again", "err", err)
+			s.log.Error("Cannot take the shutdown inhibitor lock again", "err", err)
 		}
 		return
 	}
 	s.killPods(ctx)
 	if err := s.release(); err != nil {
-		g.log.Error("Cannot release the shutdown inhibitor lock", "err", err)
+		s.log.Error("Cannot release the shutdown inhibitor lock", "err", err)
 	}
-	g.log.Info("Shutdown manager completed processing shutdown event, node will shutdown shortly")
+	s.log.Info("Shutdown manager completed processing shutdown event, node will shutdown shortly")
 }
 
 func (s *shutdownManager) acquireLock(conn inhibiter) error {
@@ -235,9 +261,8 @@ func (s *shutdownManager) release() error {
 // pod of it at once with min(group grace, the pod's own), waiting until
 // the runtime reports them terminated or the group's grace period passed.
 func (s *shutdownManager) killPods(ctx context.Context) {
-	g := s.g
-	cfg := g.cfg.GC
-	for _, group := range shutdownGroups(cfg.ShutdownGracePeriod, cfg.ShutdownGracePeriodCriticalPods, g.state.activePods()) {
+	cfg := s.policy
+	for _, group := range shutdownGroups(cfg.ShutdownGracePeriod, cfg.ShutdownGracePeriodCriticalPods, s.pods.activePods()) {
 		if ctx.Err() != nil || len(group.Pods) == 0 {
 			continue
 		}
@@ -246,33 +271,32 @@ func (s *shutdownManager) killPods(ctx context.Context) {
 			if pod.Spec.TerminationGracePeriodSeconds != nil && *pod.Spec.TerminationGracePeriodSeconds <= grace {
 				grace = *pod.Spec.TerminationGracePeriodSeconds
 			}
-			g.log.Info("Shutdown manager killing pod with gracePeriod", "pod", podutil.Ref(pod.Namespace, pod.Name), "podUID", pod.UID, "gracePeriod", grace)
+			s.log.Info("Shutdown manager killing pod with gracePeriod", "pod", podutil.Ref(pod.Namespace, pod.Name), "podUID", pod.UID, "gracePeriod", grace)
 			ev := &schemas.PodEviction{UID: string(pod.UID), Namespace: pod.Namespace, Name: pod.Name,
-				Reason: shutdownReason, Message: shutdownMessage, Time: g.clock.Now().UTC(), GracePeriodSeconds: &grace}
-			if _, _, err := g.evictionsW.Put(ctx, string(pod.UID), ev); err != nil {
-				g.log.Error("Shutdown manager failed killing pod", "pod", podutil.Ref(pod.Namespace, pod.Name), "podUID", pod.UID, "err", err)
+				Reason: shutdownReason, Message: shutdownMessage, Time: s.clock.Now().UTC(), GracePeriodSeconds: &grace}
+			if err := s.evictions.put(ctx, ev); err != nil {
+				s.log.Error("Shutdown manager failed killing pod", "pod", podutil.Ref(pod.Namespace, pod.Name), "podUID", pod.UID, "err", err)
 				continue
 			}
-			g.state.noteEviction(ev)
 		}
-		deadline := g.clock.Now().Add(time.Duration(group.GracePeriod) * time.Second)
+		deadline := s.clock.Now().Add(time.Duration(group.GracePeriod) * time.Second)
 		for {
 			done := true
 			for _, p := range group.Pods {
-				done = done && g.state.observedTerminated(string(p.UID))
+				done = done && s.pods.observedTerminated(string(p.UID))
 			}
 			if done {
-				g.log.Info("Done waiting for all pods in group to terminate", "gracePeriod", group.GracePeriod, "priority", group.Priority)
+				s.log.Info("Done waiting for all pods in group to terminate", "gracePeriod", group.GracePeriod, "priority", group.Priority)
 				break
 			}
-			if !g.clock.Now().Before(deadline) {
-				g.log.Info("Shutdown manager pod killing time out", "gracePeriod", group.GracePeriod, "priority", group.Priority)
+			if !s.clock.Now().Before(deadline) {
+				s.log.Info("Shutdown manager pod killing time out", "gracePeriod", group.GracePeriod, "priority", group.Priority)
 				break
 			}
 			select {
 			case <-ctx.Done():
 				return
-			case <-g.clock.After(100 * time.Millisecond):
+			case <-s.clock.After(100 * time.Millisecond):
 			}
 		}
 	}
@@ -280,18 +304,17 @@ func (s *shutdownManager) killPods(ctx context.Context) {
 
 // republishPressure writes the pressure record again with shuttingDown,
 // keeping the conditions last published.
-func (g *Daemon) republishPressure(ctx context.Context, shuttingDown bool) {
-	e := &g.ev
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.shuttingDown = shuttingDown
+func (m *evictionManager) republishPressure(ctx context.Context, shuttingDown bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.shuttingDown = shuttingDown
 	pressure := map[corev1.NodeConditionType]bool{}
-	if e.published != nil {
-		for _, c := range e.published.Conditions {
+	if m.published != nil {
+		for _, c := range m.published.Conditions {
 			pressure[c.Type] = c.Status == corev1.ConditionTrue
 		}
 	}
-	if err := g.publishPressure(ctx, pressure, g.clock.Now()); err != nil {
-		g.log.Error("Cannot publish that the node is shutting down", "err", err)
+	if err := m.publishPressure(ctx, pressure, m.clock.Now()); err != nil {
+		m.log.Error("Cannot publish that the node is shutting down", "err", err)
 	}
 }

@@ -203,12 +203,25 @@ func requestAttributes(nodeName string, u user.Info, r *http.Request, strictStre
 	return attrs
 }
 
+// authFilter is the kubelet's authentication and authorization filter
+// (pkg/kubelet/server/auth.go and server.go InstallAuthFilter), with the
+// node-local admin beside it.
+type authFilter struct {
+	log      *slog.Logger
+	nodeName string
+	authn    authenticator.Request
+	authz    authorizer.UnconditionalAuthorizer
+	local    *localAdmin
+	// strictStreamingVerbs is server.authorization.strictStreamingVerbs.
+	strictStreamingVerbs bool
+}
+
 // withAuth is the kubelet's InstallAuthFilter: authenticate (401
 // "Unauthorized"), then authorize each attribute set until one is allowed
 // (403 "Forbidden (user=…, verb=…, resource=…, subresource(s)=[…])").
 // Before it, the node-local admin's certificate, and only that, passes
 // without authorization (a standalone node has no API server to ask).
-func (s *Daemon) withAuth(next http.Handler) http.Handler {
+func (s *authFilter) withAuth(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if s.local.is(r) {
 			r.Header.Del("Authorization")
@@ -223,7 +236,7 @@ func (s *Daemon) withAuth(next http.Handler) http.Handler {
 			writeErrorString(w, http.StatusUnauthorized, "Unauthorized")
 			return
 		}
-		attrs := requestAttributes(s.nodeName, resp.User, r, s.cfg != nil && s.cfg.Server.Authorization.StrictStreamingVerbs)
+		attrs := requestAttributes(s.nodeName, resp.User, r, s.strictStreamingVerbs)
 		var subresources []string
 		allowed := false
 		for _, a := range attrs {

@@ -135,7 +135,7 @@ func TestWithAuth(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			s := &Daemon{authn: authn, authz: authz, nodeName: "node-a", log: log}
+			s := &authFilter{authn: authn, authz: authz, nodeName: "node-a", log: log}
 			h := s.withAuth(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok")) }))
 			r := httptest.NewRequest("GET", "/pods", nil)
 			if tc.cert {

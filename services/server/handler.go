@@ -20,23 +20,23 @@ func (s *Daemon) Handler() http.Handler {
 	mux := http.NewServeMux()
 	s.readOnlyRoutes(mux)
 	mux.HandleFunc("GET /configz", s.serveConfigz)
-	mux.HandleFunc("GET /runningpods/", s.serveRunningPods)
-	mux.Handle("GET "+logsPath, s.serveSystemLogs())
-	mux.HandleFunc("GET /containerLogs/{podNamespace}/{podID}/{containerName}", s.serveContainerLogs)
+	mux.HandleFunc("GET /runningpods/", s.readOnly.serveRunningPods)
+	mux.Handle("GET "+logsPath, s.readOnly.serveSystemLogs())
+	mux.HandleFunc("GET /containerLogs/{podNamespace}/{podID}/{containerName}", s.logs.serveContainerLogs)
 	for _, m := range []string{"GET", "POST"} {
-		mux.HandleFunc(m+" /exec/{podNamespace}/{podID}/{containerName}", s.serveExec)
-		mux.HandleFunc(m+" /exec/{podNamespace}/{podID}/{uid}/{containerName}", s.serveExec)
-		mux.HandleFunc(m+" /attach/{podNamespace}/{podID}/{containerName}", s.serveAttach)
-		mux.HandleFunc(m+" /attach/{podNamespace}/{podID}/{uid}/{containerName}", s.serveAttach)
-		mux.HandleFunc(m+" /portForward/{podNamespace}/{podID}", s.servePortForward)
-		mux.HandleFunc(m+" /portForward/{podNamespace}/{podID}/{uid}", s.servePortForward)
+		mux.HandleFunc(m+" /exec/{podNamespace}/{podID}/{containerName}", s.streams.serveExec)
+		mux.HandleFunc(m+" /exec/{podNamespace}/{podID}/{uid}/{containerName}", s.streams.serveExec)
+		mux.HandleFunc(m+" /attach/{podNamespace}/{podID}/{containerName}", s.streams.serveAttach)
+		mux.HandleFunc(m+" /attach/{podNamespace}/{podID}/{uid}/{containerName}", s.streams.serveAttach)
+		mux.HandleFunc(m+" /portForward/{podNamespace}/{podID}", s.streams.servePortForward)
+		mux.HandleFunc(m+" /portForward/{podNamespace}/{podID}/{uid}", s.streams.servePortForward)
 	}
-	mux.HandleFunc("POST /run/{podNamespace}/{podID}/{containerName}", s.serveRun)
-	mux.HandleFunc("POST /run/{podNamespace}/{podID}/{uid}/{containerName}", s.serveRun)
+	mux.HandleFunc("POST /run/{podNamespace}/{podID}/{containerName}", s.streams.serveRun)
+	mux.HandleFunc("POST /run/{podNamespace}/{podID}/{uid}/{containerName}", s.streams.serveRun)
 	mux.HandleFunc("POST /checkpoint/{podNamespace}/{podID}/{containerName}", func(w http.ResponseWriter, r *http.Request) {
 		writeErrorString(w, http.StatusNotImplemented, "checkpointing containers is not implemented by nodelet")
 	})
-	return s.withAuth(s.limited(mux))
+	return s.auth.withAuth(s.limited(mux))
 }
 
 // readOnlyHandler serves the read-only port (server.readOnlyPort): the
@@ -51,15 +51,15 @@ func (s *Daemon) readOnlyHandler() http.Handler {
 // readOnlyRoutes are the kubelet's InstallAuthNotRequiredHandlers (and
 // /spec/): served on both ports.
 func (s *Daemon) readOnlyRoutes(mux *http.ServeMux) {
-	mux.HandleFunc("GET /healthz", s.serveHealthz)
-	mux.HandleFunc("GET /pods", s.servePods)
-	mux.HandleFunc("GET /pods/{$}", s.servePods)
-	mux.HandleFunc("GET /spec/{$}", s.serveSpec)
-	mux.HandleFunc("GET /spec", s.serveSpec)
-	mux.HandleFunc("GET /stats/summary", s.serveSummary)
-	mux.Handle("GET /metrics", s.metricsHandler())
-	mux.Handle("GET /metrics/cadvisor", s.cadvisorMetricsHandler())
-	mux.Handle("GET /metrics/probes", s.probeMetricsHandler())
+	mux.HandleFunc("GET /healthz", s.readOnly.serveHealthz)
+	mux.HandleFunc("GET /pods", s.readOnly.servePods)
+	mux.HandleFunc("GET /pods/{$}", s.readOnly.servePods)
+	mux.HandleFunc("GET /spec/{$}", s.readOnly.serveSpec)
+	mux.HandleFunc("GET /spec", s.readOnly.serveSpec)
+	mux.HandleFunc("GET /stats/summary", s.readOnly.serveSummary)
+	mux.Handle("GET /metrics", s.metrics.metricsHandler())
+	mux.Handle("GET /metrics/cadvisor", s.metrics.cadvisorMetricsHandler())
+	mux.Handle("GET /metrics/probes", s.metrics.probeMetricsHandler())
 	mux.Handle("GET /metrics/resource", resourceMetricsHandler(func(ctx context.Context) (*statsapi.Summary, error) {
 		return s.stats.Summary(ctx, true)
 	}, s.log))
@@ -96,7 +96,7 @@ func (s *Daemon) limited(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		sem, what := s.inflight, "requests"
 		if isStream(r) {
-			sem, what = s.streams, "streams"
+			sem, what = s.streamSlots, "streams"
 		}
 		select {
 		case sem <- struct{}{}:

@@ -124,7 +124,7 @@ func TestSlowClientsAreCutOff(t *testing.T) {
 // affected.
 func TestInflightLimits(t *testing.T) {
 	s := &Daemon{}
-	s.streams, s.inflight = make(chan struct{}, 2), make(chan struct{}, 1)
+	s.streamSlots, s.inflight = make(chan struct{}, 2), make(chan struct{}, 1)
 	release := make(chan struct{})
 	entered := make(chan struct{}, 10)
 	h := s.limited(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"sort"
@@ -13,6 +14,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	internalapi "k8s.io/cri-api/pkg/apis"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	crilogs "k8s.io/cri-client/pkg/logs"
 	kubelettypes "k8s.io/kubelet/pkg/types"
@@ -122,11 +124,21 @@ func criLogOptions(o *corev1.PodLogOptions, now time.Time) *crilogs.LogOptions {
 	return out
 }
 
+// containerLogs serves /containerLogs/ as the kubelet's server does
+// (pkg/kubelet/server/server.go getContainerLogs, and the kubelet's
+// GetContainerLogs and validateContainerLogStatus).
+type containerLogs struct {
+	log  *slog.Logger
+	pods podFinder
+	// rt is all of CRI's runtime service: cri-client's ReadLogs takes it.
+	rt internalapi.RuntimeService
+}
+
 // serveContainerLogs is the kubelet's getContainerLogs: the container's CRI
 // log file read with cri-client's ReadLogs (the kubelet's own reader: the
 // CRI log format, partial lines joined, tail, since, limit, follow across
 // rotation until the container stops).
-func (s *Daemon) serveContainerLogs(w http.ResponseWriter, r *http.Request) {
+func (s *containerLogs) serveContainerLogs(w http.ResponseWriter, r *http.Request) {
 	podID, containerName := r.PathValue("podID"), r.PathValue("containerName")
 	opts, err := parseLogOptions(r.URL.Query())
 	if err != nil {
@@ -164,16 +176,16 @@ func (s *Daemon) serveContainerLogs(w http.ResponseWriter, r *http.Request) {
 		writeErrorString(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	st, err := s.cri.Runtime.ContainerStatus(r.Context(), c.Id, false)
+	st, err := s.rt.ContainerStatus(r.Context(), c.Id, false)
 	if err != nil || st.GetStatus() == nil {
 		writeErrorString(w, http.StatusBadRequest, fmt.Sprintf("unable to retrieve container logs for containerd://%s", c.Id))
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain")
 	w.Header().Set("Transfer-Encoding", "chunked")
-	if err := crilogs.ReadLogs(r.Context(), st.GetStatus().GetLogPath(), c.Id, criLogOptions(opts, time.Now()), s.cri.Runtime, stdout, stderr); err != nil {
+	if err := crilogs.ReadLogs(r.Context(), st.GetStatus().GetLogPath(), c.Id, criLogOptions(opts, time.Now()), s.rt, stdout, stderr); err != nil {
 		if fw.wrote {
-			s.log.Debug("Log stream ended", "pod", pod.Namespace+"/"+pod.Name, "podUID", pod.UID, "container", containerName, "err", err)
+			s.log.Debug("Log stream ended", "pod", pod.Namespace+"/"+pod.Name, "podUID", pod.UID, "containerName", containerName, "err", err)
 			return
 		}
 		writeErrorString(w, http.StatusBadRequest, err.Error())
@@ -187,8 +199,8 @@ func (s *Daemon) serveContainerLogs(w http.ResponseWriter, r *http.Request) {
 // logContainer picks the container whose log is read, as the kubelet's
 // validateContainerLogStatus does from the pod status: the newest attempt,
 // or with previous the one before it. The error texts are the kubelet's.
-func (s *Daemon) logContainer(ctx context.Context, pod *corev1.Pod, name string, previous bool) (*runtimeapi.Container, error) {
-	resp, err := s.cri.Runtime.ListContainers(ctx, &runtimeapi.ContainerFilter{LabelSelector: map[string]string{
+func (s *containerLogs) logContainer(ctx context.Context, pod *corev1.Pod, name string, previous bool) (*runtimeapi.Container, error) {
+	resp, err := s.rt.ListContainers(ctx, &runtimeapi.ContainerFilter{LabelSelector: map[string]string{
 		kubelettypes.KubernetesPodUIDLabel:        string(pod.UID),
 		kubelettypes.KubernetesContainerNameLabel: name,
 	}})

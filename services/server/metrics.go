@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
+	internalapi "k8s.io/cri-api/pkg/apis"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	kubeletlabels "k8s.io/kubelet/pkg/types"
@@ -21,21 +22,31 @@ import (
 	"github.com/nodelet/nodelet/internal/daemon"
 	"github.com/nodelet/nodelet/internal/hostinfo"
 	"github.com/nodelet/nodelet/internal/version"
+	"github.com/nodelet/nodelet/schemas"
 )
+
+// metricsAPI serves the node's metrics paths (the kubelet's
+// InstallAuthNotRequiredHandlers: /metrics, /metrics/cadvisor,
+// /metrics/probes; /metrics/resource is resource.go's).
+type metricsAPI struct {
+	stateDir string // where the daemons' metrics sockets are
+	volumes  func() *schemas.PodVolumeStats
+	cadvisor *criInfoProvider
+}
 
 // metricsHandler is the node's /metrics: nodelet-server's own process
 // metrics, the claims' volume stats (nodelet_volume_stats_*, from what
 // nodelet-runtime measured) and every other daemon's nodelet_* metrics,
 // read from their metrics sockets (a daemon that is down contributes
 // nothing).
-func (s *Daemon) metricsHandler() http.Handler {
+func (s *metricsAPI) metricsHandler() http.Handler {
 	own := prometheus.NewRegistry()
 	own.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		volumeStatsCollector{stats: s.view.volumeStats})
+		volumeStatsCollector{stats: s.volumes})
 	gatherers := prometheus.Gatherers{own}
 	for _, c := range bus.Daemons {
 		if c != bus.KubeletServer {
-			gatherers = append(gatherers, daemon.NewRemoteGatherer(s.cfg.Node.StateDir, c))
+			gatherers = append(gatherers, daemon.NewRemoteGatherer(s.stateDir, c))
 		}
 	}
 	return promhttp.HandlerFor(gatherers, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
@@ -68,8 +79,8 @@ func (p proberMetrics) Gather() ([]*dto.MetricFamily, error) {
 	return out, err
 }
 
-func (s *Daemon) probeMetricsHandler() http.Handler {
-	g := proberMetrics{remote: daemon.NewRemoteGatherer(s.cfg.Node.StateDir, bus.Prober)}
+func (s *metricsAPI) probeMetricsHandler() http.Handler {
+	g := proberMetrics{remote: daemon.NewRemoteGatherer(s.stateDir, bus.Prober)}
 	return promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
 }
 
@@ -80,7 +91,7 @@ func (s *Daemon) probeMetricsHandler() http.Handler {
 // namespace, image, name, id). cAdvisor's container manager is not run:
 // the collector's info provider is the same CRI and procfs view
 // /stats/summary is built from (criInfoProvider).
-func (s *Daemon) cadvisorMetricsHandler() http.Handler {
+func (s *metricsAPI) cadvisorMetricsHandler() http.Handler {
 	included := container.MetricSet{
 		container.CpuUsageMetrics:     struct{}{},
 		container.MemoryUsageMetrics:  struct{}{},
@@ -88,7 +99,7 @@ func (s *Daemon) cadvisorMetricsHandler() http.Handler {
 		container.NetworkUsageMetrics: struct{}{},
 		container.ProcessMetrics:      struct{}{},
 	}
-	p := &criInfoProvider{s: s}
+	p := s.cadvisor
 	r := prometheus.NewRegistry()
 	r.MustRegister(cadvisormetrics.NewPrometheusMachineCollector(p, included))
 	r.MustRegister(cadvisormetrics.NewPrometheusCollector(p, containerPrometheusLabels, included, clock.RealClock{},
@@ -121,8 +132,17 @@ func containerPrometheusLabels(c *cadvisorapi.ContainerInfo) map[string]string {
 // filesystem and network figures of /stats/summary. A container's id is
 // its CRI ID (cAdvisor's is the cgroup path), its name the same ID.
 type criInfoProvider struct {
-	s *Daemon
+	machine func() (*cadvisorapi.MachineInfo, error)
+	stats   summarizer
+	rt      runningContainers
 }
+
+// runningContainers is the part of CRI the cAdvisor collector uses.
+type runningContainers interface {
+	ListContainers(ctx context.Context, filter *runtimeapi.ContainerFilter) ([]*runtimeapi.Container, error)
+}
+
+var _ runningContainers = (internalapi.RuntimeService)(nil)
 
 func (p *criInfoProvider) GetVersionInfo() (*cadvisorapi.VersionInfo, error) {
 	return &cadvisorapi.VersionInfo{KernelVersion: hostinfo.KernelVersion(), ContainerOsVersion: hostinfo.OSImage(),
@@ -130,18 +150,18 @@ func (p *criInfoProvider) GetVersionInfo() (*cadvisorapi.VersionInfo, error) {
 }
 
 func (p *criInfoProvider) GetMachineInfo() (*cadvisorapi.MachineInfo, error) {
-	return p.s.machineInfo()
+	return p.machine()
 }
 
 func (p *criInfoProvider) GetRequestedContainersInfo(string, cadvisorapi.RequestOptions) (map[string]*cadvisorapi.ContainerInfo, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	sum, err := p.s.stats.Summary(ctx, false)
+	sum, err := p.stats.Summary(ctx, false)
 	if err != nil {
 		return nil, err
 	}
 	containers, err := criCall(ctx, func(ctx context.Context) ([]*runtimeapi.Container, error) {
-		return p.s.cri.Runtime.ListContainers(ctx, &runtimeapi.ContainerFilter{State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING}})
+		return p.rt.ListContainers(ctx, &runtimeapi.ContainerFilter{State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING}})
 	})
 	if err != nil {
 		return nil, err

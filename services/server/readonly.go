@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"sort"
 	"strconv"
@@ -12,12 +13,16 @@ import (
 	"sync"
 	"time"
 
+	cadvisorapi "github.com/google/cadvisor/lib/model"
 	"github.com/nats-io/nats.go"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	internalapi "k8s.io/cri-api/pkg/apis"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	kubeletlabels "k8s.io/kubelet/pkg/types"
+	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/internal/podutil"
@@ -54,19 +59,18 @@ func newNodeView() *nodeView {
 	return &nodeView{status: map[string]*corev1.PodStatus{}, beats: map[string]heartbeat{}}
 }
 
-// watchNode mirrors the desired, status and runtime buckets and follows the
-// heartbeats until ctx ends; the mirrors and subscriptions survive the
-// bus's restarts.
-func (s *Daemon) watchNode(ctx context.Context, wg *sync.WaitGroup) {
-	v := s.view
+// watch mirrors the desired (into pods), status and runtime buckets and
+// follows the heartbeats until ctx ends; the mirrors and subscriptions
+// survive the bus's restarts.
+func (v *nodeView) watch(ctx context.Context, wg *sync.WaitGroup, conn *bus.Conn, pods *podIndex, log *slog.Logger, clk clock.Clock) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		bus.RunAll(ctx,
-			s.pods.mirror(s.bus),
-			runtimeKey(s, bus.KeyVolumeStats, func(x *schemas.PodVolumeStats) { v.volumes = x }),
-			runtimeKey(s, bus.KeyRuntimeState, func(x *schemas.RuntimeState) { v.runtime = x }),
-			bus.NewMirror(s.bus, bus.BucketStatus, ">", func(u bus.Update[schemas.PodStatusRecord]) {
+			pods.mirror(conn),
+			runtimeKey(conn, v, bus.KeyVolumeStats, func(x *schemas.PodVolumeStats) { v.volumes = x }),
+			runtimeKey(conn, v, bus.KeyRuntimeState, func(x *schemas.RuntimeState) { v.runtime = x }),
+			bus.NewMirror(conn, bus.BucketStatus, ">", func(u bus.Update[schemas.PodStatusRecord]) {
 				v.mu.Lock()
 				defer v.mu.Unlock()
 				switch u.Kind {
@@ -79,7 +83,7 @@ func (s *Daemon) watchNode(ctx context.Context, wg *sync.WaitGroup) {
 				}
 			}))
 	}()
-	sub, err := s.bus.NC.Subscribe(bus.SubjectHealthAll, func(m *nats.Msg) {
+	sub, err := conn.NC.Subscribe(bus.SubjectHealthAll, func(m *nats.Msg) {
 		// The subject says whose beat it is: only that component's
 		// credential may publish on it. The body's name is the sender's
 		// word, and another daemon could use it to report someone else.
@@ -89,20 +93,20 @@ func (s *Daemon) watchNode(ctx context.Context, wg *sync.WaitGroup) {
 		}
 		_, hb, err := schemas.Decode[schemas.Heartbeat](m.Data)
 		if err != nil {
-			s.log.Warn("Skipping heartbeat that does not decode", "subject", m.Subject, "err", err)
+			log.Warn("Skipping heartbeat that does not decode", "subject", m.Subject, "err", err)
 			return
 		}
 		if hb.Component != component {
-			s.log.Warn("Heartbeat names another component than its subject's; filed under the subject's",
+			log.Warn("Heartbeat names another component than its subject's; filed under the subject's",
 				"subject", m.Subject, "named", hb.Component)
 			hb.Component = component
 		}
 		v.mu.Lock()
-		v.beats[component] = heartbeat{hb: *hb, at: s.clock.Now()}
+		v.beats[component] = heartbeat{hb: *hb, at: clk.Now()}
 		v.mu.Unlock()
 	})
 	if err != nil {
-		s.log.Error("Cannot watch heartbeats", "err", err)
+		log.Error("Cannot watch heartbeats", "err", err)
 		return
 	}
 	wg.Add(1)
@@ -112,6 +116,42 @@ func (s *Daemon) watchNode(ctx context.Context, wg *sync.WaitGroup) {
 		_ = sub.Unsubscribe()
 	}()
 }
+
+// readOnlyAPI is the kubelet's read-only paths (pkg/kubelet/server/server.go
+// InstallAuthNotRequiredHandlers: /healthz, /pods, /spec, /stats/summary)
+// and /runningpods/ and /logs/, read from the node view, the desired pods,
+// the stats provider and CRI.
+type readOnlyAPI struct {
+	log        *slog.Logger
+	clock      clock.Clock
+	started    time.Time     // nodelet-server's start: a daemon never heard from is stale after staleAfter
+	staleAfter time.Duration // status.heartbeatStaleAfter
+	daemons    []string      // those /healthz requires a fresh heartbeat from
+	bus        *bus.Conn     // its Outages: nodelet-server's own lost watches
+	view       *nodeView
+	pods       *podIndex
+	stats      summarizer
+	machine    func() (*cadvisorapi.MachineInfo, error)
+	rt         runningPodsRuntime
+	systemLogs bool   // server.enableSystemLogHandler
+	logDir     string // what /logs/ serves
+}
+
+// summarizer is the stats provider: /stats/summary.
+type summarizer interface {
+	Summary(ctx context.Context, onlyCPUAndMemory bool) (*statsapi.Summary, error)
+}
+
+// runningPodsRuntime is the part of CRI /runningpods/ uses.
+type runningPodsRuntime interface {
+	ListPodSandbox(ctx context.Context, filter *runtimeapi.PodSandboxFilter) ([]*runtimeapi.PodSandbox, error)
+	ListContainers(ctx context.Context, filter *runtimeapi.ContainerFilter) ([]*runtimeapi.Container, error)
+}
+
+var (
+	_ summarizer         = (*statsProvider)(nil)
+	_ runningPodsRuntime = (internalapi.RuntimeService)(nil)
+)
 
 // healthCheck is one line of /healthz.
 type healthCheck struct {
@@ -124,9 +164,9 @@ type healthCheck struct {
 // syncloop check (a loop that stopped turning is unhealthy) applied to each
 // daemon's heartbeat. A daemon never heard from counts as stale once
 // status.heartbeatStaleAfter has passed since nodelet-server started.
-func (s *Daemon) healthChecks() []healthCheck {
+func (s *readOnlyAPI) healthChecks() []healthCheck {
 	now := s.clock.Now()
-	stale := s.cfg.Status.HeartbeatStaleAfter
+	stale := s.staleAfter
 	v := s.view
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -178,7 +218,7 @@ func joinNonEmpty(sep string, parts ...string) string {
 
 // serveHealthz answers "ok", or 500 naming each failing check, in the
 // format of k8s.io/apiserver's healthz (?verbose lists every check).
-func (s *Daemon) serveHealthz(w http.ResponseWriter, r *http.Request) {
+func (s *readOnlyAPI) serveHealthz(w http.ResponseWriter, r *http.Request) {
 	failed := false
 	var b strings.Builder
 	b.WriteString("[+]ping ok\n")
@@ -208,7 +248,7 @@ func (s *Daemon) serveHealthz(w http.ResponseWriter, r *http.Request) {
 // podList is the kubelet's GetPods: the node's pods (desired, mirror pods
 // left out) with their status as nodelet-status computed it, sorted by
 // namespace and name.
-func (s *Daemon) podList() *corev1.PodList {
+func (s *readOnlyAPI) podList() *corev1.PodList {
 	s.pods.mu.RLock()
 	out := make([]corev1.Pod, 0, len(s.pods.byKey))
 	for _, p := range s.pods.byKey {
@@ -241,12 +281,12 @@ func sortPods(out []corev1.Pod) {
 	})
 }
 
-func (s *Daemon) servePods(w http.ResponseWriter, r *http.Request) {
+func (s *readOnlyAPI) servePods(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, s.podList())
 }
 
-func (s *Daemon) serveSpec(w http.ResponseWriter, r *http.Request) {
-	info, err := s.machineInfo()
+func (s *readOnlyAPI) serveSpec(w http.ResponseWriter, r *http.Request) {
+	info, err := s.machine()
 	if err != nil {
 		writeErrorString(w, http.StatusInternalServerError, "machine info: "+err.Error())
 		return
@@ -257,7 +297,7 @@ func (s *Daemon) serveSpec(w http.ResponseWriter, r *http.Request) {
 // serveSummary is the kubelet's /stats/summary (pkg/kubelet/server/stats
 // handler.go handleSummary): only_cpu_and_memory=true trims it to what
 // metrics-server reads.
-func (s *Daemon) serveSummary(w http.ResponseWriter, r *http.Request) {
+func (s *readOnlyAPI) serveSummary(w http.ResponseWriter, r *http.Request) {
 	only := false
 	for k, v := range r.URL.Query() {
 		if k != "only_cpu_and_memory" {
@@ -295,15 +335,15 @@ func writeJSON(w http.ResponseWriter, v any) {
 // them (its runtime cache's GetPods(false): ready sandboxes and running
 // containers), each as kubecontainer.Pod.ToAPIPod makes it — UID, name,
 // namespace and the containers' names and images, nothing else.
-func (s *Daemon) runningPods(ctx context.Context) (*corev1.PodList, error) {
+func (s *readOnlyAPI) runningPods(ctx context.Context) (*corev1.PodList, error) {
 	sandboxes, err := criCall(ctx, func(ctx context.Context) ([]*runtimeapi.PodSandbox, error) {
-		return s.cri.Runtime.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{State: &runtimeapi.PodSandboxStateValue{State: runtimeapi.PodSandboxState_SANDBOX_READY}})
+		return s.rt.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{State: &runtimeapi.PodSandboxStateValue{State: runtimeapi.PodSandboxState_SANDBOX_READY}})
 	})
 	if err != nil {
 		return nil, err
 	}
 	containers, err := criCall(ctx, func(ctx context.Context) ([]*runtimeapi.Container, error) {
-		return s.cri.Runtime.ListContainers(ctx, &runtimeapi.ContainerFilter{State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING}})
+		return s.rt.ListContainers(ctx, &runtimeapi.ContainerFilter{State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING}})
 	})
 	if err != nil {
 		return nil, err
@@ -339,7 +379,7 @@ func (s *Daemon) runningPods(ctx context.Context) (*corev1.PodList, error) {
 	return &corev1.PodList{TypeMeta: metav1.TypeMeta{Kind: "PodList", APIVersion: "v1"}, Items: out}, nil
 }
 
-func (s *Daemon) serveRunningPods(w http.ResponseWriter, r *http.Request) {
+func (s *readOnlyAPI) serveRunningPods(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
 	defer cancel()
 	l, err := s.runningPods(ctx)
@@ -354,8 +394,8 @@ func (s *Daemon) serveRunningPods(w http.ResponseWriter, r *http.Request) {
 // NodeLogQuery gate): the files under /var/log, listed and read. With
 // server.enableSystemLogHandler false it answers as the kubelet's disabled
 // endpoint does.
-func (s *Daemon) serveSystemLogs() http.Handler {
-	if !s.cfg.Server.EnableSystemLogHandler {
+func (s *readOnlyAPI) serveSystemLogs() http.Handler {
+	if !s.systemLogs {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "logs endpoint is disabled.", http.StatusMethodNotAllowed)
 		})
@@ -369,9 +409,8 @@ func (s *Daemon) serveSystemLogs() http.Handler {
 func runtimeKey[T any, PT interface {
 	*T
 	schemas.Message
-}](s *Daemon, key string, set func(*T)) bus.Runner {
-	v := s.view
-	return bus.NewMirror[T, PT](s.bus, bus.BucketRuntime, key, func(u bus.Update[T]) {
+}](conn *bus.Conn, v *nodeView, key string, set func(*T)) bus.Runner {
+	return bus.NewMirror[T, PT](conn, bus.BucketRuntime, key, func(u bus.Update[T]) {
 		v.mu.Lock()
 		defer v.mu.Unlock()
 		switch u.Kind {

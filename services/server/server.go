@@ -27,8 +27,6 @@ import (
 
 	cadvisorapi "github.com/google/cadvisor/lib/model"
 	"golang.org/x/net/netutil"
-	"k8s.io/apiserver/pkg/authentication/authenticator"
-	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/clock"
@@ -113,30 +111,31 @@ func (l Limits) withDefaults() Limits {
 
 // Daemon is a running nodelet-server.
 type Daemon struct {
-	cfg      *config.Config
-	log      *slog.Logger
-	bus      *bus.Conn
-	cri      *cri.Clients
-	nodeName string
-	pods     *podIndex
-	authn    authenticator.Request
-	authz    authorizer.UnconditionalAuthorizer
-	local    *localAdmin
-	runAuthn func(ctx context.Context)
-	clock    clock.Clock
-	started  time.Time
-	daemons  []string
-	view     *nodeView
-	stats    *statsProvider
-	machine  *hostinfo.Machine
-	machineF func() (*cadvisorapi.MachineInfo, error)
-	logDir   string
-	limits   Limits
-	inflight chan struct{}
-	streams  chan struct{}
-	nodeKube kubernetes.Interface
-	addr     atomic.Value
-	roAddr   atomic.Value
+	cfg         *config.Config
+	log         *slog.Logger
+	bus         *bus.Conn
+	cri         *cri.Clients
+	nodeName    string
+	pods        *podIndex
+	runAuthn    func(ctx context.Context)
+	clock       clock.Clock
+	view        *nodeView
+	stats       *statsProvider
+	machine     *hostinfo.Machine
+	machineF    func() (*cadvisorapi.MachineInfo, error)
+	limits      Limits
+	inflight    chan struct{}
+	streamSlots chan struct{}
+	nodeKube    kubernetes.Interface
+	addr        atomic.Value
+	roAddr      atomic.Value
+
+	// The parts behind the handler.
+	auth     *authFilter
+	readOnly *readOnlyAPI
+	metrics  *metricsAPI
+	streams  *streamer
+	logs     *containerLogs
 }
 
 // New builds a Daemon: authenticator and authorizer as configured.
@@ -165,26 +164,36 @@ func New(o Options) (*Daemon, error) {
 		return nil, err
 	}
 	s := &Daemon{cfg: o.Config, log: o.Log, bus: o.Bus, cri: o.CRI, nodeName: o.Config.Node.Name,
-		pods: newPodIndex(), view: newNodeView(), clock: o.Clock, started: o.Clock.Now(), daemons: o.Daemons,
-		machine: &hostinfo.Machine{}, machineF: o.Machine, logDir: o.SystemLogDir, limits: o.Limits.withDefaults(),
+		pods: newPodIndex(), view: newNodeView(), clock: o.Clock,
+		machine: &hostinfo.Machine{}, machineF: o.Machine, limits: o.Limits.withDefaults(),
 		nodeKube: o.NodeKube}
 	if s.nodeKube == nil {
 		s.nodeKube = o.Kube
 	}
-	s.inflight, s.streams = make(chan struct{}, s.limits.MaxInflight), make(chan struct{}, s.limits.MaxStreams)
+	s.inflight, s.streamSlots = make(chan struct{}, s.limits.MaxInflight), make(chan struct{}, s.limits.MaxStreams)
 	s.stats = &statsProvider{nodeName: s.nodeName, stateDir: o.Config.Node.StateDir, podLogsDir: o.Config.Node.PodLogsDir,
 		hostIPs: ips, cri: o.CRI, machine: s.machine, clock: o.Clock, volumes: s.view.volumeStats}
+	s.readOnly = &readOnlyAPI{log: o.Log, clock: o.Clock, started: o.Clock.Now(),
+		staleAfter: o.Config.Status.HeartbeatStaleAfter, daemons: o.Daemons, bus: o.Bus,
+		view: s.view, pods: s.pods, stats: s.stats, machine: s.machineInfo, rt: o.CRI.Runtime,
+		systemLogs: o.Config.Server.EnableSystemLogHandler, logDir: o.SystemLogDir}
+	s.metrics = &metricsAPI{stateDir: o.Config.Node.StateDir, volumes: s.view.volumeStats,
+		cadvisor: &criInfoProvider{machine: s.machineInfo, stats: s.stats, rt: o.CRI.Runtime}}
+	s.streams = &streamer{log: o.Log, pods: s.pods, rt: o.CRI.Runtime}
+	s.logs = &containerLogs{log: o.Log, pods: s.pods, rt: o.CRI.Runtime}
 	localCA, err := ensureLocalClient(o.Config.Node.StateDir)
 	if err != nil {
 		return nil, fmt.Errorf("node-local client certificate: %w", err)
 	}
-	if s.local, err = newLocalAdmin(localCA); err != nil {
+	s.auth = &authFilter{log: o.Log, nodeName: s.nodeName,
+		strictStreamingVerbs: o.Config.Server.Authorization.StrictStreamingVerbs}
+	if s.auth.local, err = newLocalAdmin(localCA); err != nil {
 		return nil, err
 	}
-	if s.authn, s.runAuthn, err = buildAuthn(o.Config.Server.Authentication, o.Kube, o.Log); err != nil {
+	if s.auth.authn, s.runAuthn, err = buildAuthn(o.Config.Server.Authentication, o.Kube, o.Log); err != nil {
 		return nil, err
 	}
-	if s.authz, err = buildAuthz(o.Config.Server.Authorization, o.Kube); err != nil {
+	if s.auth.authz, err = buildAuthz(o.Config.Server.Authorization, o.Kube); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -263,7 +272,7 @@ func (s *Daemon) Run(ctx context.Context) error {
 	s.log.Info("Serving the kubelet API", "address", ln.Addr().String(), "node", s.nodeName,
 		"authorizationMode", s.cfg.Server.Authorization.Mode)
 
-	s.watchNode(ctx, &wg)
+	s.view.watch(ctx, &wg, s.bus, s.pods, s.log, s.clock)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()

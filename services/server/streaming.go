@@ -3,14 +3,17 @@ package server
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/httpstream/wsstream"
 	"k8s.io/apimachinery/pkg/util/proxy"
 	translator "k8s.io/apiserver/pkg/util/proxy"
+	internalapi "k8s.io/cri-api/pkg/apis"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/cri-streaming/pkg/streaming"
 	"k8s.io/cri-streaming/pkg/streaming/portforward"
@@ -18,17 +21,48 @@ import (
 	kubelettypes "k8s.io/kubelet/pkg/types"
 )
 
+// streamer serves exec, attach, port-forward and run as the kubelet's
+// server does with its streaming runtime (pkg/kubelet/server/server.go
+// getExec, getAttach, getPortForward, getRun, proxyStream): CRI gives a
+// streaming URL and the stream is proxied to the runtime's streaming server.
+type streamer struct {
+	log  *slog.Logger
+	pods podFinder
+	rt   streamingRuntime
+}
+
+// podFinder is the kubelet's GetPodByName: a desired pod by namespace and
+// name, once the desired pods are known.
+type podFinder interface {
+	get(ctx context.Context, namespace, name string) (*corev1.Pod, bool)
+}
+
+// streamingRuntime is the part of CRI the streams use.
+type streamingRuntime interface {
+	ListContainers(ctx context.Context, filter *runtimeapi.ContainerFilter) ([]*runtimeapi.Container, error)
+	ListPodSandbox(ctx context.Context, filter *runtimeapi.PodSandboxFilter) ([]*runtimeapi.PodSandbox, error)
+	Exec(ctx context.Context, req *runtimeapi.ExecRequest) (*runtimeapi.ExecResponse, error)
+	Attach(ctx context.Context, req *runtimeapi.AttachRequest) (*runtimeapi.AttachResponse, error)
+	PortForward(ctx context.Context, req *runtimeapi.PortForwardRequest) (*runtimeapi.PortForwardResponse, error)
+	ExecSync(ctx context.Context, containerID string, cmd []string, timeout time.Duration) (stdout []byte, stderr []byte, err error)
+}
+
+var (
+	_ podFinder        = (*podIndex)(nil)
+	_ streamingRuntime = (internalapi.RuntimeService)(nil)
+)
+
 // responder is the kubelet's: a proxy error is a 500 with its text.
-type responder struct{ s *Daemon }
+type responder struct{ log *slog.Logger }
 
 func (r responder) Error(w http.ResponseWriter, req *http.Request, err error) {
-	r.s.log.Error("Error while proxying request", "path", req.URL.Path, "err", err)
+	r.log.Error("Error while proxying request", "path", req.URL.Path, "err", err)
 	http.Error(w, err.Error(), http.StatusInternalServerError)
 }
 
 // streamPod finds the request's pod for exec, attach, run and
 // port-forward; the 404 text is the kubelet's.
-func (s *Daemon) streamPod(w http.ResponseWriter, r *http.Request) (*corev1.Pod, bool) {
+func (s *streamer) streamPod(w http.ResponseWriter, r *http.Request) (*corev1.Pod, bool) {
 	pod, ok := s.pods.get(r.Context(), r.PathValue("podNamespace"), r.PathValue("podID"))
 	if !ok {
 		writeErrorString(w, http.StatusNotFound, "pod does not exist")
@@ -39,8 +73,8 @@ func (s *Daemon) streamPod(w http.ResponseWriter, r *http.Request) (*corev1.Pod,
 
 // runningContainer is the kubelet's findContainer: the newest running
 // instance of the pod's container.
-func (s *Daemon) runningContainer(ctx context.Context, pod *corev1.Pod, name string) (string, error) {
-	resp, err := s.cri.Runtime.ListContainers(ctx, &runtimeapi.ContainerFilter{
+func (s *streamer) runningContainer(ctx context.Context, pod *corev1.Pod, name string) (string, error) {
+	resp, err := s.rt.ListContainers(ctx, &runtimeapi.ContainerFilter{
 		State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING},
 		LabelSelector: map[string]string{
 			kubelettypes.KubernetesPodUIDLabel:        string(pod.UID),
@@ -65,8 +99,8 @@ func (s *Daemon) runningContainer(ctx context.Context, pod *corev1.Pod, name str
 // connection to the runtime's streaming URL with UpgradeAwareHandler, and
 // for kubectl's WebSocket (v5.channel.k8s.io) translate it to SPDY towards
 // the runtime with the StreamTranslatorHandler.
-func (s *Daemon) proxyStream(w http.ResponseWriter, r *http.Request, u *url.URL, opts *remotecommandserver.Options) {
-	var h http.Handler = proxy.NewUpgradeAwareHandler(u, nil /*transport*/, false /*wrapTransport*/, true /*upgradeRequired*/, responder{s})
+func (s *streamer) proxyStream(w http.ResponseWriter, r *http.Request, u *url.URL, opts *remotecommandserver.Options) {
+	var h http.Handler = proxy.NewUpgradeAwareHandler(u, nil /*transport*/, false /*wrapTransport*/, true /*upgradeRequired*/, responder{s.log})
 	if wsstream.IsWebSocketRequestWithStreamCloseProtocol(r) {
 		h = translator.NewStreamTranslatorHandler(u, nil, 0, translator.Options{
 			Stdin: opts.Stdin, Stdout: opts.Stdout, Stderr: opts.Stderr, Tty: opts.TTY,
@@ -76,18 +110,18 @@ func (s *Daemon) proxyStream(w http.ResponseWriter, r *http.Request, u *url.URL,
 }
 
 // serveExec is the kubelet's getExec: CRI Exec gives a streaming URL.
-func (s *Daemon) serveExec(w http.ResponseWriter, r *http.Request) {
+func (s *streamer) serveExec(w http.ResponseWriter, r *http.Request) {
 	s.serveRemoteCommand(w, r, "Exec", func(ctx context.Context, id string, o *remotecommandserver.Options) (string, error) {
-		resp, err := s.cri.Runtime.Exec(ctx, &runtimeapi.ExecRequest{ContainerId: id,
+		resp, err := s.rt.Exec(ctx, &runtimeapi.ExecRequest{ContainerId: id,
 			Cmd: r.URL.Query()[corev1.ExecCommandParam], Tty: o.TTY, Stdin: o.Stdin, Stdout: o.Stdout, Stderr: o.Stderr})
 		return resp.GetUrl(), err
 	})
 }
 
 // serveAttach is the kubelet's getAttach: CRI Attach gives a streaming URL.
-func (s *Daemon) serveAttach(w http.ResponseWriter, r *http.Request) {
+func (s *streamer) serveAttach(w http.ResponseWriter, r *http.Request) {
 	s.serveRemoteCommand(w, r, "Attach", func(ctx context.Context, id string, o *remotecommandserver.Options) (string, error) {
-		resp, err := s.cri.Runtime.Attach(ctx, &runtimeapi.AttachRequest{ContainerId: id,
+		resp, err := s.rt.Attach(ctx, &runtimeapi.AttachRequest{ContainerId: id,
 			Tty: o.TTY, Stdin: o.Stdin, Stdout: o.Stdout, Stderr: o.Stderr})
 		return resp.GetUrl(), err
 	})
@@ -96,7 +130,7 @@ func (s *Daemon) serveAttach(w http.ResponseWriter, r *http.Request) {
 // serveRemoteCommand is what exec and attach share: the options from the
 // request, the pod's running container, the streaming URL CRI gives for it
 // (streamURL), and the proxied stream.
-func (s *Daemon) serveRemoteCommand(w http.ResponseWriter, r *http.Request, what string,
+func (s *streamer) serveRemoteCommand(w http.ResponseWriter, r *http.Request, what string,
 	streamURL func(ctx context.Context, containerID string, o *remotecommandserver.Options) (string, error)) {
 	opts, err := remotecommandserver.NewOptions(r)
 	if err != nil {
@@ -122,14 +156,14 @@ func (s *Daemon) serveRemoteCommand(w http.ResponseWriter, r *http.Request, what
 		_ = streaming.WriteError(err, w)
 		return
 	}
-	s.log.Debug(what, "pod", pod.Namespace+"/"+pod.Name, "podUID", pod.UID, "container", r.PathValue("containerName"))
+	s.log.Debug(what, "pod", pod.Namespace+"/"+pod.Name, "podUID", pod.UID, "containerName", r.PathValue("containerName"))
 	s.proxyStream(w, r, u, opts)
 }
 
 // servePortForward is the kubelet's getPortForward: CRI PortForward on the
 // pod's sandbox; kubectl's WebSocket tunnel (SPDY over WebSocket) is
 // unwrapped by the TunnelingHandler.
-func (s *Daemon) servePortForward(w http.ResponseWriter, r *http.Request) {
+func (s *streamer) servePortForward(w http.ResponseWriter, r *http.Request) {
 	tunnel := wsstream.IsWebSocketRequestWithTunnelingProtocol(r)
 	opts := &portforward.V4Options{}
 	if !tunnel {
@@ -147,7 +181,7 @@ func (s *Daemon) servePortForward(w http.ResponseWriter, r *http.Request) {
 		writeErrorString(w, http.StatusNotFound, "pod not found")
 		return
 	}
-	sbs, err := s.cri.Runtime.ListPodSandbox(r.Context(), &runtimeapi.PodSandboxFilter{
+	sbs, err := s.rt.ListPodSandbox(r.Context(), &runtimeapi.PodSandboxFilter{
 		State:         &runtimeapi.PodSandboxStateValue{State: runtimeapi.PodSandboxState_SANDBOX_READY},
 		LabelSelector: map[string]string{kubelettypes.KubernetesPodUIDLabel: string(pod.UID)},
 	})
@@ -159,7 +193,7 @@ func (s *Daemon) servePortForward(w http.ResponseWriter, r *http.Request) {
 		_ = streaming.WriteError(fmt.Errorf("pod %s/%s has no running sandbox", pod.Namespace, pod.Name), w)
 		return
 	}
-	resp, err := s.cri.Runtime.PortForward(r.Context(), &runtimeapi.PortForwardRequest{PodSandboxId: sbs[0].Id, Port: opts.Ports})
+	resp, err := s.rt.PortForward(r.Context(), &runtimeapi.PortForwardRequest{PodSandboxId: sbs[0].Id, Port: opts.Ports})
 	if err != nil {
 		_ = streaming.WriteError(err, w)
 		return
@@ -169,7 +203,7 @@ func (s *Daemon) servePortForward(w http.ResponseWriter, r *http.Request) {
 		_ = streaming.WriteError(err, w)
 		return
 	}
-	var h http.Handler = proxy.NewUpgradeAwareHandler(u, nil, false, true, responder{s})
+	var h http.Handler = proxy.NewUpgradeAwareHandler(u, nil, false, true, responder{s.log})
 	if tunnel {
 		h = translator.NewTunnelingHandler(h)
 	}
@@ -178,7 +212,7 @@ func (s *Daemon) servePortForward(w http.ResponseWriter, r *http.Request) {
 
 // serveRun is the kubelet's getRun: ExecSync of the space-separated cmd
 // query parameter, stdout and stderr together in the answer.
-func (s *Daemon) serveRun(w http.ResponseWriter, r *http.Request) {
+func (s *streamer) serveRun(w http.ResponseWriter, r *http.Request) {
 	pod, ok := s.streamPod(w, r)
 	if !ok {
 		return
@@ -190,7 +224,7 @@ func (s *Daemon) serveRun(w http.ResponseWriter, r *http.Request) {
 	}
 	// For legacy reasons, run uses different query param than exec.
 	cmd := strings.Split(r.URL.Query().Get("cmd"), " ")
-	stdout, stderr, err := s.cri.Runtime.ExecSync(r.Context(), id, cmd, 0)
+	stdout, stderr, err := s.rt.ExecSync(r.Context(), id, cmd, 0)
 	if err != nil {
 		writeErrorString(w, http.StatusInternalServerError, err.Error())
 		return
