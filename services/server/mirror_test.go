@@ -28,10 +28,13 @@ func TestHealthzFailsWhileTheServersMirrorsAreLost(t *testing.T) {
 
 	ts.b.Server.Shutdown()
 	var body string
+	// "ok" above may have come before the runtime's state reached the
+	// server (a missing state is not a failure at first), so the runtime's
+	// check can fail here on its own; wait for the mirrors' outage.
 	waitFor(t, 20*time.Second, "healthz to fail on nodelet-server", func() bool {
 		var code int
 		code, body = ts.get(http.MethodGet, "", "/healthz")
-		return code == http.StatusInternalServerError
+		return code == http.StatusInternalServerError && strings.Contains(body, "[-]nodelet-server failed")
 	})
 	for _, want := range []string{
 		"[-]nodelet-server failed: bus watch of " + bus.BucketDesired + " lost since ",
