@@ -2,51 +2,10 @@ package runtime
 
 import (
 	"context"
-	"log/slog"
 	"strings"
 	"time"
 
-	"github.com/nodelet/nodelet/internal/config"
-	internalapi "k8s.io/cri-api/pkg/apis"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
-)
-
-// pleg is the kubelet's pod lifecycle event generator (pleg/generic.go
-// and, where the runtime streams them, pleg/evented.go): it relists CRI
-// and wakes the worker of every pod whose sandboxes or containers changed,
-// sooner when an event says so. Built by Run once the workers exist.
-type pleg struct {
-	cfg      *config.Config
-	log      *slog.Logger
-	clock    Clock
-	rs       internalapi.RuntimeService
-	runtime  runtimeInfo
-	view     podLister
-	store    uidLister
-	observed uidLister
-	workers  podWaker
-	signals  plegSignals
-}
-
-// podLister lists nodelet's pods as CRI has them (criView).
-type podLister interface {
-	all(ctx context.Context) (map[string]*podRuntime, error)
-}
-
-// uidLister lists the pod UIDs an input or output knows.
-type uidLister interface{ uids() []string }
-
-// podWaker wakes pod workers (podWorkers).
-type podWaker interface {
-	Update(uid string)
-	Relisted(uid string, state map[string]string)
-}
-
-var (
-	_ podLister = (*criView)(nil)
-	_ uidLister = (*store)(nil)
-	_ uidLister = (*observedWriter)(nil)
-	_ podWaker  = (*podWorkers)(nil)
 )
 
 // relistLoop is the PLEG: every relistPeriod it lists nodelet's sandboxes
@@ -55,12 +14,12 @@ var (
 // removed or appeared). The first list wakes every pod CRI, the buckets
 // or the observed state know, which is how a restarted nodelet-runtime
 // takes over its pods.
-func (pl *pleg) relistLoop(ctx context.Context) {
-	period := pl.cfg.Runtime.RelistPeriod
+func (m *Daemon) relistLoop(ctx context.Context) {
+	period := m.cfg.Runtime.RelistPeriod
 	if period <= 0 {
 		period = time.Second
 	}
-	t := pl.clock.NewTicker(period)
+	t := m.clock.NewTicker(period)
 	defer t.Stop()
 	var last map[string]string // sandbox or container ID → "<uid> <state>"
 	failing := false
@@ -71,22 +30,22 @@ func (pl *pleg) relistLoop(ctx context.Context) {
 	var retry <-chan time.Time
 	retryDelay := exitRetryMin
 	for {
-		timeout := pl.cfg.Runtime.RuntimeRequestTimeout
+		timeout := m.cfg.Runtime.RuntimeRequestTimeout
 		if timeout <= 0 {
 			timeout = 2 * time.Minute
 		}
 		lctx, cancel := context.WithTimeout(ctx, timeout)
-		pods, err := pl.view.all(lctx)
+		pods, err := m.view.all(lctx)
 		cancel()
 		switch {
 		case err != nil && ctx.Err() == nil:
 			if !failing {
-				pl.log.Error("Relist failed", "err", err)
+				m.log.Error("Relist failed", "err", err)
 			}
 			failing = true
 		case err == nil:
 			if failing {
-				pl.log.Info("Relist works again")
+				m.log.Info("Relist works again")
 			}
 			failing = false
 			cur := snapshot(pods)
@@ -95,23 +54,23 @@ func (pl *pleg) relistLoop(ctx context.Context) {
 				for uid := range pods {
 					seen[uid] = true
 				}
-				for _, uid := range pl.store.uids() {
+				for _, uid := range m.store.uids() {
 					seen[uid] = true
 				}
-				for _, uid := range pl.observed.uids() {
+				for _, uid := range m.observed.uids() {
 					seen[uid] = true
 				}
 				for uid := range seen {
-					pl.workers.Update(uid)
+					m.workers.Update(uid)
 				}
 			} else {
 				byPod := snapshotsByPod(cur)
 				for uid := range changedPods(last, cur) {
-					pl.workers.Relisted(uid, byPod[uid])
+					m.workers.Relisted(uid, byPod[uid])
 				}
 			}
 			last = cur
-			now := pl.clock.Now()
+			now := m.clock.Now()
 			for id, until := range pending {
 				if !stillRunning(cur[id]) || now.After(until) {
 					delete(pending, id)
@@ -120,7 +79,7 @@ func (pl *pleg) relistLoop(ctx context.Context) {
 		}
 		retry = nil
 		if len(pending) > 0 {
-			retry = pl.clock.After(retryDelay)
+			retry = m.clock.After(retryDelay)
 			retryDelay = min(2*retryDelay, exitRetryMax)
 		} else {
 			retryDelay = exitRetryMin
@@ -129,10 +88,10 @@ func (pl *pleg) relistLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C():
-		case <-pl.signals.wake:
+		case <-m.pleg.wake:
 		case <-retry:
-		case id := <-pl.signals.exits:
-			pending[id] = pl.clock.Now().Add(exitPendingFor)
+		case id := <-m.pleg.exits:
+			pending[id] = m.clock.Now().Add(exitPendingFor)
 		}
 	}
 }
@@ -153,9 +112,9 @@ func stillRunning(v string) bool {
 }
 
 // relistNow asks for a relist at once.
-func (s plegSignals) relistNow() {
+func (m *Daemon) relistNow() {
 	select {
-	case s.wake <- struct{}{}:
+	case m.pleg.wake <- struct{}{}:
 	default:
 	}
 }
@@ -221,12 +180,12 @@ func changedPods(last, cur map[string]string) map[string]bool {
 // runtime offers it (containerd 2.x); each event wakes its pod's worker at
 // once. Events are hints: the relist stays the truth. containerd 1.6
 // answers Unimplemented, and the relist alone does the work.
-func (pl *pleg) watchContainerEvents(ctx context.Context) {
-	if pl.runtime.name == "containerd" && majorVersion(pl.runtime.version) == 1 {
+func (m *Daemon) watchContainerEvents(ctx context.Context) {
+	if m.runtime.name == "containerd" && majorVersion(m.runtime.version) == 1 {
 		// Known not to stream CRI events: asking would only make
 		// cri-client log an error at every start.
-		pl.log.Info("containerd 1.x does not stream CRI container events, following its task events", "version", pl.runtime.version)
-		pl.watchTaskEvents(ctx)
+		m.log.Info("containerd 1.x does not stream CRI container events, following its task events", "version", m.runtime.version)
+		m.watchTaskEvents(ctx)
 		return
 	}
 	ch := make(chan *runtimeapi.ContainerEventResponse, 128)
@@ -237,30 +196,30 @@ func (pl *pleg) watchContainerEvents(ctx context.Context) {
 				return
 			case ev := <-ch:
 				if uid := ev.GetPodSandboxStatus().GetMetadata().GetUid(); uid != "" {
-					pl.workers.Update(uid)
+					m.workers.Update(uid)
 				}
 			}
 		}
 	}()
 	for {
-		err := pl.rs.GetContainerEvents(ctx, ch, nil)
+		err := m.rs.GetContainerEvents(ctx, ch, nil)
 		if ctx.Err() != nil {
 			return
 		}
 		if isUnimplemented(err) {
-			if pl.runtime.name == "containerd" {
-				pl.log.Info("The container runtime does not stream CRI container events, following containerd's task events")
-				pl.watchTaskEvents(ctx)
+			if m.runtime.name == "containerd" {
+				m.log.Info("The container runtime does not stream CRI container events, following containerd's task events")
+				m.watchTaskEvents(ctx)
 				return
 			}
-			pl.log.Info("The container runtime does not stream container events, relisting only", "relistPeriod", pl.cfg.Runtime.RelistPeriod)
+			m.log.Info("The container runtime does not stream container events, relisting only", "relistPeriod", m.cfg.Runtime.RelistPeriod)
 			return
 		}
-		pl.log.Warn("Container event stream ended, reconnecting", "err", err)
+		m.log.Warn("Container event stream ended, reconnecting", "err", err)
 		select {
 		case <-ctx.Done():
 			return
-		case <-pl.clock.After(5 * time.Second):
+		case <-m.clock.After(5 * time.Second):
 		}
 	}
 }

@@ -421,10 +421,8 @@ func (m *Daemon) Run(ctx context.Context) error {
 	m.log.Info("Inputs loaded, starting pod workers")
 	m.syncOrphanedPodDirs()
 	m.resources.cleanupOrphanedPodCgroups(ctx)
-	pl := &pleg{cfg: m.cfg, log: m.log, clock: m.clock, rs: m.rs, runtime: m.runtime, view: m.view,
-		store: m.store, observed: m.observed, workers: m.workers, signals: m.pleg}
-	run(pl.relistLoop)
-	run(pl.watchContainerEvents)
+	run(m.relistLoop)
+	run(m.watchContainerEvents)
 	run(m.resyncLoop)
 	run(m.volumeReports.statsLoop)
 	run(m.volumeReports.inUseLoop)

@@ -309,7 +309,7 @@ func (m *Daemon) onSourcesReady(u bus.Update[schemas.SourcesReady]) {
 			for _, uid := range s.uids() {
 				m.workers.Update(uid)
 			}
-			m.pleg.relistNow()
+			m.relistNow()
 		}
 	case bus.Deleted:
 		s.mu.Lock()

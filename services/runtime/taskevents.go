@@ -31,33 +31,33 @@ const (
 // CRI plugin handles the same event asynchronously, so the first relist
 // may still see it running). Events are hints: the periodic relist stays
 // the truth, and a lost event costs at most one relist period.
-func (pl *pleg) watchTaskEvents(ctx context.Context) {
-	conn, err := grpc.NewClient(pl.cfg.Runtime.EndpointURL(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+func (m *Daemon) watchTaskEvents(ctx context.Context) {
+	conn, err := grpc.NewClient(m.cfg.Runtime.EndpointURL(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
-		pl.log.Info("Cannot follow containerd's task events, relisting only", "err", err)
+		m.log.Info("Cannot follow containerd's task events, relisting only", "err", err)
 		return
 	}
 	defer conn.Close()
 	client := eventsapi.NewEventsClient(conn)
 	for {
-		err := pl.followTaskEvents(ctx, client)
+		err := m.followTaskEvents(ctx, client)
 		if ctx.Err() != nil {
 			return
 		}
 		if isUnimplemented(err) {
-			pl.log.Info("The container runtime offers no containerd event service, relisting only", "relistPeriod", pl.cfg.Runtime.RelistPeriod)
+			m.log.Info("The container runtime offers no containerd event service, relisting only", "relistPeriod", m.cfg.Runtime.RelistPeriod)
 			return
 		}
-		pl.log.Warn("containerd task event stream ended, reconnecting", "err", err)
+		m.log.Warn("containerd task event stream ended, reconnecting", "err", err)
 		select {
 		case <-ctx.Done():
 			return
-		case <-pl.clock.After(time.Second):
+		case <-m.clock.After(time.Second):
 		}
 	}
 }
 
-func (pl *pleg) followTaskEvents(ctx context.Context, client eventsapi.EventsClient) error {
+func (m *Daemon) followTaskEvents(ctx context.Context, client eventsapi.EventsClient) error {
 	var filters []string
 	for _, t := range []string{topicTaskExit, topicTaskOOM} {
 		filters = append(filters, fmt.Sprintf("topic==%q,namespace==%q", t, criNamespace))
@@ -72,7 +72,7 @@ func (pl *pleg) followTaskEvents(ctx context.Context, client eventsapi.EventsCli
 			return err
 		}
 		if id := exitedContainer(env); id != "" {
-			pl.signals.containerExited(id)
+			m.containerExited(id)
 		}
 	}
 }
@@ -106,11 +106,11 @@ func exitedContainer(env *eventsapi.Envelope) string {
 }
 
 // containerExited hands a container exit to the PLEG.
-func (s plegSignals) containerExited(id string) {
+func (m *Daemon) containerExited(id string) {
 	select {
-	case s.exits <- id:
+	case m.pleg.exits <- id:
 	default:
 		// The PLEG is behind; a plain relist finds the exit too.
-		s.relistNow()
+		m.relistNow()
 	}
 }
