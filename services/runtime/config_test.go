@@ -25,8 +25,7 @@ func testManager(t *testing.T) *Daemon {
 		t.Fatal(err)
 	}
 	return &Daemon{
-		cfg:       cfg,
-		resources: &podResources{cfg: cfg},
+		cfg: cfg,
 		configSources: configSources{
 			hostIPs: []string{"192.0.2.10"},
 			capacity: nodeCapacity{CPU: resource.MustParse("4"), Memory: resource.MustParse("8Gi"), Allocatable: corev1.ResourceList{
@@ -296,7 +295,7 @@ func TestQOSAndResources(t *testing.T) {
 			if r.OomScoreAdj != tc.oom || r.CpuShares != tc.shares || r.CpuQuota != tc.quota {
 				t.Fatalf("resources %v", r)
 			}
-			if p := m.resources.cgroupParent(tc.pod); !strings.HasPrefix(p, tc.cgroupIn) {
+			if p := m.cgroupParent(tc.pod); !strings.HasPrefix(p, tc.cgroupIn) {
 				t.Fatalf("cgroup parent %q", p)
 			}
 		})

@@ -42,9 +42,9 @@ func newPodCgroupNames(cfg *config.Config) (*cgroups.Pods, error) {
 // makes the node allocatable and QoS cgroups (the kubelet's
 // setupNode: createNodeAllocatableCgroups, qosContainerManager.Start,
 // enforceNodeAllocatableCgroups).
-func (prs *podResources) setupCgroups(ctx context.Context) error {
-	names := prs.cgroups
-	if err := prs.checkCgroupDriver(ctx, names.Driver()); err != nil {
+func (m *Daemon) setupCgroups(ctx context.Context) error {
+	names := m.cgroups
+	if err := m.checkCgroupDriver(ctx, names.Driver()); err != nil {
 		return err
 	}
 	mgr, err := cgroups.NewManager(names.Driver())
@@ -52,21 +52,21 @@ func (prs *podResources) setupCgroups(ctx context.Context) error {
 		return fmt.Errorf("runtime.cgroupDriver: %w", err)
 	}
 	enforce := map[string]bool{}
-	for _, k := range prs.cfg.Runtime.EnforceNodeAllocatable {
+	for _, k := range m.cfg.Runtime.EnforceNodeAllocatable {
 		enforce[k] = true
 	}
 	capacity := corev1.ResourceList{
-		corev1.ResourceCPU:    prs.capacity.CPU,
-		corev1.ResourceMemory: prs.capacity.Memory,
+		corev1.ResourceCPU:    m.capacity.CPU,
+		corev1.ResourceMemory: m.capacity.Memory,
 	}
 	if n := cgroups.PidMax(); n > 0 {
 		capacity["pid"] = *resource.NewQuantity(n, resource.DecimalSI)
 	}
-	kube, err := config.ParseReserved("node.kubeReserved", prs.cfg.Node.KubeReserved)
+	kube, err := config.ParseReserved("node.kubeReserved", m.cfg.Node.KubeReserved)
 	if err != nil {
 		return err
 	}
-	system, err := config.ParseReserved("node.systemReserved", prs.cfg.Node.SystemReserved)
+	system, err := config.ParseReserved("node.systemReserved", m.cfg.Node.SystemReserved)
 	if err != nil {
 		return err
 	}
@@ -90,7 +90,7 @@ func (prs *podResources) setupCgroups(ctx context.Context) error {
 		}
 	}
 	pods, err := cgroups.NewPods(mgr, cgroups.PodOptions{
-		Root: prs.cfg.Runtime.CgroupRoot, PodPidsLimit: prs.cfg.Runtime.PodPidsLimit, NodeAllocatable: allocatable,
+		Root: m.cfg.Runtime.CgroupRoot, PodPidsLimit: m.cfg.Runtime.PodPidsLimit, NodeAllocatable: allocatable,
 	})
 	if err != nil {
 		return fmt.Errorf("runtime.cgroupRoot: %w", err)
@@ -103,10 +103,10 @@ func (prs *podResources) setupCgroups(ctx context.Context) error {
 		rl           corev1.ResourceList
 		compressible bool
 	}{
-		{"system-reserved", prs.cfg.Runtime.SystemReservedCgroup, system, false},
-		{"kube-reserved", prs.cfg.Runtime.KubeReservedCgroup, kube, false},
-		{"system-reserved-compressible", prs.cfg.Runtime.SystemReservedCgroup, system, true},
-		{"kube-reserved-compressible", prs.cfg.Runtime.KubeReservedCgroup, kube, true},
+		{"system-reserved", m.cfg.Runtime.SystemReservedCgroup, system, false},
+		{"kube-reserved", m.cfg.Runtime.KubeReservedCgroup, kube, false},
+		{"system-reserved-compressible", m.cfg.Runtime.SystemReservedCgroup, system, true},
+		{"kube-reserved-compressible", m.cfg.Runtime.KubeReservedCgroup, kube, true},
 	} {
 		if !enforce[r.key] {
 			continue
@@ -114,11 +114,11 @@ func (prs *podResources) setupCgroups(ctx context.Context) error {
 		if err := pods.EnforceExisting(r.cgroup, r.rl, r.compressible); err != nil {
 			return fmt.Errorf("runtime.enforceNodeAllocatable %s: failed to enforce limits on %q: %w", r.key, r.cgroup, err)
 		}
-		prs.log.Info("Enforced reserved limits on cgroup", "enforcement", r.key, "cgroupName", r.cgroup)
+		m.log.Info("Enforced reserved limits on cgroup", "enforcement", r.key, "cgroupName", r.cgroup)
 	}
-	prs.cgroups = pods
-	prs.log.Info("Pod cgroups ready", "cgroupDriver", mgr.Driver(), "cgroupV2", mgr.V2(), "cgroupRoot", prs.cfg.Runtime.CgroupRoot,
-		"podPidsLimit", prs.cfg.Runtime.PodPidsLimit, "enforceNodeAllocatable", prs.cfg.Runtime.EnforceNodeAllocatable)
+	m.cgroups = pods
+	m.log.Info("Pod cgroups ready", "cgroupDriver", mgr.Driver(), "cgroupV2", mgr.V2(), "cgroupRoot", m.cfg.Runtime.CgroupRoot,
+		"podPidsLimit", m.cfg.Runtime.PodPidsLimit, "enforceNodeAllocatable", m.cfg.Runtime.EnforceNodeAllocatable)
 	return nil
 }
 
@@ -127,8 +127,8 @@ func (prs *podResources) setupCgroups(ctx context.Context) error {
 // is not implemented (containerd 1.x), the SystemdCgroup option of the
 // default runtime in the CRI plugin's config (Status verbose). "" when
 // the runtime tells neither.
-func (prs *podResources) runtimeCgroupDriver(ctx context.Context) (driver, setting string, err error) {
-	rc, err := prs.rs.RuntimeConfig(ctx)
+func (m *Daemon) runtimeCgroupDriver(ctx context.Context) (driver, setting string, err error) {
+	rc, err := m.rs.RuntimeConfig(ctx)
 	if err == nil && rc.GetLinux() != nil {
 		switch rc.GetLinux().GetCgroupDriver() {
 		case runtimeapi.CgroupDriver_SYSTEMD:
@@ -140,7 +140,7 @@ func (prs *podResources) runtimeCgroupDriver(ctx context.Context) (driver, setti
 	if err != nil && status.Code(err) != codes.Unimplemented {
 		return "", "", fmt.Errorf("CRI RuntimeConfig: %w", err)
 	}
-	st, err := prs.rs.Status(ctx, true)
+	st, err := m.rs.Status(ctx, true)
 	if err != nil {
 		return "", "", fmt.Errorf("CRI Status: %w", err)
 	}
@@ -174,15 +174,15 @@ func (prs *podResources) runtimeCgroupDriver(ctx context.Context) (driver, setti
 
 // checkCgroupDriver refuses to start when runtime.cgroupDriver is not the
 // runtime's: pods would get cgroups the runtime does not look for.
-func (prs *podResources) checkCgroupDriver(ctx context.Context, driver string) error {
-	ctx, cancel := context.WithTimeout(ctx, prs.cfg.Runtime.RuntimeRequestTimeout)
+func (m *Daemon) checkCgroupDriver(ctx context.Context, driver string) error {
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.Runtime.RuntimeRequestTimeout)
 	defer cancel()
-	theirs, setting, err := prs.runtimeCgroupDriver(ctx)
+	theirs, setting, err := m.runtimeCgroupDriver(ctx)
 	if err != nil {
 		return fmt.Errorf("cannot tell the container runtime's cgroup driver: %w", err)
 	}
 	if theirs == "" {
-		prs.log.Warn("Container runtime does not tell its cgroup driver, using runtime.cgroupDriver", "cgroupDriver", driver)
+		m.log.Warn("Container runtime does not tell its cgroup driver, using runtime.cgroupDriver", "cgroupDriver", driver)
 		return nil
 	}
 	if theirs != driver {
@@ -194,12 +194,12 @@ func (prs *podResources) checkCgroupDriver(ctx context.Context, driver string) e
 
 // cgroupParent is the pod's cgroup as CRI's CgroupParent names it (the
 // kubelet's GetPodContainerNameForDriver).
-func (prs *podResources) cgroupParent(pod *corev1.Pod) string {
-	pc := prs.cgroups
+func (m *Daemon) cgroupParent(pod *corev1.Pod) string {
+	pc := m.cgroups
 	if pc == nil {
 		// A Daemon not made by New (unit tests): names from the config.
 		var err error
-		if pc, err = newPodCgroupNames(prs.cfg); err != nil {
+		if pc, err = newPodCgroupNames(m.cfg); err != nil {
 			return ""
 		}
 	}
@@ -209,104 +209,104 @@ func (prs *podResources) cgroupParent(pod *corev1.Pod) string {
 // ensurePodCgroup makes the pod's cgroup with its limits before its
 // sandbox (the kubelet's SyncPod: pcm.EnsureExists). A pod without one
 // (a Daemon that was never Run) is left to the runtime's defaults.
-func (prs *podResources) ensurePodCgroup(pod *corev1.Pod) error {
-	if prs.cgroups.Manager() == nil {
+func (m *Daemon) ensurePodCgroup(pod *corev1.Pod) error {
+	if m.cgroups.Manager() == nil {
 		return nil
 	}
 	qos := podutil.QOSClass(pod)
-	if prs.cgroups.Exists(string(pod.UID), qos) {
+	if m.cgroups.Exists(string(pod.UID), qos) {
 		return nil
 	}
-	if err := prs.cgroups.Ensure(pod, qos); err != nil {
+	if err := m.cgroups.Ensure(pod, qos); err != nil {
 		return err
 	}
 	// A new burstable pod adds its CPU requests to its QoS cgroup's shares
 	// (the kubelet's SyncPod: UpdateQOSCgroups after a new pod cgroup).
 	if qos == corev1.PodQOSBurstable {
-		prs.updateQOSCgroups()
+		m.updateQOSCgroups()
 	}
 	return nil
 }
 
 // removePodCgroup kills what is left in the pod's cgroup and removes it,
 // whatever its QoS class was (the spec may be gone).
-func (prs *podResources) removePodCgroup(uid string, _ *corev1.Pod) {
-	prs.forgetResize(uid)
-	if prs.cgroups.Manager() == nil {
+func (m *Daemon) removePodCgroup(uid string, _ *corev1.Pod) {
+	m.forgetResize(uid)
+	if m.cgroups.Manager() == nil {
 		return
 	}
 	var errs []error
 	for _, q := range []corev1.PodQOSClass{corev1.PodQOSGuaranteed, corev1.PodQOSBurstable, corev1.PodQOSBestEffort} {
-		n := prs.cgroups.PodName(uid, q)
-		if !prs.cgroups.Manager().Exists(n) && len(prs.cgroups.Manager().Pids(n)) == 0 {
+		n := m.cgroups.PodName(uid, q)
+		if !m.cgroups.Manager().Exists(n) && len(m.cgroups.Manager().Pids(n)) == 0 {
 			// Exists needs every controller; a partial one is removed too.
-			_ = prs.cgroups.Manager().Destroy(n)
+			_ = m.cgroups.Manager().Destroy(n)
 			continue
 		}
-		if err := prs.cgroups.Destroy(n); err != nil {
+		if err := m.cgroups.Destroy(n); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	if len(errs) > 0 {
 		// The orphan cleanup tries again.
-		prs.log.Warn("Cannot remove pod cgroup", "podUID", uid, "err", errors.Join(errs...))
+		m.log.Warn("Cannot remove pod cgroup", "podUID", uid, "err", errors.Join(errs...))
 		return
 	}
-	prs.updateQOSCgroups()
+	m.updateQOSCgroups()
 }
 
 // cleanupOrphanedPodCgroups removes the cgroups of pods that no input and
 // no container of the runtime knows (the kubelet's
 // cleanupOrphanedPodCgroups), e.g. left by a pod removed while
 // nodelet-runtime was down.
-func (prs *podResources) cleanupOrphanedPodCgroups(ctx context.Context) {
-	if prs.cgroups.Manager() == nil || !prs.store.sourcesReady() {
+func (m *Daemon) cleanupOrphanedPodCgroups(ctx context.Context) {
+	if m.cgroups.Manager() == nil || !m.store.sourcesReady() {
 		return
 	}
 	known := map[string]bool{}
-	for _, uid := range prs.store.uids() {
+	for _, uid := range m.store.uids() {
 		known[uid] = true
 	}
-	for uid, n := range prs.cgroups.OnDisk() {
+	for uid, n := range m.cgroups.OnDisk() {
 		if known[uid] {
 			continue
 		}
-		pr, err := prs.view.pod(ctx, uid)
+		pr, err := m.view.pod(ctx, uid)
 		if err != nil || !pr.empty() {
 			continue // its worker removes it with its sandboxes
 		}
-		if err := prs.cgroups.Destroy(n); err != nil {
-			prs.log.Warn("Cannot remove orphaned pod cgroup", "podUID", uid, "cgroupName", n.ToCgroupfs(), "err", err)
+		if err := m.cgroups.Destroy(n); err != nil {
+			m.log.Warn("Cannot remove orphaned pod cgroup", "podUID", uid, "cgroupName", n.ToCgroupfs(), "err", err)
 			continue
 		}
-		prs.log.Info("Removed orphaned pod cgroup", "podUID", uid, "cgroupName", n.ToCgroupfs())
+		m.log.Info("Removed orphaned pod cgroup", "podUID", uid, "cgroupName", n.ToCgroupfs())
 	}
 }
 
 // updateQOSCgroups gives the burstable cgroup the summed CPU requests of
 // the burstable pods as shares (the kubelet's qosContainerManager
 // UpdateCgroups, CPU part).
-func (prs *podResources) updateQOSCgroups() {
-	if prs.cgroups.Manager() == nil {
+func (m *Daemon) updateQOSCgroups() {
+	if m.cgroups.Manager() == nil {
 		return
 	}
 	var milli int64
-	for _, uid := range prs.store.uids() {
-		rec := prs.store.get(uid)
+	for _, uid := range m.store.uids() {
+		rec := m.store.get(uid)
 		if rec == nil || rec.Pod == nil || rec.Gone || rec.Verdict == nil || !rec.Verdict.Admitted || podutil.QOSClass(rec.Pod) != corev1.PodQOSBurstable {
 			continue
 		}
-		if o := prs.observed.get(uid); o != nil && o.Terminated {
+		if o := m.observed.get(uid); o != nil && o.Terminated {
 			continue
 		}
 		if ph := rec.Pod.Status.Phase; ph == corev1.PodFailed || ph == corev1.PodSucceeded {
 			continue
 		}
-		req := resourcehelper.PodRequests(prs.allocatedPod(rec.Pod), resourcehelper.PodResourcesOptions{})
+		req := resourcehelper.PodRequests(m.allocatedPod(rec.Pod), resourcehelper.PodResourcesOptions{})
 		milli += req.Cpu().MilliValue()
 	}
-	if err := prs.cgroups.SetBurstableShares(milli); err != nil {
-		prs.log.Warn("Cannot update burstable QoS cgroup", "err", err)
+	if err := m.cgroups.SetBurstableShares(milli); err != nil {
+		m.log.Warn("Cannot update burstable QoS cgroup", "err", err)
 	}
 }
 
@@ -314,7 +314,7 @@ func (prs *podResources) updateQOSCgroups() {
 // exists with its limits before its sandbox (the kubelet's SyncPod,
 // pcm.EnsureExists, "unable to ensure pod container exists").
 func (s *podSync) ensurePodCgroup(ctx context.Context) *syncResult {
-	err := s.m.resources.ensurePodCgroup(s.pod)
+	err := s.m.ensurePodCgroup(s.pod)
 	if err == nil {
 		return nil
 	}

@@ -80,18 +80,18 @@ func resizable(pod *corev1.Pod) []*corev1.Container {
 
 // podResizeOf returns the pod's resize state, made from its last observed
 // state (after a restart) or its spec (a new pod).
-func (prs *podResources) podResizeOf(pod *corev1.Pod) *podResize {
+func (m *Daemon) podResizeOf(pod *corev1.Pod) *podResize {
 	uid := string(pod.UID)
-	prs.resize.mu.Lock()
-	defer prs.resize.mu.Unlock()
-	if prs.resize.pods == nil {
-		prs.resize.pods = map[string]*podResize{}
+	m.resize.mu.Lock()
+	defer m.resize.mu.Unlock()
+	if m.resize.pods == nil {
+		m.resize.pods = map[string]*podResize{}
 	}
-	if r := prs.resize.pods[uid]; r != nil {
+	if r := m.resize.pods[uid]; r != nil {
 		return r
 	}
 	r := &podResize{alloc: map[string]corev1.ResourceRequirements{}, applied: map[string]appliedResources{}}
-	prev := prs.observed.get(uid)
+	prev := m.observed.get(uid)
 	byName := map[string]schemas.ContainerObserved{}
 	if prev != nil {
 		for _, list := range [][]schemas.ContainerObserved{prev.InitContainers, prev.Containers} {
@@ -120,7 +120,7 @@ func (prs *podResources) podResizeOf(pod *corev1.Pod) *podResize {
 			}
 		}
 	}
-	prs.resize.pods[uid] = r
+	m.resize.pods[uid] = r
 	return r
 }
 
@@ -132,22 +132,22 @@ func rawID(id string) string {
 }
 
 // forgetResize drops a removed pod's resize state.
-func (prs *podResources) forgetResize(uid string) {
-	prs.resize.mu.Lock()
-	delete(prs.resize.pods, uid)
-	prs.resize.mu.Unlock()
+func (m *Daemon) forgetResize(uid string) {
+	m.resize.mu.Lock()
+	delete(m.resize.pods, uid)
+	m.resize.mu.Unlock()
 }
 
 // allocatedPod is pod with its allocated resources (the kubelet's
 // UpdatePodFromAllocation): what its cgroups and new containers get.
-func (prs *podResources) allocatedPod(pod *corev1.Pod) *corev1.Pod {
-	prs.resize.mu.Lock()
-	r := prs.resize.pods[string(pod.UID)]
+func (m *Daemon) allocatedPod(pod *corev1.Pod) *corev1.Pod {
+	m.resize.mu.Lock()
+	r := m.resize.pods[string(pod.UID)]
 	var alloc map[string]corev1.ResourceRequirements
 	if r != nil {
 		alloc = r.alloc
 	}
-	prs.resize.mu.Unlock()
+	m.resize.mu.Unlock()
 	if alloc == nil {
 		return pod
 	}
@@ -190,10 +190,10 @@ func (r *podResize) noteRunning(pod *corev1.Pod, pr *podRuntime) {
 // noteStarted is noteRunning for the containers a sync pass just started,
 // so the state it reports already says what they were given (else the
 // next pass would publish the pod again only to add it).
-func (prs *podResources) noteStarted(pod *corev1.Pod, pr *podRuntime) {
-	r := prs.podResizeOf(pod)
-	prs.resize.mu.Lock()
-	defer prs.resize.mu.Unlock()
+func (m *Daemon) noteStarted(pod *corev1.Pod, pr *podRuntime) {
+	r := m.podResizeOf(pod)
+	m.resize.mu.Lock()
+	defer m.resize.mu.Unlock()
 	r.noteRunning(pod, pr)
 }
 
@@ -201,8 +201,8 @@ func (prs *podResources) noteStarted(pod *corev1.Pod, pr *podRuntime) {
 // handlePodResourcesResize and its podResizesAdmitHandler) and returns the
 // pod with its allocated resources.
 func (m *Daemon) admitResize(ctx context.Context, pod *corev1.Pod, pr *podRuntime) *corev1.Pod {
-	r := m.resources.podResizeOf(pod)
-	m.resources.resize.mu.Lock()
+	r := m.podResizeOf(pod)
+	m.resize.mu.Lock()
 	r.noteRunning(pod, pr)
 	changed := false
 	for _, c := range resizable(pod) {
@@ -212,13 +212,13 @@ func (m *Daemon) admitResize(ctx context.Context, pod *corev1.Pod, pr *podRuntim
 	}
 	if !changed {
 		r.pending = nil // reverted, or accepted
-		m.resources.resize.mu.Unlock()
-		return m.resources.allocatedPod(pod)
+		m.resize.mu.Unlock()
+		return m.allocatedPod(pod)
 	}
-	m.resources.resize.mu.Unlock()
+	m.resize.mu.Unlock()
 
-	reason, message := m.resources.resizeFits(pod)
-	m.resources.resize.mu.Lock()
+	reason, message := m.resizeFits(pod)
+	m.resize.mu.Lock()
 	if reason != "" {
 		fresh := r.pending == nil || r.pending.Reason != reason || r.pending.ObservedGeneration != pod.Generation
 		if fresh {
@@ -227,7 +227,7 @@ func (m *Daemon) admitResize(ctx context.Context, pod *corev1.Pod, pr *podRuntim
 				ObservedGeneration: pod.Generation, LastTransitionTime: metav1.NewTime(m.clock.Now()),
 			}
 		}
-		m.resources.resize.mu.Unlock()
+		m.resize.mu.Unlock()
 		if fresh {
 			typ := "ResizeDeferred"
 			if reason == corev1.PodReasonInfeasible {
@@ -236,7 +236,7 @@ func (m *Daemon) admitResize(ctx context.Context, pod *corev1.Pod, pr *podRuntim
 			m.log.Info("Pod resize pending", "pod", podRef(pod), "podUID", pod.UID, "reason", reason, "message", message)
 			m.event(pod, nil, "", corev1.EventTypeWarning, typ, resizeMessage(pod, pod.Generation, message, "Pod resize "+reason))
 		}
-		return m.resources.allocatedPod(pod)
+		return m.allocatedPod(pod)
 	}
 	for _, c := range resizable(pod) {
 		r.alloc[c.Name] = *c.Resources.DeepCopy()
@@ -246,10 +246,10 @@ func (m *Daemon) admitResize(ctx context.Context, pod *corev1.Pod, pr *podRuntim
 		Type: corev1.PodResizeInProgress, Status: corev1.ConditionTrue,
 		ObservedGeneration: pod.Generation, LastTransitionTime: metav1.NewTime(m.clock.Now()),
 	}
-	m.resources.resize.mu.Unlock()
+	m.resize.mu.Unlock()
 	m.log.Info("Pod resize started", "pod", podRef(pod), "podUID", pod.UID, "generation", pod.Generation)
 	m.event(pod, nil, "", corev1.EventTypeNormal, "ResizeStarted", resizeMessage(pod, pod.Generation, "", "Pod resize started"))
-	return m.resources.allocatedPod(pod)
+	return m.allocatedPod(pod)
 }
 
 // resizeFits is the kubelet's canAdmitPod for a resize: "" when the
@@ -257,33 +257,33 @@ func (m *Daemon) admitResize(ctx context.Context, pod *corev1.Pod, pr *podRuntim
 // other pods' allocations, else Deferred with the scheduler's
 // InsufficientResourceError message, or Infeasible when it can never be
 // carried out here.
-func (prs *podResources) resizeFits(pod *corev1.Pod) (reason, message string) {
-	if prs.cgroups.Manager() != nil && !prs.cgroups.Manager().V2() && memoryBackedVolumeResize(pod, prs.allocatedPod(pod)) {
+func (m *Daemon) resizeFits(pod *corev1.Pod) (reason, message string) {
+	if m.cgroups.Manager() != nil && !m.cgroups.Manager().V2() && memoryBackedVolumeResize(pod, m.allocatedPod(pod)) {
 		// The kubelet's disallowResizeForMemoryBackedVolumes.
 		return corev1.PodReasonInfeasible, "Memory-backed emptyDir volume resize is not supported on cgroups v1"
 	}
-	capacity := corev1.ResourceList{corev1.ResourceCPU: prs.capacity.CPU, corev1.ResourceMemory: prs.capacity.Memory}
-	allocatable, err := nodestatus.Allocatable(prs.cfg, capacity)
+	capacity := corev1.ResourceList{corev1.ResourceCPU: m.capacity.CPU, corev1.ResourceMemory: m.capacity.Memory}
+	allocatable, err := nodestatus.Allocatable(m.cfg, capacity)
 	if err != nil {
 		return corev1.PodReasonDeferred, err.Error()
 	}
 	want := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
 	used := corev1.ResourceList{}
-	for _, uid := range prs.store.uids() {
+	for _, uid := range m.store.uids() {
 		if uid == string(pod.UID) {
 			continue
 		}
-		rec := prs.store.get(uid)
+		rec := m.store.get(uid)
 		if rec == nil || rec.Pod == nil || rec.Gone || rec.Verdict == nil || !rec.Verdict.Admitted {
 			continue
 		}
-		if o := prs.observed.get(uid); o != nil && o.Terminated {
+		if o := m.observed.get(uid); o != nil && o.Terminated {
 			continue
 		}
 		if ph := rec.Pod.Status.Phase; ph == corev1.PodFailed || ph == corev1.PodSucceeded {
 			continue // the kubelet's active pods leave terminal ones out
 		}
-		for k, v := range resourcehelper.PodRequests(prs.allocatedPod(rec.Pod), resourcehelper.PodResourcesOptions{}) {
+		for k, v := range resourcehelper.PodRequests(m.allocatedPod(rec.Pod), resourcehelper.PodResourcesOptions{}) {
 			q := used[k]
 			q.Add(v)
 			used[k] = q
@@ -354,13 +354,13 @@ func resizeMessage(pod *corev1.Pod, generation int64, errMsg, prefix string) str
 // The restarting containers (resizeRestarts) were killed and start again
 // with their allocation: only the pod cgroup is resized for them.
 func (m *Daemon) syncResize(ctx context.Context, pod *corev1.Pod, pr *podRuntime, st *podState, restarting map[string]bool) {
-	r := m.resources.podResizeOf(pod)
+	r := m.podResizeOf(pod)
 	type update struct {
 		c  *corev1.Container
 		id string
 	}
 	var updates []update
-	m.resources.resize.mu.Lock()
+	m.resize.mu.Lock()
 	for _, c := range resizable(pod) {
 		info := pr.newest(c.Name)
 		if info == nil || info.State != runtimeapi.ContainerState_CONTAINER_RUNNING || restarting[c.Name] {
@@ -377,16 +377,16 @@ func (m *Daemon) syncResize(ctx context.Context, pod *corev1.Pod, pr *podRuntime
 		}
 	}
 	inProgress := r.inProgress
-	m.resources.resize.mu.Unlock()
+	m.resize.mu.Unlock()
 	if len(updates) == 0 && len(restarting) == 0 {
 		if inProgress != nil {
-			m.resources.finishResize(pod, r)
+			m.finishResize(pod, r)
 		}
 		return
 	}
 	fail := func(err error) {
 		m.log.Error("Pod resize failed", "pod", podRef(pod), "podUID", pod.UID, "err", err)
-		m.resources.resize.mu.Lock()
+		m.resize.mu.Lock()
 		msg := err.Error()
 		first := r.inProgress == nil || r.inProgress.Message != msg
 		if r.inProgress == nil {
@@ -394,19 +394,19 @@ func (m *Daemon) syncResize(ctx context.Context, pod *corev1.Pod, pr *podRuntime
 				ObservedGeneration: pod.Generation, LastTransitionTime: metav1.NewTime(m.clock.Now())}
 		}
 		r.inProgress.Reason, r.inProgress.Message = "Error", msg
-		m.resources.resize.mu.Unlock()
+		m.resize.mu.Unlock()
 		if first {
 			m.event(pod, nil, "", corev1.EventTypeWarning, "ResizeError", resizeMessage(pod, pod.Generation, msg, "Pod resize error"))
 		}
 	}
 	qos := podutil.QOSClass(pod)
-	pc := m.resources.cgroups
+	pc := m.cgroups
 	var want, cur *cgroups.ResourceConfig
 	if pc.Manager() != nil && pc.Exists(string(pod.UID), qos) {
 		want = pc.PodConfig(pod, qos)
-		cur = m.resources.currentPodCgroup(pod, qos)
+		cur = m.currentPodCgroup(pod, qos)
 		if want.Memory != nil && cur.Memory != nil && *want.Memory > 0 && (*cur.Memory <= 0 || *want.Memory < *cur.Memory) {
-			if usage := m.resources.podMemoryUsage(pod, qos); usage >= *want.Memory {
+			if usage := m.podMemoryUsage(pod, qos); usage >= *want.Memory {
 				fail(fmt.Errorf("attempting to set pod memory limit (%d) below current usage (%d)", *want.Memory, usage))
 				return
 			}
@@ -422,9 +422,9 @@ func (m *Daemon) syncResize(ctx context.Context, pod *corev1.Pod, pr *podRuntime
 			fail(fmt.Errorf("update container %q resources: %w", u.c.Name, err))
 			return
 		}
-		m.resources.resize.mu.Lock()
+		m.resize.mu.Lock()
 		r.applied[u.c.Name] = appliedResources{id: u.id, res: *u.c.Resources.DeepCopy()}
-		m.resources.resize.mu.Unlock()
+		m.resize.mu.Unlock()
 		m.log.Info("Updated container resources", "pod", podRef(pod), "podUID", pod.UID, "containerName", u.c.Name, "containerID", u.id)
 	}
 	if want != nil {
@@ -433,20 +433,20 @@ func (m *Daemon) syncResize(ctx context.Context, pod *corev1.Pod, pr *podRuntime
 			return
 		}
 	}
-	m.resources.updateQOSCgroups()
-	m.resources.finishResize(pod, r)
+	m.updateQOSCgroups()
+	m.finishResize(pod, r)
 }
 
 // finishResize clears PodResizeInProgress once everything has its
 // allocation (the kubelet's ResizeCompleted).
-func (prs *podResources) finishResize(pod *corev1.Pod, r *podResize) {
-	prs.resize.mu.Lock()
+func (m *Daemon) finishResize(pod *corev1.Pod, r *podResize) {
+	m.resize.mu.Lock()
 	had := r.inProgress != nil
 	r.inProgress = nil
-	prs.resize.mu.Unlock()
+	m.resize.mu.Unlock()
 	if had {
-		prs.log.Info("Pod resize completed", "pod", podRef(pod), "podUID", pod.UID, "generation", pod.Generation)
-		prs.event(pod, nil, "", corev1.EventTypeNormal, "ResizeCompleted", resizeMessage(pod, pod.Generation, "", "Pod resize completed"))
+		m.log.Info("Pod resize completed", "pod", podRef(pod), "podUID", pod.UID, "generation", pod.Generation)
+		m.event(pod, nil, "", corev1.EventTypeNormal, "ResizeCompleted", resizeMessage(pod, pod.Generation, "", "Pod resize completed"))
 	}
 }
 
@@ -482,9 +482,9 @@ func widen(cur, want *cgroups.ResourceConfig) *cgroups.ResourceConfig {
 
 // currentPodCgroup reads the pod cgroup's memory limit, CPU quota and
 // shares (the kubelet's GetPodCgroupConfig); unreadable values stay nil.
-func (prs *podResources) currentPodCgroup(pod *corev1.Pod, qos corev1.PodQOSClass) *cgroups.ResourceConfig {
-	mgr := prs.cgroups.Manager()
-	n := prs.cgroups.PodName(string(pod.UID), qos)
+func (m *Daemon) currentPodCgroup(pod *corev1.Pod, qos corev1.PodQOSClass) *cgroups.ResourceConfig {
+	mgr := m.cgroups.Manager()
+	n := m.cgroups.PodName(string(pod.UID), qos)
 	rc := &cgroups.ResourceConfig{}
 	if mgr.V2() {
 		if v, err := mgr.ReadInt(n, "", "memory.max"); err == nil {
@@ -512,9 +512,9 @@ func (prs *podResources) currentPodCgroup(pod *corev1.Pod, qos corev1.PodQOSClas
 }
 
 // podMemoryUsage is the pod cgroup's memory usage (0 when unreadable).
-func (prs *podResources) podMemoryUsage(pod *corev1.Pod, qos corev1.PodQOSClass) int64 {
-	mgr := prs.cgroups.Manager()
-	n := prs.cgroups.PodName(string(pod.UID), qos)
+func (m *Daemon) podMemoryUsage(pod *corev1.Pod, qos corev1.PodQOSClass) int64 {
+	mgr := m.cgroups.Manager()
+	n := m.cgroups.PodName(string(pod.UID), qos)
 	file, ctrl := "memory.usage_in_bytes", "memory"
 	if mgr.V2() {
 		file, ctrl = "memory.current", ""
@@ -529,13 +529,13 @@ func (prs *podResources) podMemoryUsage(pod *corev1.Pod, qos corev1.PodQOSClass)
 // resizeObserved adds to o what the resize state knows: each container's
 // allocated resources, what its running instance was given, and the
 // resize conditions.
-func (prs *podResources) resizeObserved(pod *corev1.Pod, o *schemas.PodObserved) {
+func (m *Daemon) resizeObserved(pod *corev1.Pod, o *schemas.PodObserved) {
 	if pod == nil {
 		return
 	}
-	prs.resize.mu.Lock()
-	defer prs.resize.mu.Unlock()
-	r := prs.resize.pods[string(pod.UID)]
+	m.resize.mu.Lock()
+	defer m.resize.mu.Unlock()
+	r := m.resize.pods[string(pod.UID)]
 	if r == nil {
 		return
 	}

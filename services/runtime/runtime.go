@@ -115,6 +115,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/bus"
+	"github.com/nodelet/nodelet/internal/cgroups"
 	"github.com/nodelet/nodelet/internal/config"
 	"github.com/nodelet/nodelet/internal/cri"
 	"github.com/nodelet/nodelet/internal/daemon"
@@ -251,10 +252,6 @@ type Daemon struct {
 	sandboxSlots chan struct{}
 	configSources
 
-	// resources owns the pod cgroups and the pods' allocated resources
-	// and resizes (podresources.go).
-	resources *podResources
-
 	// pleg wakes the relist (pleg.go).
 	pleg plegSignals
 	// volumeReports publishes the volumes' stats and those in use.
@@ -276,6 +273,11 @@ type configSources struct {
 	hostIPs  []string
 	capacity nodeCapacity
 	dns      dnsSettings
+	// cgroups is the pod cgroup hierarchy (podcgroup.go); it only names
+	// cgroups until Run has checked the driver and made the node's.
+	cgroups *cgroups.Pods
+	// resize holds each pod's allocated resources and resize progress (resize.go).
+	resize resizeState
 	// stopSignals remembers runtimes that ignore stop signals (stopsignal.go).
 	stopSignals stopSignals
 	// handlers caches the runtime handlers CRI Status lists (rro.go).
@@ -352,9 +354,7 @@ func New(opts Options) (*Daemon, error) {
 	}
 	m.observed = newObservedWriter(opts.Bus, m.log)
 	m.network = newNetworkState(m, opts.NodePodCIDR)
-	m.resources = &podResources{cfg: cfg, log: m.log, rs: opts.Runtime, capacity: capacity, event: m.event,
-		store: m.store, observed: m.observed, view: m.view}
-	if m.resources.cgroups, err = newPodCgroupNames(cfg); err != nil {
+	if m.cgroups, err = newPodCgroupNames(cfg); err != nil {
 		return nil, fmt.Errorf("runtime.cgroupRoot: %w", err)
 	}
 	return m, nil
@@ -375,7 +375,7 @@ func (m *Daemon) Run(ctx context.Context) error {
 	m.runtime.version = v.RuntimeVersion
 	m.log.Info("Container runtime", "name", v.RuntimeName, "version", v.RuntimeVersion, "apiVersion", v.RuntimeApiVersion)
 	m.network.setVersion(v.RuntimeName, v.RuntimeVersion)
-	if err := m.resources.setupCgroups(ctx); err != nil {
+	if err := m.setupCgroups(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -420,7 +420,7 @@ func (m *Daemon) Run(ctx context.Context) error {
 	}
 	m.log.Info("Inputs loaded, starting pod workers")
 	m.syncOrphanedPodDirs()
-	m.resources.cleanupOrphanedPodCgroups(ctx)
+	m.cleanupOrphanedPodCgroups(ctx)
 	run(m.relistLoop)
 	run(m.watchContainerEvents)
 	run(m.resyncLoop)
@@ -447,7 +447,7 @@ func (m *Daemon) resyncLoop(ctx context.Context) {
 				m.workers.Update(uid)
 			}
 			m.syncOrphanedPodDirs()
-			m.resources.cleanupOrphanedPodCgroups(ctx)
+			m.cleanupOrphanedPodCgroups(ctx)
 		}
 	}
 }

@@ -32,7 +32,7 @@ func (m *Daemon) syncRunning(ctx context.Context, pod *corev1.Pod, pr *podRuntim
 	if s.actions.Terminal {
 		return s.terminal(ctx)
 	}
-	restarting := m.resources.resizeRestarts(pod, pr, &s.actions)
+	restarting := m.resizeRestarts(pod, pr, &s.actions)
 	s.begin(ctx)
 	if s.actions.CreateSandbox && len(s.actions.Kill) == 0 && len(s.actions.StopSandboxes) == 0 && quickVolumes(pod, m.cluster != nil) {
 		// A new sandbox with nothing to kill first and volumes made on the
@@ -361,7 +361,7 @@ func (s *podSync) report(ctx context.Context, sandbox sandboxResult) bool {
 		if len(s.actions.Start) > 0 {
 			s.actions.InitDone = s.after.InitDone
 		}
-		s.m.resources.noteStarted(s.pod, s.pr)
+		s.m.noteStarted(s.pod, s.pr)
 	}
 	s.publish(ctx)
 	return err == nil

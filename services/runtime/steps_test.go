@@ -57,8 +57,6 @@ func newStepEnv(t *testing.T) *stepEnv {
 	m.observed = newObservedWriter(m.bus, m.log)
 	m.network = newNetworkState(m, nil)
 	m.network.checked, m.network.state.NetworkReady = true, true
-	m.resources = &podResources{cfg: m.cfg, log: m.log, rs: fake, capacity: m.capacity, event: m.event,
-		store: m.store, observed: m.observed, view: m.view}
 	vols := &stepVolumes{}
 	m.volumes = vols
 	return &stepEnv{m: m, cri: fake, clock: clk, vols: vols}
