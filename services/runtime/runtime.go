@@ -249,8 +249,8 @@ type Daemon struct {
 	sandboxSlots chan struct{}
 	configSources
 
-	// pleg wakes the relist (pleg.go).
-	pleg plegSignals
+	// pleg relists CRI and follows its events (pleg.go).
+	pleg *pleg
 	// volumeReports publishes the volumes' stats and those in use.
 	volumeReports *volumeReporter
 }
@@ -284,14 +284,6 @@ type configSources struct {
 	// cluster watches services and RuntimeClasses; nil on a standalone
 	// node.
 	cluster *clusterObjects
-}
-
-// plegSignals wake the relist between its periods.
-type plegSignals struct {
-	// wake asks for a relist at once.
-	wake chan struct{}
-	// exits carries container IDs whose exit an event announced.
-	exits chan string
 }
 
 // New checks opts and builds a Daemon; Run starts it.
@@ -335,7 +327,6 @@ func New(opts Options) (*Daemon, error) {
 			hostIPs: opts.HostIPs, capacity: capacity, objects: opts.Objects,
 			dns: dnsSettings{ClusterDNS: cfg.Node.ClusterDNS, ClusterDomain: cfg.Node.ClusterDomain, ResolvConf: cfg.Node.ResolvConf},
 		},
-		pleg: plegSignals{wake: make(chan struct{}, 1), exits: make(chan string, 64)},
 		volumeReports: &volumeReporter{
 			volumes: opts.Volumes, bus: opts.Bus, clock: opts.Clock, log: opts.Log, statsPeriod: opts.VolumeStatsPeriod,
 		},
@@ -350,6 +341,7 @@ func New(opts Options) (*Daemon, error) {
 		m.sandboxSlots = make(chan struct{}, n)
 	}
 	m.observed = newObservedWriter(opts.Bus, m.log)
+	m.pleg = newPLEG(&cfg.Runtime, m.log, m.clock, m.rs, m.view, m.store, m.observed)
 	m.network = newNetworkState(m, opts.NodePodCIDR)
 	if m.cgroups, err = newPodCgroupNames(cfg); err != nil {
 		return nil, fmt.Errorf("runtime.cgroupRoot: %w", err)
@@ -418,8 +410,7 @@ func (m *Daemon) Run(ctx context.Context) error {
 	m.log.Info("Inputs loaded, starting pod workers")
 	m.syncOrphanedPodDirs()
 	m.cleanupOrphanedPodCgroups(ctx)
-	run(m.relistLoop)
-	run(m.watchContainerEvents)
+	m.pleg.Start(ctx, m.workers, m.runtime, run)
 	run(m.resyncLoop)
 	run(m.volumeReports.statsLoop)
 	run(m.volumeReports.inUseLoop)

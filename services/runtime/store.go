@@ -309,7 +309,7 @@ func (m *Daemon) onSourcesReady(u bus.Update[schemas.SourcesReady]) {
 			for _, uid := range s.uids() {
 				m.workers.Update(uid)
 			}
-			m.relistNow()
+			m.pleg.relistNow()
 		}
 	case bus.Deleted:
 		s.mu.Lock()
