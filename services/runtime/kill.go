@@ -238,7 +238,7 @@ func (m *Daemon) removePod(ctx context.Context, uid string, pod *corev1.Pod, pr 
 		return fmt.Errorf("tear down volumes: %w", err)
 	}
 	m.removePodDirs(uid, pod, pr)
-	m.removePodCgroup(uid, pod)
+	m.resources.removePodCgroup(uid, pod)
 	return nil
 }
 

@@ -115,7 +115,6 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/bus"
-	"github.com/nodelet/nodelet/internal/cgroups"
 	"github.com/nodelet/nodelet/internal/config"
 	"github.com/nodelet/nodelet/internal/cri"
 	"github.com/nodelet/nodelet/internal/daemon"
@@ -249,6 +248,9 @@ type Daemon struct {
 	sandboxSlots chan struct{}
 	configSources
 
+	// resources owns the pod cgroups and resize state (podcgroup.go,
+	// resize.go).
+	resources *podResources
 	// pleg relists CRI and follows its events (pleg.go).
 	pleg *pleg
 	// volumeReports publishes the volumes' stats and those in use.
@@ -270,11 +272,6 @@ type configSources struct {
 	hostIPs  []string
 	capacity nodeCapacity
 	dns      dnsSettings
-	// cgroups is the pod cgroup hierarchy (podcgroup.go); it only names
-	// cgroups until Run has checked the driver and made the node's.
-	cgroups *cgroups.Pods
-	// resize holds each pod's allocated resources and resize progress (resize.go).
-	resize resizeState
 	// stopSignals remembers runtimes that ignore stop signals (stopsignal.go).
 	stopSignals stopSignals
 	// handlers caches the runtime handlers CRI Status lists (rro.go).
@@ -343,7 +340,7 @@ func New(opts Options) (*Daemon, error) {
 	m.observed = newObservedWriter(opts.Bus, m.log)
 	m.pleg = newPLEG(&cfg.Runtime, m.log, m.clock, m.rs, m.view, m.store, m.observed)
 	m.network = newNetworkState(m, opts.NodePodCIDR)
-	if m.cgroups, err = newPodCgroupNames(cfg); err != nil {
+	if m.resources, err = newPodResources(cfg, m.log, m.clock, m.rs, capacity, m.store, m.observed, m.view, m.event); err != nil {
 		return nil, fmt.Errorf("runtime.cgroupRoot: %w", err)
 	}
 	return m, nil
@@ -364,7 +361,7 @@ func (m *Daemon) Run(ctx context.Context) error {
 	m.runtime.version = v.RuntimeVersion
 	m.log.Info("Container runtime", "name", v.RuntimeName, "version", v.RuntimeVersion, "apiVersion", v.RuntimeApiVersion)
 	m.network.setVersion(v.RuntimeName, v.RuntimeVersion)
-	if err := m.setupCgroups(ctx); err != nil {
+	if err := m.resources.setupCgroups(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -409,7 +406,7 @@ func (m *Daemon) Run(ctx context.Context) error {
 	}
 	m.log.Info("Inputs loaded, starting pod workers")
 	m.syncOrphanedPodDirs()
-	m.cleanupOrphanedPodCgroups(ctx)
+	m.resources.cleanupOrphanedPodCgroups(ctx)
 	m.pleg.Start(ctx, m.workers, m.runtime, run)
 	run(m.resyncLoop)
 	run(m.volumeReports.statsLoop)
@@ -435,7 +432,7 @@ func (m *Daemon) resyncLoop(ctx context.Context) {
 				m.workers.Update(uid)
 			}
 			m.syncOrphanedPodDirs()
-			m.cleanupOrphanedPodCgroups(ctx)
+			m.resources.cleanupOrphanedPodCgroups(ctx)
 		}
 	}
 }

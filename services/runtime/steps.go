@@ -25,14 +25,14 @@ import (
 func (m *Daemon) syncRunning(ctx context.Context, pod *corev1.Pod, pr *podRuntime, st *podState) syncResult {
 	// The pod with its allocated resources: a resize that does not fit
 	// waits (resize.go, the kubelet's allocation manager).
-	pod = m.admitResize(ctx, pod, pr)
+	pod = m.resources.admitResize(ctx, pod, pr)
 	// Step 1 (computePodActions): what to kill, create and start; a
 	// resize that needs a restart kills and starts the container again.
 	s := &podSync{m: m, pod: pod, uid: string(pod.UID), st: st, pr: pr, actions: m.actionsFor(pod, pr)}
 	if s.actions.Terminal {
 		return s.terminal(ctx)
 	}
-	restarting := m.resizeRestarts(pod, pr, &s.actions)
+	restarting := m.resources.resizeRestarts(pod, pr, &s.actions)
 	s.begin(ctx)
 	if s.actions.CreateSandbox && len(s.actions.Kill) == 0 && len(s.actions.StopSandboxes) == 0 && quickVolumes(pod, m.cluster != nil) {
 		// A new sandbox with nothing to kill first and volumes made on the
@@ -73,7 +73,7 @@ func (m *Daemon) syncRunning(ctx context.Context, pod *corev1.Pod, pr *podRuntim
 	// Step 6 (resize): the resources of running containers and the pod
 	// cgroup (UpdateContainerResources, doPodResizeAction), once the
 	// sandbox is known and before anything starts.
-	m.syncResize(ctx, s.pod, s.pr, s.st, restarting)
+	m.resources.syncResize(ctx, s.pod, s.pr, s.st, restarting)
 
 	start := func(ts containerToStart) *waitError {
 		id, w := m.startContainer(ctx, pod, ts, sandbox.Sandbox, sandbox.Config, volumes, s.pr)
@@ -361,7 +361,7 @@ func (s *podSync) report(ctx context.Context, sandbox sandboxResult) bool {
 		if len(s.actions.Start) > 0 {
 			s.actions.InitDone = s.after.InitDone
 		}
-		s.m.noteStarted(s.pod, s.pr)
+		s.m.resources.noteStarted(s.pod, s.pr)
 	}
 	s.publish(ctx)
 	return err == nil

@@ -195,7 +195,7 @@ func (m *Daemon) publish(ctx context.Context, pod *corev1.Pod, pr *podRuntime, s
 	if o.UID == "" {
 		return
 	}
-	m.resizeObserved(pod, o)
+	m.resources.resizeObserved(pod, o)
 	if pod != nil && asksRecursiveReadOnly(pod) {
 		o.RecursiveReadOnlyMounts = m.supportsRecursiveReadOnly(ctx, pod)
 	}
