@@ -161,7 +161,7 @@ func newVolumeManager(opts Options, capacity nodeCapacity, d **Daemon) *volumes.
 	cfg := opts.Config
 	vo := volumes.Options{
 		Event:                       func(pod *corev1.Pod, typ, reason, msg string) { (*d).event(pod, nil, "", typ, reason, msg) },
-		Wake:                        func(uid types.UID) { (*d).wakeWorker(string(uid)) },
+		Wake:                        func(uid types.UID) { (*d).store.wakeWorker(string(uid)) },
 		StateDir:                    cfg.Node.StateDir,
 		Strategy:                    cfg.Runtime.ConfigMapAndSecretChangeDetectionStrategy,
 		SyncFrequency:               cfg.Runtime.SyncFrequency,
@@ -339,6 +339,7 @@ func New(opts Options) (*Daemon, error) {
 	}
 	m.observed = newObservedWriter(opts.Bus, m.log)
 	m.pleg = newPLEG(&cfg.Runtime, m.log, m.clock, m.rs, m.view, m.store, m.observed)
+	m.store.bus, m.store.log, m.store.observed, m.store.pleg = opts.Bus, m.log, m.observed, m.pleg
 	m.network = newNetworkState(m, opts.NodePodCIDR)
 	if m.resources, err = newPodResources(cfg, m.log, m.clock, m.rs, capacity, m.store, m.observed, m.view, m.event); err != nil {
 		return nil, fmt.Errorf("runtime.cgroupRoot: %w", err)
@@ -376,6 +377,7 @@ func (m *Daemon) Run(ctx context.Context) error {
 		return fmt.Errorf("load observed state: %w", err)
 	}
 	m.workers = newPodWorkers(ctx, m.clock, m.syncPod)
+	m.store.workers = m.workers
 
 	var wg sync.WaitGroup
 	run := func(f func(context.Context)) {
@@ -387,7 +389,7 @@ func (m *Daemon) Run(ctx context.Context) error {
 		defer m.cluster.shutdown()
 	}
 	run(m.network.run)
-	run(m.watchInputs)
+	run(m.store.watch)
 	if v, ok := m.volumes.(interface{ Run(context.Context) }); ok {
 		run(v.Run)
 	}
