@@ -251,6 +251,10 @@ type Daemon struct {
 	// resources owns the pod cgroups and resize state (podcgroup.go,
 	// resize.go).
 	resources *podResources
+	// hooks runs lifecycle handlers (hooks.go); killer kills and removes
+	// pods (kill.go).
+	hooks  *hookRunner
+	killer *podKiller
 	// pleg relists CRI and follows its events (pleg.go).
 	pleg *pleg
 	// volumeReports publishes the volumes' stats and those in use.
@@ -337,13 +341,17 @@ func New(opts Options) (*Daemon, error) {
 	if n := cfg.Runtime.MaxConcurrentSandboxCreations; n > 0 {
 		m.sandboxSlots = make(chan struct{}, n)
 	}
+	// The parts, wired to what each needs of the others.
 	m.observed = newObservedWriter(opts.Bus, m.log)
-	m.pleg = newPLEG(&cfg.Runtime, m.log, m.clock, m.rs, m.view, m.store, m.observed)
-	m.store.bus, m.store.log, m.store.observed, m.store.pleg = opts.Bus, m.log, m.observed, m.pleg
-	m.network = newNetworkState(m, opts.NodePodCIDR)
 	if m.resources, err = newPodResources(cfg, m.log, m.clock, m.rs, capacity, m.store, m.observed, m.view, m.event); err != nil {
 		return nil, fmt.Errorf("runtime.cgroupRoot: %w", err)
 	}
+	m.hooks = &hookRunner{rs: m.rs, clock: m.clock}
+	m.killer = newPodKiller(cfg, m.log, m.clock, m.rs, m.hooks, m.volumes, m.resources, m.event)
+	m.stopSignals.rs, m.stopSignals.log = m.rs, m.log
+	m.pleg = newPLEG(&cfg.Runtime, m.log, m.clock, m.rs, m.view, m.store, m.observed)
+	m.store.bus, m.store.log, m.store.observed, m.store.pleg = opts.Bus, m.log, m.observed, m.pleg
+	m.network = newNetworkState(m, opts.NodePodCIDR)
 	return m, nil
 }
 
@@ -362,6 +370,7 @@ func (m *Daemon) Run(ctx context.Context) error {
 	m.runtime.version = v.RuntimeVersion
 	m.log.Info("Container runtime", "name", v.RuntimeName, "version", v.RuntimeVersion, "apiVersion", v.RuntimeApiVersion)
 	m.network.setVersion(v.RuntimeName, v.RuntimeVersion)
+	m.stopSignals.runtime = m.runtime
 	if err := m.resources.setupCgroups(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil

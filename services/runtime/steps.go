@@ -194,13 +194,13 @@ func (s *podSync) killUnwanted(ctx context.Context) (killResult, *syncResult) {
 	var done killResult
 	for _, k := range a.Kill {
 		grace := containerGrace(s.pod, k.C, k.Grace)
-		if err := m.killContainer(ctx, s.pod, k.C, grace, false, k.Message, k.Reason); err != nil {
+		if err := m.killer.killContainer(ctx, s.pod, k.C, grace, false, k.Message, k.Reason); err != nil {
 			m.log.Error("Cannot kill container", "pod", podRef(s.pod), "podUID", s.uid, "containerName", k.C.Name, "err", err)
 			return done, requeueIn(retryCRI)
 		}
 		done.Containers++
 	}
-	if err := m.stopSandboxes(ctx, a.StopSandboxes); err != nil {
+	if err := m.killer.stopSandboxes(ctx, a.StopSandboxes); err != nil {
 		m.log.Error("Cannot stop extra sandbox", "pod", podRef(s.pod), "podUID", s.uid, "err", err)
 		return done, requeueIn(retryCRI)
 	}

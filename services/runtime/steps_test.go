@@ -56,14 +56,17 @@ func newStepEnv(t *testing.T) *stepEnv {
 	m.backoff = newBackOff(clk, initialBackOff, time.Minute)
 	m.observed = newObservedWriter(m.bus, m.log)
 	m.store.bus, m.store.log, m.store.observed = m.bus, m.log, m.observed
+	vols := &stepVolumes{}
 	res, err := newPodResources(m.cfg, m.log, clk, fake, m.capacity, m.store, m.observed, m.view, m.event)
 	if err != nil {
 		t.Fatal(err)
 	}
 	m.resources = res
+	m.hooks = &hookRunner{rs: fake, clock: clk}
+	m.killer = newPodKiller(m.cfg, m.log, clk, fake, m.hooks, vols, res, m.event)
+	m.stopSignals.rs, m.stopSignals.log, m.stopSignals.runtime = fake, m.log, m.runtime
 	m.network = newNetworkState(m, nil)
 	m.network.checked, m.network.state.NetworkReady = true, true
-	vols := &stepVolumes{}
 	m.volumes = vols
 	return &stepEnv{m: m, cri: fake, clock: clk, vols: vols}
 }
@@ -478,6 +481,7 @@ func TestSandboxSlotCoversPreparation(t *testing.T) {
 	e.m.sandboxSlots = make(chan struct{}, 1)
 	vols := &slotVolumes{slots: e.m.sandboxSlots}
 	e.m.volumes = vols
+	e.m.killer.volumes = vols
 	sync := func(ctx context.Context, pod *corev1.Pod) syncResult {
 		s := e.sync(t, pod)
 		return e.m.syncRunning(ctx, pod, s.pr, s.st)

@@ -121,7 +121,7 @@ func (m *Daemon) syncGone(ctx context.Context, uid string, pod *corev1.Pod, pr *
 			m.log.Error("Cannot read pod from the container runtime", "podUID", uid, "err", err)
 			return syncResult{RequeueAfter: retryCRI}
 		}
-		if err := m.removePod(ctx, uid, pod, fresh); err != nil {
+		if err := m.killer.removePod(ctx, uid, pod, fresh); err != nil {
 			m.log.Error("Cannot remove pod", "podUID", uid, "err", err)
 			return syncResult{RequeueAfter: retryCRI}
 		}
@@ -158,7 +158,7 @@ func (m *Daemon) syncTerminating(ctx context.Context, pod *corev1.Pod, pr *podRu
 	if running {
 		st.killing()
 		m.publish(ctx, pod, pr, st, nil)
-		if err := m.killPod(ctx, pod, pr, grace); err != nil {
+		if err := m.killer.killPod(ctx, pod, pr, grace); err != nil {
 			m.log.Error("Cannot kill pod", "podUID", pr.UID, "err", err)
 			return syncResult{RequeueAfter: retryCRI}
 		}
