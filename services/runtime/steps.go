@@ -22,13 +22,14 @@ import (
 // resize, ephemeral, init and app containers). Each step returns what it
 // made, or the syncResult that ends this pass (the pod waits for
 // something, or syncs again after a back-off).
-func (m *Daemon) syncRunning(ctx context.Context, pod *corev1.Pod, pr *podRuntime, st *podState) syncResult {
+func (s *podSync) syncRunning(ctx context.Context) syncResult {
+	m, pr, st := s.m, s.pr, s.st
 	// The pod with its allocated resources: a resize that does not fit
 	// waits (resize.go, the kubelet's allocation manager).
-	pod = m.resources.admitResize(ctx, pod, pr)
+	pod := m.resources.admitResize(ctx, s.pod, pr)
 	// Step 1 (computePodActions): what to kill, create and start; a
 	// resize that needs a restart kills and starts the container again.
-	s := &podSync{m: m, pod: pod, uid: string(pod.UID), st: st, pr: pr, actions: m.actionsFor(pod, pr)}
+	s.pod, s.actions = pod, m.actionsFor(pod, pr)
 	if s.actions.Terminal {
 		return s.terminal(ctx)
 	}
@@ -141,7 +142,7 @@ func (s *podSync) terminal(ctx context.Context) syncResult {
 	if s.actions.TerminalReason != "Completed" {
 		s.st.setPodReason(s.actions.TerminalReason, s.actions.TerminalMessage)
 	}
-	return s.m.syncTerminating(ctx, s.pod, s.pr, s.st, nil)
+	return s.syncTerminating(ctx, nil)
 }
 
 // begin marks the pod as running and, the first time, says at once that

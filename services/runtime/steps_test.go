@@ -484,7 +484,7 @@ func TestSandboxSlotCoversPreparation(t *testing.T) {
 	e.m.killer.volumes = vols
 	sync := func(ctx context.Context, pod *corev1.Pod) syncResult {
 		s := e.sync(t, pod)
-		return e.m.syncRunning(ctx, pod, s.pr, s.st)
+		return (&podSync{m: e.m, pod: pod, uid: string(pod.UID), pr: s.pr, st: s.st}).syncRunning(ctx)
 	}
 
 	first := newPod("first", busybox("app", ""))
