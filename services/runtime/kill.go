@@ -328,3 +328,29 @@ func (k *podKiller) stopSandboxes(ctx context.Context, sbs []*sandboxInfo) error
 	}
 	return nil
 }
+
+// removeDeadSandboxes removes the pod's sandboxes other than current that
+// are stopped and hold no containers (left by a creation that was cut
+// short, or replaced): as the kubelet's sandbox GC does for pods that
+// still exist, so that a pod has exactly one sandbox.
+func (k *podKiller) removeDeadSandboxes(ctx context.Context, pod *corev1.Pod, pr *podRuntime, current *sandboxInfo) {
+	for _, sb := range pr.Sandboxes {
+		if sb == current || sb.ID == current.ID || sb.Ready {
+			continue
+		}
+		empty := true
+		for _, c := range pr.Containers {
+			if c.SandboxID == sb.ID {
+				empty = false
+			}
+		}
+		if !empty {
+			continue
+		}
+		if err := k.rs.RemovePodSandbox(ctx, sb.ID); err != nil && !crierrors.IsNotFound(err) {
+			k.log.Warn("Cannot remove dead sandbox", "pod", podRef(pod), "podUID", pod.UID, "sandboxID", sb.ID, "err", err)
+			continue
+		}
+		k.log.Info("Removed dead sandbox", "pod", podRef(pod), "podUID", pod.UID, "sandboxID", sb.ID, "attempt", sb.Attempt)
+	}
+}

@@ -8,8 +8,6 @@ import (
 	"strings"
 	"time"
 
-	crierrors "k8s.io/cri-api/pkg/errors"
-
 	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -243,7 +241,7 @@ func (s *podSync) ensureSandbox(ctx context.Context) (sandboxResult, *syncResult
 		res = sandboxResult{Sandbox: s.actions.Sandbox, Config: cfg}
 	}
 	s.st.setPodReason("", "")
-	s.m.removeDeadSandboxes(ctx, s.pod, s.pr, res.Sandbox)
+	s.m.killer.removeDeadSandboxes(ctx, s.pod, s.pr, res.Sandbox)
 	return res, nil
 }
 
@@ -437,30 +435,4 @@ func startEach(list []containerToStart, st *podState, start func(containerToStar
 		}
 	}
 	return r
-}
-
-// removeDeadSandboxes removes the pod's sandboxes other than current that
-// are stopped and hold no containers (left by a creation that was cut
-// short, or replaced): as the kubelet's sandbox GC does for pods that
-// still exist, so that a pod has exactly one sandbox.
-func (m *Daemon) removeDeadSandboxes(ctx context.Context, pod *corev1.Pod, pr *podRuntime, current *sandboxInfo) {
-	for _, sb := range pr.Sandboxes {
-		if sb == current || sb.ID == current.ID || sb.Ready {
-			continue
-		}
-		empty := true
-		for _, c := range pr.Containers {
-			if c.SandboxID == sb.ID {
-				empty = false
-			}
-		}
-		if !empty {
-			continue
-		}
-		if err := m.rs.RemovePodSandbox(ctx, sb.ID); err != nil && !crierrors.IsNotFound(err) {
-			m.log.Warn("Cannot remove dead sandbox", "pod", podRef(pod), "podUID", pod.UID, "sandboxID", sb.ID, "err", err)
-			continue
-		}
-		m.log.Info("Removed dead sandbox", "pod", podRef(pod), "podUID", pod.UID, "sandboxID", sb.ID, "attempt", sb.Attempt)
-	}
 }
