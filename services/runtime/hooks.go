@@ -14,6 +14,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	internalapi "k8s.io/cri-api/pkg/apis"
 )
 
 // hookRunner runs the containers' lifecycle handlers, the kubelet's
@@ -27,6 +28,8 @@ type hookRunner struct {
 type hookExecer interface {
 	ExecSync(ctx context.Context, containerID string, cmd []string, timeout time.Duration) (stdout []byte, stderr []byte, err error)
 }
+
+var _ hookExecer = internalapi.RuntimeService(nil)
 
 // runHook runs a lifecycle handler (PostStart or PreStop) of container id:
 // exec through CRI ExecSync, an HTTP GET to the pod, or a sleep. On failure
