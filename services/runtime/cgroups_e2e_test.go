@@ -241,7 +241,7 @@ func TestCgroupDriverMismatchRefused(t *testing.T) {
 	pod.Spec.Containers[0].Resources = resources(rlist("cpu", "10m"), nil)
 	want = strings.ReplaceAll(strings.TrimPrefix(h.cfg.Runtime.CgroupRoot, "/"), "-", "_") +
 		"-burstable-pod" + strings.ReplaceAll(string(pod.UID), "-", "_") + ".slice"
-	if got := m.cgroupParent(pod); got != want {
+	if got := m.resources.cgroupParent(pod); got != want {
 		t.Fatalf("systemd CgroupParent %q, want %q", got, want)
 	}
 }

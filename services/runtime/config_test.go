@@ -25,7 +25,8 @@ func testManager(t *testing.T) *Daemon {
 		t.Fatal(err)
 	}
 	return &Daemon{
-		cfg: cfg,
+		cfg:       cfg,
+		resources: &podResources{cfg: cfg},
 		configSources: configSources{
 			hostIPs: []string{"192.0.2.10"},
 			capacity: nodeCapacity{CPU: resource.MustParse("4"), Memory: resource.MustParse("8Gi"), Allocatable: corev1.ResourceList{
@@ -295,7 +296,7 @@ func TestQOSAndResources(t *testing.T) {
 			if r.OomScoreAdj != tc.oom || r.CpuShares != tc.shares || r.CpuQuota != tc.quota {
 				t.Fatalf("resources %v", r)
 			}
-			if p := m.cgroupParent(tc.pod); !strings.HasPrefix(p, tc.cgroupIn) {
+			if p := m.resources.cgroupParent(tc.pod); !strings.HasPrefix(p, tc.cgroupIn) {
 				t.Fatalf("cgroup parent %q", p)
 			}
 		})

@@ -143,11 +143,12 @@ func TestHookSleepAndTCPSocket(t *testing.T) {
 	m := testManager(t)
 	clk := testingclock.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	m.clock = clk
+	m.hooks = &hookRunner{clock: clk}
 	pod := newPod("hooks", busybox("a", ""))
 	c := &pod.Spec.Containers[0]
 	done := make(chan error, 1)
 	go func() {
-		_, err := m.runHook(context.Background(), pod, c, "id", &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: 5}}, nil)
+		_, err := m.hooks.runHook(context.Background(), pod, c, "id", &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: 5}}, nil)
 		done <- err
 	}()
 	for !clk.HasWaiters() {
@@ -163,7 +164,7 @@ func TestHookSleepAndTCPSocket(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("sleep hook: %v", err)
 	}
-	msg, err := m.runHook(context.Background(), pod, c, "id", &corev1.LifecycleHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(80)}}, nil)
+	msg, err := m.hooks.runHook(context.Background(), pod, c, "id", &corev1.LifecycleHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(80)}}, nil)
 	if err == nil || !strings.Contains(msg, "tcpSocket is not a valid lifecycle handler") {
 		t.Fatalf("tcpSocket hook: %q %v", msg, err)
 	}

@@ -226,7 +226,7 @@ func (m *Daemon) startContainer(ctx context.Context, pod *corev1.Pod, ts contain
 		if err != nil {
 			return "", m.configError(event, err)
 		}
-		if err := m.stopSignalRefused(c); err != nil {
+		if err := m.stopSignals.stopSignalRefused(c); err != nil {
 			event(corev1.EventTypeWarning, "Failed", "Error: "+err.Error())
 			return "", &waitError{Reason: reasonCreateContainerError, Message: err.Error(), Retry: 30 * time.Second}
 		}
@@ -235,7 +235,7 @@ func (m *Daemon) startContainer(ctx context.Context, pod *corev1.Pod, ts contain
 		}
 		id, err = m.rs.CreateContainer(ctx, sb.ID, cfg, sbConfig)
 		if err == nil {
-			err = m.checkStopSignal(ctx, c, id)
+			err = m.stopSignals.checkStopSignal(ctx, c, id)
 		}
 		if err != nil {
 			event(corev1.EventTypeWarning, "Failed", "Error: "+err.Error())
@@ -255,13 +255,13 @@ func (m *Daemon) startContainer(ctx context.Context, pod *corev1.Pod, ts contain
 	event(corev1.EventTypeNormal, "Started", "Started container "+c.Name)
 	if c.Lifecycle != nil && c.Lifecycle.PostStart != nil {
 		hctx, cancel := context.WithTimeout(ctx, m.cfg.Runtime.RuntimeRequestTimeout)
-		msg, err := m.runHook(hctx, pod, c, id, c.Lifecycle.PostStart, sb.IPs)
+		msg, err := m.hooks.runHook(hctx, pod, c, id, c.Lifecycle.PostStart, sb.IPs)
 		cancel()
 		if err != nil {
 			m.log.Info("PostStart hook failed", "pod", podRef(pod), "podUID", pod.UID, "containerName", c.Name, "err", err)
 			event(corev1.EventTypeWarning, "FailedPostStartHook", msg)
 			info := &containerInfo{ID: id, Name: c.Name, State: runtimeapi.ContainerState_CONTAINER_RUNNING}
-			if kerr := m.killContainer(ctx, pod, info, containerGrace(pod, info, nil), false,
+			if kerr := m.killer.killContainer(ctx, pod, info, containerGrace(pod, info, nil), false,
 				fmt.Sprintf("FailedPostStartHook"), ""); kerr != nil {
 				m.log.Error("Cannot kill container after its PostStart hook failed", "pod", podRef(pod), "containerName", c.Name, "err", kerr)
 			}

@@ -67,13 +67,13 @@ func (m *Daemon) podStartTime(ctx context.Context, pod *corev1.Pod) time.Time {
 // syncWithDeadline runs a pod that should run under its active deadline:
 // past it, the pod is killed and reports DeadlineExceeded; before it, the
 // pod's worker is woken when it falls due.
-func (m *Daemon) syncWithDeadline(ctx context.Context, pod *corev1.Pod, pr *podRuntime, st *podState) syncResult {
-	past, left := m.activeDeadline(ctx, pod, st)
+func (s *podSync) syncWithDeadline(ctx context.Context) syncResult {
+	past, left := s.m.activeDeadline(ctx, s.pod, s.st)
 	if past {
-		st.setPodReason(podutil.ReasonDeadlineExceeded, podutil.MessageDeadlineExceeded)
-		return m.syncTerminating(ctx, pod, pr, st, nil)
+		s.st.setPodReason(podutil.ReasonDeadlineExceeded, podutil.MessageDeadlineExceeded)
+		return s.syncTerminating(ctx, nil)
 	}
-	res := m.syncRunning(ctx, pod, pr, st)
+	res := s.syncRunning(ctx)
 	if left > 0 && (res.RequeueAfter == 0 || left < res.RequeueAfter) {
 		res.RequeueAfter = left
 	}

@@ -23,7 +23,7 @@ func TestHTTPSHookSkipsVerification(t *testing.T) {
 	defer srv.Close()
 	host, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
 	p, _ := strconv.Atoi(port)
-	m := &Daemon{}
+	m := &hookRunner{}
 	g := &corev1.HTTPGetAction{Scheme: corev1.URISchemeHTTPS, Port: intstr.FromInt(p), Path: "/echo?msg=poststart"}
 	if err := m.runHTTPHook(context.Background(), &corev1.Container{Name: "c"}, g, []string{host}); err != nil {
 		t.Fatalf("https hook: %v", err)

@@ -14,15 +14,30 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	internalapi "k8s.io/cri-api/pkg/apis"
 )
+
+// hookRunner runs the containers' lifecycle handlers, the kubelet's
+// handlerRunner (pkg/kubelet/lifecycle/handlers.go).
+type hookRunner struct {
+	rs    hookExecer
+	clock Clock
+}
+
+// hookExecer runs a command in a container (CRI's RuntimeService).
+type hookExecer interface {
+	ExecSync(ctx context.Context, containerID string, cmd []string, timeout time.Duration) (stdout []byte, stderr []byte, err error)
+}
+
+var _ hookExecer = internalapi.RuntimeService(nil)
 
 // runHook runs a lifecycle handler (PostStart or PreStop) of container id:
 // exec through CRI ExecSync, an HTTP GET to the pod, or a sleep. On failure
 // it returns the kubelet's message for the event with the error.
-func (m *Daemon) runHook(ctx context.Context, pod *corev1.Pod, c *corev1.Container, id string, h *corev1.LifecycleHandler, podIPs []string) (string, error) {
+func (r *hookRunner) runHook(ctx context.Context, pod *corev1.Pod, c *corev1.Container, id string, h *corev1.LifecycleHandler, podIPs []string) (string, error) {
 	switch {
 	case h.Exec != nil:
-		stdout, stderr, err := m.rs.ExecSync(ctx, id, h.Exec.Command, 0)
+		stdout, stderr, err := r.rs.ExecSync(ctx, id, h.Exec.Command, 0)
 		if err != nil {
 			out := strings.TrimSpace(string(stdout) + string(stderr))
 			return fmt.Sprintf("Exec lifecycle hook (%v) for Container %q in Pod %q failed - error: %v, message: %q",
@@ -30,14 +45,14 @@ func (m *Daemon) runHook(ctx context.Context, pod *corev1.Pod, c *corev1.Contain
 		}
 		return "", nil
 	case h.HTTPGet != nil:
-		if err := m.runHTTPHook(ctx, c, h.HTTPGet, podIPs); err != nil {
+		if err := r.runHTTPHook(ctx, c, h.HTTPGet, podIPs); err != nil {
 			return fmt.Sprintf("HTTP lifecycle hook (%s) for Container %q in Pod %q failed - error: %v",
 				h.HTTPGet.Path, c.Name, podString(pod), err), err
 		}
 		return "", nil
 	case h.Sleep != nil:
 		select {
-		case <-m.clock.After(time.Duration(h.Sleep.Seconds) * time.Second):
+		case <-r.clock.After(time.Duration(h.Sleep.Seconds) * time.Second):
 			return "", nil
 		case <-ctx.Done():
 			return "", nil // the grace period ended the sleep: not a failure
@@ -50,7 +65,7 @@ func (m *Daemon) runHook(ctx context.Context, pod *corev1.Pod, c *corev1.Contain
 	return fmt.Sprintf("Lifecycle hook for Container %q in Pod %q failed - error: %v", c.Name, podString(pod), err), err
 }
 
-func (m *Daemon) runHTTPHook(ctx context.Context, c *corev1.Container, g *corev1.HTTPGetAction, podIPs []string) error {
+func (r *hookRunner) runHTTPHook(ctx context.Context, c *corev1.Container, g *corev1.HTTPGetAction, podIPs []string) error {
 	host := g.Host
 	if host == "" {
 		if len(podIPs) == 0 {

@@ -4,13 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
+	internalapi "k8s.io/cri-api/pkg/apis"
 	crierrors "k8s.io/cri-api/pkg/errors"
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/nodelet/nodelet/internal/config"
 	"github.com/nodelet/nodelet/schemas"
 	"github.com/nodelet/nodelet/services/runtime/volumes"
 )
@@ -22,6 +25,50 @@ const minGracePeriod = 2
 // defaultGracePeriod when neither the pod nor the container's annotations
 // say.
 const defaultGracePeriod = 30
+
+// podKiller is the kill/stop part, the kubelet's killContainer and
+// killPodWithSyncResult, and the removal of a pod that is gone (its
+// sandboxes, volumes, directories and cgroup).
+type podKiller struct {
+	cfg   *config.Config
+	log   *slog.Logger
+	clock Clock
+	rs    internalapi.RuntimeService
+	// hooks runs PreStop handlers.
+	hooks hookRunnerI
+	// volumes tears a removed pod's volumes down; resources removes its
+	// cgroup.
+	volumes   volumeTeardown
+	resources podCgroupRemover
+	event     eventFunc
+}
+
+func newPodKiller(cfg *config.Config, log *slog.Logger, clk Clock, rs internalapi.RuntimeService, hooks hookRunnerI,
+	volumes volumeTeardown, resources podCgroupRemover, event eventFunc) *podKiller {
+	return &podKiller{cfg: cfg, log: log, clock: clk, rs: rs, hooks: hooks, volumes: volumes, resources: resources, event: event}
+}
+
+// hookRunnerI runs a lifecycle handler (hookRunner).
+type hookRunnerI interface {
+	runHook(ctx context.Context, pod *corev1.Pod, c *corev1.Container, id string, h *corev1.LifecycleHandler, podIPs []string) (string, error)
+}
+
+// volumeTeardown removes what the volume manager made for a pod
+// (VolumeManager).
+type volumeTeardown interface {
+	Teardown(ctx context.Context, uid string) error
+}
+
+// podCgroupRemover removes a pod's cgroup (podResources).
+type podCgroupRemover interface {
+	removePodCgroup(uid string, pod *corev1.Pod)
+}
+
+var (
+	_ hookRunnerI      = (*hookRunner)(nil)
+	_ volumeTeardown   = VolumeManager(nil)
+	_ podCgroupRemover = (*podResources)(nil)
+)
 
 // containerGrace is the grace period to stop c with: the probe's own when
 // given, else the pod's deletion grace period, else its
@@ -71,7 +118,7 @@ func specOf(pod *corev1.Pod, name string) *corev1.Container {
 // left of it (at least 2 s, unless the grace period is forced). pod may be
 // nil (the pod left the sources and nodelet-runtime restarted since):
 // hooks then come from the container's annotations.
-func (m *Daemon) killContainer(ctx context.Context, pod *corev1.Pod, c *containerInfo, grace int64, forced bool, message, reason string) error {
+func (k *podKiller) killContainer(ctx context.Context, pod *corev1.Pod, c *containerInfo, grace int64, forced bool, message, reason string) error {
 	spec := specOf(pod, c.Name)
 	kind := c.Kind
 	if pod != nil {
@@ -81,7 +128,7 @@ func (m *Daemon) killContainer(ctx context.Context, pod *corev1.Pod, c *containe
 		message = "Stopping container " + c.Name
 	}
 	if spec != nil {
-		m.event(pod, spec, kind, corev1.EventTypeNormal, "Killing", message)
+		k.event(pod, spec, kind, corev1.EventTypeNormal, "Killing", message)
 	}
 	preStop := c.PreStop
 	if spec != nil {
@@ -91,7 +138,7 @@ func (m *Daemon) killContainer(ctx context.Context, pod *corev1.Pod, c *containe
 		}
 	}
 	if preStop != nil && grace > 0 && c.running() {
-		began := m.clock.Now()
+		began := k.clock.Now()
 		hctx, cancel := context.WithTimeout(ctx, time.Duration(grace)*time.Second)
 		done := make(chan struct{})
 		var msg string
@@ -102,7 +149,7 @@ func (m *Daemon) killContainer(ctx context.Context, pod *corev1.Pod, c *containe
 			if hookSpec == nil {
 				hookSpec = &corev1.Container{Name: c.Name, Ports: c.Ports}
 			}
-			msg, err = m.runHook(hctx, pod, hookSpec, c.ID, preStop, m.podIPsOf(ctx, c.SandboxID))
+			msg, err = k.hooks.runHook(hctx, pod, hookSpec, c.ID, preStop, k.podIPsOf(ctx, c.SandboxID))
 		}()
 		select {
 		case <-done:
@@ -111,12 +158,12 @@ func (m *Daemon) killContainer(ctx context.Context, pod *corev1.Pod, c *containe
 		cancel()
 		<-done
 		if err != nil {
-			m.log.Info("PreStop hook failed", "containerName", c.Name, "containerID", c.ID, "err", err)
+			k.log.Info("PreStop hook failed", "containerName", c.Name, "containerID", c.ID, "err", err)
 			if spec != nil {
-				m.event(pod, spec, kind, corev1.EventTypeWarning, "FailedPreStopHook", msg)
+				k.event(pod, spec, kind, corev1.EventTypeWarning, "FailedPreStopHook", msg)
 			}
 		}
-		grace -= int64(m.clock.Since(began).Seconds())
+		grace -= int64(k.clock.Since(began).Seconds())
 	}
 	if !forced && grace < minGracePeriod {
 		grace = minGracePeriod
@@ -124,16 +171,16 @@ func (m *Daemon) killContainer(ctx context.Context, pod *corev1.Pod, c *containe
 	if grace < 0 {
 		grace = 0
 	}
-	m.log.Info("Killing container with a grace period", "containerName", c.Name, "containerID", c.ID, "gracePeriod", grace, "reason", reason)
-	if err := m.rs.StopContainer(ctx, c.ID, grace); err != nil && !crierrors.IsNotFound(err) {
+	k.log.Info("Killing container with a grace period", "containerName", c.Name, "containerID", c.ID, "gracePeriod", grace, "reason", reason)
+	if err := k.rs.StopContainer(ctx, c.ID, grace); err != nil && !crierrors.IsNotFound(err) {
 		return fmt.Errorf("stop container %s (%s): %w", c.Name, c.ID, err)
 	}
 	return nil
 }
 
 // podIPsOf is a sandbox's IPs (for a PreStop HTTP hook), nil when unknown.
-func (m *Daemon) podIPsOf(ctx context.Context, sandboxID string) []string {
-	resp, err := m.rs.PodSandboxStatus(ctx, sandboxID, false)
+func (k *podKiller) podIPsOf(ctx context.Context, sandboxID string) []string {
+	resp, err := k.rs.PodSandboxStatus(ctx, sandboxID, false)
 	if err != nil {
 		return nil
 	}
@@ -148,7 +195,7 @@ func (m *Daemon) podIPsOf(ctx context.Context, sandboxID string) []string {
 // containers in parallel first, then sidecars one by one in reverse order
 // with what is left of the grace period — and then the pod's sandboxes.
 // grace overrides the containers' grace periods when not nil.
-func (m *Daemon) killPod(ctx context.Context, pod *corev1.Pod, pr *podRuntime, grace *int64) error {
+func (k *podKiller) killPod(ctx context.Context, pod *corev1.Pod, pr *podRuntime, grace *int64) error {
 	var apps, sidecars []*containerInfo
 	for _, c := range pr.active() {
 		kind := c.Kind
@@ -182,7 +229,7 @@ func (m *Daemon) killPod(ctx context.Context, pod *corev1.Pod, pr *podRuntime, g
 			}
 		}
 	}
-	began := m.clock.Now()
+	began := k.clock.Now()
 	gracePeriod := func(c *containerInfo) (int64, bool) {
 		if grace != nil {
 			return *grace, true
@@ -197,7 +244,7 @@ func (m *Daemon) killPod(ctx context.Context, pod *corev1.Pod, pr *podRuntime, g
 		go func() {
 			defer wg.Done()
 			g, forced := gracePeriod(c)
-			if err := m.killContainer(ctx, pod, c, g, forced, "", "Killing"); err != nil {
+			if err := k.killContainer(ctx, pod, c, g, forced, "", "Killing"); err != nil {
 				mu.Lock()
 				errs = append(errs, err)
 				mu.Unlock()
@@ -207,8 +254,8 @@ func (m *Daemon) killPod(ctx context.Context, pod *corev1.Pod, pr *podRuntime, g
 	wg.Wait()
 	for _, c := range sidecars {
 		g, forced := gracePeriod(c)
-		g = max(0, g-int64(m.clock.Since(began).Seconds()))
-		if err := m.killContainer(ctx, pod, c, g, forced, "", "Killing"); err != nil {
+		g = max(0, g-int64(k.clock.Since(began).Seconds()))
+		if err := k.killContainer(ctx, pod, c, g, forced, "", "Killing"); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -219,7 +266,7 @@ func (m *Daemon) killPod(ctx context.Context, pod *corev1.Pod, pr *podRuntime, g
 		if !sb.Ready {
 			continue
 		}
-		if err := m.rs.StopPodSandbox(ctx, sb.ID); err != nil && !crierrors.IsNotFound(err) {
+		if err := k.rs.StopPodSandbox(ctx, sb.ID); err != nil && !crierrors.IsNotFound(err) {
 			return fmt.Errorf("stop sandbox %s: %w", sb.ID, err)
 		}
 	}
@@ -230,29 +277,29 @@ func (m *Daemon) killPod(ctx context.Context, pod *corev1.Pod, pr *podRuntime, g
 // the kubelet's SyncTerminatedPod and pod cleanup do: its sandboxes (and
 // with them its containers), then its volumes, directories and logs, and
 // last its cgroup.
-func (m *Daemon) removePod(ctx context.Context, uid string, pod *corev1.Pod, pr *podRuntime) error {
-	if err := m.removeSandboxes(ctx, pr); err != nil {
+func (k *podKiller) removePod(ctx context.Context, uid string, pod *corev1.Pod, pr *podRuntime) error {
+	if err := k.removeSandboxes(ctx, pr); err != nil {
 		return err
 	}
-	if err := m.volumes.Teardown(ctx, uid); err != nil {
+	if err := k.volumes.Teardown(ctx, uid); err != nil {
 		return fmt.Errorf("tear down volumes: %w", err)
 	}
-	m.removePodDirs(uid, pod, pr)
-	m.removePodCgroup(uid, pod)
+	k.removePodDirs(uid, pod, pr)
+	k.resources.removePodCgroup(uid, pod)
 	return nil
 }
 
 // removeSandboxes removes the pod's sandboxes and the containers of none
 // (left by a failed sandbox creation).
-func (m *Daemon) removeSandboxes(ctx context.Context, pr *podRuntime) error {
+func (k *podKiller) removeSandboxes(ctx context.Context, pr *podRuntime) error {
 	var errs []error
 	for _, sb := range pr.Sandboxes {
-		if err := m.rs.RemovePodSandbox(ctx, sb.ID); err != nil && !crierrors.IsNotFound(err) {
+		if err := k.rs.RemovePodSandbox(ctx, sb.ID); err != nil && !crierrors.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("remove sandbox %s: %w", sb.ID, err))
 		}
 	}
 	for _, c := range pr.Containers {
-		if err := m.rs.RemoveContainer(ctx, c.ID); err != nil && !crierrors.IsNotFound(err) {
+		if err := k.rs.RemoveContainer(ctx, c.ID); err != nil && !crierrors.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("remove container %s: %w", c.ID, err))
 		}
 	}
@@ -261,23 +308,49 @@ func (m *Daemon) removeSandboxes(ctx context.Context, pr *podRuntime) error {
 
 // removePodDirs removes the pod's directory under the state dir and its
 // log directory.
-func (m *Daemon) removePodDirs(uid string, pod *corev1.Pod, pr *podRuntime) {
-	_ = volumes.RemoveAll(podDir(m.cfg.Node.StateDir, uid))
+func (k *podKiller) removePodDirs(uid string, pod *corev1.Pod, pr *podRuntime) {
+	_ = volumes.RemoveAll(podDir(k.cfg.Node.StateDir, uid))
 	ns, name := pr.Namespace, pr.Name
 	if pod != nil {
 		ns, name = pod.Namespace, pod.Name
 	}
 	if name != "" {
-		_ = volumes.RemoveAll(podLogDirOf(m.cfg.Node.PodLogsDir, ns, name, uid))
+		_ = volumes.RemoveAll(podLogDirOf(k.cfg.Node.PodLogsDir, ns, name, uid))
 	}
 }
 
 // stopSandboxes stops ready sandboxes that are not the pod's current one.
-func (m *Daemon) stopSandboxes(ctx context.Context, sbs []*sandboxInfo) error {
+func (k *podKiller) stopSandboxes(ctx context.Context, sbs []*sandboxInfo) error {
 	for _, sb := range sbs {
-		if err := m.rs.StopPodSandbox(ctx, sb.ID); err != nil && !crierrors.IsNotFound(err) {
+		if err := k.rs.StopPodSandbox(ctx, sb.ID); err != nil && !crierrors.IsNotFound(err) {
 			return fmt.Errorf("stop sandbox %s: %w", sb.ID, err)
 		}
 	}
 	return nil
+}
+
+// removeDeadSandboxes removes the pod's sandboxes other than current that
+// are stopped and hold no containers (left by a creation that was cut
+// short, or replaced): as the kubelet's sandbox GC does for pods that
+// still exist, so that a pod has exactly one sandbox.
+func (k *podKiller) removeDeadSandboxes(ctx context.Context, pod *corev1.Pod, pr *podRuntime, current *sandboxInfo) {
+	for _, sb := range pr.Sandboxes {
+		if sb == current || sb.ID == current.ID || sb.Ready {
+			continue
+		}
+		empty := true
+		for _, c := range pr.Containers {
+			if c.SandboxID == sb.ID {
+				empty = false
+			}
+		}
+		if !empty {
+			continue
+		}
+		if err := k.rs.RemovePodSandbox(ctx, sb.ID); err != nil && !crierrors.IsNotFound(err) {
+			k.log.Warn("Cannot remove dead sandbox", "pod", podRef(pod), "podUID", pod.UID, "sandboxID", sb.ID, "err", err)
+			continue
+		}
+		k.log.Info("Removed dead sandbox", "pod", podRef(pod), "podUID", pod.UID, "sandboxID", sb.ID, "attempt", sb.Attempt)
+	}
 }

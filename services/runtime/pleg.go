@@ -2,11 +2,70 @@ package runtime
 
 import (
 	"context"
+	"log/slog"
 	"strings"
 	"time"
 
+	internalapi "k8s.io/cri-api/pkg/apis"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodelet/nodelet/internal/config"
 )
+
+// pleg is the kubelet's PodLifecycleEventGenerator (GenericPLEG): the
+// relist, and the runtime's container events (CRI's stream, else
+// containerd's task events, taskevents.go) as hints between relists. It
+// wakes the pod workers directly rather than through a Watch channel:
+// Run starts it, relistNow asks for a relist at once.
+type pleg struct {
+	cfg   *config.RuntimeConfig
+	log   *slog.Logger
+	clock Clock
+	rs    internalapi.RuntimeService
+	// runtime names the container runtime (set once Version answered).
+	runtime runtimeInfo
+	// view lists the pods in CRI; store and observed know pods besides.
+	view     plegLister
+	store    knownPods
+	observed knownPods
+	// workers are woken for pods that changed (set by Daemon.Run).
+	workers plegWorkers
+
+	// wake asks for a relist at once.
+	wake chan struct{}
+	// exits carries container IDs whose exit an event announced.
+	exits chan string
+}
+
+// plegLister lists nodelet's pods in CRI (criView).
+type plegLister interface {
+	all(ctx context.Context) (map[string]*podRuntime, error)
+}
+
+// knownPods are the UIDs of pods an input or output knows (store,
+// observedWriter).
+type knownPods interface{ uids() []string }
+
+// plegWorkers are the pod workers the PLEG wakes (podWorkers).
+type plegWorkers interface {
+	Update(uid string)
+	Relisted(uid string, state map[string]string)
+}
+
+func newPLEG(cfg *config.RuntimeConfig, log *slog.Logger, clk Clock, rs internalapi.RuntimeService, view plegLister, store, observed knownPods) *pleg {
+	return &pleg{
+		cfg: cfg, log: log, clock: clk, rs: rs, view: view, store: store, observed: observed,
+		wake: make(chan struct{}, 1), exits: make(chan string, 64),
+	}
+}
+
+// Start runs the relist and follows the runtime's events until ctx is
+// done; run runs each of them as a goroutine of the daemon.
+func (g *pleg) Start(ctx context.Context, workers plegWorkers, rt runtimeInfo, run func(func(context.Context))) {
+	g.workers, g.runtime = workers, rt
+	run(g.relistLoop)
+	run(g.watchContainerEvents)
+}
 
 // relistLoop is the PLEG: every relistPeriod it lists nodelet's sandboxes
 // and containers, compares with the last list, and wakes the worker of
@@ -14,12 +73,12 @@ import (
 // removed or appeared). The first list wakes every pod CRI, the buckets
 // or the observed state know, which is how a restarted nodelet-runtime
 // takes over its pods.
-func (m *Daemon) relistLoop(ctx context.Context) {
-	period := m.cfg.Runtime.RelistPeriod
+func (g *pleg) relistLoop(ctx context.Context) {
+	period := g.cfg.RelistPeriod
 	if period <= 0 {
 		period = time.Second
 	}
-	t := m.clock.NewTicker(period)
+	t := g.clock.NewTicker(period)
 	defer t.Stop()
 	var last map[string]string // sandbox or container ID → "<uid> <state>"
 	failing := false
@@ -30,22 +89,22 @@ func (m *Daemon) relistLoop(ctx context.Context) {
 	var retry <-chan time.Time
 	retryDelay := exitRetryMin
 	for {
-		timeout := m.cfg.Runtime.RuntimeRequestTimeout
+		timeout := g.cfg.RuntimeRequestTimeout
 		if timeout <= 0 {
 			timeout = 2 * time.Minute
 		}
 		lctx, cancel := context.WithTimeout(ctx, timeout)
-		pods, err := m.view.all(lctx)
+		pods, err := g.view.all(lctx)
 		cancel()
 		switch {
 		case err != nil && ctx.Err() == nil:
 			if !failing {
-				m.log.Error("Relist failed", "err", err)
+				g.log.Error("Relist failed", "err", err)
 			}
 			failing = true
 		case err == nil:
 			if failing {
-				m.log.Info("Relist works again")
+				g.log.Info("Relist works again")
 			}
 			failing = false
 			cur := snapshot(pods)
@@ -54,23 +113,23 @@ func (m *Daemon) relistLoop(ctx context.Context) {
 				for uid := range pods {
 					seen[uid] = true
 				}
-				for _, uid := range m.store.uids() {
+				for _, uid := range g.store.uids() {
 					seen[uid] = true
 				}
-				for _, uid := range m.observed.uids() {
+				for _, uid := range g.observed.uids() {
 					seen[uid] = true
 				}
 				for uid := range seen {
-					m.workers.Update(uid)
+					g.workers.Update(uid)
 				}
 			} else {
 				byPod := snapshotsByPod(cur)
 				for uid := range changedPods(last, cur) {
-					m.workers.Relisted(uid, byPod[uid])
+					g.workers.Relisted(uid, byPod[uid])
 				}
 			}
 			last = cur
-			now := m.clock.Now()
+			now := g.clock.Now()
 			for id, until := range pending {
 				if !stillRunning(cur[id]) || now.After(until) {
 					delete(pending, id)
@@ -79,7 +138,7 @@ func (m *Daemon) relistLoop(ctx context.Context) {
 		}
 		retry = nil
 		if len(pending) > 0 {
-			retry = m.clock.After(retryDelay)
+			retry = g.clock.After(retryDelay)
 			retryDelay = min(2*retryDelay, exitRetryMax)
 		} else {
 			retryDelay = exitRetryMin
@@ -88,10 +147,10 @@ func (m *Daemon) relistLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C():
-		case <-m.pleg.wake:
+		case <-g.wake:
 		case <-retry:
-		case id := <-m.pleg.exits:
-			pending[id] = m.clock.Now().Add(exitPendingFor)
+		case id := <-g.exits:
+			pending[id] = g.clock.Now().Add(exitPendingFor)
 		}
 	}
 }
@@ -112,9 +171,9 @@ func stillRunning(v string) bool {
 }
 
 // relistNow asks for a relist at once.
-func (m *Daemon) relistNow() {
+func (g *pleg) relistNow() {
 	select {
-	case m.pleg.wake <- struct{}{}:
+	case g.wake <- struct{}{}:
 	default:
 	}
 }
@@ -180,12 +239,12 @@ func changedPods(last, cur map[string]string) map[string]bool {
 // runtime offers it (containerd 2.x); each event wakes its pod's worker at
 // once. Events are hints: the relist stays the truth. containerd 1.6
 // answers Unimplemented, and the relist alone does the work.
-func (m *Daemon) watchContainerEvents(ctx context.Context) {
-	if m.runtime.name == "containerd" && majorVersion(m.runtime.version) == 1 {
+func (g *pleg) watchContainerEvents(ctx context.Context) {
+	if g.runtime.name == "containerd" && majorVersion(g.runtime.version) == 1 {
 		// Known not to stream CRI events: asking would only make
 		// cri-client log an error at every start.
-		m.log.Info("containerd 1.x does not stream CRI container events, following its task events", "version", m.runtime.version)
-		m.watchTaskEvents(ctx)
+		g.log.Info("containerd 1.x does not stream CRI container events, following its task events", "version", g.runtime.version)
+		g.watchTaskEvents(ctx)
 		return
 	}
 	ch := make(chan *runtimeapi.ContainerEventResponse, 128)
@@ -196,30 +255,30 @@ func (m *Daemon) watchContainerEvents(ctx context.Context) {
 				return
 			case ev := <-ch:
 				if uid := ev.GetPodSandboxStatus().GetMetadata().GetUid(); uid != "" {
-					m.workers.Update(uid)
+					g.workers.Update(uid)
 				}
 			}
 		}
 	}()
 	for {
-		err := m.rs.GetContainerEvents(ctx, ch, nil)
+		err := g.rs.GetContainerEvents(ctx, ch, nil)
 		if ctx.Err() != nil {
 			return
 		}
 		if isUnimplemented(err) {
-			if m.runtime.name == "containerd" {
-				m.log.Info("The container runtime does not stream CRI container events, following containerd's task events")
-				m.watchTaskEvents(ctx)
+			if g.runtime.name == "containerd" {
+				g.log.Info("The container runtime does not stream CRI container events, following containerd's task events")
+				g.watchTaskEvents(ctx)
 				return
 			}
-			m.log.Info("The container runtime does not stream container events, relisting only", "relistPeriod", m.cfg.Runtime.RelistPeriod)
+			g.log.Info("The container runtime does not stream container events, relisting only", "relistPeriod", g.cfg.RelistPeriod)
 			return
 		}
-		m.log.Warn("Container event stream ended, reconnecting", "err", err)
+		g.log.Warn("Container event stream ended, reconnecting", "err", err)
 		select {
 		case <-ctx.Done():
 			return
-		case <-m.clock.After(5 * time.Second):
+		case <-g.clock.After(5 * time.Second):
 		}
 	}
 }
@@ -237,3 +296,10 @@ func majorVersion(v string) int {
 	}
 	return n
 }
+
+var (
+	_ plegLister  = (*criView)(nil)
+	_ knownPods   = (*store)(nil)
+	_ knownPods   = (*observedWriter)(nil)
+	_ plegWorkers = (*podWorkers)(nil)
+)

@@ -5,18 +5,85 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	resourcehelper "k8s.io/component-helpers/resource"
+	internalapi "k8s.io/cri-api/pkg/apis"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodelet/nodelet/internal/cgroups"
 	"github.com/nodelet/nodelet/internal/config"
 	"github.com/nodelet/nodelet/internal/podutil"
+	"github.com/nodelet/nodelet/schemas"
 )
+
+// podResources is the pod-resources part, the kubelet's cgroup manager
+// (pod and QoS cgroups, podcgroup.go) and allocation manager (allocated
+// resources and in-place resize, resize.go, resizerestart.go). It owns
+// the pod cgroups and each pod's resize state.
+type podResources struct {
+	cfg      *config.Config
+	log      *slog.Logger
+	clock    Clock
+	rs       internalapi.RuntimeService
+	capacity nodeCapacity
+	// cgroups is the pod cgroup hierarchy; it only names cgroups until
+	// setupCgroups has checked the driver and made the node's.
+	cgroups *cgroups.Pods
+	// resize holds each pod's allocated resources and resize progress.
+	resize resizeState
+
+	// What it reads: the admitted pods, their observed state and CRI.
+	store    admittedPods
+	observed observedPods
+	view     podViewer
+	// event emits a pod event (Daemon.event).
+	event eventFunc
+}
+
+// admittedPods are the pods the inputs know (store).
+type admittedPods interface {
+	uids() []string
+	get(uid string) *podRecord
+	sourcesReady() bool
+}
+
+// observedPods is the pods' last observed state (observedWriter).
+type observedPods interface {
+	get(uid string) *schemas.PodObserved
+}
+
+// podViewer is one pod as CRI has it (criView).
+type podViewer interface {
+	pod(ctx context.Context, uid string) (*podRuntime, error)
+}
+
+// eventFunc emits an event about pod (and container c) with the kubelet's
+// reason (Daemon.event).
+type eventFunc func(pod *corev1.Pod, c *corev1.Container, kind, typ, reason, msg string)
+
+var (
+	_ admittedPods = (*store)(nil)
+	_ observedPods = (*observedWriter)(nil)
+	_ podViewer    = (*criView)(nil)
+)
+
+// newPodResources names the pod cgroups from cfg; setupCgroups makes them.
+func newPodResources(cfg *config.Config, log *slog.Logger, clk Clock, rs internalapi.RuntimeService, capacity nodeCapacity,
+	store admittedPods, observed observedPods, view podViewer, event eventFunc) (*podResources, error) {
+	names, err := newPodCgroupNames(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &podResources{
+		cfg: cfg, log: log, clock: clk, rs: rs, capacity: capacity, cgroups: names,
+		store: store, observed: observed, view: view, event: event,
+	}, nil
+}
 
 // Pod cgroups, the kubelet's container manager (pkg/kubelet/cm): the node
 // allocatable cgroup runtime.cgroupRoot (the kubelet's kubepods), its
@@ -42,9 +109,9 @@ func newPodCgroupNames(cfg *config.Config) (*cgroups.Pods, error) {
 // makes the node allocatable and QoS cgroups (the kubelet's
 // setupNode: createNodeAllocatableCgroups, qosContainerManager.Start,
 // enforceNodeAllocatableCgroups).
-func (m *Daemon) setupCgroups(ctx context.Context) error {
-	names := m.cgroups
-	if err := m.checkCgroupDriver(ctx, names.Driver()); err != nil {
+func (p *podResources) setupCgroups(ctx context.Context) error {
+	names := p.cgroups
+	if err := p.checkCgroupDriver(ctx, names.Driver()); err != nil {
 		return err
 	}
 	mgr, err := cgroups.NewManager(names.Driver())
@@ -52,21 +119,21 @@ func (m *Daemon) setupCgroups(ctx context.Context) error {
 		return fmt.Errorf("runtime.cgroupDriver: %w", err)
 	}
 	enforce := map[string]bool{}
-	for _, k := range m.cfg.Runtime.EnforceNodeAllocatable {
+	for _, k := range p.cfg.Runtime.EnforceNodeAllocatable {
 		enforce[k] = true
 	}
 	capacity := corev1.ResourceList{
-		corev1.ResourceCPU:    m.capacity.CPU,
-		corev1.ResourceMemory: m.capacity.Memory,
+		corev1.ResourceCPU:    p.capacity.CPU,
+		corev1.ResourceMemory: p.capacity.Memory,
 	}
 	if n := cgroups.PidMax(); n > 0 {
 		capacity["pid"] = *resource.NewQuantity(n, resource.DecimalSI)
 	}
-	kube, err := config.ParseReserved("node.kubeReserved", m.cfg.Node.KubeReserved)
+	kube, err := config.ParseReserved("node.kubeReserved", p.cfg.Node.KubeReserved)
 	if err != nil {
 		return err
 	}
-	system, err := config.ParseReserved("node.systemReserved", m.cfg.Node.SystemReserved)
+	system, err := config.ParseReserved("node.systemReserved", p.cfg.Node.SystemReserved)
 	if err != nil {
 		return err
 	}
@@ -90,7 +157,7 @@ func (m *Daemon) setupCgroups(ctx context.Context) error {
 		}
 	}
 	pods, err := cgroups.NewPods(mgr, cgroups.PodOptions{
-		Root: m.cfg.Runtime.CgroupRoot, PodPidsLimit: m.cfg.Runtime.PodPidsLimit, NodeAllocatable: allocatable,
+		Root: p.cfg.Runtime.CgroupRoot, PodPidsLimit: p.cfg.Runtime.PodPidsLimit, NodeAllocatable: allocatable,
 	})
 	if err != nil {
 		return fmt.Errorf("runtime.cgroupRoot: %w", err)
@@ -103,10 +170,10 @@ func (m *Daemon) setupCgroups(ctx context.Context) error {
 		rl           corev1.ResourceList
 		compressible bool
 	}{
-		{"system-reserved", m.cfg.Runtime.SystemReservedCgroup, system, false},
-		{"kube-reserved", m.cfg.Runtime.KubeReservedCgroup, kube, false},
-		{"system-reserved-compressible", m.cfg.Runtime.SystemReservedCgroup, system, true},
-		{"kube-reserved-compressible", m.cfg.Runtime.KubeReservedCgroup, kube, true},
+		{"system-reserved", p.cfg.Runtime.SystemReservedCgroup, system, false},
+		{"kube-reserved", p.cfg.Runtime.KubeReservedCgroup, kube, false},
+		{"system-reserved-compressible", p.cfg.Runtime.SystemReservedCgroup, system, true},
+		{"kube-reserved-compressible", p.cfg.Runtime.KubeReservedCgroup, kube, true},
 	} {
 		if !enforce[r.key] {
 			continue
@@ -114,11 +181,11 @@ func (m *Daemon) setupCgroups(ctx context.Context) error {
 		if err := pods.EnforceExisting(r.cgroup, r.rl, r.compressible); err != nil {
 			return fmt.Errorf("runtime.enforceNodeAllocatable %s: failed to enforce limits on %q: %w", r.key, r.cgroup, err)
 		}
-		m.log.Info("Enforced reserved limits on cgroup", "enforcement", r.key, "cgroupName", r.cgroup)
+		p.log.Info("Enforced reserved limits on cgroup", "enforcement", r.key, "cgroupName", r.cgroup)
 	}
-	m.cgroups = pods
-	m.log.Info("Pod cgroups ready", "cgroupDriver", mgr.Driver(), "cgroupV2", mgr.V2(), "cgroupRoot", m.cfg.Runtime.CgroupRoot,
-		"podPidsLimit", m.cfg.Runtime.PodPidsLimit, "enforceNodeAllocatable", m.cfg.Runtime.EnforceNodeAllocatable)
+	p.cgroups = pods
+	p.log.Info("Pod cgroups ready", "cgroupDriver", mgr.Driver(), "cgroupV2", mgr.V2(), "cgroupRoot", p.cfg.Runtime.CgroupRoot,
+		"podPidsLimit", p.cfg.Runtime.PodPidsLimit, "enforceNodeAllocatable", p.cfg.Runtime.EnforceNodeAllocatable)
 	return nil
 }
 
@@ -127,8 +194,8 @@ func (m *Daemon) setupCgroups(ctx context.Context) error {
 // is not implemented (containerd 1.x), the SystemdCgroup option of the
 // default runtime in the CRI plugin's config (Status verbose). "" when
 // the runtime tells neither.
-func (m *Daemon) runtimeCgroupDriver(ctx context.Context) (driver, setting string, err error) {
-	rc, err := m.rs.RuntimeConfig(ctx)
+func (p *podResources) runtimeCgroupDriver(ctx context.Context) (driver, setting string, err error) {
+	rc, err := p.rs.RuntimeConfig(ctx)
 	if err == nil && rc.GetLinux() != nil {
 		switch rc.GetLinux().GetCgroupDriver() {
 		case runtimeapi.CgroupDriver_SYSTEMD:
@@ -140,7 +207,7 @@ func (m *Daemon) runtimeCgroupDriver(ctx context.Context) (driver, setting strin
 	if err != nil && status.Code(err) != codes.Unimplemented {
 		return "", "", fmt.Errorf("CRI RuntimeConfig: %w", err)
 	}
-	st, err := m.rs.Status(ctx, true)
+	st, err := p.rs.Status(ctx, true)
 	if err != nil {
 		return "", "", fmt.Errorf("CRI Status: %w", err)
 	}
@@ -174,15 +241,15 @@ func (m *Daemon) runtimeCgroupDriver(ctx context.Context) (driver, setting strin
 
 // checkCgroupDriver refuses to start when runtime.cgroupDriver is not the
 // runtime's: pods would get cgroups the runtime does not look for.
-func (m *Daemon) checkCgroupDriver(ctx context.Context, driver string) error {
-	ctx, cancel := context.WithTimeout(ctx, m.cfg.Runtime.RuntimeRequestTimeout)
+func (p *podResources) checkCgroupDriver(ctx context.Context, driver string) error {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.Runtime.RuntimeRequestTimeout)
 	defer cancel()
-	theirs, setting, err := m.runtimeCgroupDriver(ctx)
+	theirs, setting, err := p.runtimeCgroupDriver(ctx)
 	if err != nil {
 		return fmt.Errorf("cannot tell the container runtime's cgroup driver: %w", err)
 	}
 	if theirs == "" {
-		m.log.Warn("Container runtime does not tell its cgroup driver, using runtime.cgroupDriver", "cgroupDriver", driver)
+		p.log.Warn("Container runtime does not tell its cgroup driver, using runtime.cgroupDriver", "cgroupDriver", driver)
 		return nil
 	}
 	if theirs != driver {
@@ -194,12 +261,12 @@ func (m *Daemon) checkCgroupDriver(ctx context.Context, driver string) error {
 
 // cgroupParent is the pod's cgroup as CRI's CgroupParent names it (the
 // kubelet's GetPodContainerNameForDriver).
-func (m *Daemon) cgroupParent(pod *corev1.Pod) string {
-	pc := m.cgroups
+func (p *podResources) cgroupParent(pod *corev1.Pod) string {
+	pc := p.cgroups
 	if pc == nil {
-		// A Daemon not made by New (unit tests): names from the config.
+		// podResources not made by newPodResources (unit tests): names from the config.
 		var err error
-		if pc, err = newPodCgroupNames(m.cfg); err != nil {
+		if pc, err = newPodCgroupNames(p.cfg); err != nil {
 			return ""
 		}
 	}
@@ -209,104 +276,104 @@ func (m *Daemon) cgroupParent(pod *corev1.Pod) string {
 // ensurePodCgroup makes the pod's cgroup with its limits before its
 // sandbox (the kubelet's SyncPod: pcm.EnsureExists). A pod without one
 // (a Daemon that was never Run) is left to the runtime's defaults.
-func (m *Daemon) ensurePodCgroup(pod *corev1.Pod) error {
-	if m.cgroups.Manager() == nil {
+func (p *podResources) ensurePodCgroup(pod *corev1.Pod) error {
+	if p.cgroups.Manager() == nil {
 		return nil
 	}
 	qos := podutil.QOSClass(pod)
-	if m.cgroups.Exists(string(pod.UID), qos) {
+	if p.cgroups.Exists(string(pod.UID), qos) {
 		return nil
 	}
-	if err := m.cgroups.Ensure(pod, qos); err != nil {
+	if err := p.cgroups.Ensure(pod, qos); err != nil {
 		return err
 	}
 	// A new burstable pod adds its CPU requests to its QoS cgroup's shares
 	// (the kubelet's SyncPod: UpdateQOSCgroups after a new pod cgroup).
 	if qos == corev1.PodQOSBurstable {
-		m.updateQOSCgroups()
+		p.updateQOSCgroups()
 	}
 	return nil
 }
 
 // removePodCgroup kills what is left in the pod's cgroup and removes it,
 // whatever its QoS class was (the spec may be gone).
-func (m *Daemon) removePodCgroup(uid string, _ *corev1.Pod) {
-	m.forgetResize(uid)
-	if m.cgroups.Manager() == nil {
+func (p *podResources) removePodCgroup(uid string, _ *corev1.Pod) {
+	p.forgetResize(uid)
+	if p.cgroups.Manager() == nil {
 		return
 	}
 	var errs []error
 	for _, q := range []corev1.PodQOSClass{corev1.PodQOSGuaranteed, corev1.PodQOSBurstable, corev1.PodQOSBestEffort} {
-		n := m.cgroups.PodName(uid, q)
-		if !m.cgroups.Manager().Exists(n) && len(m.cgroups.Manager().Pids(n)) == 0 {
+		n := p.cgroups.PodName(uid, q)
+		if !p.cgroups.Manager().Exists(n) && len(p.cgroups.Manager().Pids(n)) == 0 {
 			// Exists needs every controller; a partial one is removed too.
-			_ = m.cgroups.Manager().Destroy(n)
+			_ = p.cgroups.Manager().Destroy(n)
 			continue
 		}
-		if err := m.cgroups.Destroy(n); err != nil {
+		if err := p.cgroups.Destroy(n); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	if len(errs) > 0 {
 		// The orphan cleanup tries again.
-		m.log.Warn("Cannot remove pod cgroup", "podUID", uid, "err", errors.Join(errs...))
+		p.log.Warn("Cannot remove pod cgroup", "podUID", uid, "err", errors.Join(errs...))
 		return
 	}
-	m.updateQOSCgroups()
+	p.updateQOSCgroups()
 }
 
 // cleanupOrphanedPodCgroups removes the cgroups of pods that no input and
 // no container of the runtime knows (the kubelet's
 // cleanupOrphanedPodCgroups), e.g. left by a pod removed while
 // nodelet-runtime was down.
-func (m *Daemon) cleanupOrphanedPodCgroups(ctx context.Context) {
-	if m.cgroups.Manager() == nil || !m.store.sourcesReady() {
+func (p *podResources) cleanupOrphanedPodCgroups(ctx context.Context) {
+	if p.cgroups.Manager() == nil || !p.store.sourcesReady() {
 		return
 	}
 	known := map[string]bool{}
-	for _, uid := range m.store.uids() {
+	for _, uid := range p.store.uids() {
 		known[uid] = true
 	}
-	for uid, n := range m.cgroups.OnDisk() {
+	for uid, n := range p.cgroups.OnDisk() {
 		if known[uid] {
 			continue
 		}
-		pr, err := m.view.pod(ctx, uid)
+		pr, err := p.view.pod(ctx, uid)
 		if err != nil || !pr.empty() {
 			continue // its worker removes it with its sandboxes
 		}
-		if err := m.cgroups.Destroy(n); err != nil {
-			m.log.Warn("Cannot remove orphaned pod cgroup", "podUID", uid, "cgroupName", n.ToCgroupfs(), "err", err)
+		if err := p.cgroups.Destroy(n); err != nil {
+			p.log.Warn("Cannot remove orphaned pod cgroup", "podUID", uid, "cgroupName", n.ToCgroupfs(), "err", err)
 			continue
 		}
-		m.log.Info("Removed orphaned pod cgroup", "podUID", uid, "cgroupName", n.ToCgroupfs())
+		p.log.Info("Removed orphaned pod cgroup", "podUID", uid, "cgroupName", n.ToCgroupfs())
 	}
 }
 
 // updateQOSCgroups gives the burstable cgroup the summed CPU requests of
 // the burstable pods as shares (the kubelet's qosContainerManager
 // UpdateCgroups, CPU part).
-func (m *Daemon) updateQOSCgroups() {
-	if m.cgroups.Manager() == nil {
+func (p *podResources) updateQOSCgroups() {
+	if p.cgroups.Manager() == nil {
 		return
 	}
 	var milli int64
-	for _, uid := range m.store.uids() {
-		rec := m.store.get(uid)
+	for _, uid := range p.store.uids() {
+		rec := p.store.get(uid)
 		if rec == nil || rec.Pod == nil || rec.Gone || rec.Verdict == nil || !rec.Verdict.Admitted || podutil.QOSClass(rec.Pod) != corev1.PodQOSBurstable {
 			continue
 		}
-		if o := m.observed.get(uid); o != nil && o.Terminated {
+		if o := p.observed.get(uid); o != nil && o.Terminated {
 			continue
 		}
 		if ph := rec.Pod.Status.Phase; ph == corev1.PodFailed || ph == corev1.PodSucceeded {
 			continue
 		}
-		req := resourcehelper.PodRequests(m.allocatedPod(rec.Pod), resourcehelper.PodResourcesOptions{})
+		req := resourcehelper.PodRequests(p.allocatedPod(rec.Pod), resourcehelper.PodResourcesOptions{})
 		milli += req.Cpu().MilliValue()
 	}
-	if err := m.cgroups.SetBurstableShares(milli); err != nil {
-		m.log.Warn("Cannot update burstable QoS cgroup", "err", err)
+	if err := p.cgroups.SetBurstableShares(milli); err != nil {
+		p.log.Warn("Cannot update burstable QoS cgroup", "err", err)
 	}
 }
 
@@ -314,7 +381,7 @@ func (m *Daemon) updateQOSCgroups() {
 // exists with its limits before its sandbox (the kubelet's SyncPod,
 // pcm.EnsureExists, "unable to ensure pod container exists").
 func (s *podSync) ensurePodCgroup(ctx context.Context) *syncResult {
-	err := s.m.ensurePodCgroup(s.pod)
+	err := s.m.resources.ensurePodCgroup(s.pod)
 	if err == nil {
 		return nil
 	}

@@ -80,18 +80,18 @@ func resizable(pod *corev1.Pod) []*corev1.Container {
 
 // podResizeOf returns the pod's resize state, made from its last observed
 // state (after a restart) or its spec (a new pod).
-func (m *Daemon) podResizeOf(pod *corev1.Pod) *podResize {
+func (p *podResources) podResizeOf(pod *corev1.Pod) *podResize {
 	uid := string(pod.UID)
-	m.resize.mu.Lock()
-	defer m.resize.mu.Unlock()
-	if m.resize.pods == nil {
-		m.resize.pods = map[string]*podResize{}
+	p.resize.mu.Lock()
+	defer p.resize.mu.Unlock()
+	if p.resize.pods == nil {
+		p.resize.pods = map[string]*podResize{}
 	}
-	if r := m.resize.pods[uid]; r != nil {
+	if r := p.resize.pods[uid]; r != nil {
 		return r
 	}
 	r := &podResize{alloc: map[string]corev1.ResourceRequirements{}, applied: map[string]appliedResources{}}
-	prev := m.observed.get(uid)
+	prev := p.observed.get(uid)
 	byName := map[string]schemas.ContainerObserved{}
 	if prev != nil {
 		for _, list := range [][]schemas.ContainerObserved{prev.InitContainers, prev.Containers} {
@@ -120,7 +120,7 @@ func (m *Daemon) podResizeOf(pod *corev1.Pod) *podResize {
 			}
 		}
 	}
-	m.resize.pods[uid] = r
+	p.resize.pods[uid] = r
 	return r
 }
 
@@ -132,22 +132,22 @@ func rawID(id string) string {
 }
 
 // forgetResize drops a removed pod's resize state.
-func (m *Daemon) forgetResize(uid string) {
-	m.resize.mu.Lock()
-	delete(m.resize.pods, uid)
-	m.resize.mu.Unlock()
+func (p *podResources) forgetResize(uid string) {
+	p.resize.mu.Lock()
+	delete(p.resize.pods, uid)
+	p.resize.mu.Unlock()
 }
 
 // allocatedPod is pod with its allocated resources (the kubelet's
 // UpdatePodFromAllocation): what its cgroups and new containers get.
-func (m *Daemon) allocatedPod(pod *corev1.Pod) *corev1.Pod {
-	m.resize.mu.Lock()
-	r := m.resize.pods[string(pod.UID)]
+func (p *podResources) allocatedPod(pod *corev1.Pod) *corev1.Pod {
+	p.resize.mu.Lock()
+	r := p.resize.pods[string(pod.UID)]
 	var alloc map[string]corev1.ResourceRequirements
 	if r != nil {
 		alloc = r.alloc
 	}
-	m.resize.mu.Unlock()
+	p.resize.mu.Unlock()
 	if alloc == nil {
 		return pod
 	}
@@ -174,7 +174,7 @@ func (m *Daemon) allocatedPod(pod *corev1.Pod) *corev1.Pod {
 
 // noteRunning records, for each running container not seen yet, that it
 // was started with the allocation as it is before any resize still to
-// come. Callers hold m.resize.mu.
+// come. Callers hold p.resize.mu.
 func (r *podResize) noteRunning(pod *corev1.Pod, pr *podRuntime) {
 	for _, c := range resizable(pod) {
 		info := pr.newest(c.Name)
@@ -190,19 +190,19 @@ func (r *podResize) noteRunning(pod *corev1.Pod, pr *podRuntime) {
 // noteStarted is noteRunning for the containers a sync pass just started,
 // so the state it reports already says what they were given (else the
 // next pass would publish the pod again only to add it).
-func (m *Daemon) noteStarted(pod *corev1.Pod, pr *podRuntime) {
-	r := m.podResizeOf(pod)
-	m.resize.mu.Lock()
-	defer m.resize.mu.Unlock()
+func (p *podResources) noteStarted(pod *corev1.Pod, pr *podRuntime) {
+	r := p.podResizeOf(pod)
+	p.resize.mu.Lock()
+	defer p.resize.mu.Unlock()
 	r.noteRunning(pod, pr)
 }
 
 // admitResize decides a pending resize of a running pod (the kubelet's
 // handlePodResourcesResize and its podResizesAdmitHandler) and returns the
 // pod with its allocated resources.
-func (m *Daemon) admitResize(ctx context.Context, pod *corev1.Pod, pr *podRuntime) *corev1.Pod {
-	r := m.podResizeOf(pod)
-	m.resize.mu.Lock()
+func (p *podResources) admitResize(ctx context.Context, pod *corev1.Pod, pr *podRuntime) *corev1.Pod {
+	r := p.podResizeOf(pod)
+	p.resize.mu.Lock()
 	r.noteRunning(pod, pr)
 	changed := false
 	for _, c := range resizable(pod) {
@@ -212,31 +212,31 @@ func (m *Daemon) admitResize(ctx context.Context, pod *corev1.Pod, pr *podRuntim
 	}
 	if !changed {
 		r.pending = nil // reverted, or accepted
-		m.resize.mu.Unlock()
-		return m.allocatedPod(pod)
+		p.resize.mu.Unlock()
+		return p.allocatedPod(pod)
 	}
-	m.resize.mu.Unlock()
+	p.resize.mu.Unlock()
 
-	reason, message := m.resizeFits(pod)
-	m.resize.mu.Lock()
+	reason, message := p.resizeFits(pod)
+	p.resize.mu.Lock()
 	if reason != "" {
 		fresh := r.pending == nil || r.pending.Reason != reason || r.pending.ObservedGeneration != pod.Generation
 		if fresh {
 			r.pending = &corev1.PodCondition{
 				Type: corev1.PodResizePending, Status: corev1.ConditionTrue, Reason: reason, Message: message,
-				ObservedGeneration: pod.Generation, LastTransitionTime: metav1.NewTime(m.clock.Now()),
+				ObservedGeneration: pod.Generation, LastTransitionTime: metav1.NewTime(p.clock.Now()),
 			}
 		}
-		m.resize.mu.Unlock()
+		p.resize.mu.Unlock()
 		if fresh {
 			typ := "ResizeDeferred"
 			if reason == corev1.PodReasonInfeasible {
 				typ = "ResizeInfeasible"
 			}
-			m.log.Info("Pod resize pending", "pod", podRef(pod), "podUID", pod.UID, "reason", reason, "message", message)
-			m.event(pod, nil, "", corev1.EventTypeWarning, typ, resizeMessage(pod, pod.Generation, message, "Pod resize "+reason))
+			p.log.Info("Pod resize pending", "pod", podRef(pod), "podUID", pod.UID, "reason", reason, "message", message)
+			p.event(pod, nil, "", corev1.EventTypeWarning, typ, resizeMessage(pod, pod.Generation, message, "Pod resize "+reason))
 		}
-		return m.allocatedPod(pod)
+		return p.allocatedPod(pod)
 	}
 	for _, c := range resizable(pod) {
 		r.alloc[c.Name] = *c.Resources.DeepCopy()
@@ -244,12 +244,12 @@ func (m *Daemon) admitResize(ctx context.Context, pod *corev1.Pod, pr *podRuntim
 	r.pending = nil
 	r.inProgress = &corev1.PodCondition{
 		Type: corev1.PodResizeInProgress, Status: corev1.ConditionTrue,
-		ObservedGeneration: pod.Generation, LastTransitionTime: metav1.NewTime(m.clock.Now()),
+		ObservedGeneration: pod.Generation, LastTransitionTime: metav1.NewTime(p.clock.Now()),
 	}
-	m.resize.mu.Unlock()
-	m.log.Info("Pod resize started", "pod", podRef(pod), "podUID", pod.UID, "generation", pod.Generation)
-	m.event(pod, nil, "", corev1.EventTypeNormal, "ResizeStarted", resizeMessage(pod, pod.Generation, "", "Pod resize started"))
-	return m.allocatedPod(pod)
+	p.resize.mu.Unlock()
+	p.log.Info("Pod resize started", "pod", podRef(pod), "podUID", pod.UID, "generation", pod.Generation)
+	p.event(pod, nil, "", corev1.EventTypeNormal, "ResizeStarted", resizeMessage(pod, pod.Generation, "", "Pod resize started"))
+	return p.allocatedPod(pod)
 }
 
 // resizeFits is the kubelet's canAdmitPod for a resize: "" when the
@@ -257,33 +257,33 @@ func (m *Daemon) admitResize(ctx context.Context, pod *corev1.Pod, pr *podRuntim
 // other pods' allocations, else Deferred with the scheduler's
 // InsufficientResourceError message, or Infeasible when it can never be
 // carried out here.
-func (m *Daemon) resizeFits(pod *corev1.Pod) (reason, message string) {
-	if m.cgroups.Manager() != nil && !m.cgroups.Manager().V2() && memoryBackedVolumeResize(pod, m.allocatedPod(pod)) {
+func (p *podResources) resizeFits(pod *corev1.Pod) (reason, message string) {
+	if p.cgroups.Manager() != nil && !p.cgroups.Manager().V2() && memoryBackedVolumeResize(pod, p.allocatedPod(pod)) {
 		// The kubelet's disallowResizeForMemoryBackedVolumes.
 		return corev1.PodReasonInfeasible, "Memory-backed emptyDir volume resize is not supported on cgroups v1"
 	}
-	capacity := corev1.ResourceList{corev1.ResourceCPU: m.capacity.CPU, corev1.ResourceMemory: m.capacity.Memory}
-	allocatable, err := nodestatus.Allocatable(m.cfg, capacity)
+	capacity := corev1.ResourceList{corev1.ResourceCPU: p.capacity.CPU, corev1.ResourceMemory: p.capacity.Memory}
+	allocatable, err := nodestatus.Allocatable(p.cfg, capacity)
 	if err != nil {
 		return corev1.PodReasonDeferred, err.Error()
 	}
 	want := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
 	used := corev1.ResourceList{}
-	for _, uid := range m.store.uids() {
+	for _, uid := range p.store.uids() {
 		if uid == string(pod.UID) {
 			continue
 		}
-		rec := m.store.get(uid)
+		rec := p.store.get(uid)
 		if rec == nil || rec.Pod == nil || rec.Gone || rec.Verdict == nil || !rec.Verdict.Admitted {
 			continue
 		}
-		if o := m.observed.get(uid); o != nil && o.Terminated {
+		if o := p.observed.get(uid); o != nil && o.Terminated {
 			continue
 		}
 		if ph := rec.Pod.Status.Phase; ph == corev1.PodFailed || ph == corev1.PodSucceeded {
 			continue // the kubelet's active pods leave terminal ones out
 		}
-		for k, v := range resourcehelper.PodRequests(m.allocatedPod(rec.Pod), resourcehelper.PodResourcesOptions{}) {
+		for k, v := range resourcehelper.PodRequests(p.allocatedPod(rec.Pod), resourcehelper.PodResourcesOptions{}) {
 			q := used[k]
 			q.Add(v)
 			used[k] = q
@@ -353,14 +353,14 @@ func resizeMessage(pod *corev1.Pod, generation int64, errMsg, prefix string) str
 // shrink) before the containers are updated, and shrink (grow) after.
 // The restarting containers (resizeRestarts) were killed and start again
 // with their allocation: only the pod cgroup is resized for them.
-func (m *Daemon) syncResize(ctx context.Context, pod *corev1.Pod, pr *podRuntime, st *podState, restarting map[string]bool) {
-	r := m.podResizeOf(pod)
+func (p *podResources) syncResize(ctx context.Context, pod *corev1.Pod, pr *podRuntime, st *podState, restarting map[string]bool) {
+	r := p.podResizeOf(pod)
 	type update struct {
 		c  *corev1.Container
 		id string
 	}
 	var updates []update
-	m.resize.mu.Lock()
+	p.resize.mu.Lock()
 	for _, c := range resizable(pod) {
 		info := pr.newest(c.Name)
 		if info == nil || info.State != runtimeapi.ContainerState_CONTAINER_RUNNING || restarting[c.Name] {
@@ -377,36 +377,36 @@ func (m *Daemon) syncResize(ctx context.Context, pod *corev1.Pod, pr *podRuntime
 		}
 	}
 	inProgress := r.inProgress
-	m.resize.mu.Unlock()
+	p.resize.mu.Unlock()
 	if len(updates) == 0 && len(restarting) == 0 {
 		if inProgress != nil {
-			m.finishResize(pod, r)
+			p.finishResize(pod, r)
 		}
 		return
 	}
 	fail := func(err error) {
-		m.log.Error("Pod resize failed", "pod", podRef(pod), "podUID", pod.UID, "err", err)
-		m.resize.mu.Lock()
+		p.log.Error("Pod resize failed", "pod", podRef(pod), "podUID", pod.UID, "err", err)
+		p.resize.mu.Lock()
 		msg := err.Error()
 		first := r.inProgress == nil || r.inProgress.Message != msg
 		if r.inProgress == nil {
 			r.inProgress = &corev1.PodCondition{Type: corev1.PodResizeInProgress, Status: corev1.ConditionTrue,
-				ObservedGeneration: pod.Generation, LastTransitionTime: metav1.NewTime(m.clock.Now())}
+				ObservedGeneration: pod.Generation, LastTransitionTime: metav1.NewTime(p.clock.Now())}
 		}
 		r.inProgress.Reason, r.inProgress.Message = "Error", msg
-		m.resize.mu.Unlock()
+		p.resize.mu.Unlock()
 		if first {
-			m.event(pod, nil, "", corev1.EventTypeWarning, "ResizeError", resizeMessage(pod, pod.Generation, msg, "Pod resize error"))
+			p.event(pod, nil, "", corev1.EventTypeWarning, "ResizeError", resizeMessage(pod, pod.Generation, msg, "Pod resize error"))
 		}
 	}
 	qos := podutil.QOSClass(pod)
-	pc := m.cgroups
+	pc := p.cgroups
 	var want, cur *cgroups.ResourceConfig
 	if pc.Manager() != nil && pc.Exists(string(pod.UID), qos) {
 		want = pc.PodConfig(pod, qos)
-		cur = m.currentPodCgroup(pod, qos)
+		cur = p.currentPodCgroup(pod, qos)
 		if want.Memory != nil && cur.Memory != nil && *want.Memory > 0 && (*cur.Memory <= 0 || *want.Memory < *cur.Memory) {
-			if usage := m.podMemoryUsage(pod, qos); usage >= *want.Memory {
+			if usage := p.podMemoryUsage(pod, qos); usage >= *want.Memory {
 				fail(fmt.Errorf("attempting to set pod memory limit (%d) below current usage (%d)", *want.Memory, usage))
 				return
 			}
@@ -417,15 +417,15 @@ func (m *Daemon) syncResize(ctx context.Context, pod *corev1.Pod, pr *podRuntime
 		}
 	}
 	for _, u := range updates {
-		res := &runtimeapi.ContainerResources{Linux: containerResources(pod, u.c, m.capacity.Memory.Value())}
-		if err := m.rs.UpdateContainerResources(ctx, u.id, res); err != nil {
+		res := &runtimeapi.ContainerResources{Linux: containerResources(pod, u.c, p.capacity.Memory.Value())}
+		if err := p.rs.UpdateContainerResources(ctx, u.id, res); err != nil {
 			fail(fmt.Errorf("update container %q resources: %w", u.c.Name, err))
 			return
 		}
-		m.resize.mu.Lock()
+		p.resize.mu.Lock()
 		r.applied[u.c.Name] = appliedResources{id: u.id, res: *u.c.Resources.DeepCopy()}
-		m.resize.mu.Unlock()
-		m.log.Info("Updated container resources", "pod", podRef(pod), "podUID", pod.UID, "containerName", u.c.Name, "containerID", u.id)
+		p.resize.mu.Unlock()
+		p.log.Info("Updated container resources", "pod", podRef(pod), "podUID", pod.UID, "containerName", u.c.Name, "containerID", u.id)
 	}
 	if want != nil {
 		if err := pc.Update(string(pod.UID), qos, want); err != nil {
@@ -433,20 +433,20 @@ func (m *Daemon) syncResize(ctx context.Context, pod *corev1.Pod, pr *podRuntime
 			return
 		}
 	}
-	m.updateQOSCgroups()
-	m.finishResize(pod, r)
+	p.updateQOSCgroups()
+	p.finishResize(pod, r)
 }
 
 // finishResize clears PodResizeInProgress once everything has its
 // allocation (the kubelet's ResizeCompleted).
-func (m *Daemon) finishResize(pod *corev1.Pod, r *podResize) {
-	m.resize.mu.Lock()
+func (p *podResources) finishResize(pod *corev1.Pod, r *podResize) {
+	p.resize.mu.Lock()
 	had := r.inProgress != nil
 	r.inProgress = nil
-	m.resize.mu.Unlock()
+	p.resize.mu.Unlock()
 	if had {
-		m.log.Info("Pod resize completed", "pod", podRef(pod), "podUID", pod.UID, "generation", pod.Generation)
-		m.event(pod, nil, "", corev1.EventTypeNormal, "ResizeCompleted", resizeMessage(pod, pod.Generation, "", "Pod resize completed"))
+		p.log.Info("Pod resize completed", "pod", podRef(pod), "podUID", pod.UID, "generation", pod.Generation)
+		p.event(pod, nil, "", corev1.EventTypeNormal, "ResizeCompleted", resizeMessage(pod, pod.Generation, "", "Pod resize completed"))
 	}
 }
 
@@ -482,9 +482,9 @@ func widen(cur, want *cgroups.ResourceConfig) *cgroups.ResourceConfig {
 
 // currentPodCgroup reads the pod cgroup's memory limit, CPU quota and
 // shares (the kubelet's GetPodCgroupConfig); unreadable values stay nil.
-func (m *Daemon) currentPodCgroup(pod *corev1.Pod, qos corev1.PodQOSClass) *cgroups.ResourceConfig {
-	mgr := m.cgroups.Manager()
-	n := m.cgroups.PodName(string(pod.UID), qos)
+func (p *podResources) currentPodCgroup(pod *corev1.Pod, qos corev1.PodQOSClass) *cgroups.ResourceConfig {
+	mgr := p.cgroups.Manager()
+	n := p.cgroups.PodName(string(pod.UID), qos)
 	rc := &cgroups.ResourceConfig{}
 	if mgr.V2() {
 		if v, err := mgr.ReadInt(n, "", "memory.max"); err == nil {
@@ -512,9 +512,9 @@ func (m *Daemon) currentPodCgroup(pod *corev1.Pod, qos corev1.PodQOSClass) *cgro
 }
 
 // podMemoryUsage is the pod cgroup's memory usage (0 when unreadable).
-func (m *Daemon) podMemoryUsage(pod *corev1.Pod, qos corev1.PodQOSClass) int64 {
-	mgr := m.cgroups.Manager()
-	n := m.cgroups.PodName(string(pod.UID), qos)
+func (p *podResources) podMemoryUsage(pod *corev1.Pod, qos corev1.PodQOSClass) int64 {
+	mgr := p.cgroups.Manager()
+	n := p.cgroups.PodName(string(pod.UID), qos)
 	file, ctrl := "memory.usage_in_bytes", "memory"
 	if mgr.V2() {
 		file, ctrl = "memory.current", ""
@@ -529,13 +529,13 @@ func (m *Daemon) podMemoryUsage(pod *corev1.Pod, qos corev1.PodQOSClass) int64 {
 // resizeObserved adds to o what the resize state knows: each container's
 // allocated resources, what its running instance was given, and the
 // resize conditions.
-func (m *Daemon) resizeObserved(pod *corev1.Pod, o *schemas.PodObserved) {
+func (p *podResources) resizeObserved(pod *corev1.Pod, o *schemas.PodObserved) {
 	if pod == nil {
 		return
 	}
-	m.resize.mu.Lock()
-	defer m.resize.mu.Unlock()
-	r := m.resize.pods[string(pod.UID)]
+	p.resize.mu.Lock()
+	defer p.resize.mu.Unlock()
+	r := p.resize.pods[string(pod.UID)]
 	if r == nil {
 		return
 	}

@@ -22,13 +22,13 @@ import (
 // sidecar). Resources whose policy is NotRequired (the default) are
 // updated in place by syncResize, which skips the containers returned
 // here. pod carries its allocated resources (admitResize).
-func (m *Daemon) resizeRestarts(pod *corev1.Pod, pr *podRuntime, a *podActions) map[string]bool {
+func (p *podResources) resizeRestarts(pod *corev1.Pod, pr *podRuntime, a *podActions) map[string]bool {
 	if a.CreateSandbox || a.Sandbox == nil || a.Terminal {
 		return nil
 	}
-	r := m.podResizeOf(pod)
-	m.resize.mu.Lock()
-	defer m.resize.mu.Unlock()
+	r := p.podResizeOf(pod)
+	p.resize.mu.Lock()
+	defer p.resize.mu.Unlock()
 	var out map[string]bool
 	for i, c := range resizable(pod) {
 		initContainer := i < len(pod.Spec.InitContainers)

@@ -36,12 +36,12 @@ func TestResizeRestarts(t *testing.T) {
 			sb := &sandboxInfo{ID: "sb1", Ready: true, IPs: []string{"10.88.0.2"}}
 			running := &containerInfo{ID: "c1", Name: "app", SandboxID: "sb1", State: runtimeapi.ContainerState_CONTAINER_RUNNING}
 			pr := &podRuntime{UID: string(pod.UID), Sandboxes: []*sandboxInfo{sb}, Containers: []*containerInfo{running}}
-			e.m.noteStarted(pod, pr) // c1 runs with `was`
+			e.m.resources.noteStarted(pod, pr) // c1 runs with `was`
 
 			resized := pod.DeepCopy()
 			resized.Spec.Containers[0].Resources = tc.now
 			a := podActions{Sandbox: sb}
-			restarting := e.m.resizeRestarts(resized, pr, &a)
+			restarting := e.m.resources.resizeRestarts(resized, pr, &a)
 			if !tc.restart {
 				if len(restarting) != 0 || len(a.Kill) != 0 || len(a.Start) != 0 {
 					t.Fatalf("restarted: %v %+v", restarting, a)
@@ -57,7 +57,7 @@ func TestResizeRestarts(t *testing.T) {
 			}
 			// Killed already for another reason: not twice.
 			b := podActions{Sandbox: sb, Kill: []containerToKill{{C: running, Message: "Container app definition changed"}}}
-			if r := e.m.resizeRestarts(resized, pr, &b); len(r) != 0 || len(b.Kill) != 1 {
+			if r := e.m.resources.resizeRestarts(resized, pr, &b); len(r) != 0 || len(b.Kill) != 1 {
 				t.Fatalf("killed twice: %+v", b.Kill)
 			}
 		})

@@ -35,7 +35,7 @@ func TestPodLevelResources(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			pod := newPod("p", busybox("a", ""), busybox("b", ""))
 			pod.Spec.Resources = &tc.podLevel
-			if p := m.cgroupParent(pod); !strings.HasPrefix(p, tc.cgroupIn) {
+			if p := m.resources.cgroupParent(pod); !strings.HasPrefix(p, tc.cgroupIn) {
 				t.Fatalf("cgroup parent %q, want under %q", p, tc.cgroupIn)
 			}
 			r := containerResources(pod, &pod.Spec.Containers[0], capacity)

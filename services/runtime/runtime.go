@@ -115,7 +115,6 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/bus"
-	"github.com/nodelet/nodelet/internal/cgroups"
 	"github.com/nodelet/nodelet/internal/config"
 	"github.com/nodelet/nodelet/internal/cri"
 	"github.com/nodelet/nodelet/internal/daemon"
@@ -165,7 +164,7 @@ func newVolumeManager(opts Options, capacity nodeCapacity, d **Daemon) *volumes.
 		ObjectEvent: func(ref corev1.ObjectReference, typ, reason, msg string) {
 			opts.Bus.Emit(schemas.Event{Object: ref, Type: typ, Reason: reason, Message: msg, Time: opts.Clock.Now().UTC()})
 		},
-		Wake:                        func(uid types.UID) { (*d).wakeWorker(string(uid)) },
+		Wake:                        func(uid types.UID) { (*d).store.wakeWorker(string(uid)) },
 		StateDir:                    cfg.Node.StateDir,
 		Strategy:                    cfg.Runtime.ConfigMapAndSecretChangeDetectionStrategy,
 		SyncFrequency:               cfg.Runtime.SyncFrequency,
@@ -252,8 +251,15 @@ type Daemon struct {
 	sandboxSlots chan struct{}
 	configSources
 
-	// pleg wakes the relist (pleg.go).
-	pleg plegSignals
+	// resources owns the pod cgroups and resize state (podcgroup.go,
+	// resize.go).
+	resources *podResources
+	// hooks runs lifecycle handlers (hooks.go); killer kills and removes
+	// pods (kill.go).
+	hooks  *hookRunner
+	killer *podKiller
+	// pleg relists CRI and follows its events (pleg.go).
+	pleg *pleg
 	// volumeReports publishes the volumes' stats and those in use.
 	volumeReports *volumeReporter
 }
@@ -273,11 +279,6 @@ type configSources struct {
 	hostIPs  []string
 	capacity nodeCapacity
 	dns      dnsSettings
-	// cgroups is the pod cgroup hierarchy (podcgroup.go); it only names
-	// cgroups until Run has checked the driver and made the node's.
-	cgroups *cgroups.Pods
-	// resize holds each pod's allocated resources and resize progress (resize.go).
-	resize resizeState
 	// stopSignals remembers runtimes that ignore stop signals (stopsignal.go).
 	stopSignals stopSignals
 	// handlers caches the runtime handlers CRI Status lists (rro.go).
@@ -287,14 +288,6 @@ type configSources struct {
 	// cluster watches services and RuntimeClasses; nil on a standalone
 	// node.
 	cluster *clusterObjects
-}
-
-// plegSignals wake the relist between its periods.
-type plegSignals struct {
-	// wake asks for a relist at once.
-	wake chan struct{}
-	// exits carries container IDs whose exit an event announced.
-	exits chan string
 }
 
 // New checks opts and builds a Daemon; Run starts it.
@@ -338,7 +331,6 @@ func New(opts Options) (*Daemon, error) {
 			hostIPs: opts.HostIPs, capacity: capacity, objects: opts.Objects,
 			dns: dnsSettings{ClusterDNS: cfg.Node.ClusterDNS, ClusterDomain: cfg.Node.ClusterDomain, ResolvConf: cfg.Node.ResolvConf},
 		},
-		pleg: plegSignals{wake: make(chan struct{}, 1), exits: make(chan string, 64)},
 		volumeReports: &volumeReporter{
 			volumes: opts.Volumes, bus: opts.Bus, clock: opts.Clock, log: opts.Log, statsPeriod: opts.VolumeStatsPeriod,
 		},
@@ -352,11 +344,17 @@ func New(opts Options) (*Daemon, error) {
 	if n := cfg.Runtime.MaxConcurrentSandboxCreations; n > 0 {
 		m.sandboxSlots = make(chan struct{}, n)
 	}
+	// The parts, wired to what each needs of the others.
 	m.observed = newObservedWriter(opts.Bus, m.log)
-	m.network = newNetworkState(m, opts.NodePodCIDR)
-	if m.cgroups, err = newPodCgroupNames(cfg); err != nil {
+	if m.resources, err = newPodResources(cfg, m.log, m.clock, m.rs, capacity, m.store, m.observed, m.view, m.event); err != nil {
 		return nil, fmt.Errorf("runtime.cgroupRoot: %w", err)
 	}
+	m.hooks = &hookRunner{rs: m.rs, clock: m.clock}
+	m.killer = newPodKiller(cfg, m.log, m.clock, m.rs, m.hooks, m.volumes, m.resources, m.event)
+	m.stopSignals.rs, m.stopSignals.log = m.rs, m.log
+	m.pleg = newPLEG(&cfg.Runtime, m.log, m.clock, m.rs, m.view, m.store, m.observed)
+	m.store.bus, m.store.log, m.store.observed, m.store.pleg = opts.Bus, m.log, m.observed, m.pleg
+	m.network = newNetworkState(m, opts.NodePodCIDR)
 	return m, nil
 }
 
@@ -375,7 +373,8 @@ func (m *Daemon) Run(ctx context.Context) error {
 	m.runtime.version = v.RuntimeVersion
 	m.log.Info("Container runtime", "name", v.RuntimeName, "version", v.RuntimeVersion, "apiVersion", v.RuntimeApiVersion)
 	m.network.setVersion(v.RuntimeName, v.RuntimeVersion)
-	if err := m.setupCgroups(ctx); err != nil {
+	m.stopSignals.runtime = m.runtime
+	if err := m.resources.setupCgroups(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -390,6 +389,7 @@ func (m *Daemon) Run(ctx context.Context) error {
 		return fmt.Errorf("load observed state: %w", err)
 	}
 	m.workers = newPodWorkers(ctx, m.clock, m.syncPod)
+	m.store.workers = m.workers
 
 	var wg sync.WaitGroup
 	run := func(f func(context.Context)) {
@@ -401,7 +401,7 @@ func (m *Daemon) Run(ctx context.Context) error {
 		defer m.cluster.shutdown()
 	}
 	run(m.network.run)
-	run(m.watchInputs)
+	run(m.store.watch)
 	if v, ok := m.volumes.(interface{ Run(context.Context) }); ok {
 		run(v.Run)
 	}
@@ -420,9 +420,8 @@ func (m *Daemon) Run(ctx context.Context) error {
 	}
 	m.log.Info("Inputs loaded, starting pod workers")
 	m.syncOrphanedPodDirs()
-	m.cleanupOrphanedPodCgroups(ctx)
-	run(m.relistLoop)
-	run(m.watchContainerEvents)
+	m.resources.cleanupOrphanedPodCgroups(ctx)
+	m.pleg.Start(ctx, m.workers, m.runtime, run)
 	run(m.resyncLoop)
 	run(m.volumeReports.statsLoop)
 	run(m.volumeReports.inUseLoop)
@@ -447,7 +446,7 @@ func (m *Daemon) resyncLoop(ctx context.Context) {
 				m.workers.Update(uid)
 			}
 			m.syncOrphanedPodDirs()
-			m.cleanupOrphanedPodCgroups(ctx)
+			m.resources.cleanupOrphanedPodCgroups(ctx)
 		}
 	}
 }

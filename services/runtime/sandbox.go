@@ -75,7 +75,7 @@ func (m *Daemon) sandboxConfig(pod *corev1.Pod, attempt uint32) (*runtimeapi.Pod
 		return nil, err
 	}
 	linux := &runtimeapi.LinuxPodSandboxConfig{
-		CgroupParent:    m.cgroupParent(pod),
+		CgroupParent:    m.resources.cgroupParent(pod),
 		SecurityContext: lsc,
 	}
 	if psc != nil && len(psc.Sysctls) > 0 {

@@ -8,8 +8,6 @@ import (
 	"strings"
 	"time"
 
-	crierrors "k8s.io/cri-api/pkg/errors"
-
 	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -22,17 +20,18 @@ import (
 // resize, ephemeral, init and app containers). Each step returns what it
 // made, or the syncResult that ends this pass (the pod waits for
 // something, or syncs again after a back-off).
-func (m *Daemon) syncRunning(ctx context.Context, pod *corev1.Pod, pr *podRuntime, st *podState) syncResult {
+func (s *podSync) syncRunning(ctx context.Context) syncResult {
+	m, pr, st := s.m, s.pr, s.st
 	// The pod with its allocated resources: a resize that does not fit
 	// waits (resize.go, the kubelet's allocation manager).
-	pod = m.admitResize(ctx, pod, pr)
+	pod := m.resources.admitResize(ctx, s.pod, pr)
 	// Step 1 (computePodActions): what to kill, create and start; a
 	// resize that needs a restart kills and starts the container again.
-	s := &podSync{m: m, pod: pod, uid: string(pod.UID), st: st, pr: pr, actions: m.actionsFor(pod, pr)}
+	s.pod, s.actions = pod, m.actionsFor(pod, pr)
 	if s.actions.Terminal {
 		return s.terminal(ctx)
 	}
-	restarting := m.resizeRestarts(pod, pr, &s.actions)
+	restarting := m.resources.resizeRestarts(pod, pr, &s.actions)
 	s.begin(ctx)
 	if s.actions.CreateSandbox && len(s.actions.Kill) == 0 && len(s.actions.StopSandboxes) == 0 && quickVolumes(pod, m.cluster != nil) {
 		// A new sandbox with nothing to kill first and volumes made on the
@@ -73,7 +72,7 @@ func (m *Daemon) syncRunning(ctx context.Context, pod *corev1.Pod, pr *podRuntim
 	// Step 6 (resize): the resources of running containers and the pod
 	// cgroup (UpdateContainerResources, doPodResizeAction), once the
 	// sandbox is known and before anything starts.
-	m.syncResize(ctx, s.pod, s.pr, s.st, restarting)
+	m.resources.syncResize(ctx, s.pod, s.pr, s.st, restarting)
 
 	start := func(ts containerToStart) *waitError {
 		id, w := m.startContainer(ctx, pod, ts, sandbox.Sandbox, sandbox.Config, volumes, s.pr)
@@ -141,7 +140,7 @@ func (s *podSync) terminal(ctx context.Context) syncResult {
 	if s.actions.TerminalReason != "Completed" {
 		s.st.setPodReason(s.actions.TerminalReason, s.actions.TerminalMessage)
 	}
-	return s.m.syncTerminating(ctx, s.pod, s.pr, s.st, nil)
+	return s.syncTerminating(ctx, nil)
 }
 
 // begin marks the pod as running and, the first time, says at once that
@@ -194,13 +193,13 @@ func (s *podSync) killUnwanted(ctx context.Context) (killResult, *syncResult) {
 	var done killResult
 	for _, k := range a.Kill {
 		grace := containerGrace(s.pod, k.C, k.Grace)
-		if err := m.killContainer(ctx, s.pod, k.C, grace, false, k.Message, k.Reason); err != nil {
+		if err := m.killer.killContainer(ctx, s.pod, k.C, grace, false, k.Message, k.Reason); err != nil {
 			m.log.Error("Cannot kill container", "pod", podRef(s.pod), "podUID", s.uid, "containerName", k.C.Name, "err", err)
 			return done, requeueIn(retryCRI)
 		}
 		done.Containers++
 	}
-	if err := m.stopSandboxes(ctx, a.StopSandboxes); err != nil {
+	if err := m.killer.stopSandboxes(ctx, a.StopSandboxes); err != nil {
 		m.log.Error("Cannot stop extra sandbox", "pod", podRef(s.pod), "podUID", s.uid, "err", err)
 		return done, requeueIn(retryCRI)
 	}
@@ -242,7 +241,7 @@ func (s *podSync) ensureSandbox(ctx context.Context) (sandboxResult, *syncResult
 		res = sandboxResult{Sandbox: s.actions.Sandbox, Config: cfg}
 	}
 	s.st.setPodReason("", "")
-	s.m.removeDeadSandboxes(ctx, s.pod, s.pr, res.Sandbox)
+	s.m.killer.removeDeadSandboxes(ctx, s.pod, s.pr, res.Sandbox)
 	return res, nil
 }
 
@@ -361,7 +360,7 @@ func (s *podSync) report(ctx context.Context, sandbox sandboxResult) bool {
 		if len(s.actions.Start) > 0 {
 			s.actions.InitDone = s.after.InitDone
 		}
-		s.m.noteStarted(s.pod, s.pr)
+		s.m.resources.noteStarted(s.pod, s.pr)
 	}
 	s.publish(ctx)
 	return err == nil
@@ -436,30 +435,4 @@ func startEach(list []containerToStart, st *podState, start func(containerToStar
 		}
 	}
 	return r
-}
-
-// removeDeadSandboxes removes the pod's sandboxes other than current that
-// are stopped and hold no containers (left by a creation that was cut
-// short, or replaced): as the kubelet's sandbox GC does for pods that
-// still exist, so that a pod has exactly one sandbox.
-func (m *Daemon) removeDeadSandboxes(ctx context.Context, pod *corev1.Pod, pr *podRuntime, current *sandboxInfo) {
-	for _, sb := range pr.Sandboxes {
-		if sb == current || sb.ID == current.ID || sb.Ready {
-			continue
-		}
-		empty := true
-		for _, c := range pr.Containers {
-			if c.SandboxID == sb.ID {
-				empty = false
-			}
-		}
-		if !empty {
-			continue
-		}
-		if err := m.rs.RemovePodSandbox(ctx, sb.ID); err != nil && !crierrors.IsNotFound(err) {
-			m.log.Warn("Cannot remove dead sandbox", "pod", podRef(pod), "podUID", pod.UID, "sandboxID", sb.ID, "err", err)
-			continue
-		}
-		m.log.Info("Removed dead sandbox", "pod", podRef(pod), "podUID", pod.UID, "sandboxID", sb.ID, "attempt", sb.Attempt)
-	}
 }

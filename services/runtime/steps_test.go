@@ -55,9 +55,18 @@ func newStepEnv(t *testing.T) *stepEnv {
 	m.store, m.pods = newStore(), newPodStates()
 	m.backoff = newBackOff(clk, initialBackOff, time.Minute)
 	m.observed = newObservedWriter(m.bus, m.log)
+	m.store.bus, m.store.log, m.store.observed = m.bus, m.log, m.observed
+	vols := &stepVolumes{}
+	res, err := newPodResources(m.cfg, m.log, clk, fake, m.capacity, m.store, m.observed, m.view, m.event)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.resources = res
+	m.hooks = &hookRunner{rs: fake, clock: clk}
+	m.killer = newPodKiller(m.cfg, m.log, clk, fake, m.hooks, vols, res, m.event)
+	m.stopSignals.rs, m.stopSignals.log, m.stopSignals.runtime = fake, m.log, m.runtime
 	m.network = newNetworkState(m, nil)
 	m.network.checked, m.network.state.NetworkReady = true, true
-	vols := &stepVolumes{}
 	m.volumes = vols
 	return &stepEnv{m: m, cri: fake, clock: clk, vols: vols}
 }
@@ -472,9 +481,10 @@ func TestSandboxSlotCoversPreparation(t *testing.T) {
 	e.m.sandboxSlots = make(chan struct{}, 1)
 	vols := &slotVolumes{slots: e.m.sandboxSlots}
 	e.m.volumes = vols
+	e.m.killer.volumes = vols
 	sync := func(ctx context.Context, pod *corev1.Pod) syncResult {
 		s := e.sync(t, pod)
-		return e.m.syncRunning(ctx, pod, s.pr, s.st)
+		return (&podSync{m: e.m, pod: pod, uid: string(pod.UID), pr: s.pr, st: s.st}).syncRunning(ctx)
 	}
 
 	first := newPod("first", busybox("app", ""))
@@ -572,6 +582,7 @@ func TestUnadmittedPodWakesNoWorker(t *testing.T) {
 		synced <- uid
 		return syncResult{}
 	})
+	e.m.store.workers = e.m.workers
 	expect := func(what, want string) {
 		t.Helper()
 		select {
@@ -586,15 +597,15 @@ func TestUnadmittedPodWakesNoWorker(t *testing.T) {
 		}
 	}
 	fresh := newPod("fresh", busybox("app", ""))
-	e.m.onDesired(ctx, bus.Update[schemas.PodDesired]{Kind: bus.Put, Key: string(fresh.UID), Value: &schemas.PodDesired{Pod: fresh}})
+	e.m.store.onDesired(ctx, bus.Update[schemas.PodDesired]{Kind: bus.Put, Key: string(fresh.UID), Value: &schemas.PodDesired{Pod: fresh}})
 	expect("a new pod without a verdict", "")
-	e.m.onVerdict(bus.Update[schemas.AdmissionVerdict]{Kind: bus.Put, Key: string(fresh.UID), Value: &schemas.AdmissionVerdict{Admitted: true}})
+	e.m.store.onVerdict(bus.Update[schemas.AdmissionVerdict]{Kind: bus.Put, Key: string(fresh.UID), Value: &schemas.AdmissionVerdict{Admitted: true}})
 	expect("its verdict", string(fresh.UID))
 
 	known := newPod("known", busybox("app", ""))
 	if _, err := e.m.observed.publish(ctx, &schemas.PodObserved{UID: string(known.UID)}); err != nil {
 		t.Fatal(err)
 	}
-	e.m.onDesired(ctx, bus.Update[schemas.PodDesired]{Kind: bus.Put, Key: string(known.UID), Value: &schemas.PodDesired{Pod: known}})
+	e.m.store.onDesired(ctx, bus.Update[schemas.PodDesired]{Kind: bus.Put, Key: string(known.UID), Value: &schemas.PodDesired{Pod: known}})
 	expect("a pod the runtime reported, without a verdict", string(known.UID))
 }

@@ -3,9 +3,11 @@ package runtime
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 
+	internalapi "k8s.io/cri-api/pkg/apis"
 	crierrors "k8s.io/cri-api/pkg/errors"
 
 	corev1 "k8s.io/api/core/v1"
@@ -43,10 +45,24 @@ func stopSignal(c *corev1.Container) runtimeapi.Signal {
 
 // stopSignals remembers, per runtime version, whether the runtime
 // honours ContainerConfig.stop_signal.
+// It checks each created container that asks for a stop signal.
 type stopSignals struct {
+	rs  stopSignalRuntime
+	log *slog.Logger
+	// runtime names the container runtime (set once Version answered).
+	runtime runtimeInfo
+
 	mu          sync.Mutex
 	unsupported map[string]bool
 }
+
+// stopSignalRuntime is what the check asks of CRI (RuntimeService).
+type stopSignalRuntime interface {
+	ContainerStatus(ctx context.Context, containerID string, verbose bool) (*runtimeapi.ContainerStatusResponse, error)
+	RemoveContainer(ctx context.Context, containerID string) error
+}
+
+var _ stopSignalRuntime = internalapi.RuntimeService(nil)
 
 // errStopSignalUnsupported is why a container with a stop signal waits on
 // a runtime that would ignore it.
@@ -56,46 +72,46 @@ func errStopSignalUnsupported(runtime string) error {
 }
 
 // runtimeID names the runtime for messages and the support cache.
-func (m *Daemon) runtimeID() string {
-	return strings.TrimSpace(m.runtime.name + " " + m.runtime.version)
+func (s *stopSignals) runtimeID() string {
+	return strings.TrimSpace(s.runtime.name + " " + s.runtime.version)
 }
 
 // stopSignalRefused says, before a create, whether this runtime is known
 // to ignore stop signals and c asks for one.
-func (m *Daemon) stopSignalRefused(c *corev1.Container) error {
+func (s *stopSignals) stopSignalRefused(c *corev1.Container) error {
 	if stopSignal(c) == runtimeapi.Signal_SIGNAL_RUNTIME_DEFAULT {
 		return nil
 	}
-	m.stopSignals.mu.Lock()
-	defer m.stopSignals.mu.Unlock()
-	if m.stopSignals.unsupported[m.runtimeID()] {
-		return errStopSignalUnsupported(m.runtimeID())
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.unsupported[s.runtimeID()] {
+		return errStopSignalUnsupported(s.runtimeID())
 	}
 	return nil
 }
 
 // checkStopSignal verifies, after CreateContainer, that the runtime took
 // c's stop signal; if not the container is removed and the answer kept.
-func (m *Daemon) checkStopSignal(ctx context.Context, c *corev1.Container, id string) error {
+func (s *stopSignals) checkStopSignal(ctx context.Context, c *corev1.Container, id string) error {
 	want := stopSignal(c)
 	if want == runtimeapi.Signal_SIGNAL_RUNTIME_DEFAULT {
 		return nil
 	}
-	resp, err := m.rs.ContainerStatus(ctx, id, false)
+	resp, err := s.rs.ContainerStatus(ctx, id, false)
 	if err != nil {
 		return fmt.Errorf("status of container %s: %w", id, err)
 	}
 	if resp.GetStatus().GetStopSignal() == want {
 		return nil
 	}
-	m.stopSignals.mu.Lock()
-	if m.stopSignals.unsupported == nil {
-		m.stopSignals.unsupported = map[string]bool{}
+	s.mu.Lock()
+	if s.unsupported == nil {
+		s.unsupported = map[string]bool{}
 	}
-	m.stopSignals.unsupported[m.runtimeID()] = true
-	m.stopSignals.mu.Unlock()
-	if err := m.rs.RemoveContainer(ctx, id); err != nil && !crierrors.IsNotFound(err) {
-		m.log.Error("Cannot remove container created without its stop signal", "containerName", c.Name, "containerID", id, "err", err)
+	s.unsupported[s.runtimeID()] = true
+	s.mu.Unlock()
+	if err := s.rs.RemoveContainer(ctx, id); err != nil && !crierrors.IsNotFound(err) {
+		s.log.Error("Cannot remove container created without its stop signal", "containerName", c.Name, "containerID", id, "err", err)
 	}
-	return errStopSignalUnsupported(m.runtimeID())
+	return errStopSignalUnsupported(s.runtimeID())
 }

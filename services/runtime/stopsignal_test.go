@@ -35,6 +35,7 @@ func TestStopSignal(t *testing.T) {
 	m.runtime = runtimeInfo{name: "containerd", version: "1.6.20"}
 	fake := critest.NewFakeRuntimeService()
 	m.rs = fake
+	m.stopSignals.rs, m.stopSignals.log, m.stopSignals.runtime = fake, m.log, m.runtime
 	sig := corev1.SIGUSR1
 	pod := newPod("p", busybox("a", ""))
 	c := &pod.Spec.Containers[0]
@@ -49,26 +50,26 @@ func TestStopSignal(t *testing.T) {
 	sb, _ := fake.RunPodSandbox(ctx, &runtimeapi.PodSandboxConfig{Metadata: &runtimeapi.PodSandboxMetadata{Name: "p", Uid: "u"}}, "")
 	id, _ := fake.CreateContainer(ctx, sb, cfg, nil)
 	fake.Containers[id].StopSignal = runtimeapi.Signal_SIGNAL_SIGUSR1
-	if err := m.checkStopSignal(ctx, c, id); err != nil {
+	if err := m.stopSignals.checkStopSignal(ctx, c, id); err != nil {
 		t.Fatalf("supported runtime: %v", err)
 	}
 	// One that does not (the fake, like containerd 1.6, reports none): the
 	// container is removed and later ones are refused before a create.
 	id2, _ := fake.CreateContainer(ctx, sb, cfg, nil)
-	err = m.checkStopSignal(ctx, c, id2)
+	err = m.stopSignals.checkStopSignal(ctx, c, id2)
 	if err == nil || !strings.Contains(err.Error(), "lifecycle.stopSignal is not supported by the container runtime (containerd 1.6.20)") {
 		t.Fatalf("unsupported runtime: %v", err)
 	}
 	if _, ok := fake.Containers[id2]; ok {
 		t.Fatal("the container created without its stop signal was kept")
 	}
-	if err := m.stopSignalRefused(c); err == nil {
+	if err := m.stopSignals.stopSignalRefused(c); err == nil {
 		t.Fatal("a second container with a stop signal is not refused at once")
 	}
-	if err := m.stopSignalRefused(&pod.Spec.Containers[0]); err == nil {
+	if err := m.stopSignals.stopSignalRefused(&pod.Spec.Containers[0]); err == nil {
 		t.Fatal("refusal forgotten")
 	}
-	if err := m.stopSignalRefused(&corev1.Container{Name: "plain"}); err != nil {
+	if err := m.stopSignals.stopSignalRefused(&corev1.Container{Name: "plain"}); err != nil {
 		t.Fatalf("a container without a stop signal refused: %v", err)
 	}
 }

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -28,7 +29,9 @@ type podRecord struct {
 	Eviction    *schemas.PodEviction
 }
 
-// store holds the inputs of the runtime as the watches deliver them.
+// store is the bus-facing part: it holds the inputs of the runtime as the
+// watches deliver them (watch mirrors the input buckets, the on* callbacks
+// record each change) and wakes the pods' workers.
 type store struct {
 	mu      sync.Mutex
 	pods    map[string]*podRecord
@@ -39,7 +42,27 @@ type store struct {
 	sourcesCreated time.Time
 	synced         map[string]bool
 	changed        chan struct{}
+
+	// What the callbacks use, set by Daemon's New: the bus, the pods'
+	// observed state, and the PLEG.
+	bus      *bus.Conn
+	log      *slog.Logger
+	observed observedPods
+	pleg     relister
+	// workers are woken on changes; nil until Daemon.Run made them.
+	workers podWaker
 }
+
+// relister asks the PLEG for a relist at once (pleg).
+type relister interface{ relistNow() }
+
+// podWaker wakes a pod's worker (podWorkers).
+type podWaker interface{ Update(uid string) }
+
+var (
+	_ relister = (*pleg)(nil)
+	_ podWaker = (*podWorkers)(nil)
+)
 
 // watchedBuckets must all be loaded before the workers act.
 var watchedBuckets = []string{bus.BucketDesired, bus.BucketAdmission, bus.BucketProbes, bus.BucketEvictions, bus.BucketSources}
@@ -144,32 +167,31 @@ func (s *store) waitSynced(ctx context.Context) error {
 	return nil
 }
 
-// watchInputs mirrors the input buckets until ctx is done (a lost watch is
+// watch mirrors the input buckets until ctx is done (a lost watch is
 // re-established and reported by bus.Mirror). Every change wakes the pod's
 // worker.
-func (m *Daemon) watchInputs(ctx context.Context) {
+func (s *store) watch(ctx context.Context) {
 	bus.RunAll(ctx,
-		bus.NewMirror(m.bus, bus.BucketDesired, ">", func(u bus.Update[schemas.PodDesired]) { m.onDesired(ctx, u) }),
-		bus.NewMirror(m.bus, bus.BucketAdmission, ">", m.onVerdict),
-		bus.NewMirror(m.bus, bus.BucketEvictions, ">", m.onEviction),
-		bus.NewMirror(m.bus, bus.BucketProbes, ">", m.onProbeResult),
-		bus.NewMirror(m.bus, bus.BucketSources, bus.KeySourcesReady, m.onSourcesReady),
+		bus.NewMirror(s.bus, bus.BucketDesired, ">", func(u bus.Update[schemas.PodDesired]) { s.onDesired(ctx, u) }),
+		bus.NewMirror(s.bus, bus.BucketAdmission, ">", s.onVerdict),
+		bus.NewMirror(s.bus, bus.BucketEvictions, ">", s.onEviction),
+		bus.NewMirror(s.bus, bus.BucketProbes, ">", s.onProbeResult),
+		bus.NewMirror(s.bus, bus.BucketSources, bus.KeySourcesReady, s.onSourcesReady),
 	)
 }
 
 // wakeWorker wakes uid's worker once every input bucket is loaded.
-func (m *Daemon) wakeWorker(uid string) {
-	if m.workers != nil && m.store.allSynced() {
-		m.workers.Update(uid)
+func (s *store) wakeWorker(uid string) {
+	if s.workers != nil && s.allSynced() {
+		s.workers.Update(uid)
 	}
 }
 
-func (m *Daemon) onDesired(ctx context.Context, u bus.Update[schemas.PodDesired]) {
-	s := m.store
+func (s *store) onDesired(ctx context.Context, u bus.Update[schemas.PodDesired]) {
 	switch u.Kind {
 	case bus.Put:
 		if u.Value.Pod == nil {
-			m.log.Error("Desired pod without a pod, ignored", "key", u.Key)
+			s.log.Error("Desired pod without a pod, ignored", "key", u.Key)
 			return
 		}
 		s.mu.Lock()
@@ -177,7 +199,7 @@ func (m *Daemon) onDesired(ctx context.Context, u bus.Update[schemas.PodDesired]
 		r.Pod, r.Gone, r.Unconfirmed = u.Value.Pod, false, false
 		admitted := r.Verdict != nil
 		s.mu.Unlock()
-		if !admitted && m.observed != nil && m.observed.get(u.Key) == nil {
+		if !admitted && s.observed != nil && s.observed.get(u.Key) == nil {
 			// Not admitted and never reported: nothing of the pod is in
 			// CRI (only an admitted pod's worker creates anything, and
 			// reports it first), and its worker would have nothing to do
@@ -185,20 +207,20 @@ func (m *Daemon) onDesired(ctx context.Context, u bus.Update[schemas.PodDesired]
 			// a restart the PLEG's first relist wakes every known pod.
 			return
 		}
-		m.wakeWorker(u.Key)
+		s.wakeWorker(u.Key)
 	case bus.Deleted:
 		s.mu.Lock()
 		r := s.record(u.Key)
 		r.Gone, r.Unconfirmed = true, false
 		s.mu.Unlock()
-		m.wakeWorker(u.Key)
+		s.wakeWorker(u.Key)
 	case bus.Synced:
 		s.setSynced(bus.BucketDesired, true)
 	case bus.Reset:
 		// The store was wiped: forget what the bucket said, keep
 		// the pods (a fresh load follows; nothing is killed before
 		// it is complete).
-		checked, fresh := m.sourcesFromCurrentStore(ctx)
+		checked, fresh := s.sourcesFromCurrentStore(ctx)
 		s.mu.Lock()
 		for _, r := range s.pods {
 			if r.Pod != nil && !r.Gone {
@@ -216,21 +238,20 @@ func (m *Daemon) onDesired(ctx context.Context, u bus.Update[schemas.PodDesired]
 	}
 }
 
-func (m *Daemon) onVerdict(u bus.Update[schemas.AdmissionVerdict]) {
-	s := m.store
+func (s *store) onVerdict(u bus.Update[schemas.AdmissionVerdict]) {
 	switch u.Kind {
 	case bus.Put:
 		s.mu.Lock()
 		s.record(u.Key).Verdict = u.Value
 		s.mu.Unlock()
-		m.wakeWorker(u.Key)
+		s.wakeWorker(u.Key)
 	case bus.Deleted:
 		s.mu.Lock()
 		if r := s.pods[u.Key]; r != nil {
 			r.Verdict = nil
 		}
 		s.mu.Unlock()
-		m.wakeWorker(u.Key)
+		s.wakeWorker(u.Key)
 	case bus.Synced:
 		s.setSynced(bus.BucketAdmission, true)
 	case bus.Reset:
@@ -243,14 +264,13 @@ func (m *Daemon) onVerdict(u bus.Update[schemas.AdmissionVerdict]) {
 	}
 }
 
-func (m *Daemon) onEviction(u bus.Update[schemas.PodEviction]) {
-	s := m.store
+func (s *store) onEviction(u bus.Update[schemas.PodEviction]) {
 	switch u.Kind {
 	case bus.Put:
 		s.mu.Lock()
 		s.record(u.Key).Eviction = u.Value
 		s.mu.Unlock()
-		m.wakeWorker(u.Key)
+		s.wakeWorker(u.Key)
 	case bus.Deleted:
 		s.mu.Lock()
 		if r := s.pods[u.Key]; r != nil {
@@ -264,13 +284,12 @@ func (m *Daemon) onEviction(u bus.Update[schemas.PodEviction]) {
 	}
 }
 
-func (m *Daemon) onProbeResult(u bus.Update[schemas.ProbeResult]) {
-	s := m.store
+func (s *store) onProbeResult(u bus.Update[schemas.ProbeResult]) {
 	switch u.Kind {
 	case bus.Put, bus.Deleted:
 		uid, rest, ok := strings.Cut(u.Key, ".")
 		if !ok {
-			m.log.Error("Probe result key is not <uid>.<container>.<kind>, ignored", "key", u.Key)
+			s.log.Error("Probe result key is not <uid>.<container>.<kind>, ignored", "key", u.Key)
 			return
 		}
 		s.mu.Lock()
@@ -284,7 +303,7 @@ func (m *Daemon) onProbeResult(u bus.Update[schemas.ProbeResult]) {
 		}
 		s.mu.Unlock()
 		if u.Kind == bus.Put && (u.Value.Probe == schemas.ProbeLiveness || u.Value.Probe == schemas.ProbeStartup) {
-			m.wakeWorker(uid)
+			s.wakeWorker(uid)
 		}
 	case bus.Synced:
 		s.setSynced(bus.BucketProbes, true)
@@ -296,20 +315,19 @@ func (m *Daemon) onProbeResult(u bus.Update[schemas.ProbeResult]) {
 	}
 }
 
-func (m *Daemon) onSourcesReady(u bus.Update[schemas.SourcesReady]) {
-	s := m.store
+func (s *store) onSourcesReady(u bus.Update[schemas.SourcesReady]) {
 	switch u.Kind {
 	case bus.Put:
 		s.mu.Lock()
 		was := s.sources != nil && s.sources.AllReady
 		s.sources, s.sourcesCreated = u.Value, u.Created
 		s.mu.Unlock()
-		if !was && u.Value.AllReady && m.workers != nil {
+		if !was && u.Value.AllReady && s.workers != nil {
 			// Orphans and pods lost in a wipe may be killed now.
 			for _, uid := range s.uids() {
-				m.workers.Update(uid)
+				s.workers.Update(uid)
 			}
-			m.relistNow()
+			s.pleg.relistNow()
 		}
 	case bus.Deleted:
 		s.mu.Lock()
@@ -330,15 +348,15 @@ func (m *Daemon) onSourcesReady(u bus.Update[schemas.SourcesReady]) {
 // when the value's was), so that it survives the wipe of another bucket;
 // checked is the value's stream time it judged (a newer value that
 // arrives meanwhile is from the current store).
-func (m *Daemon) sourcesFromCurrentStore(ctx context.Context) (checked time.Time, fresh bool) {
-	m.store.mu.Lock()
-	had, at := m.store.sources != nil, m.store.sourcesCreated
-	m.store.mu.Unlock()
+func (s *store) sourcesFromCurrentStore(ctx context.Context) (checked time.Time, fresh bool) {
+	s.mu.Lock()
+	had, at := s.sources != nil, s.sourcesCreated
+	s.mu.Unlock()
 	if !had || at.IsZero() {
 		return at, false
 	}
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	now, err := bus.StreamCreated(cctx, m.bus, bus.BucketSources)
+	now, err := bus.StreamCreated(cctx, s.bus, bus.BucketSources)
 	return at, err == nil && now.Equal(at)
 }

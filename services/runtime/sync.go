@@ -35,9 +35,13 @@ func (m *Daemon) syncPod(ctx context.Context, uid string) syncResult {
 		return syncResult{RequeueAfter: retryCRI}
 	}
 	st := m.pods.get(uid)
+	s := &podSync{m: m, uid: uid, pr: pr, st: st}
+	if rec != nil {
+		s.pod = rec.Pod
+	}
 	switch {
 	case rec == nil || rec.Pod == nil:
-		return m.syncOrphan(ctx, uid, pr, st)
+		return s.syncOrphan(ctx)
 	case rec.Gone && rec.Unconfirmed && !m.store.sourcesReady():
 		// The bus store was wiped: wait for the sources to deliver again.
 		return syncResult{RequeueAfter: orphanRecheck}
@@ -45,7 +49,7 @@ func (m *Daemon) syncPod(ctx context.Context, uid string) syncResult {
 		if !pr.empty() && !m.confirmGone(ctx, uid) {
 			return syncResult{RequeueAfter: 500 * time.Millisecond}
 		}
-		return m.syncGone(ctx, uid, rec.Pod, pr, st)
+		return s.syncGone(ctx)
 	case rec.Verdict == nil:
 		// Not admitted yet: it waits. Report what already runs (after a
 		// wipe of the bus store admission decides again).
@@ -56,30 +60,31 @@ func (m *Daemon) syncPod(ctx context.Context, uid string) syncResult {
 	case rec.Verdict.Preempted:
 		// Preempted for a critical pod: killed as an eviction is.
 		st.setPodReason(rec.Verdict.Reason, rec.Verdict.Message)
-		return m.syncTerminating(ctx, rec.Pod, pr, st, nil)
+		return s.syncTerminating(ctx, nil)
 	case !rec.Verdict.Admitted:
 		// Rejected pods never run.
-		return m.syncTerminating(ctx, rec.Pod, pr, st, nil)
+		return s.syncTerminating(ctx, nil)
 	case rec.Pod.DeletionTimestamp != nil:
-		return m.syncTerminating(ctx, rec.Pod, pr, st, nil)
+		return s.syncTerminating(ctx, nil)
 	case rec.Pod.Status.Phase == corev1.PodFailed || rec.Pod.Status.Phase == corev1.PodSucceeded:
 		// The kubelet's UpdatePod: "Pod is in a terminal phase
 		// (success/failed), begin teardown" — a pod the API server already
 		// holds as finished (a node that came back, a second node of the
 		// same name) is never started again.
-		return m.syncTerminating(ctx, rec.Pod, pr, st, nil)
+		return s.syncTerminating(ctx, nil)
 	case rec.Eviction != nil:
 		// Killed with the eviction's grace period when it gives one (the
 		// eviction manager's, the shutdown manager's per priority group).
 		st.setPodReason(rec.Eviction.Reason, rec.Eviction.Message)
-		return m.syncTerminating(ctx, rec.Pod, pr, st, rec.Eviction.GracePeriodSeconds)
+		return s.syncTerminating(ctx, rec.Eviction.GracePeriodSeconds)
 	}
-	return m.syncWithDeadline(ctx, rec.Pod, pr, st)
+	return s.syncWithDeadline(ctx)
 }
 
 // syncOrphan handles a pod that only CRI knows: once the sources are
 // ready, it is killed and removed; before, it is left alone.
-func (m *Daemon) syncOrphan(ctx context.Context, uid string, pr *podRuntime, st *podState) syncResult {
+func (s *podSync) syncOrphan(ctx context.Context) syncResult {
+	m, uid, pr, st := s.m, s.uid, s.pr, s.st
 	if !m.store.sourcesReady() {
 		if !pr.empty() {
 			m.publish(ctx, nil, pr, st, nil)
@@ -92,7 +97,7 @@ func (m *Daemon) syncOrphan(ctx context.Context, uid string, pr *podRuntime, st 
 		}
 		m.log.Info("Killing pod the sources do not know", "pod", pr.Namespace+"/"+pr.Name, "podUID", uid)
 	}
-	return m.syncGone(ctx, uid, nil, pr, st)
+	return s.syncGone(ctx)
 }
 
 // confirmGone reads the desired bucket itself before a pod is killed for
@@ -110,9 +115,10 @@ func (m *Daemon) confirmGone(ctx context.Context, uid string) bool {
 
 // syncGone kills a pod that left the sources, publishes its final state,
 // removes it from the runtime and then deletes its observed state.
-func (m *Daemon) syncGone(ctx context.Context, uid string, pod *corev1.Pod, pr *podRuntime, st *podState) syncResult {
+func (s *podSync) syncGone(ctx context.Context) syncResult {
+	m, uid, pod, pr := s.m, s.uid, s.pod, s.pr
 	if !pr.empty() {
-		if res := m.syncTerminating(ctx, pod, pr, st, nil); res.RequeueAfter > 0 {
+		if res := s.syncTerminating(ctx, nil); res.RequeueAfter > 0 {
 			return res
 		}
 		// The final state is published; now the sandbox may go.
@@ -121,7 +127,7 @@ func (m *Daemon) syncGone(ctx context.Context, uid string, pod *corev1.Pod, pr *
 			m.log.Error("Cannot read pod from the container runtime", "podUID", uid, "err", err)
 			return syncResult{RequeueAfter: retryCRI}
 		}
-		if err := m.removePod(ctx, uid, pod, fresh); err != nil {
+		if err := m.killer.removePod(ctx, uid, pod, fresh); err != nil {
 			m.log.Error("Cannot remove pod", "podUID", uid, "err", err)
 			return syncResult{RequeueAfter: retryCRI}
 		}
@@ -150,7 +156,8 @@ func (m *Daemon) forgetPod(uid string) {
 // syncTerminating kills what still runs of the pod and stops its
 // sandboxes, publishing Terminating while it does and Terminated once
 // everything is stopped.
-func (m *Daemon) syncTerminating(ctx context.Context, pod *corev1.Pod, pr *podRuntime, st *podState, grace *int64) syncResult {
+func (s *podSync) syncTerminating(ctx context.Context, grace *int64) syncResult {
+	m, pod, pr, st := s.m, s.pod, s.pr, s.st
 	running := len(pr.active()) > 0
 	for _, sb := range pr.Sandboxes {
 		running = running || sb.Ready
@@ -158,7 +165,7 @@ func (m *Daemon) syncTerminating(ctx context.Context, pod *corev1.Pod, pr *podRu
 	if running {
 		st.killing()
 		m.publish(ctx, pod, pr, st, nil)
-		if err := m.killPod(ctx, pod, pr, grace); err != nil {
+		if err := m.killer.killPod(ctx, pod, pr, grace); err != nil {
 			m.log.Error("Cannot kill pod", "podUID", pr.UID, "err", err)
 			return syncResult{RequeueAfter: retryCRI}
 		}
@@ -195,7 +202,7 @@ func (m *Daemon) publish(ctx context.Context, pod *corev1.Pod, pr *podRuntime, s
 	if o.UID == "" {
 		return
 	}
-	m.resizeObserved(pod, o)
+	m.resources.resizeObserved(pod, o)
 	if pod != nil && asksRecursiveReadOnly(pod) {
 		o.RecursiveReadOnlyMounts = m.supportsRecursiveReadOnly(ctx, pod)
 	}

@@ -31,33 +31,33 @@ const (
 // CRI plugin handles the same event asynchronously, so the first relist
 // may still see it running). Events are hints: the periodic relist stays
 // the truth, and a lost event costs at most one relist period.
-func (m *Daemon) watchTaskEvents(ctx context.Context) {
-	conn, err := grpc.NewClient(m.cfg.Runtime.EndpointURL(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+func (g *pleg) watchTaskEvents(ctx context.Context) {
+	conn, err := grpc.NewClient(g.cfg.EndpointURL(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
-		m.log.Info("Cannot follow containerd's task events, relisting only", "err", err)
+		g.log.Info("Cannot follow containerd's task events, relisting only", "err", err)
 		return
 	}
 	defer conn.Close()
 	client := eventsapi.NewEventsClient(conn)
 	for {
-		err := m.followTaskEvents(ctx, client)
+		err := g.followTaskEvents(ctx, client)
 		if ctx.Err() != nil {
 			return
 		}
 		if isUnimplemented(err) {
-			m.log.Info("The container runtime offers no containerd event service, relisting only", "relistPeriod", m.cfg.Runtime.RelistPeriod)
+			g.log.Info("The container runtime offers no containerd event service, relisting only", "relistPeriod", g.cfg.RelistPeriod)
 			return
 		}
-		m.log.Warn("containerd task event stream ended, reconnecting", "err", err)
+		g.log.Warn("containerd task event stream ended, reconnecting", "err", err)
 		select {
 		case <-ctx.Done():
 			return
-		case <-m.clock.After(time.Second):
+		case <-g.clock.After(time.Second):
 		}
 	}
 }
 
-func (m *Daemon) followTaskEvents(ctx context.Context, client eventsapi.EventsClient) error {
+func (g *pleg) followTaskEvents(ctx context.Context, client eventsapi.EventsClient) error {
 	var filters []string
 	for _, t := range []string{topicTaskExit, topicTaskOOM} {
 		filters = append(filters, fmt.Sprintf("topic==%q,namespace==%q", t, criNamespace))
@@ -72,7 +72,7 @@ func (m *Daemon) followTaskEvents(ctx context.Context, client eventsapi.EventsCl
 			return err
 		}
 		if id := exitedContainer(env); id != "" {
-			m.containerExited(id)
+			g.containerExited(id)
 		}
 	}
 }
@@ -106,11 +106,11 @@ func exitedContainer(env *eventsapi.Envelope) string {
 }
 
 // containerExited hands a container exit to the PLEG.
-func (m *Daemon) containerExited(id string) {
+func (g *pleg) containerExited(id string) {
 	select {
-	case m.pleg.exits <- id:
+	case g.exits <- id:
 	default:
 		// The PLEG is behind; a plain relist finds the exit too.
-		m.relistNow()
+		g.relistNow()
 	}
 }
