@@ -283,6 +283,9 @@ disabled_plugins = [%s]
 // the sandbox image as pinned_images.sandbox, registry), runtime (runtimes,
 // CNI, restrict_oom_score_adj, netns and log settings) and the gRPC
 // service itself (streaming server). See containerd's docs/cri/config.md.
+// Version 3 is what every 2.x reads; 2.4 is at version 4 (the [grpc],
+// [ttrpc], [debug] and [metrics] sections moved into server plugins) and
+// migrates a version-3 file in memory at start, logging a warning once.
 func (c Config) render3() string {
 	q := strconv.Quote
 	var disabled []string
@@ -592,7 +595,7 @@ func withPath(env []string) []string {
 }
 
 // logTail returns, for error messages, the errors in containerd's log (and
-// the CRI plugin's failure to load, only a warning there), else its last lines.
+// the CRI plugins' failures to load, only warnings there), else its last lines.
 func logTail(path string) string {
 	b, err := os.ReadFile(path)
 	if err != nil || len(b) == 0 {
@@ -601,8 +604,7 @@ func logTail(path string) string {
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 	var important []string
 	for _, l := range lines {
-		if strings.Contains(l, "level=error") || strings.Contains(l, "level=fatal") ||
-			strings.Contains(l, `failed to load plugin io.containerd.grpc.v1.cri"`) {
+		if strings.Contains(l, "level=error") || strings.Contains(l, "level=fatal") || criLoadFailure(l) {
 			important = append(important, l)
 		}
 	}
@@ -614,6 +616,18 @@ func logTail(path string) string {
 		lines = lines[len(lines)-8:]
 	}
 	return "\n" + path + what + ":\n" + strings.Join(lines, "\n")
+}
+
+// criLoadFailure tells whether a log line says a CRI plugin failed to load:
+// 1.6 names io.containerd.grpc.v1.cri in the message, 2.x logs
+// `msg="failed to load plugin"` with the plugin's id (the root cause is on
+// the line of io.containerd.cri.v1.images or .runtime).
+func criLoadFailure(l string) bool {
+	if strings.Contains(l, `failed to load plugin io.containerd.grpc.v1.cri"`) {
+		return true
+	}
+	return strings.Contains(l, `msg="failed to load plugin"`) &&
+		(strings.Contains(l, "id=io.containerd.grpc.v1.cri ") || strings.Contains(l, "id=io.containerd.cri.v1."))
 }
 
 // Pdeathsig fires when the thread that forked the child exits, not when the
