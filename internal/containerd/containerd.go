@@ -301,7 +301,7 @@ func (c Config) render3() string {
 	}
 	var shim string
 	if c.ShimBinary != "" {
-		shim = "\n          runtime_path = " + q(c.ShimBinary)
+		shim = "\n        runtime_path = " + q(c.ShimBinary)
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, `# Written by nodelet (internal/containerd); changes are overwritten.
