@@ -12,8 +12,8 @@
 #                   containerd-shim-runc-v2, ctr); step 3 writes its version-3
 #                   config with root /var/lib/nodelet/containerd2 (1.6's root
 #                   stays as it is, so going back is one run without the flag);
-#                   step 6 imports into it, refusing a 1.x that answers on the
-#                   socket. Debian's runc serves both.
+#                   step 6 imports into it. A 1.x that answers on the socket
+#                   is refused before step 3. Debian's runc serves both.
 #
 # Steps, one line of output each:
 #   1. apt-get install what is missing of: containerd runc
@@ -120,6 +120,17 @@ if [ "$CONTAINERD_MAJOR" = 2 ]; then
   step "containerd $(scripts/containerd2.sh version) installed in $CONTAINERD2_DIR (built by scripts/containerd2.sh)"
 fi
 
+containerd_up() { [ -S "$CONTAINERD_SOCKET" ] && "$CTR" --connect-timeout 1s --address "$CONTAINERD_SOCKET" version >/dev/null 2>&1; }
+if [ "$CONTAINERD_MAJOR" = 2 ] && containerd_up; then
+  # The config about to be written is 2.x's: a 1.x answering there would
+  # run on with its config replaced, and import into the wrong root.
+  server=$("$CTR" --address "$CONTAINERD_SOCKET" version 2>/dev/null | awk '/^Server:/ { s = 1 } s && $1 == "Version:" { print $2; exit }')
+  case $server in
+  v2.* | 2.*) ;;
+  *) die "a containerd ${server:-of unknown version} answers on $CONTAINERD_SOCKET; stop it, then run setup --containerd=2 again" ;;
+  esac
+fi
+
 # 3. containerd config
 bin/setuptool containerd-config --out "$CONTAINERD_CONFIG" \
   --root "$CONTAINERD_ROOT" --state "$CONTAINERD_STATE" --socket "$CONTAINERD_SOCKET" \
@@ -137,16 +148,6 @@ bin/setuptool images >/dev/null
 step "images built in ${NODELET_CACHE:-$HOME/.cache/nodelet}/images"
 
 # 6. import
-containerd_up() { [ -S "$CONTAINERD_SOCKET" ] && "$CTR" --connect-timeout 1s --address "$CONTAINERD_SOCKET" version >/dev/null 2>&1; }
-if [ "$CONTAINERD_MAJOR" = 2 ] && containerd_up; then
-  # The config just written is 2.x's: a 1.x answering there is not the
-  # node's containerd any more, and its images are not 2.x's.
-  server=$("$CTR" --address "$CONTAINERD_SOCKET" version 2>/dev/null | awk '/^Server:/ { s = 1 } s && $1 == "Version:" { print $2; exit }')
-  case $server in
-  v2.* | 2.*) ;;
-  *) die "a containerd ${server:-of unknown version} answers on $CONTAINERD_SOCKET; stop it, then run setup --containerd=2 again" ;;
-  esac
-fi
 if containerd_up; then
   bin/setuptool images --import "$CONTAINERD_SOCKET" | sed 's/^/setup: /'
 else
