@@ -3,16 +3,21 @@ package testenv_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	apievents "github.com/containerd/containerd/api/events"
+	eventsapi "github.com/containerd/containerd/api/services/events/v1"
 	"github.com/pelletier/go-toml/v2"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodelet/nodelet/internal/containerd"
@@ -190,4 +195,92 @@ func TestContainerEventsUnimplementedOn16(t *testing.T) {
 	if status.Code(err) != codes.Unimplemented {
 		t.Fatalf("GetContainerEvents on 1.6: %v, want Unimplemented", err)
 	}
+}
+
+// TestContainerd2ExitEvents compares, on 2.x, the two ways a node agent
+// learns that a container exited: containerd's own /tasks/exit event (what
+// nodelet-runtime follows today, taskevents.go) and CRI's
+// CONTAINER_STOPPED_EVENT, which the CRI plugin sends only once it has
+// handled the exit (task deleted, status updated), so the status it
+// carries is final. Both must arrive for every container; the delays from
+// the exit are logged for the issue's exit → status comparison.
+func TestContainerd2ExitEvents(t *testing.T) {
+	c := containerd2(t)
+	cri := c.RuntimeClient(t)
+	ctx, cancel := context.WithCancel(criCtx(t))
+	defer cancel()
+
+	type arrival struct {
+		id string
+		at time.Time
+	}
+	criC := make(chan arrival, 64)
+	stream, err := cri.Runtime.GetContainerEvents(ctx, &runtimeapi.GetEventsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			e, err := stream.Recv()
+			if err != nil {
+				return
+			}
+			if e.ContainerEventType == runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT {
+				criC <- arrival{e.ContainerId, time.Now()}
+			}
+		}
+	}()
+	taskC := make(chan arrival, 64)
+	sub, err := eventsapi.NewEventsClient(cri.Conn).Subscribe(ctx, &eventsapi.SubscribeRequest{
+		Filters: []string{`topic=="/tasks/exit",namespace=="k8s.io"`},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			env, err := sub.Recv()
+			if err != nil {
+				return
+			}
+			var e apievents.TaskExit
+			if proto.Unmarshal(env.GetEvent().GetValue(), &e) == nil && e.ID == e.ContainerID {
+				taskC <- arrival{e.ContainerID, time.Now()}
+			}
+		}
+	}()
+	wait := func(ch chan arrival, id, what string) time.Time {
+		t.Helper()
+		timeout := time.After(30 * time.Second)
+		for {
+			select {
+			case a := <-ch:
+				if a.id == id {
+					return a.at
+				}
+			case <-timeout:
+				t.Fatalf("no %s of %s in 30s", what, id)
+			}
+		}
+	}
+
+	const n = 5
+	var taskDelays, criDelays []time.Duration
+	for i := range n {
+		_, id, _ := runPod(t, cri, fmt.Sprintf("exit-%d", i), "sh", "-c", "sleep 0.5; exit 3")
+		taskAt := wait(taskC, id, "/tasks/exit event")
+		criAt := wait(criC, id, "CRI stopped event")
+		st, err := cri.Runtime.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		finished := time.Unix(0, st.Status.FinishedAt)
+		taskDelays = append(taskDelays, taskAt.Sub(finished))
+		criDelays = append(criDelays, criAt.Sub(finished))
+	}
+	slices.Sort(taskDelays)
+	slices.Sort(criDelays)
+	t.Logf("exit → containerd /tasks/exit: median %v, max %v; exit → CRI CONTAINER_STOPPED_EVENT: median %v, max %v (%d containers)",
+		taskDelays[n/2].Round(time.Millisecond), taskDelays[n-1].Round(time.Millisecond),
+		criDelays[n/2].Round(time.Millisecond), criDelays[n-1].Round(time.Millisecond), n)
 }
