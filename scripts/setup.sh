@@ -2,7 +2,18 @@
 # setup.sh — make this machine (Debian 12, root) ready to build, test and run
 # nodelet. Idempotent: a second run changes nothing and takes a few seconds.
 #
-# Usage: scripts/setup.sh        (as root, from anywhere in the tree)
+# Usage: scripts/setup.sh [--containerd=1|2]   (as root, from anywhere in the tree)
+#
+#   --containerd=1  Debian's containerd 1.6 (the default, what the steps
+#                   below describe).
+#   --containerd=2  containerd 2.x instead (docs/runtimes.md): built from its Go
+#                   module and cached by scripts/containerd2.sh, installed in
+#                   /usr/local/libexec/nodelet/containerd2 (containerd,
+#                   containerd-shim-runc-v2, ctr); step 3 writes its version-3
+#                   config with root /var/lib/nodelet/containerd2 (1.6's root
+#                   stays as it is, so going back is one run without the flag);
+#                   step 6 imports into it. A 1.x that answers on the socket
+#                   is refused before step 3. Debian's runc serves both.
 #
 # Steps, one line of output each:
 #   1. apt-get install what is missing of: containerd runc
@@ -57,6 +68,26 @@ PACKAGES=(containerd runc containernetworking-plugins busybox-static bash-static
 step() { echo "setup: $*"; }
 die() { echo "setup: error: $*" >&2; exit 1; }
 
+CONTAINERD_MAJOR=1
+for arg in "$@"; do
+  case $arg in
+  --containerd=1 | --containerd=1.6) CONTAINERD_MAJOR=1 ;;
+  --containerd=2) CONTAINERD_MAJOR=2 ;;
+  -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
+  *) die "unknown argument $arg (usage: scripts/setup.sh [--containerd=1|2])" ;;
+  esac
+done
+CONTAINERD=containerd
+CTR=ctr
+CONFIG_MAJOR=()
+if [ "$CONTAINERD_MAJOR" = 2 ]; then
+  CONTAINERD2_DIR=/usr/local/libexec/nodelet/containerd2
+  CONTAINERD_ROOT=/var/lib/nodelet/containerd2
+  CONTAINERD=$CONTAINERD2_DIR/containerd
+  CTR=$CONTAINERD2_DIR/ctr
+  CONFIG_MAJOR=(--major 2 --binary "$CONTAINERD")
+fi
+
 [ "$(id -u)" -eq 0 ] || die "run as root (it installs packages and writes /etc/nodelet)"
 command -v go >/dev/null || die "go not found (expected /usr/local/go/bin/go)"
 
@@ -84,12 +115,27 @@ step "built ${build[*]} and setuptool into bin/"
 install -D -m 0644 deploy/systemd/sysusers.d/nodelet.conf /etc/sysusers.d/nodelet.conf
 systemd-sysusers /etc/sysusers.d/nodelet.conf
 step "users and group of /etc/sysusers.d/nodelet.conf made (systemd-sysusers)"
+if [ "$CONTAINERD_MAJOR" = 2 ]; then
+  scripts/containerd2.sh install "$CONTAINERD2_DIR" >/dev/null
+  step "containerd $(scripts/containerd2.sh version) installed in $CONTAINERD2_DIR (built by scripts/containerd2.sh)"
+fi
+
+containerd_up() { [ -S "$CONTAINERD_SOCKET" ] && "$CTR" --connect-timeout 1s --address "$CONTAINERD_SOCKET" version >/dev/null 2>&1; }
+if [ "$CONTAINERD_MAJOR" = 2 ] && containerd_up; then
+  # The config about to be written is 2.x's: a 1.x answering there would
+  # run on with its config replaced, and import into the wrong root.
+  server=$("$CTR" --address "$CONTAINERD_SOCKET" version 2>/dev/null | awk '/^Server:/ { s = 1 } s && $1 == "Version:" { print $2; exit }')
+  case $server in
+  v2.* | 2.*) ;;
+  *) die "a containerd ${server:-of unknown version} answers on $CONTAINERD_SOCKET; stop it, then run setup --containerd=2 again" ;;
+  esac
+fi
 
 # 3. containerd config
 bin/setuptool containerd-config --out "$CONTAINERD_CONFIG" \
   --root "$CONTAINERD_ROOT" --state "$CONTAINERD_STATE" --socket "$CONTAINERD_SOCKET" \
   --cni-conf-dir "$CNI_CONF_DIR" --cni-bin-dir "$CNI_BIN_DIR" --sandbox-image nodelet.local/pause:3.10 \
-  --cri-group nodelet-cri
+  --cri-group nodelet-cri "${CONFIG_MAJOR[@]}"
 step "wrote $CONTAINERD_CONFIG"
 
 # 4. CNI conflist
@@ -102,7 +148,6 @@ bin/setuptool images >/dev/null
 step "images built in ${NODELET_CACHE:-$HOME/.cache/nodelet}/images"
 
 # 6. import
-containerd_up() { [ -S "$CONTAINERD_SOCKET" ] && ctr --connect-timeout 1s --address "$CONTAINERD_SOCKET" version >/dev/null 2>&1; }
 if containerd_up; then
   bin/setuptool images --import "$CONTAINERD_SOCKET" | sed 's/^/setup: /'
 else
@@ -117,7 +162,7 @@ else
   fi
   mkdir -p "$CONTAINERD_STATE"
   log=$CONTAINERD_STATE/setup-containerd.log
-  containerd --config "$CONTAINERD_CONFIG" >>"$log" 2>&1 &
+  "$CONTAINERD" --config "$CONTAINERD_CONFIG" >>"$log" 2>&1 &
   pid=$!
   trap 'kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null || true' EXIT
   for _ in $(seq 100); do

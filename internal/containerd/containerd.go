@@ -1,7 +1,9 @@
 // Package containerd configures and runs a containerd for nodelet.
 //
-// Config renders the containerd 1.6 config.toml (version 2) that nodelet
-// needs: the CRI plugin with restrict_oom_score_adj (root lacks
+// Config renders the config.toml that nodelet needs, for containerd 1.6
+// (version 2, Debian's package, the default) or, with Major 2, for
+// containerd 2.x (version 3, built from its Go module by
+// scripts/containerd2.sh): the CRI plugin with restrict_oom_score_adj (root lacks
 // CAP_SYS_RESOURCE on the machines nodelet is tested on, and without it every
 // sandbox fails with "can't get final child's PID from pipe"), cgroupfs unless
 // SystemdCgroup, overlayfs, the node's CNI dirs and sandbox image, and no debug or
@@ -20,6 +22,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -82,6 +85,17 @@ type Config struct {
 	// node has its own network and UTS namespaces. Default: none (the
 	// caller's).
 	Namespaces Namespaces
+	// Major is containerd's major version, which decides the config's
+	// format: 0 or 1 is containerd 1.6 (config version 2), 2 is
+	// containerd 2.x (config version 3: the CRI plugin split into
+	// io.containerd.cri.v1.images, io.containerd.cri.v1.runtime and
+	// io.containerd.grpc.v1.cri). Default: 0 (1.6).
+	Major int
+	// ShimBinary is the runc shim (containerd-shim-runc-v2) the runc
+	// runtime runs, written as its runtime_path. Default: for Major 2 the
+	// one beside Binary (a 2.x build brings its own shim, and PATH would
+	// find Debian's 1.6 one first); for 1.6 none (PATH).
+	ShimBinary string
 }
 
 // Namespaces name existing namespaces by their bind-mounted paths (e.g.
@@ -115,6 +129,17 @@ const (
 	DefaultSandboxImage = "nodelet.local/pause:3.10"
 	DefaultSnapshotter  = "overlayfs"
 	DefaultBinary       = "/usr/bin/containerd"
+
+	// DefaultRoot2 is containerd 2.x's root: not 1.6's, so that the two
+	// never share content, snapshots or metadata and a node can go back and
+	// forth between them.
+	DefaultRoot2 = "/var/lib/nodelet/containerd2"
+	// DefaultBinary2 is where scripts/setup.sh --containerd=2 installs the
+	// containerd 2.x it built (with containerd-shim-runc-v2 and ctr beside it).
+	DefaultBinary2 = "/usr/local/libexec/nodelet/containerd2/containerd"
+	// Version2 is the containerd 2.x that scripts/containerd2.sh builds
+	// (scripts/containerd2/go.mod).
+	Version2 = "v2.4.2"
 )
 
 // WithDefaults returns c with every empty field set to its default.
@@ -123,6 +148,11 @@ func (c Config) WithDefaults() Config {
 		if *s == "" {
 			*s = v
 		}
+	}
+	if c.Major >= 2 {
+		def(&c.Root, DefaultRoot2)
+		def(&c.Binary, DefaultBinary2)
+		def(&c.ShimBinary, filepath.Join(filepath.Dir(c.Binary), "containerd-shim-runc-v2"))
 	}
 	def(&c.Root, DefaultRoot)
 	def(&c.State, DefaultState)
@@ -174,10 +204,23 @@ func CRIGroupGID(group string) (int, error) {
 	return strconv.Atoi(g.Gid)
 }
 
-// Render returns the config.toml (version 2, containerd 1.6) for c with
-// defaults applied.
+// disabledPlugins2 are those of containerd 2.x that nodelet never uses, on
+// top of disabledPlugins. NRI's would listen on /var/run/nri/nri.sock,
+// one path for every containerd on the machine (tests run several at once);
+// erofs and blockfile probe the host at start.
+var disabledPlugins2 = []string{
+	"io.containerd.nri.v1.nri",
+	"io.containerd.snapshotter.v1.blockfile",
+	"io.containerd.snapshotter.v1.erofs",
+}
+
+// Render returns the config.toml for c with defaults applied: version 2
+// (containerd 1.6) or, with Major 2, version 3 (containerd 2.x).
 func (c Config) Render() string {
 	c = c.WithDefaults()
+	if c.Major >= 2 {
+		return c.render3()
+	}
 	q := strconv.Quote
 	var disabled []string
 	for _, p := range disabledPlugins {
@@ -232,6 +275,89 @@ disabled_plugins = [%s]
       max_conf_num = 1
 %s`, q(c.Root), q(c.State), strings.Join(disabled, ", "), q(c.Socket), grpcGID(c.GID), q(c.TTRPCSocket),
 		q(c.LogLevel), q(c.SandboxImage), q(c.Snapshotter), c.SystemdCgroup, q(c.CNIBinDir), q(c.CNIConfDir), registry(c.RegistryConfigPath))
+	return b.String()
+}
+
+// render3 is Render for containerd 2.x: config version 3. What 1.6 had in
+// io.containerd.grpc.v1.cri is in three plugins there: images (snapshotter,
+// the sandbox image as pinned_images.sandbox, registry), runtime (runtimes,
+// CNI, restrict_oom_score_adj, netns and log settings) and the gRPC
+// service itself (streaming server). See containerd's docs/cri/config.md.
+// Version 3 is what every 2.x reads; 2.4 is at version 4 (the [grpc],
+// [ttrpc], [debug] and [metrics] sections moved into server plugins) and
+// migrates a version-3 file in memory at start, logging a warning once.
+func (c Config) render3() string {
+	q := strconv.Quote
+	var disabled []string
+	for _, p := range append(slices.Clone(disabledPlugins), disabledPlugins2...) {
+		disabled = append(disabled, q(p))
+	}
+	var reg string
+	if c.RegistryConfigPath != "" {
+		reg = fmt.Sprintf(`
+    [plugins."io.containerd.cri.v1.images".registry]
+      config_path = %s
+`, q(c.RegistryConfigPath))
+	}
+	var shim string
+	if c.ShimBinary != "" {
+		shim = "\n        runtime_path = " + q(c.ShimBinary)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, `# Written by nodelet (internal/containerd); changes are overwritten.
+version = 3
+root = %s
+state = %s
+oom_score = 0
+disabled_plugins = [%s]
+
+[grpc]
+  address = %s%s
+
+[ttrpc]
+  address = %s
+
+[debug]
+  address = ""
+  level = %s
+
+[metrics]
+  address = ""
+
+[plugins]
+  [plugins."io.containerd.cri.v1.images"]
+    snapshotter = %s
+    disable_snapshot_annotations = true
+
+    [plugins."io.containerd.cri.v1.images".pinned_images]
+      sandbox = %s
+%s
+  [plugins."io.containerd.cri.v1.runtime"]
+    restrict_oom_score_adj = true
+    netns_mounts_under_state_dir = true
+    enable_selinux = false
+    max_container_log_line_size = 16384
+
+    [plugins."io.containerd.cri.v1.runtime".containerd]
+      default_runtime_name = "runc"
+
+      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+        runtime_type = "io.containerd.runc.v2"%s
+
+        [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+          SystemdCgroup = %t
+
+    [plugins."io.containerd.cri.v1.runtime".cni]
+      bin_dirs = [%s]
+      conf_dir = %s
+      max_conf_num = 1
+
+  [plugins."io.containerd.grpc.v1.cri"]
+    disable_tcp_service = true
+    stream_server_address = "127.0.0.1"
+    stream_server_port = "0"
+`, q(c.Root), q(c.State), strings.Join(disabled, ", "), q(c.Socket), grpcGID(c.GID), q(c.TTRPCSocket),
+		q(c.LogLevel), q(c.Snapshotter), q(c.SandboxImage), reg, shim, c.SystemdCgroup, q(c.CNIBinDir), q(c.CNIConfDir))
 	return b.String()
 }
 
@@ -469,7 +595,7 @@ func withPath(env []string) []string {
 }
 
 // logTail returns, for error messages, the errors in containerd's log (and
-// the CRI plugin's failure to load, only a warning there), else its last lines.
+// the CRI plugins' failures to load, only warnings there), else its last lines.
 func logTail(path string) string {
 	b, err := os.ReadFile(path)
 	if err != nil || len(b) == 0 {
@@ -478,8 +604,7 @@ func logTail(path string) string {
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 	var important []string
 	for _, l := range lines {
-		if strings.Contains(l, "level=error") || strings.Contains(l, "level=fatal") ||
-			strings.Contains(l, `failed to load plugin io.containerd.grpc.v1.cri"`) {
+		if strings.Contains(l, "level=error") || strings.Contains(l, "level=fatal") || criLoadFailure(l) {
 			important = append(important, l)
 		}
 	}
@@ -491,6 +616,18 @@ func logTail(path string) string {
 		lines = lines[len(lines)-8:]
 	}
 	return "\n" + path + what + ":\n" + strings.Join(lines, "\n")
+}
+
+// criLoadFailure tells whether a log line says a CRI plugin failed to load:
+// 1.6 names io.containerd.grpc.v1.cri in the message, 2.x logs
+// `msg="failed to load plugin"` with the plugin's id (the root cause is on
+// the line of io.containerd.cri.v1.images or .runtime).
+func criLoadFailure(l string) bool {
+	if strings.Contains(l, `failed to load plugin io.containerd.grpc.v1.cri"`) {
+		return true
+	}
+	return strings.Contains(l, `msg="failed to load plugin"`) &&
+		(strings.Contains(l, "id=io.containerd.grpc.v1.cri ") || strings.Contains(l, "id=io.containerd.cri.v1."))
 }
 
 // Pdeathsig fires when the thread that forked the child exits, not when the
@@ -523,4 +660,46 @@ func StartOnLockedThread(cmd *exec.Cmd) error {
 	done := make(chan error, 1)
 	spawner.reqs <- spawnRequest{cmd: cmd, done: done}
 	return <-done
+}
+
+// Binaries2 are the programs of a containerd 2.x build.
+type Binaries2 struct {
+	Dir        string // the directory they are in
+	Containerd string
+	Shim       string // containerd-shim-runc-v2
+	Ctr        string
+}
+
+// Cached2 is where scripts/containerd2.sh builds containerd Version2:
+// ${NODELET_CACHE:-$HOME/.cache/nodelet}/containerd-<Version2>/. The files
+// may not be there (yet): Present tells.
+func Cached2() Binaries2 {
+	base := os.Getenv("NODELET_CACHE")
+	if base == "" {
+		home, err := os.UserHomeDir()
+		if err != nil || home == "" {
+			home = os.TempDir()
+		}
+		base = filepath.Join(home, ".cache", "nodelet")
+	}
+	return binaries2(filepath.Join(base, "containerd-"+Version2))
+}
+
+func binaries2(dir string) Binaries2 {
+	return Binaries2{
+		Dir:        dir,
+		Containerd: filepath.Join(dir, "containerd"),
+		Shim:       filepath.Join(dir, "containerd-shim-runc-v2"),
+		Ctr:        filepath.Join(dir, "ctr"),
+	}
+}
+
+// Present tells whether every program of b is an executable file.
+func (b Binaries2) Present() bool {
+	for _, p := range []string{b.Containerd, b.Shim, b.Ctr} {
+		if st, err := os.Stat(p); err != nil || !st.Mode().IsRegular() || st.Mode().Perm()&0o111 == 0 {
+			return false
+		}
+	}
+	return true
 }

@@ -27,7 +27,26 @@ type Containerd struct{ *scratch.Containerd }
 // StartContainerd starts a private containerd with the node's local images
 // imported and a CNI bridge network of its own (scratch.Start). Call it from
 // TestMain (and Stop after m.Run), or use NewContainerd in a test.
+//
+// Which containerd: opts.Major when set, else NODELET_TEST_CONTAINERD ("2"
+// for containerd 2.x, built and cached by scripts/containerd2.sh on first
+// use; "" or "1" for Debian's 1.6, the default). So every runtime-facing
+// package runs against 2.x with NODELET_TEST_CONTAINERD=2 go test ./pkg/.
 func StartContainerd(opts ContainerdOptions) (*Containerd, error) {
+	if opts.Major == 0 {
+		m, err := ContainerdMajor()
+		if err != nil {
+			return nil, err
+		}
+		opts.Major = m
+	}
+	if opts.Major >= 2 && opts.Binary == "" {
+		b, err := Containerd2()
+		if err != nil {
+			return nil, err
+		}
+		opts.Binary = b.Containerd
+	}
 	c, err := scratch.Start(opts)
 	if err != nil {
 		return nil, err

@@ -3,7 +3,7 @@
 // calling internal/{images,containerd,cni}.
 //
 //	setuptool images [--cache DIR] [--import SOCKET]   (prints "REF ID TARBALL" per image, or with --import what it imported)
-//	setuptool containerd-config --out FILE [--root DIR] [--state DIR] [--socket PATH] [--cni-conf-dir DIR] [--cni-bin-dir DIR] [--sandbox-image REF]
+//	setuptool containerd-config --out FILE [--root DIR] [--state DIR] [--socket PATH] [--cni-conf-dir DIR] [--cni-bin-dir DIR] [--sandbox-image REF] [--major 2 --binary PATH]
 //	setuptool cni-config --out-dir DIR --subnet CIDR [--bridge NAME] [--name NETWORK] [--file NAME] [--cni-bin-dir DIR]
 package main
 
@@ -35,7 +35,7 @@ func main() {
 
 const usage = `usage:
   setuptool images [--cache DIR] [--import SOCKET]
-  setuptool containerd-config --out FILE [--root DIR] [--state DIR] [--socket PATH] [--cni-conf-dir DIR] [--cni-bin-dir DIR] [--sandbox-image REF]
+  setuptool containerd-config --out FILE [--root DIR] [--state DIR] [--socket PATH] [--cni-conf-dir DIR] [--cni-bin-dir DIR] [--sandbox-image REF] [--major 2 --binary PATH]
   setuptool cni-config --out-dir DIR --subnet CIDR [--bridge NAME] [--name NETWORK] [--file NAME] [--cni-bin-dir DIR]`
 
 func run(ctx context.Context, args []string) error {
@@ -103,13 +103,16 @@ func containerdConfigCmd(args []string) error {
 	fs := flag.NewFlagSet("containerd-config", flag.ContinueOnError)
 	out := fs.String("out", "", "where to write config.toml (required)")
 	var cfg containerd.Config
-	fs.StringVar(&cfg.Root, "root", containerd.DefaultRoot, "containerd root dir")
+	fs.StringVar(&cfg.Root, "root", "", "containerd root dir (default "+containerd.DefaultRoot+", with --major 2 "+containerd.DefaultRoot2+")")
 	fs.StringVar(&cfg.State, "state", containerd.DefaultState, "containerd state dir")
 	fs.StringVar(&cfg.Socket, "socket", "", "gRPC/CRI socket (default <state>/containerd.sock)")
 	fs.StringVar(&cfg.CNIConfDir, "cni-conf-dir", containerd.DefaultCNIConfDir, "CNI conflist dir")
 	fs.StringVar(&cfg.CNIBinDir, "cni-bin-dir", containerd.DefaultCNIBinDir, "CNI plugin dir")
 	fs.StringVar(&cfg.SandboxImage, "sandbox-image", containerd.DefaultSandboxImage, "pause image")
 	fs.BoolVar(&cfg.SystemdCgroup, "systemd-cgroup", false, "runc uses the systemd cgroup driver (runtime.cgroupDriver systemd)")
+	fs.IntVar(&cfg.Major, "major", 1, "containerd's major version: 1 (1.6, config version 2) or 2 (2.x, config version 3)")
+	fs.StringVar(&cfg.Binary, "binary", "", "with --major 2: the containerd 2.x binary, whose runc shim beside it the config names (default "+containerd.DefaultBinary2+")")
+	fs.StringVar(&cfg.ShimBinary, "shim", "", "with --major 2: the runc shim (default containerd-shim-runc-v2 beside --binary)")
 	criGroup := fs.String("cri-group", "", "group that may use the CRI socket (its gid in [grpc]), when it exists")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -123,6 +126,9 @@ func containerdConfigCmd(args []string) error {
 	}
 	if *out == "" {
 		return errors.New("containerd-config: --out is required")
+	}
+	if cfg.Major != 1 && cfg.Major != 2 {
+		return fmt.Errorf("containerd-config: --major %d: want 1 or 2", cfg.Major)
 	}
 	return containerd.WriteConfig(cfg, *out)
 }

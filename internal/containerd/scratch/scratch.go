@@ -70,6 +70,15 @@ type Options struct {
 	// CIDR, and the network is not ready until then. Default: false (a
 	// conflist for Subnet, ready at once).
 	NoCNIConfig bool
+	// Major is containerd's major version: 0 or 1 for Debian's 1.6
+	// (/usr/bin/containerd), 2 for a containerd 2.x build (config version
+	// 3). Default: 0 (1.6). internal/testenv sets it from
+	// NODELET_TEST_CONTAINERD.
+	Major int
+	// Binary is the containerd to run; for Major 2 the runc shim beside it
+	// is the one its runc runtime uses. Default: /usr/bin/containerd for
+	// 1.6, containerd.Cached2() (scripts/containerd2.sh's build) for 2.
+	Binary string
 }
 
 // Containerd is a private containerd for one test binary (or one test): its
@@ -171,6 +180,10 @@ func Start(opts Options) (_ *Containerd, err error) {
 		return nil, err
 	}
 
+	binary := opts.Binary
+	if binary == "" && opts.Major >= 2 {
+		binary = containerd.Cached2().Containerd
+	}
 	c.proc, err = containerd.Start(ctx, containerd.Config{
 		Root:           c.Root,
 		State:          filepath.Join(c.Dir, "state"),
@@ -181,6 +194,8 @@ func Start(opts Options) (_ *Containerd, err error) {
 		ConfigFile:     filepath.Join(c.Dir, "config.toml"),
 		KillWithParent: true,
 		Namespaces:     opts.Namespaces,
+		Major:          opts.Major,
+		Binary:         binary,
 
 		RegistryConfigPath: opts.RegistryConfigPath,
 	}, c.LogFile)

@@ -1,0 +1,86 @@
+package testenv
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/nodelet/nodelet/internal/containerd"
+)
+
+// ContainerdEnv names the variable that picks the tests' containerd: "2"
+// for containerd 2.x, "" or "1" for Debian's 1.6 (the default).
+const ContainerdEnv = "NODELET_TEST_CONTAINERD"
+
+// ContainerdMajor is the containerd major version the tests run against,
+// from NODELET_TEST_CONTAINERD: 1 (Debian's 1.6) unless it says 2.
+func ContainerdMajor() (int, error) {
+	switch v := strings.TrimSpace(os.Getenv(ContainerdEnv)); v {
+	case "", "1", "1.6":
+		return 1, nil
+	case "2", "2.x", containerd.Version2, strings.TrimPrefix(containerd.Version2, "v"):
+		return 2, nil
+	default:
+		return 0, fmt.Errorf("testenv: %s=%q: want 1 (Debian's containerd 1.6) or 2 (containerd %s)", ContainerdEnv, v, containerd.Version2)
+	}
+}
+
+var containerd2 struct {
+	once sync.Once
+	bins containerd.Binaries2
+	err  error
+}
+
+// Containerd2 returns the containerd 2.x build (containerd, its runc shim
+// and ctr), building it with `scripts/containerd2.sh build` the first time
+// (about two minutes; then cached in ${NODELET_CACHE:-$HOME/.cache/nodelet}).
+// The build's progress goes to stderr.
+func Containerd2() (containerd.Binaries2, error) {
+	containerd2.once.Do(func() {
+		containerd2.bins, containerd2.err = buildContainerd2()
+	})
+	return containerd2.bins, containerd2.err
+}
+
+func buildContainerd2() (containerd.Binaries2, error) {
+	if b := containerd.Cached2(); b.Present() {
+		return b, nil
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		return containerd.Binaries2{}, err
+	}
+	script := filepath.Join(root, "scripts", "containerd2.sh")
+	cmd := exec.Command("bash", script, "build")
+	cmd.Dir = root
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return containerd.Binaries2{}, fmt.Errorf("%s build: %w", script, err)
+	}
+	var b containerd.Binaries2
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		k, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), "=")
+		if !ok {
+			continue
+		}
+		switch k {
+		case "CONTAINERD":
+			b.Containerd, b.Dir = v, filepath.Dir(v)
+		case "CONTAINERD_SHIM":
+			b.Shim = v
+		case "CTR":
+			b.Ctr = v
+		}
+	}
+	if !b.Present() {
+		return containerd.Binaries2{}, fmt.Errorf("%s build did not print the paths of containerd, its shim and ctr; output:\n%s", script, out)
+	}
+	return b, nil
+}
