@@ -234,9 +234,32 @@ func removeSandboxes(t *testing.T, rt runtimeapi.RuntimeServiceClient, pods map[
 			if _, err := rt.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: sb.Id}); err != nil && status.Code(err) != codes.NotFound {
 				t.Errorf("stop sandbox of %s: %v", pod, err)
 			}
-			if _, err := rt.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: sb.Id}); err != nil && status.Code(err) != codes.NotFound {
+			// containerd 1.6 answers a remove racing nodelet-runtime's own
+			// with "already in removing state": what counts is that it goes.
+			err := retryRemove(ctx, rt, sb.Id)
+			if err != nil {
 				t.Errorf("remove sandbox of %s: %v", pod, err)
 			}
+		}
+	}
+}
+
+// retryRemove removes sandbox id, trying again while another remover is at
+// it, until CRI no longer lists it.
+func retryRemove(ctx context.Context, rt runtimeapi.RuntimeServiceClient, id string) error {
+	for {
+		_, err := rt.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id})
+		if err == nil || status.Code(err) == codes.NotFound {
+			return nil
+		}
+		resp, lerr := rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{Id: id}})
+		if lerr == nil && len(resp.Items) == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(200 * time.Millisecond):
 		}
 	}
 }
