@@ -65,8 +65,14 @@ var Table = []Field{
 	h("staticPodPath", "sources.staticPodPath", "", func(k *kconf, c *config.Config) error { c.Sources.StaticPodPath = k.StaticPodPath; return nil }),
 	h("podLogsDir", "node.podLogsDir", "", func(k *kconf, c *config.Config) error { c.Node.PodLogsDir = k.PodLogsDir; return nil }),
 	h("syncFrequency", "runtime.syncFrequency", "", func(k *kconf, c *config.Config) error { c.Runtime.SyncFrequency = d(k.SyncFrequency); return nil }),
-	h("fileCheckFrequency", "sources.fileCheckFrequency", "", func(k *kconf, c *config.Config) error { c.Sources.FileCheckFrequency = d(k.FileCheckFrequency); return nil }),
-	h("httpCheckFrequency", "sources.httpCheckFrequency", "", func(k *kconf, c *config.Config) error { c.Sources.HTTPCheckFrequency = d(k.HTTPCheckFrequency); return nil }),
+	h("fileCheckFrequency", "sources.fileCheckFrequency", "", func(k *kconf, c *config.Config) error {
+		c.Sources.FileCheckFrequency = d(k.FileCheckFrequency)
+		return nil
+	}),
+	h("httpCheckFrequency", "sources.httpCheckFrequency", "", func(k *kconf, c *config.Config) error {
+		c.Sources.HTTPCheckFrequency = d(k.HTTPCheckFrequency)
+		return nil
+	}),
 	h("staticPodURL", "sources.manifestURL", "", func(k *kconf, c *config.Config) error { c.Sources.ManifestURL = k.StaticPodURL; return nil }),
 	h("staticPodURLHeader", "sources.manifestURLHeader", "", func(k *kconf, c *config.Config) error { c.Sources.ManifestURLHeader = k.StaticPodURLHeader; return nil }),
 	h("address", "server.address", "", func(k *kconf, c *config.Config) error { c.Server.Address = k.Address; return nil }),
@@ -196,7 +202,10 @@ var Table = []Field{
 	h("maxParallelImagePulls", "runtime.maxParallelImagePulls", "unset with serializeImagePulls false (the kubelet: no bound) keeps nodelet's default, 5", imagePulls),
 	h("evictionHard", "gc.evictionHard", "", func(k *kconf, c *config.Config) error { c.GC.EvictionHard = k.EvictionHard; return nil }),
 	h("evictionSoft", "gc.evictionSoft", "", func(k *kconf, c *config.Config) error { c.GC.EvictionSoft = k.EvictionSoft; return nil }),
-	h("evictionSoftGracePeriod", "gc.evictionSoftGracePeriod", "", func(k *kconf, c *config.Config) error { c.GC.EvictionSoftGracePeriod = k.EvictionSoftGracePeriod; return nil }),
+	h("evictionSoftGracePeriod", "gc.evictionSoftGracePeriod", "", func(k *kconf, c *config.Config) error {
+		c.GC.EvictionSoftGracePeriod = k.EvictionSoftGracePeriod
+		return nil
+	}),
 	h("evictionPressureTransitionPeriod", "gc.evictionPressureTransitionPeriod", "", func(k *kconf, c *config.Config) error {
 		c.GC.EvictionPressureTransitionPeriod = d(k.EvictionPressureTransitionPeriod)
 		return nil
@@ -220,7 +229,10 @@ var Table = []Field{
 	r("failSwapOn", "nodelet does not check for swap"),
 	r("memorySwap", "no swap for pods (NoSwap)"),
 	h("containerLogMaxSize", "gc.containerLogMaxSize", "", func(k *kconf, c *config.Config) error { c.GC.ContainerLogMaxSize = k.ContainerLogMaxSize; return nil }),
-	h("containerLogMaxFiles", "gc.containerLogMaxFiles", "", func(k *kconf, c *config.Config) error { c.GC.ContainerLogMaxFiles = int(*k.ContainerLogMaxFiles); return nil }),
+	h("containerLogMaxFiles", "gc.containerLogMaxFiles", "", func(k *kconf, c *config.Config) error {
+		c.GC.ContainerLogMaxFiles = int(*k.ContainerLogMaxFiles)
+		return nil
+	}),
 	r("containerLogMaxWorkers", "nodelet-gc rotates logs with one worker"),
 	h("containerLogMonitorInterval", "gc.containerLogMonitorInterval", "", func(k *kconf, c *config.Config) error {
 		c.GC.ContainerLogMonitorInterval = d(*k.ContainerLogMonitorInterval)
@@ -234,10 +246,22 @@ var Table = []Field{
 	h("kubeReserved", "node.kubeReserved", "", func(k *kconf, c *config.Config) error { c.Node.KubeReserved = k.KubeReserved; return nil }),
 	r("reservedSystemCPUs", "no CPU manager"),
 	r("showHiddenMetricsForVersion", "nodelet's metrics have no hidden ones"),
-	h("systemReservedCgroup", "runtime.systemReservedCgroup", "", func(k *kconf, c *config.Config) error { c.Runtime.SystemReservedCgroup = k.SystemReservedCgroup; return nil }),
-	h("kubeReservedCgroup", "runtime.kubeReservedCgroup", "", func(k *kconf, c *config.Config) error { c.Runtime.KubeReservedCgroup = k.KubeReservedCgroup; return nil }),
-	h("enforceNodeAllocatable", "runtime.enforceNodeAllocatable", "", func(k *kconf, c *config.Config) error { c.Runtime.EnforceNodeAllocatable = k.EnforceNodeAllocatable; return nil }),
-	h("allowedUnsafeSysctls", "admission.allowedUnsafeSysctls", "", func(k *kconf, c *config.Config) error { c.Admission.AllowedUnsafeSysctls = k.AllowedUnsafeSysctls; return nil }),
+	h("systemReservedCgroup", "runtime.systemReservedCgroup", "", func(k *kconf, c *config.Config) error {
+		c.Runtime.SystemReservedCgroup = k.SystemReservedCgroup
+		return nil
+	}),
+	h("kubeReservedCgroup", "runtime.kubeReservedCgroup", "", func(k *kconf, c *config.Config) error {
+		c.Runtime.KubeReservedCgroup = k.KubeReservedCgroup
+		return nil
+	}),
+	h("enforceNodeAllocatable", "runtime.enforceNodeAllocatable", "", func(k *kconf, c *config.Config) error {
+		c.Runtime.EnforceNodeAllocatable = k.EnforceNodeAllocatable
+		return nil
+	}),
+	h("allowedUnsafeSysctls", "admission.allowedUnsafeSysctls", "", func(k *kconf, c *config.Config) error {
+		c.Admission.AllowedUnsafeSysctls = k.AllowedUnsafeSysctls
+		return nil
+	}),
 	r("defaultPodSysctls", "nodelet adds no sysctls to pods"),
 	r("volumePluginDir", "no FlexVolume plugins"),
 	r("providerID", "nodelet does not set the Node's spec.providerID"),
@@ -247,9 +271,15 @@ var Table = []Field{
 	a("logging.verbosity", "the kubelet's log detail (--v); nodelet's daemons log at info (their --log-level)"),
 	a("logging.vmodule", "the kubelet's per-file log detail; nodelet has none"),
 	r("logging.options", "nodelet logs one stream, unbuffered"),
-	h("enableSystemLogHandler", "server.enableSystemLogHandler", "", func(k *kconf, c *config.Config) error { c.Server.EnableSystemLogHandler = *k.EnableSystemLogHandler; return nil }),
+	h("enableSystemLogHandler", "server.enableSystemLogHandler", "", func(k *kconf, c *config.Config) error {
+		c.Server.EnableSystemLogHandler = *k.EnableSystemLogHandler
+		return nil
+	}),
 	r("enableSystemLogQuery", "no node log query"),
-	h("shutdownGracePeriod", "gc.shutdownGracePeriod", "", func(k *kconf, c *config.Config) error { c.GC.ShutdownGracePeriod = d(k.ShutdownGracePeriod); return nil }),
+	h("shutdownGracePeriod", "gc.shutdownGracePeriod", "", func(k *kconf, c *config.Config) error {
+		c.GC.ShutdownGracePeriod = d(k.ShutdownGracePeriod)
+		return nil
+	}),
 	h("shutdownGracePeriodCriticalPods", "gc.shutdownGracePeriodCriticalPods", "", func(k *kconf, c *config.Config) error {
 		c.GC.ShutdownGracePeriodCriticalPods = d(k.ShutdownGracePeriodCriticalPods)
 		return nil

@@ -133,8 +133,12 @@ func (b binder) v(field, name string, val pflag.Value) *pflag.Flag {
 	return b.fs.Lookup(name)
 }
 
-func (b binder) boolp(field, name string, p **bool) { b.v(field, name, boolPtr{p}).NoOptDefVal = "true" }
-func (b binder) bool(field, name string, p *bool)   { b.v(field, name, boolValue{p}).NoOptDefVal = "true" }
+func (b binder) boolp(field, name string, p **bool) {
+	b.v(field, name, boolPtr{p}).NoOptDefVal = "true"
+}
+func (b binder) bool(field, name string, p *bool) {
+	b.v(field, name, boolValue{p}).NoOptDefVal = "true"
+}
 
 func (b binder) str(field, name string, p *string) {
 	b.fs.StringVar(p, name, *p, "KubeletConfiguration "+field)
