@@ -42,7 +42,7 @@ func refusedWhenSet(name, why string, given func(*Flags) bool) FlagEntry {
 // and the removed ones nodelet takes.
 var NodeFlags = []FlagEntry{
 	{Name: "config", Class: Honoured, Note: "the KubeletConfiguration, decoded strictly, defaulted as the kubelet's; flags override it"},
-	{Name: "config-dir", Class: Honoured, Note: "drop-ins (*.conf, subdirectories too) merged in lexical order (JSON merge patch), as the kubelet"},
+	{Name: "config-dir", Class: Honoured, Note: "drop-ins (`*.conf`, subdirectories too) merged in lexical order (JSON merge patch), as the kubelet"},
 	{Name: "kubeconfig", Class: Honoured, Key: "node.kubeconfig", apply: func(l *Loaded, c *config.Config) error { c.Node.Kubeconfig = l.Flags.Kubeconfig; return nil }},
 	{Name: "bootstrap-kubeconfig", Class: Honoured, Key: "node.bootstrapKubeconfig", apply: func(l *Loaded, c *config.Config) error {
 		c.Node.BootstrapKubeconfig = l.Flags.BootstrapKubeconfig
