@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 
 	"github.com/spf13/pflag"
 
@@ -22,7 +23,14 @@ type command struct {
 
 var commands []command
 
+// linkNames are the commands nodelet runs when its executable is called
+// by that name (a link): the command line is all flags.
+var linkNames = map[string]func(args []string) int{}
+
 func main() {
+	if run, ok := linkNames[filepath.Base(os.Args[0])]; ok {
+		os.Exit(run(os.Args[1:]))
+	}
 	if len(os.Args) < 2 {
 		usage()
 		os.Exit(2)
