@@ -290,6 +290,10 @@ type ServerConfig struct {
 	TLSCipherSuites []string `mapstructure:"tlsCipherSuites"`
 	// ReadOnlyPort serves the read-only API (/pods, /healthz, /spec/, /stats/summary, /metrics, /metrics/cadvisor, /metrics/probes, /metrics/resource) over plain HTTP on Address without authentication; 0 = off. Default: 0.
 	ReadOnlyPort int `mapstructure:"readOnlyPort"`
+	// HealthzBindAddress is where the kubelet's healthz answers (the kubelet's healthzBindAddress), over plain HTTP without authentication. Default: 127.0.0.1.
+	HealthzBindAddress string `mapstructure:"healthzBindAddress"`
+	// HealthzPort of the kubelet's healthz (GET /healthz: "ok", or 500 naming each failing check, as on server.port), which kubeadm and monitoring poll; 0 = off. Default: 10248.
+	HealthzPort int `mapstructure:"healthzPort"`
 	// EnableSystemLogHandler serves /var/log under /logs/ (the kubelet's enableSystemLogHandler); false answers 405. Default: true.
 	EnableSystemLogHandler bool `mapstructure:"enableSystemLogHandler"`
 	// Authentication of requests to the kubelet API. Default: x509 off, webhook on, anonymous off.

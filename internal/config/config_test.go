@@ -34,6 +34,7 @@ func TestDefaults(t *testing.T) {
 		cfg.GC.ImageGCHighThresholdPercent != 85 || cfg.Node.MaxPods != 110 || cfg.Bus.Listen != "127.0.0.1:4250" ||
 		cfg.Runtime.Endpoint != "unix:///run/containerd/containerd.sock" || cfg.Status.ReadOnlyAddress != "" ||
 		cfg.Server.ReadOnlyPort != 0 || !cfg.Server.EnableSystemLogHandler || cfg.Server.Port != 10250 ||
+		cfg.Server.HealthzBindAddress != "127.0.0.1" || cfg.Server.HealthzPort != 10248 ||
 		cfg.Node.StateDir != "/var/lib/nodelet" || cfg.GC.EvictionHard["memory.available"] != "100Mi" ||
 		cfg.Runtime.MaxConcurrentSandboxCreations != max(2, runtime.NumCPU()) {
 		t.Fatalf("defaults: %+v", cfg)
@@ -92,6 +93,8 @@ func TestFileErrorsNameTheKey(t *testing.T) {
 		{"not a number", "node:\n  maxPods: many\n", "node.maxPods"},
 		{"read-only port twice", "status:\n  readOnlyAddress: 127.0.0.1:10255\nserver:\n  readOnlyPort: 10255\n",
 			"status.readOnlyAddress: deprecated and set together with server.readOnlyPort"},
+		{"healthz port out of range", "server:\n  healthzPort: 70000\n", "server.healthzPort: 70000 is not a TCP port"},
+		{"healthz address not an IP", "server:\n  healthzBindAddress: localhost\n", `server.healthzBindAddress: "localhost" is not an IP address`},
 		{"negative", "node:\n  maxPods: -3\n", "node.maxPods: -3 must be positive"},
 		{"bus not loopback", "bus:\n  listen: 0.0.0.0:4250\n", "bus.listen"},
 		{"low above high", "gc:\n  imageGCLowThresholdPercent: 90\n", "gc.imageGCLowThresholdPercent"},

@@ -94,6 +94,8 @@ func Defaults() *Config {
 		Server: ServerConfig{
 			Address:                "0.0.0.0",
 			Port:                   10250,
+			HealthzBindAddress:     "127.0.0.1",
+			HealthzPort:            10248,
 			EnableSystemLogHandler: true,
 			Authentication: ServerAuthenticationConfig{
 				Webhook: ServerWebhookAuthnConfig{Enabled: true, CacheTTL: 2 * time.Minute},

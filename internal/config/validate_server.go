@@ -17,6 +17,13 @@ func (s *ServerConfig) Validate() error {
 		},
 		func() error { return port("server.port", s.Port, false) },
 		func() error { return port("server.readOnlyPort", s.ReadOnlyPort, true) },
+		func() error {
+			if net.ParseIP(s.HealthzBindAddress) == nil {
+				return &Error{Key: "server.healthzBindAddress", Problem: fmt.Sprintf("%q is not an IP address", s.HealthzBindAddress)}
+			}
+			return nil
+		},
+		func() error { return port("server.healthzPort", s.HealthzPort, true) },
 		func() error { return absPath("server.tlsCertFile", s.TLSCertFile, true) },
 		func() error { return absPath("server.tlsPrivateKeyFile", s.TLSPrivateKeyFile, true) },
 		func() error {

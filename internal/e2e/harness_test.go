@@ -114,6 +114,9 @@ type node struct {
 	BusListen string
 	// ServerPort is nodelet-server's port (server.port) on 127.0.0.1.
 	ServerPort int
+	// HealthzPort is the kubelet's healthz (server.healthzPort) on
+	// 127.0.0.1: a free one, since nodes run side by side.
+	HealthzPort int
 	// CgroupRoot is the node's runtime.cgroupRoot.
 	CgroupRoot string
 	cmd        *exec.Cmd
@@ -129,7 +132,7 @@ func newNode(t testing.TB, o nodeOptions) *node {
 	dir := t.TempDir()
 	n := &node{t: t, dir: dir, StateDir: filepath.Join(dir, "state"), StaticDir: filepath.Join(dir, "manifests"),
 		Config: filepath.Join(dir, "nodelet.yaml"), opts: o,
-		BusListen: fmt.Sprintf("127.0.0.1:%d", freePort(t)), ServerPort: freePort(t)}
+		BusListen: fmt.Sprintf("127.0.0.1:%d", freePort(t)), ServerPort: freePort(t), HealthzPort: freePort(t)}
 	if err := os.MkdirAll(n.StaticDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -183,11 +186,12 @@ runtime:
   address: %s
   port: %d
   readOnlyPort: %d
+  healthzPort: %d
 %sgc:
   containerGCPeriod: 5s
 %s%s`, name, n.StateDir, filepath.Join(dir, "logs"), ctrd.Subnet, nodeLines, n.BusListen, ctrd.Endpoint, ctrd.CNIConfDir,
 		cgroupRoot, ctrd.BridgeName, ctrd.NetworkName, o.Runtime,
-		n.StaticDir, "", o.Status, serverAddress, n.ServerPort, readOnlyPort, o.Server, o.GC, o.Extra)
+		n.StaticDir, "", o.Status, serverAddress, n.ServerPort, readOnlyPort, n.HealthzPort, o.Server, o.GC, o.Extra)
 	if err := os.WriteFile(n.Config, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -139,8 +140,19 @@ func TestKubeletAPI(t *testing.T) {
 
 	t.Run("read-only port off unless configured", func(t *testing.T) {
 		pid := n.WaitReady()["server"].PID
-		if ports := listeningTCPPorts(t, pid); !reflect.DeepEqual(ports, []int{n.ServerPort}) {
-			t.Errorf("nodelet-server listens on %v, want only server.port %d (server.readOnlyPort defaults to 0)", ports, n.ServerPort)
+		want := []int{n.ServerPort, n.HealthzPort}
+		slices.Sort(want)
+		if ports := listeningTCPPorts(t, pid); !reflect.DeepEqual(ports, want) {
+			t.Errorf("nodelet-server listens on %v, want only server.port %d and server.healthzPort %d (server.readOnlyPort defaults to 0)", ports, n.ServerPort, n.HealthzPort)
+		}
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", n.HealthzPort))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || string(body) != "ok" {
+			t.Errorf("the kubelet's healthz (server.healthzPort) = %d %q, want 200 ok", resp.StatusCode, body)
 		}
 	})
 

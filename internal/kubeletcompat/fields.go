@@ -127,8 +127,14 @@ var Table = []Field{
 	h("eventBurst", "status.eventBurst", "", func(k *kconf, c *config.Config) error { c.Status.EventBurst = int(k.EventBurst); return nil }),
 	r("enableDebuggingHandlers", "nodelet-server always serves logs, exec, attach and port-forward"),
 	r("enableContentionProfiling", "nodelet has no profiling handlers yet (issue 36, item 6)"),
-	r("healthzPort", "nodelet has no kubelet healthz endpoint yet (issue 36, item 2)"),
-	r("healthzBindAddress", "nodelet has no kubelet healthz endpoint yet (issue 36, item 2)"),
+	h("healthzPort", "server.healthzPort", "served by nodelet-server with the checks of its /healthz", func(k *kconf, c *config.Config) error {
+		c.Server.HealthzPort = int(*k.HealthzPort)
+		return nil
+	}),
+	h("healthzBindAddress", "server.healthzBindAddress", "", func(k *kconf, c *config.Config) error {
+		c.Server.HealthzBindAddress = k.HealthzBindAddress
+		return nil
+	}),
 	r("oomScoreAdj", "nodelet's processes keep the OOM score their units give them"),
 	h("clusterDomain", "node.clusterDomain", "", func(k *kconf, c *config.Config) error { c.Node.ClusterDomain = k.ClusterDomain; return nil }),
 	h("clusterDNS", "node.clusterDNS", "", func(k *kconf, c *config.Config) error { c.Node.ClusterDNS = k.ClusterDNS; return nil }),

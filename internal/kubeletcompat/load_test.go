@@ -44,7 +44,7 @@ func TestKubeadmConfigMaps(t *testing.T) {
 		"--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf", "--kubeconfig=/etc/kubernetes/kubelet.conf",
 		"--container-runtime-endpoint=unix:///run/k3s/containerd.sock", "--pod-infra-container-image=registry.k8s.io/pause:3.10",
 		"--node-ip=10.0.0.5", "--hostname-override=Worker-1", "--node-labels=role=edge,node.kubernetes.io/pool=edge",
-		"--register-with-taints=dedicated=edge:NoSchedule", "--v=2")
+		"--register-with-taints=dedicated=edge:NoSchedule", "--healthz-port=10249", "--v=2")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,6 +68,8 @@ func TestKubeadmConfigMaps(t *testing.T) {
 		{"server.authentication.anonymous.enabled", c.Server.Authentication.Anonymous.Enabled, false},
 		{"server.authorization.mode", c.Server.Authorization.Mode, "Webhook"},
 		{"server.readOnlyPort", c.Server.ReadOnlyPort, 0},
+		{"server.healthzBindAddress", c.Server.HealthzBindAddress, "127.0.0.1"},
+		{"server.healthzPort", c.Server.HealthzPort, 10249},                   // the flag over the file's 10248
 		{"runtime.maxParallelImagePulls", c.Runtime.MaxParallelImagePulls, 1}, // serializeImagePulls defaults to true
 		{"status.nodeStatusUpdateFrequency", c.Status.NodeStatusUpdateFrequency, 10 * time.Second},
 		{"gc.evictionHard", c.GC.EvictionHard["imagefs.inodesFree"], "5%"},

@@ -129,6 +129,7 @@ type Daemon struct {
 	nodeKube    kubernetes.Interface
 	addr        atomic.Value
 	roAddr      atomic.Value
+	hzAddr      atomic.Value
 
 	// The parts behind the handler.
 	auth     *authFilter
@@ -272,6 +273,7 @@ func (s *Daemon) Run(ctx context.Context) error {
 	s.log.Info("Serving the kubelet API", "address", ln.Addr().String(), "node", s.nodeName,
 		"authorizationMode", s.cfg.Server.Authorization.Mode)
 
+	s.runHealthz(ctx, &wg)
 	s.view.watch(ctx, &wg, s.bus, s.pods, s.log, s.clock)
 	wg.Add(1)
 	go func() {

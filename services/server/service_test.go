@@ -60,6 +60,7 @@ func testConfig(t testing.TB) *config.Config {
 	cfg.Node.PodLogsDir = t.TempDir()
 	cfg.Server.Address = "127.0.0.1"
 	cfg.Server.Port = 0
+	cfg.Server.HealthzPort = 0 // the default, 10248, is the host's: TestKubeletHealthzPort takes a free one
 	cfg.Status.HeartbeatStaleAfter = 3 * time.Second
 	return cfg
 }
