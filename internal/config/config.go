@@ -294,6 +294,10 @@ type ServerConfig struct {
 	HealthzBindAddress string `mapstructure:"healthzBindAddress"`
 	// HealthzPort of the kubelet's healthz (GET /healthz: "ok", or 500 naming each failing check, as on server.port), which kubeadm and monitoring poll; 0 = off. Default: 10248.
 	HealthzPort int `mapstructure:"healthzPort"`
+	// EnableProfilingHandler serves the Go runtime's profiles at /debug/pprof/ on the kubelet API, authorized as the kubelet's (nodes/proxy): nodelet-server's own, or with ?daemon=<name> (sources, admission, runtime, prober, status, gc, bus) that daemon's, through its metrics socket; false answers 405. Default: true.
+	EnableProfilingHandler bool `mapstructure:"enableProfilingHandler"`
+	// EnableContentionProfiling records every blocking event in nodelet-server's block profile (runtime.SetBlockProfileRate(1)), as the kubelet's. Default: false.
+	EnableContentionProfiling bool `mapstructure:"enableContentionProfiling"`
 	// EnableSystemLogHandler serves /var/log under /logs/ (the kubelet's enableSystemLogHandler); false answers 405. Default: true.
 	EnableSystemLogHandler bool `mapstructure:"enableSystemLogHandler"`
 	// Authentication of requests to the kubelet API. Default: x509 off, webhook on, anonymous off.

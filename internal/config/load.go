@@ -5,6 +5,7 @@ import (
 	"os"
 	"reflect"
 	goruntime "runtime"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -97,6 +98,7 @@ func Defaults() *Config {
 			HealthzBindAddress:     "127.0.0.1",
 			HealthzPort:            10248,
 			EnableSystemLogHandler: true,
+			EnableProfilingHandler: true,
 			Authentication: ServerAuthenticationConfig{
 				Webhook: ServerWebhookAuthnConfig{Enabled: true, CacheTTL: 2 * time.Minute},
 			},
@@ -465,6 +467,14 @@ func fieldByKey(v reflect.Value, key string) reflect.Value {
 		}
 	}
 	return v
+}
+
+// Value is the value of key in cfg (a leaf, as Keys lists them).
+func Value(cfg *Config, key string) (any, bool) {
+	if !slices.ContainsFunc(leaves(), func(l leaf) bool { return l.key == key }) {
+		return nil, false
+	}
+	return fieldByKey(reflect.ValueOf(cfg).Elem(), key).Interface(), true
 }
 
 // EnvName is the environment variable that overrides key.

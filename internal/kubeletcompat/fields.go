@@ -6,8 +6,10 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
+	"k8s.io/utils/ptr"
 
 	"github.com/nodelet/nodelet/internal/config"
 )
@@ -42,10 +44,18 @@ type Field struct {
 	set  func(kc *kubeletv1beta1.KubeletConfiguration, c *config.Config) error
 	// check replaces the comparison with the default for a refused field.
 	check func(kc *kubeletv1beta1.KubeletConfiguration) error
+	// get writes the field from nodelet's configuration for /configz
+	// where the generic conversion of Key's value cannot (Configz).
+	get func(c *config.Config, kc *kubeletv1beta1.KubeletConfiguration)
 }
 
 func h(path, key, note string, set func(*kubeletv1beta1.KubeletConfiguration, *config.Config) error) Field {
 	return Field{Path: path, Class: Honoured, Key: key, Note: note, set: set}
+}
+
+func withGet(f Field, get func(*config.Config, *kubeletv1beta1.KubeletConfiguration)) Field {
+	f.get = get
+	return f
 }
 
 func r(path, why string) Field { return Field{Path: path, Class: Refused, Note: why} }
@@ -126,7 +136,10 @@ var Table = []Field{
 	}),
 	h("eventBurst", "status.eventBurst", "", func(k *kconf, c *config.Config) error { c.Status.EventBurst = int(k.EventBurst); return nil }),
 	r("enableDebuggingHandlers", "nodelet-server always serves logs, exec, attach and port-forward"),
-	r("enableContentionProfiling", "nodelet has no profiling handlers yet (issue 36, item 6)"),
+	h("enableContentionProfiling", "server.enableContentionProfiling", "nodelet-server's block profile", func(k *kconf, c *config.Config) error {
+		c.Server.EnableContentionProfiling = k.EnableContentionProfiling
+		return nil
+	}),
 	h("healthzPort", "server.healthzPort", "served by nodelet-server with the checks of its /healthz", func(k *kconf, c *config.Config) error {
 		c.Server.HealthzPort = int(*k.HealthzPort)
 		return nil
@@ -204,7 +217,9 @@ var Table = []Field{
 		return nil
 	}),
 	h("kubeAPIBurst", "sources.kubeAPIBurst", "", func(k *kconf, c *config.Config) error { c.Sources.KubeAPIBurst = int(k.KubeAPIBurst); return nil }),
-	h("serializeImagePulls", "runtime.maxParallelImagePulls", "true is 1", imagePulls),
+	withGet(h("serializeImagePulls", "runtime.maxParallelImagePulls", "true is 1", imagePulls), func(c *config.Config, k *kconf) {
+		k.SerializeImagePulls = ptr.To(c.Runtime.MaxParallelImagePulls == 1)
+	}),
 	h("maxParallelImagePulls", "runtime.maxParallelImagePulls", "unset with serializeImagePulls false (the kubelet: no bound) keeps nodelet's default, 5", imagePulls),
 	h("evictionHard", "gc.evictionHard", "", func(k *kconf, c *config.Config) error { c.GC.EvictionHard = k.EvictionHard; return nil }),
 	h("evictionSoft", "gc.evictionSoft", "", func(k *kconf, c *config.Config) error { c.GC.EvictionSoft = k.EvictionSoft; return nil }),
@@ -218,7 +233,9 @@ var Table = []Field{
 	}),
 	r("evictionMaxPodGracePeriod", "nodelet's soft evictions give each pod its own grace period"),
 	r("evictionMinimumReclaim", "nodelet reclaims down to the threshold"),
-	h("mergeDefaultEvictionSettings", "gc.evictionHard", "applied while loading, as the kubelet does", func(*kconf, *config.Config) error { return nil }),
+	// /configz: false, as the evictionHard it shows is complete.
+	withGet(h("mergeDefaultEvictionSettings", "gc.evictionHard", "applied while loading, as the kubelet does", func(*kconf, *config.Config) error { return nil }),
+		func(*config.Config, *kconf) {}),
 	r("podsPerCore", "nodelet bounds pods with node.maxPods only"),
 	r("enableControllerAttachDetach", "nodelet never attaches volumes itself: the attach/detach controller does"),
 	r("protectKernelDefaults", "nodelet does not check kernel tunables"),
@@ -298,16 +315,24 @@ var Table = []Field{
 		return nil
 	}),
 	r("reservedMemory", "no memory manager"),
-	r("enableProfilingHandler", "nodelet has no /debug/pprof on the kubelet port yet (issue 36, item 6)"),
+	h("enableProfilingHandler", "server.enableProfilingHandler", "nodelet-server's profiles, and each daemon's with ?daemon=", func(k *kconf, c *config.Config) error {
+		c.Server.EnableProfilingHandler = *k.EnableProfilingHandler
+		return nil
+	}),
 	r("enableDebugFlagsHandler", "nodelet has no /debug/flags/v"),
 	h("seccompDefault", "runtime.seccompDefault", "or --seccomp-default", func(k *kconf, c *config.Config) error { c.Runtime.SeccompDefault = *k.SeccompDefault; return nil }),
 	r("memoryThrottlingFactor", "no memory QoS (memory.high)"),
 	r("memoryReservationPolicy", "no memory reservation: only None"),
-	h("registerWithTaints", "node.taints", "", func(k *kconf, c *config.Config) error {
+	withGet(h("registerWithTaints", "node.taints", "", func(k *kconf, c *config.Config) error {
 		for _, t := range k.RegisterWithTaints {
 			c.Node.Taints = append(c.Node.Taints, config.Taint{Key: t.Key, Value: t.Value, Effect: string(t.Effect)})
 		}
 		return nil
+	}), func(c *config.Config, k *kconf) {
+		k.RegisterWithTaints = nil
+		for _, t := range c.Node.Taints {
+			k.RegisterWithTaints = append(k.RegisterWithTaints, corev1.Taint{Key: t.Key, Value: t.Value, Effect: corev1.TaintEffect(t.Effect)})
+		}
 	}),
 	r("registerNode", "nodelet registers its Node whenever it has a kubeconfig"),
 	r("tracing", "nodelet exports no traces"),

@@ -10,6 +10,7 @@ import (
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
 	"github.com/nodelet/nodelet/internal/config"
+	"github.com/nodelet/nodelet/internal/kubeletcompat"
 )
 
 // Handler is the kubelet API behind authentication and authorization, with
@@ -20,6 +21,7 @@ func (s *Daemon) Handler() http.Handler {
 	mux := http.NewServeMux()
 	s.readOnlyRoutes(mux)
 	mux.HandleFunc("GET /configz", s.serveConfigz)
+	mux.HandleFunc("GET /debug/pprof/{name...}", s.profiling.serve)
 	mux.HandleFunc("GET /runningpods/", s.readOnly.serveRunningPods)
 	mux.Handle("GET "+logsPath, s.readOnly.serveSystemLogs())
 	mux.HandleFunc("GET /containerLogs/{podNamespace}/{podID}/{containerName}", s.logs.serveContainerLogs)
@@ -109,10 +111,16 @@ func (s *Daemon) limited(next http.Handler) http.Handler {
 	})
 }
 
-// serveConfigz is the kubelet's /configz: the effective configuration, in
-// the kubelet's envelope ({"kubeletconfig": …}), header values of the
-// manifest URL redacted.
+// serveConfigz is the kubelet's /configz (pkg/kubelet/server
+// InstallAuthRequiredHandlers, configz.InstallHandler): the effective
+// configuration in the kubelet's envelope, {"kubeletconfig": …}, as a
+// v1beta1 KubeletConfiguration (kubeletcompat.Configz: the kubelet's
+// defaults with every field nodelet honours set from its configuration),
+// which clients of the kubelet's /configz decode, and beside it
+// {"nodelet": …}, nodelet's own configuration. Header values of the
+// manifest URL are redacted in both.
 func (s *Daemon) serveConfigz(w http.ResponseWriter, r *http.Request) {
+	kc, _ := kubeletcompat.Configz(s.cfg)
 	m := config.ToMap(s.cfg)
 	if src, ok := m["sources"].(map[string]any); ok {
 		if h, ok := src["manifestURLHeader"].(map[string][]string); ok && len(h) > 0 {
@@ -123,7 +131,7 @@ func (s *Daemon) serveConfigz(w http.ResponseWriter, r *http.Request) {
 			src["manifestURLHeader"] = red
 		}
 	}
-	b, err := json.Marshal(map[string]any{"kubeletconfig": m})
+	b, err := json.Marshal(map[string]any{"kubeletconfig": kc, "nodelet": m})
 	if err != nil {
 		writeErrorString(w, http.StatusInternalServerError, err.Error())
 		return

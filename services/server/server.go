@@ -132,11 +132,12 @@ type Daemon struct {
 	hzAddr      atomic.Value
 
 	// The parts behind the handler.
-	auth     *authFilter
-	readOnly *readOnlyAPI
-	metrics  *metricsAPI
-	streams  *streamer
-	logs     *containerLogs
+	auth      *authFilter
+	readOnly  *readOnlyAPI
+	metrics   *metricsAPI
+	streams   *streamer
+	logs      *containerLogs
+	profiling *profiling
 }
 
 // New builds a Daemon: authenticator and authorizer as configured.
@@ -182,6 +183,7 @@ func New(o Options) (*Daemon, error) {
 		cadvisor: &criInfoProvider{machine: s.machineInfo, stats: s.stats, rt: o.CRI.Runtime}}
 	s.streams = &streamer{log: o.Log, pods: s.pods, rt: o.CRI.Runtime}
 	s.logs = &containerLogs{log: o.Log, pods: s.pods, rt: o.CRI.Runtime}
+	s.profiling = newProfiling(o.Config.Server.EnableProfilingHandler, o.Config.Server.EnableContentionProfiling, o.Config.Node.StateDir)
 	localCA, err := ensureLocalClient(o.Config.Node.StateDir)
 	if err != nil {
 		return nil, fmt.Errorf("node-local client certificate: %w", err)
