@@ -52,6 +52,7 @@ func TestRequestAttributes(t *testing.T) {
 		{"GET", "/healthz/ping", "get", []string{"healthz", "proxy"}},
 		{"GET", "/configz", "get", []string{"configz", "proxy"}},
 		{"GET", "/flagz", "get", []string{"configz"}},
+		{"GET", "/debug/pprof/heap", "get", []string{"proxy"}},
 		{"GET", "/statusz", "get", []string{"statusz"}},
 		{"PUT", "/podsfoo", "update", []string{"proxy"}},
 		{"PATCH", "/metricsfoo", "patch", []string{"proxy"}},
