@@ -2,7 +2,6 @@ package kubeletcompat
 
 import (
 	"reflect"
-	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -68,30 +67,13 @@ func Configz(c *config.Config) (kc *kubeletv1beta1.KubeletConfiguration, unshown
 // src converted to its type, allocating pointers on the way; false when
 // there is no such field or no conversion.
 func setPath(v reflect.Value, path string, src reflect.Value) bool {
-	for _, name := range strings.Split(path, ".") {
-		for v.Kind() == reflect.Pointer {
-			if v.IsNil() {
-				v.Set(reflect.New(v.Type().Elem()))
-			}
-			v = v.Elem()
-		}
-		if v.Kind() != reflect.Struct {
-			return false
-		}
-		found := false
-		for i := 0; i < v.NumField(); i++ {
-			if jsonName(v.Type().Field(i)) == name {
-				v, found = v.Field(i), true
-				break
-			}
-		}
-		if !found {
-			return false
-		}
+	f, ok := walkField(v, path, true)
+	if !ok {
+		return false
 	}
-	out, ok := convert(src, v.Type())
+	out, ok := convert(src, f.Type())
 	if ok {
-		v.Set(out)
+		f.Set(out)
 	}
 	return ok
 }

@@ -356,10 +356,20 @@ func imagePulls(k *kconf, c *config.Config) error {
 
 // lookupField is the field at a table path in v (a KubeletConfiguration).
 func lookupField(v reflect.Value, path string) (reflect.Value, bool) {
+	return walkField(v, path, false)
+}
+
+// walkField follows a table path from v. A nil pointer on the way is
+// allocated with alloc (v must be settable), else the field is unset: the
+// invalid Value, found.
+func walkField(v reflect.Value, path string, alloc bool) (reflect.Value, bool) {
 	for _, name := range strings.Split(path, ".") {
 		for v.Kind() == reflect.Pointer {
 			if v.IsNil() {
-				return reflect.Value{}, true // unset: compares as empty
+				if !alloc {
+					return reflect.Value{}, true // unset: compares as empty
+				}
+				v.Set(reflect.New(v.Type().Elem()))
 			}
 			v = v.Elem()
 		}
