@@ -107,7 +107,7 @@ var (
 		bus.BucketEvictions, bus.BucketImages}
 	readTable = map[string][]string{
 		bus.Sources:   kv(bus.BucketDesired, bus.BucketSources),
-		bus.Admission: kv(bus.BucketDesired, bus.BucketAdmission, bus.BucketObserved, bus.BucketPressure),
+		bus.Admission: kv(bus.BucketDesired, bus.BucketAdmission, bus.BucketObserved, bus.BucketPressure, bus.BucketRuntime),
 		bus.Runtime: kv(bus.BucketDesired, bus.BucketSources, bus.BucketAdmission, bus.BucketObserved,
 			bus.BucketRuntime, bus.BucketProbes, bus.BucketEvictions, bus.BucketStatus),
 		bus.Prober: kv(bus.BucketDesired, bus.BucketObserved, bus.BucketProbes),

@@ -61,6 +61,10 @@ type RuntimeState struct {
 	Message        string `json:"message,omitempty"`
 	RuntimeName    string `json:"runtimeName,omitempty"`
 	RuntimeVersion string `json:"runtimeVersion,omitempty"`
+	// ImageVolumes: the runtime mounts OCI images as volumes (CRI
+	// Mount.image, containerd 2.1 and later), so pods with image volumes
+	// are admitted.
+	ImageVolumes bool `json:"imageVolumes,omitempty"`
 	// PodCIDR is the range the CNI configuration was rendered for (the
 	// first of PodCIDRs).
 	PodCIDR string `json:"podCIDR,omitempty"`

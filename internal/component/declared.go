@@ -60,7 +60,7 @@ var Declared = Set{
 		MemoryLimit: "48Mi",
 		Requires:    []string{Bus, Sources}, NeedsAPI: true,
 		Writes: []Bucket{{BucketAdmission, 5}},
-		Reads:  []string{BucketDesired, BucketAdmission, BucketObserved, BucketPressure},
+		Reads:  []string{BucketDesired, BucketAdmission, BucketObserved, BucketPressure, BucketRuntime},
 		Events: true, Heartbeats: true,
 		Systemd: Systemd{
 			Why: []string{

@@ -71,7 +71,23 @@ type Entry struct {
 	// Message, for a field another admission handler refuses first, is
 	// the message that handler gives; else RefusalMessage's.
 	Message string
+	// Unless, for a refused field, is the container runtime's feature
+	// that makes it honoured (Tests show it): admission refuses the field
+	// only on a node whose runtime lacks it (RuntimeFeatures).
+	Unless RuntimeFeature
 }
+
+// RuntimeFeature is a capability of the node's container runtime that
+// nodelet-runtime reports (schemas.RuntimeState).
+type RuntimeFeature string
+
+// ImageVolumes: the runtime mounts images as volumes (CRI Mount.image),
+// schemas.RuntimeState.ImageVolumes.
+const ImageVolumes RuntimeFeature = "ImageVolumes"
+
+// RuntimeFeatures is what the node's runtime can do; nil when not known
+// yet.
+type RuntimeFeatures map[RuntimeFeature]bool
 
 // Reason is the admission reason of a refused field: the kubelet's for a
 // pod needing what the node lacks (lifecycle.PodFeatureUnsupported).

@@ -25,8 +25,12 @@ func (r Refusal) Message() string { return RefusalMessage(r.Path, r.Entry) }
 // hostProcess: false, asks for nothing), or a non-zero value. It enters
 // only fields whose values can hold a refused field, and names the path
 // only when it finds one (admission runs it on every pod).
-func FirstRefused(pod *corev1.Pod) (Refusal, bool) {
-	w := walker{path: []step{{name: "spec", idx: -1}}}
+//
+// A field refused unless the runtime has a feature (Entry.Unless) is
+// passed over when features has it; with features nil (the runtime's are
+// not known yet) it is refused, and the caller can tell it by Unless.
+func FirstRefused(pod *corev1.Pod, features RuntimeFeatures) (Refusal, bool) {
+	w := walker{path: []step{{name: "spec", idx: -1}}, features: features}
 	if e, ok := w.inStruct(reflect.ValueOf(&pod.Spec).Elem()); ok {
 		return Refusal{Path: w.String(), Entry: e}, true
 	}
@@ -40,7 +44,10 @@ type step struct {
 	key  string
 }
 
-type walker struct{ path []step }
+type walker struct {
+	path     []step
+	features RuntimeFeatures
+}
 
 func (w *walker) String() string {
 	var b strings.Builder
@@ -70,7 +77,7 @@ func (w *walker) inStruct(v reflect.Value) (Entry, bool) {
 			continue
 		}
 		if f.entry.Class == Refused {
-			if isSet(fv) {
+			if isSet(fv) && !(f.entry.Unless != "" && w.features[f.entry.Unless]) {
 				w.path = append(w.path, step{name: f.name, idx: -1})
 				return f.entry, true
 			}

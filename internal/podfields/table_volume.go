@@ -44,7 +44,9 @@ func volumeEntries() []Entry {
 		inTree("VolumeSource.storageos", "storageos"),
 		h("VolumeSource.csi", "inline CSI volumes", "TestCSIInlineVolume"),
 		h("VolumeSource.ephemeral", "the claim the ephemeral volume controller makes, mounted as a persistentVolumeClaim", "TestGenericEphemeralVolume"),
-		r("VolumeSource.image", "image volumes need the container runtime's image mounts, which nodelet does not use yet"),
+		{Field: "VolumeSource.image", Class: Refused, Unless: ImageVolumes,
+			Note:  "image volumes need a container runtime that mounts images (CRI Mount.image: containerd 2.1 or later, CRI-O 1.31 or later); on one, reference and pullPolicy are honoured as a container's image",
+			Tests: []string{"TestImageVolume"}},
 
 		h("HostPathVolumeSource.path", "", "TestHostPathTypes"),
 		h("HostPathVolumeSource.type", "", "TestHostPathTypes"),

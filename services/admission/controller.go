@@ -101,7 +101,8 @@ func (c *controller) run(ctx context.Context) error {
 		bus.RunAll(ctx,
 			bus.NewMirror(c.conn, bus.BucketDesired, ">", func(u bus.Update[schemas.PodDesired]) { send(func() { c.onDesired(u) }) }),
 			bus.NewMirror(c.conn, bus.BucketObserved, ">", func(u bus.Update[schemas.PodObserved]) { send(func() { c.onObserved(u) }) }),
-			bus.NewMirror(c.conn, bus.BucketPressure, bus.KeyPressure, func(u bus.Update[schemas.NodePressure]) { send(func() { c.onPressure(u) }) }))
+			bus.NewMirror(c.conn, bus.BucketPressure, bus.KeyPressure, func(u bus.Update[schemas.NodePressure]) { send(func() { c.onPressure(u) }) }),
+			bus.NewMirror(c.conn, bus.BucketRuntime, bus.KeyRuntimeState, func(u bus.Update[schemas.RuntimeState]) { send(func() { c.onRuntime(u) }) }))
 	}()
 
 	retry := time.NewTicker(retryPeriod)
@@ -288,6 +289,17 @@ func (c *controller) onPressure(u bus.Update[schemas.NodePressure]) {
 	}
 }
 
+// onRuntime keeps the container runtime's state, which decides the
+// fields only some runtimes have (FieldsHandler).
+func (c *controller) onRuntime(u bus.Update[schemas.RuntimeState]) {
+	switch u.Kind {
+	case bus.Put:
+		c.admitter.Fields.SetRuntime(u.Value)
+	case bus.Deleted, bus.Reset:
+		c.admitter.Fields.SetRuntime(nil)
+	}
+}
+
 func (c *controller) rewriteAll() {
 	for uid := range c.verdicts {
 		c.dirty[uid] = struct{}{}
@@ -341,8 +353,15 @@ func (c *controller) decidePending() {
 		}
 		return uids[i] < uids[j]
 	})
+	var held []string
 	for _, uid := range uids {
 		e := c.pods[uid]
+		if c.admitter.Fields.waitsForRuntime(&Attributes{Pod: e.desired.Pod}) {
+			// Decided once nodelet-runtime says what its runtime has.
+			c.log.Debug("Pod waits for the container runtime's features to be known", "pod", podRef(e.desired.Pod), "podUID", uid)
+			held = append(held, uid)
+			continue
+		}
 		v, victims := c.decide(uid, e)
 		c.verdicts[uid] = v
 		c.dirty[uid] = struct{}{}
@@ -357,6 +376,9 @@ func (c *controller) decidePending() {
 		c.log.Info("Rejected pod", "pod", podRef(e.desired.Pod), "podUID", uid, "reason", v.Reason, "message", v.Message)
 	}
 	clear(c.pending)
+	for _, uid := range held {
+		c.pending[uid] = struct{}{}
+	}
 }
 
 // preempt turns an admitted pod's verdict into a preemption, so that a

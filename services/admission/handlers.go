@@ -98,6 +98,7 @@ type Handler interface {
 // the field ledger's refusals (FieldsHandler); the first refusal decides.
 type Admitter struct {
 	Pressure *PressureHandler
+	Fields   *FieldsHandler
 	handlers []Handler
 }
 
@@ -107,8 +108,8 @@ func NewAdmitter(node *corev1.Node, sysctls *SysctlHandler) *Admitter {
 	if sysctls == nil {
 		sysctls, _ = NewSysctlHandler(nil, "") // the safe set always parses
 	}
-	p := &PressureHandler{}
-	return &Admitter{Pressure: p, handlers: []Handler{p, sysctls, NewPredicateHandler(node), NewAppArmorHandler(), NewFeaturesHandler(node), FieldsHandler{}}}
+	p, f := &PressureHandler{}, &FieldsHandler{}
+	return &Admitter{Pressure: p, Fields: f, handlers: []Handler{p, sysctls, NewPredicateHandler(node), NewAppArmorHandler(), NewFeaturesHandler(node), f}}
 }
 
 // SetNode makes the predicates check the next pods against node (the

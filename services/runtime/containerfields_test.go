@@ -120,7 +120,7 @@ func TestSubPathExprMount(t *testing.T) {
 			_ = unix.Unmount(mp, unix.MNT_DETACH)
 		}
 	})
-	mounts, err := m.containerMounts(context.Background(), pod, &pod.Spec.Containers[0], map[string]string{"data": vol},
+	mounts, err := m.containerMounts(context.Background(), pod, &pod.Spec.Containers[0], map[string]string{"data": vol}, nil,
 		map[string]string{"POD_NAME": "expr-1"}, "", "")
 	if err != nil {
 		t.Fatal(err)
@@ -131,7 +131,7 @@ func TestSubPathExprMount(t *testing.T) {
 	if _, err := filepath.EvalSymlinks(filepath.Join(vol, "logs", "expr-1")); err != nil {
 		t.Fatalf("subPathExpr directory not made: %v", err)
 	}
-	if _, err := m.containerMounts(context.Background(), pod, &pod.Spec.Containers[0], map[string]string{"data": vol}, nil, "", ""); err == nil ||
+	if _, err := m.containerMounts(context.Background(), pod, &pod.Spec.Containers[0], map[string]string{"data": vol}, nil, nil, "", ""); err == nil ||
 		!strings.Contains(err.Error(), "missing value for POD_NAME") {
 		t.Fatalf("unset variable: %v", err)
 	}

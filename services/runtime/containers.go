@@ -26,6 +26,9 @@ type containerInputs struct {
 	Image        *runtimeapi.Image
 	PodIPs       []string
 	Volumes      map[string]string
+	// ImageVolumes are the image volumes the container mounts, by name
+	// (imageVolumes).
+	ImageVolumes map[string]*runtimeapi.ImageSpec
 	EtcHosts     string
 	TermFile     string
 	// TargetID is the container whose PID namespace an ephemeral
@@ -46,7 +49,7 @@ func (m *Daemon) containerConfig(ctx context.Context, pod *corev1.Pod, c *corev1
 	if err != nil {
 		return nil, err
 	}
-	mounts, err := m.containerMounts(ctx, pod, c, in.Volumes, env, in.EtcHosts, in.TermFile)
+	mounts, err := m.containerMounts(ctx, pod, c, in.Volumes, in.ImageVolumes, env, in.EtcHosts, in.TermFile)
 	if err != nil {
 		return nil, err
 	}
@@ -199,12 +202,17 @@ func (m *Daemon) startContainer(ctx context.Context, pod *corev1.Pod, ts contain
 		if werr != nil {
 			return "", werr
 		}
+		imageVols, werr := m.imageVolumes(ctx, pod, c, sbConfig, event)
+		if werr != nil {
+			return "", werr
+		}
 		if restartCount < 0 {
 			restartCount = restartCountOf(pr, c.Name, sbConfig.LogDirectory)
 		}
 		in := containerInputs{
 			Kind: ts.Kind, RestartCount: restartCount,
 			ImageRef: imageRef, Image: img, PodIPs: podIPsOf(pod, sb.IPs, m.hostIPs), Volumes: volumes,
+			ImageVolumes: imageVols,
 		}
 		if ts.Target != "" {
 			// The kubelet's startSpec.getTargetID: the target's newest

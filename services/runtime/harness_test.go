@@ -117,14 +117,19 @@ type harness struct {
 }
 
 type harnessOptions struct {
-	configure func(*config.Config)
-	options   func(*Options)
-	noStart   bool
+	// containerd, when set, replaces the package's shared containerd.
+	containerd *testenv.Containerd
+	configure  func(*config.Config)
+	options    func(*Options)
+	noStart    bool
 }
 
 func newHarness(t *testing.T, ho harnessOptions) *harness {
 	t.Helper()
-	c := sharedContainerd(t)
+	c := ho.containerd
+	if c == nil {
+		c = sharedContainerd(t)
+	}
 	b := bustest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	t.Cleanup(cancel)

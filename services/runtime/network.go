@@ -141,6 +141,7 @@ func (n *networkState) check(ctx context.Context) {
 	n.mu.Lock()
 	st.RuntimeName, st.RuntimeVersion = n.runtimeName, n.runtimeVersion
 	n.mu.Unlock()
+	st.ImageVolumes = supportsImageVolumes(st.RuntimeName, st.RuntimeVersion)
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	resp, err := m.rs.Status(sctx, false)
 	cancel()

@@ -30,7 +30,7 @@ func TestRecursiveReadOnlyMounts(t *testing.T) {
 		return newPod("p", c)
 	}
 	mounts := func(pod *corev1.Pod) (*runtimeapi.Mount, error) {
-		out, err := m.containerMounts(context.Background(), pod, &pod.Spec.Containers[0], map[string]string{"data": "/h/data"}, nil, "", "")
+		out, err := m.containerMounts(context.Background(), pod, &pod.Spec.Containers[0], map[string]string{"data": "/h/data"}, nil, nil, "", "")
 		if err != nil {
 			return nil, err
 		}

@@ -38,7 +38,8 @@ func podDir(stateDir, uid string) string { return volumes.PodDir(stateDir, uid) 
 // /etc/hosts and the
 // termination message file. env is the container's environment, for
 // subPathExpr.
-func (m *Daemon) containerMounts(ctx context.Context, pod *corev1.Pod, c *corev1.Container, vols map[string]string, env map[string]string, etcHosts, termFile string) ([]*runtimeapi.Mount, error) {
+func (m *Daemon) containerMounts(ctx context.Context, pod *corev1.Pod, c *corev1.Container, vols map[string]string,
+	imageVols map[string]*runtimeapi.ImageSpec, env map[string]string, etcHosts, termFile string) ([]*runtimeapi.Mount, error) {
 	var out []*runtimeapi.Mount
 	mountsHosts := false
 	rroSupported := false
@@ -46,6 +47,14 @@ func (m *Daemon) containerMounts(ctx context.Context, pod *corev1.Pod, c *corev1
 		rroSupported = m.supportsRecursiveReadOnly(ctx, pod)
 	}
 	for i, vm := range c.VolumeMounts {
+		if image, ok := imageVols[vm.Name]; ok {
+			mount, err := imageMount(vm, image, env)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, mount)
+			continue
+		}
 		host, ok := vols[vm.Name]
 		if !ok {
 			return nil, fmt.Errorf("cannot find volume %q to mount into container %q", vm.Name, c.Name)
@@ -190,4 +199,31 @@ func writeEtcHosts(stateDir string, pod *corev1.Pod, ips []string, hostname, dom
 		return "", err
 	}
 	return p, os.Rename(tmp, p)
+}
+
+// imageMount is an image volume's mount (the kubelet's makeMounts with
+// imageVolumes): the runtime mounts the image itself, read-only, the
+// subPath inside it as CRI's imageSubPath rather than prepared on the
+// host.
+func imageMount(vm corev1.VolumeMount, image *runtimeapi.ImageSpec, env map[string]string) (*runtimeapi.Mount, error) {
+	subPath := vm.SubPath
+	if vm.SubPathExpr != "" {
+		var err error
+		if subPath, err = expandSubPathExpr(vm.SubPathExpr, env); err != nil {
+			return nil, err
+		}
+	}
+	if subPath != "" {
+		if filepath.IsAbs(subPath) {
+			return nil, fmt.Errorf("error SubPath `%s` must not be an absolute path", subPath)
+		}
+		if err := volumes.ValidatePathNoBacksteps(subPath); err != nil {
+			return nil, fmt.Errorf("unable to provision SubPath `%s`: %w", subPath, err)
+		}
+	}
+	propagation, err := mountPropagation(vm.MountPropagation)
+	if err != nil {
+		return nil, err
+	}
+	return &runtimeapi.Mount{ContainerPath: vm.MountPath, Image: image, ImageSubPath: subPath, Readonly: true, Propagation: propagation}, nil
 }

@@ -81,7 +81,7 @@ func TestContainerMountsReadOnly(t *testing.T) {
 	}
 	c := &pod.Spec.Containers[0]
 	c.VolumeMounts = []corev1.VolumeMount{{Name: "cfg", MountPath: "/cfg"}, {Name: "scratch", MountPath: "/s"}, {Name: "ro-scratch", MountPath: "/r", ReadOnly: true}}
-	mounts, err := m.containerMounts(context.Background(), pod, c, map[string]string{"cfg": "/h/cfg", "scratch": "/h/s", "ro-scratch": "/h/r"}, nil, "", "")
+	mounts, err := m.containerMounts(context.Background(), pod, c, map[string]string{"cfg": "/h/cfg", "scratch": "/h/s", "ro-scratch": "/h/r"}, nil, nil, "", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +93,7 @@ func TestContainerMountsReadOnly(t *testing.T) {
 		t.Fatalf("read-only: %v", got)
 	}
 	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "missing", MountPath: "/m"})
-	if _, err := m.containerMounts(context.Background(), pod, c, map[string]string{"cfg": "/h/cfg", "scratch": "/h/s", "ro-scratch": "/h/r"}, nil, "", ""); err == nil ||
+	if _, err := m.containerMounts(context.Background(), pod, c, map[string]string{"cfg": "/h/cfg", "scratch": "/h/s", "ro-scratch": "/h/r"}, nil, nil, "", ""); err == nil ||
 		err.Error() != `cannot find volume "missing" to mount into container "c"` {
 		t.Fatalf("missing volume: %v", err)
 	}

@@ -107,24 +107,32 @@ or not-the-node's field are not listed.
 			var last string
 			switch e.Class {
 			case podfields.Honoured:
-				var links []string
-				for _, name := range e.Tests {
-					files := slices.Clone(tests[name])
-					slices.Sort(files)
-					if len(files) == 0 {
-						links = append(links, "`"+name+"` (missing)")
-						continue
-					}
-					links = append(links, fmt.Sprintf("[`%s`](../%s)", name, files[0]))
-				}
-				last = strings.Join(links, ", ")
+				last = strings.Join(links(tests, e.Tests), ", ")
 			case podfields.Refused:
 				last = "`" + podfields.RefusalMessage("<path>", e) + "`"
+				if e.Unless != "" {
+					last = fmt.Sprintf("without the runtime's %s: %s; with it honoured: %s", e.Unless, last, strings.Join(links(tests, e.Tests), ", "))
+				}
 			}
 			fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", field, e.Class, cell(e.Note), cell(last))
 		}
 	}
 	return b.String()
+}
+
+// links are the tests named, each linked to its file.
+func links(tests map[string][]string, names []string) []string {
+	var out []string
+	for _, name := range names {
+		files := slices.Clone(tests[name])
+		slices.Sort(files)
+		if len(files) == 0 {
+			out = append(out, "`"+name+"` (missing)")
+			continue
+		}
+		out = append(out, fmt.Sprintf("[`%s`](../%s)", name, files[0]))
+	}
+	return out
 }
 
 func cell(s string) string { return strings.ReplaceAll(s, "|", `\|`) }

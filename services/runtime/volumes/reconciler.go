@@ -86,6 +86,11 @@ func (r *reconciler) setup(ctx context.Context, pod *corev1.Pod) (map[string]str
 	mounts, devices := podVolumeUse(pod)
 	for i := range pod.Spec.Volumes {
 		v := &pod.Spec.Volumes[i]
+		if v.Image != nil {
+			// The runtime mounts an image volume itself (CRI Mount.image);
+			// the kubelet's volume manager has no plugin for it either.
+			continue
+		}
 		persistent := isPersistent(v)
 		if persistent {
 			if !mounts[v.Name] && !devices[v.Name] {
