@@ -49,9 +49,10 @@ type imageGC struct {
 }
 
 // imageContainers is the part of CRI's runtime service image GC uses: the
-// images the containers use.
+// images the containers use, as their image or mounted as a volume.
 type imageContainers interface {
 	ListContainers(ctx context.Context, filter *runtimeapi.ContainerFilter) ([]*runtimeapi.Container, error)
+	ContainerStatus(ctx context.Context, containerID string, verbose bool) (*runtimeapi.ContainerStatusResponse, error)
 }
 
 // imageService is the part of CRI's image service image GC uses.
@@ -165,6 +166,17 @@ func (ig *imageGC) detectImages(ctx context.Context, now time.Time) (map[string]
 	for _, c := range containers {
 		refs[c.GetImageRef()] = true
 		refs[c.GetImage().GetImage()] = true
+		// The kubelet's handleImageVolumes: an image mounted as a volume
+		// is in use too. A container gone since the list counts nothing.
+		st, err := ig.rt.ContainerStatus(ctx, c.GetId(), false)
+		if err != nil {
+			continue
+		}
+		for _, m := range st.GetStatus().GetMounts() {
+			if img := m.GetImage().GetImage(); img != "" {
+				refs[img] = true
+			}
+		}
 	}
 	// The sandbox image is never collected, even when no sandbox runs.
 	refs[ig.sandboxImage] = true

@@ -146,7 +146,8 @@ func TestImageGCStopsAtLowThreshold(t *testing.T) {
 
 // imageMaximumGCAge removes images unused for longer, whatever the disk
 // usage, once gc has run that long; pinned images and the sandbox image are
-// never candidates. Fake CRI and clock.
+// never candidates, nor an image a container mounts as a volume. Fake CRI
+// and clock.
 func TestImageGCMaximumAgeAndPinned(t *testing.T) {
 	b := bustest.Start(t)
 	clk := clocktesting.NewFakeClock(time.Now())
@@ -157,14 +158,21 @@ func TestImageGCMaximumAgeAndPinned(t *testing.T) {
 	cfg.GC.ImageMaximumGCAge = time.Hour
 	cfg.GC.ImageMinimumGCAge = 0
 	is.SetFakeImagePinned("pinned", true)
-	is.SetFakeImages([]string{"old", "recent", "pinned", "pause", "used"})
+	is.SetFakeImages([]string{"old", "recent", "pinned", "pause", "used", "mounted"})
 	deadOf := func(id, image string) *critest.FakeContainer {
 		return &critest.FakeContainer{ContainerStatus: runtimeapi.ContainerStatus{
 			Id: id, Metadata: &runtimeapi.ContainerMetadata{Name: "c"}, Image: &runtimeapi.ImageSpec{Image: image}, ImageRef: image,
 			State: runtimeapi.ContainerState_CONTAINER_EXITED,
 		}}
 	}
-	rt.SetFakeContainers([]*critest.FakeContainer{deadOf("c1", "used")})
+	// An image volume: "mounted" is used only as c1's mount (the
+	// kubelet's handleImageVolumes keeps it).
+	deadWithImageVolume := func() *critest.FakeContainer {
+		c := deadOf("c1", "used")
+		c.Mounts = []*runtimeapi.Mount{{ContainerPath: "/tools", Image: &runtimeapi.ImageSpec{Image: "mounted"}, Readonly: true}}
+		return c
+	}
+	rt.SetFakeContainers([]*critest.FakeContainer{deadWithImageVolume()})
 	conn := b.Connect(bus.GC)
 	fs := &fakeMeasurer{node: func(ns *NodeStats) { ns.ImageFs = &FsStats{Capacity: 100, Available: 90} }}
 	g, err := New(Options{Deps: daemon.Deps{Config: cfg, Log: bustest.Logger(), Bus: conn}, Runtime: rt, Images: is, Clock: clk, Measurer: fs})
@@ -174,6 +182,7 @@ func TestImageGCMaximumAgeAndPinned(t *testing.T) {
 	ctx := testCtx(t)
 	seedImageRecord(t, conn, "old", clk.Now().Add(-48*time.Hour), clk.Now().Add(-30*time.Minute))
 	seedImageRecord(t, conn, "recent", clk.Now().Add(-48*time.Hour), clk.Now().Add(-30*time.Minute))
+	seedImageRecord(t, conn, "mounted", clk.Now().Add(-48*time.Hour), clk.Now().Add(-30*time.Minute))
 
 	// Within an hour of start nothing is old enough to judge.
 	if res, err := g.images.garbageCollect(ctx); err != nil || len(res.Removed) != 0 {
@@ -181,11 +190,11 @@ func TestImageGCMaximumAgeAndPinned(t *testing.T) {
 	}
 	// "recent" is used again (a container of it appears), then time passes.
 	clk.Step(50 * time.Minute)
-	rt.SetFakeContainers([]*critest.FakeContainer{deadOf("c1", "used"), deadOf("c2", "recent")})
+	rt.SetFakeContainers([]*critest.FakeContainer{deadWithImageVolume(), deadOf("c2", "recent")})
 	if _, err := g.images.garbageCollect(ctx); err != nil {
 		t.Fatal(err)
 	}
-	rt.SetFakeContainers([]*critest.FakeContainer{deadOf("c1", "used")})
+	rt.SetFakeContainers([]*critest.FakeContainer{deadWithImageVolume()})
 	clk.Step(20 * time.Minute)
 	res, err := g.images.garbageCollect(ctx)
 	if err != nil {
@@ -200,7 +209,7 @@ func TestImageGCMaximumAgeAndPinned(t *testing.T) {
 		left = append(left, i.Id)
 	}
 	slices.Sort(left)
-	if want := []string{"pause", "pinned", "recent", "used"}; !slices.Equal(left, want) {
+	if want := []string{"mounted", "pause", "pinned", "recent", "used"}; !slices.Equal(left, want) {
 		t.Errorf("images left %v, want %v", left, want)
 	}
 }
