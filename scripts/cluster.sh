@@ -6,7 +6,7 @@
 # kube-proxy, with routes between the nodes' pod ranges and cluster DNS as
 # kubeadm deploys it. Not part of scripts/test.sh. Root.
 #
-# Usage: scripts/cluster.sh up [-nodes N] [-agent nodelet|kubelet]
+# Usage: scripts/cluster.sh up [-nodes N] [-agent nodelet|kubelet] [-containerd 1|2]
 #        scripts/cluster.sh status
 #        scripts/cluster.sh down
 #

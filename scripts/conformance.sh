@@ -6,7 +6,8 @@
 # part of scripts/test.sh.
 #
 # Usage: scripts/conformance.sh [--conformance] [--agent nodelet|kubelet]
-#                               [--nodes N] [FOCUS-REGEX] [-- extra e2e.test flags]
+#                               [--nodes N] [--containerd 1|2] [FOCUS-REGEX]
+#                               [-- extra e2e.test flags]
 #
 #   FOCUS-REGEX    ginkgo focus (default '\[NodeConformance\]'); the skip is
 #                  '\[Serial\]|\[Disruptive\]|\[Slow\]|\[Feature:|\[Alpha\]|\[Flaky\]'
@@ -17,6 +18,8 @@
 #   --agent        the node agent: nodelet (default), or the kubelet v1.37.2 on
 #                  the same nodes, to count it beside nodelet.
 #   --nodes        nodes of the cluster (default 2).
+#   --containerd   every node's containerd: 1, Debian's 1.6 (default), or 2,
+#                  containerd 2.x (built and cached by scripts/containerd2.sh).
 #   NODELET_CONFORMANCE_PROCS  specs run at once (default 4; 1 runs e2e.test
 #                  alone, without the ginkgo runner).
 #
@@ -47,6 +50,8 @@ while [[ $# -gt 0 ]]; do
 	--agent=*) args+=(-agent "${1#*=}"); shift ;;
 	--nodes) args+=(-nodes "$2"); shift 2 ;;
 	--nodes=*) args+=(-nodes "${1#*=}"); shift ;;
+	--containerd) args+=(-containerd "$2"); shift 2 ;;
+	--containerd=*) args+=(-containerd "${1#*=}"); shift ;;
 	--) break ;;
 	*) args+=(-focus "$1"); shift ;;
 	esac

@@ -44,11 +44,20 @@ func (c *Cluster) startNode(ctx context.Context, i int, name string) (*Node, err
 		n.stop()
 		return nil, err
 	}
-	n.Containerd, err = scratch.Start(scratch.Options{
+	co := scratch.Options{
 		Namespaces:         n.Namespaces(),
 		NoCNIConfig:        true,
 		RegistryConfigPath: c.o.RegistryConfigPath,
-	})
+	}
+	if c.o.ContainerdMajor >= 2 {
+		bins, err := testenv.Containerd2()
+		if err != nil {
+			n.stop()
+			return nil, fmt.Errorf("%s: containerd 2.x: %w", name, err)
+		}
+		co.Major, co.Binary = 2, bins.Containerd
+	}
+	n.Containerd, err = scratch.Start(co)
 	if err != nil {
 		n.stop()
 		return nil, fmt.Errorf("%s: containerd: %w", name, err)

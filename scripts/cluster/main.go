@@ -86,6 +86,7 @@ func usage() {
 type flags struct {
 	nodes      int
 	agent      string
+	containerd int
 	k8sBin     string
 	nodeletBin string
 	work       string
@@ -96,6 +97,7 @@ func parse(args []string) (flags, error) {
 	fs := flag.NewFlagSet("cluster", flag.ContinueOnError)
 	fs.IntVar(&f.nodes, "nodes", 2, "number of nodes")
 	fs.StringVar(&f.agent, "agent", "nodelet", "node agent: nodelet or kubelet")
+	fs.IntVar(&f.containerd, "containerd", 1, "every node's containerd: 1 (Debian's 1.6) or 2 (2.x, built and cached by scripts/containerd2.sh)")
 	fs.StringVar(&f.k8sBin, "k8s-bin", "", "directory of kube-controller-manager, kube-scheduler, kube-proxy, kubelet and coredns")
 	fs.StringVar(&f.nodeletBin, "nodelet-bin", "", "directory of the nodelet binaries (default: next to this one)")
 	fs.StringVar(&f.work, "work", defaultWork, "the cluster's scratch directory (removed by down)")
@@ -104,6 +106,9 @@ func parse(args []string) (flags, error) {
 	}
 	if f.agent != string(cluster.Nodelet) && f.agent != string(cluster.Kubelet) {
 		return f, fmt.Errorf("-agent %q: want nodelet or kubelet", f.agent)
+	}
+	if f.containerd != 1 && f.containerd != 2 {
+		return f, fmt.Errorf("-containerd %d: want 1 or 2", f.containerd)
 	}
 	if f.nodes < 1 {
 		return f, fmt.Errorf("-nodes %d: want 1 or more", f.nodes)
@@ -187,7 +192,7 @@ func serve(args []string) error {
 	if err != nil {
 		return fmt.Errorf("cluster DNS image: %w", err)
 	}
-	c, err := cluster.Start(ctx, cluster.Options{Nodes: f.nodes, Agent: cluster.Agent(f.agent), Work: f.work, Bins: bins,
+	c, err := cluster.Start(ctx, cluster.Options{Nodes: f.nodes, Agent: cluster.Agent(f.agent), Work: f.work, Bins: bins, ContainerdMajor: f.containerd,
 		Images: []images.Tarball{dnsImage}, DNSImage: dnsImage.Ref, Log: logf})
 	if err != nil {
 		return err

@@ -63,9 +63,10 @@ func startCluster(ctx context.Context, o options, undo *[]func()) (*harness, err
 	}
 
 	r.c, err = cluster.Start(ctx, cluster.Options{
-		Nodes: o.nodes,
-		Agent: cluster.Agent(o.agent),
-		Work:  filepath.Join(o.work, "cluster"),
+		Nodes:           o.nodes,
+		Agent:           cluster.Agent(o.agent),
+		ContainerdMajor: o.containerd,
+		Work:            filepath.Join(o.work, "cluster"),
 		Bins: cluster.Binaries{
 			Nodelet:               o.nodeletBin,
 			KubeControllerManager: k8s("kube-controller-manager"),

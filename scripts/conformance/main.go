@@ -48,6 +48,7 @@ type options struct {
 	e2e          string // the suite binary (default <k8sBin>/e2e.test)
 	nodes        int
 	agent        string // nodelet or kubelet
+	containerd   int    // every node's containerd major: 1 (Debian's 1.6) or 2
 	conformance  bool   // every [Conformance] spec, [Serial] ones apart
 	wait         time.Duration
 	timeout      time.Duration
@@ -66,12 +67,17 @@ func main() {
 	flag.StringVar(&o.e2e, "e2e", "", "the e2e suite binary (default <k8s-bin>/e2e.test)")
 	flag.IntVar(&o.nodes, "nodes", 2, "nodes of the cluster (the scheduling and DaemonSet specs need two)")
 	flag.StringVar(&o.agent, "agent", "nodelet", "node agent: nodelet, or kubelet to count the kubelet on the same harness")
+	flag.IntVar(&o.containerd, "containerd", 1, "every node's containerd: 1 (Debian's 1.6) or 2 (2.x, built and cached by scripts/containerd2.sh)")
 	flag.DurationVar(&o.wait, "wait", 0, "how long to wait for another cluster on this machine to go (tests)")
 	flag.BoolVar(&o.conformance, "conformance", false, "run every [Conformance] spec (non-[Serial] in parallel, then [Serial] one at a time) instead of -focus/-skip")
 	flag.DurationVar(&o.timeout, "timeout", 4*time.Hour, "ginkgo timeout of the whole suite")
 	flag.IntVar(&o.procs, "procs", 4, "specs run at once (ginkgo processes; most specs wait on pods, not on the CPU); 1 runs e2e.test alone")
 	flag.Parse()
 	o.extraE2EArgs = flag.Args()
+	if o.containerd != 1 && o.containerd != 2 {
+		fmt.Fprintf(os.Stderr, "conformance: -containerd %d: want 1 (Debian's 1.6) or 2 (containerd 2.x)\n", o.containerd)
+		os.Exit(2)
+	}
 	if err := o.complete(); err != nil {
 		fmt.Fprintln(os.Stderr, "conformance:", err)
 		os.Exit(2)
