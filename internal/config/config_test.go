@@ -93,6 +93,8 @@ func TestFileErrorsNameTheKey(t *testing.T) {
 		{"not a number", "node:\n  maxPods: many\n", "node.maxPods"},
 		{"read-only port twice", "status:\n  readOnlyAddress: 127.0.0.1:10255\nserver:\n  readOnlyPort: 10255\n",
 			"status.readOnlyAddress: deprecated and set together with server.readOnlyPort"},
+		{"containerd version", "runtime:\n  containerdVersion: 3\n", "runtime.containerdVersion: 3 must be 1 (Debian's containerd 1.6) or 2 (containerd 2.x)"},
+		{"relative containerd binary", "runtime:\n  containerdBinary: bin/containerd\n", "runtime.containerdBinary"},
 		{"healthz port out of range", "server:\n  healthzPort: 70000\n", "server.healthzPort: 70000 is not a TCP port"},
 		{"healthz address not an IP", "server:\n  healthzBindAddress: localhost\n", `server.healthzBindAddress: "localhost" is not an IP address`},
 		{"negative", "node:\n  maxPods: -3\n", "node.maxPods: -3 must be positive"},

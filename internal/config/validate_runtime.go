@@ -29,6 +29,13 @@ func (r *RuntimeConfig) Validate() error {
 		},
 		func() error { return absPath("runtime.cniConfDir", r.CNIConfDir, false) },
 		func() error {
+			if r.ContainerdVersion != 1 && r.ContainerdVersion != 2 {
+				return &Error{Key: "runtime.containerdVersion", Problem: fmt.Sprintf("%d must be 1 (Debian's containerd 1.6) or 2 (containerd 2.x)", r.ContainerdVersion)}
+			}
+			return nil
+		},
+		func() error { return absPath("runtime.containerdBinary", r.ContainerdBinary, true) },
+		func() error {
 			if len(r.CNIBinDirs) == 0 {
 				return &Error{Key: "runtime.cniBinDirs", Problem: "must list at least one directory"}
 			}

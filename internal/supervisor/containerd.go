@@ -32,7 +32,11 @@ func managedContainerd(cfg *config.Config) containerd.Config {
 		binDir = cfg.Runtime.CNIBinDirs[0]
 	}
 	c := containerd.Config{
+		// Each major keeps its own root (containerd.DefaultRoot2 for 2.x):
+		// the two never share content or metadata.
 		Root:         containerd.DefaultRoot,
+		Major:        cfg.Runtime.ContainerdVersion,
+		Binary:       cfg.Runtime.ContainerdBinary,
 		Socket:       socket,
 		State:        filepath.Dir(socket),
 		CNIConfDir:   cfg.Runtime.CNIConfDir,
@@ -40,6 +44,9 @@ func managedContainerd(cfg *config.Config) containerd.Config {
 		SandboxImage: cfg.Runtime.SandboxImage,
 		// runc's driver is the node's (runtime.cgroupDriver).
 		SystemdCgroup: cfg.Runtime.CgroupDriver == "systemd",
+	}
+	if c.Major >= 2 {
+		c.Root = containerd.DefaultRoot2
 	}
 	if socket == filepath.Join(containerd.DefaultState, "containerd.sock") {
 		c.ConfigFile = cfg.Runtime.ContainerdConfig

@@ -27,6 +27,21 @@ func TestManagedContainerdConfigPerSocket(t *testing.T) {
 	if c.ConfigFile != "/run/containerd/config.toml" || c.State != "/run/containerd" {
 		t.Fatalf("another socket: %+v", c)
 	}
+	if c.Major != 1 || c.Binary != containerd.DefaultBinary || !strings.Contains(c.Render(), "version = 2\n") {
+		t.Fatalf("default: Debian's 1.6 with a version-2 config: %+v", c)
+	}
+	// runtime.containerdVersion 2: setup.sh --containerd=2's build, its own
+	// root, a version-3 config; runtime.containerdBinary another build.
+	cfg.Runtime.ContainerdVersion = 2
+	c = managedContainerd(cfg).WithDefaults()
+	if c.Major != 2 || c.Root != containerd.DefaultRoot2 || c.Binary != containerd.DefaultBinary2 ||
+		c.ShimBinary != filepath.Join(filepath.Dir(containerd.DefaultBinary2), "containerd-shim-runc-v2") || !strings.Contains(c.Render(), "version = 3\n") {
+		t.Fatalf("containerdVersion 2: %+v", c)
+	}
+	cfg.Runtime.ContainerdBinary = "/opt/containerd/bin/containerd"
+	if c = managedContainerd(cfg).WithDefaults(); c.Binary != "/opt/containerd/bin/containerd" || c.ShimBinary != "/opt/containerd/bin/containerd-shim-runc-v2" {
+		t.Fatalf("containerdBinary: %+v", c)
+	}
 }
 
 // TestRootHeldNamesTheHolder: a root whose metadata another process holds
