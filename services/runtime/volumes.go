@@ -59,15 +59,11 @@ func (m *Daemon) containerMounts(ctx context.Context, pod *corev1.Pod, c *corev1
 		if !ok {
 			return nil, fmt.Errorf("cannot find volume %q to mount into container %q", vm.Name, c.Name)
 		}
-		subPath := vm.SubPath
-		if vm.SubPathExpr != "" {
-			var err error
-			if subPath, err = expandSubPathExpr(vm.SubPathExpr, env); err != nil {
-				return nil, err
-			}
+		subPath, err := mountSubPath(vm, env)
+		if err != nil {
+			return nil, err
 		}
 		if subPath != "" {
-			var err error
 			host, err = volumes.PrepareSubPath(m.log, volumes.SubPath{
 				PodDir: podDir(m.cfg.Node.StateDir, string(pod.UID)), VolumeName: vm.Name, VolumePath: host,
 				SubPath: subPath, ContainerName: c.Name, VolumeMountIndex: i, MountName: vm.Name,
@@ -206,12 +202,9 @@ func writeEtcHosts(stateDir string, pod *corev1.Pod, ips []string, hostname, dom
 // subPath inside it as CRI's imageSubPath rather than prepared on the
 // host.
 func imageMount(vm corev1.VolumeMount, image *runtimeapi.ImageSpec, env map[string]string) (*runtimeapi.Mount, error) {
-	subPath := vm.SubPath
-	if vm.SubPathExpr != "" {
-		var err error
-		if subPath, err = expandSubPathExpr(vm.SubPathExpr, env); err != nil {
-			return nil, err
-		}
+	subPath, err := mountSubPath(vm, env)
+	if err != nil {
+		return nil, err
 	}
 	if subPath != "" {
 		if filepath.IsAbs(subPath) {
@@ -226,4 +219,13 @@ func imageMount(vm corev1.VolumeMount, image *runtimeapi.ImageSpec, env map[stri
 		return nil, err
 	}
 	return &runtimeapi.Mount{ContainerPath: vm.MountPath, Image: image, ImageSubPath: subPath, Readonly: true, Propagation: propagation}, nil
+}
+
+// mountSubPath is the mount's subPath, or its subPathExpr expanded with the
+// container's environment.
+func mountSubPath(vm corev1.VolumeMount, env map[string]string) (string, error) {
+	if vm.SubPathExpr != "" {
+		return expandSubPathExpr(vm.SubPathExpr, env)
+	}
+	return vm.SubPath, nil
 }
