@@ -27,7 +27,7 @@ type containerInputs struct {
 	PodIPs       []string
 	Volumes      map[string]string
 	// ImageVolumes are the image volumes the container mounts, by name
-	// (imageVolumes).
+	// (imagePuller.volumes).
 	ImageVolumes map[string]*runtimeapi.ImageSpec
 	EtcHosts     string
 	TermFile     string
@@ -193,16 +193,19 @@ func (m *Daemon) startContainer(ctx context.Context, pod *corev1.Pod, ts contain
 					Message: fmt.Sprintf("back-off %v restarting failed container=%s pod=%s", of, c.Name, podString(pod))}
 			}
 		}
-		auths, secretErr := pullSecretAuths(ctx, m.objects, pod, c.Image)
-		if secretErr != nil {
-			m.log.Warn("Image pull secrets", "pod", podRef(pod), "podUID", pod.UID, "err", secretErr)
-			event(corev1.EventTypeWarning, "FailedToRetrieveImagePullSecret", secretErr.Error())
+		auths := func(image string) []*runtimeapi.AuthConfig {
+			a, err := pullSecretAuths(ctx, m.objects, pod, image)
+			if err != nil {
+				m.log.Warn("Image pull secrets", "pod", podRef(pod), "podUID", pod.UID, "err", err)
+				event(corev1.EventTypeWarning, "FailedToRetrieveImagePullSecret", err.Error())
+			}
+			return a
 		}
-		imageRef, img, werr := m.images.ensure(ctx, pod, c, auths, sbConfig, event)
+		imageRef, img, werr := m.images.ensure(ctx, pod, c, auths(c.Image), sbConfig, event)
 		if werr != nil {
 			return "", werr
 		}
-		imageVols, werr := m.imageVolumes(ctx, pod, c, sbConfig, event)
+		imageVols, werr := m.images.volumes(ctx, pod, c, sbConfig, auths, event)
 		if werr != nil {
 			return "", werr
 		}

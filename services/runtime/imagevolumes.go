@@ -29,14 +29,14 @@ func supportsImageVolumes(name, ver string) bool {
 	return err == nil && v.AtLeast(since)
 }
 
-// imageVolumes is the kubelet's getImageVolumes and
+// volumes is the kubelet's getImageVolumes and
 // toKubeContainerImageVolumes for one container: each image volume c
 // mounts, its image made present by the container's pull path (pull
 // policy, secrets, back-off and events as for a container image), as the
 // CRI image spec to mount. An image that cannot be had makes the container
 // wait, as its own image would.
-func (m *Daemon) imageVolumes(ctx context.Context, pod *corev1.Pod, c *corev1.Container, sbConfig *runtimeapi.PodSandboxConfig,
-	event func(typ, reason, msg string)) (map[string]*runtimeapi.ImageSpec, *waitError) {
+func (p *imagePuller) volumes(ctx context.Context, pod *corev1.Pod, c *corev1.Container, sbConfig *runtimeapi.PodSandboxConfig,
+	auths func(image string) []*runtimeapi.AuthConfig, event func(typ, reason, msg string)) (map[string]*runtimeapi.ImageSpec, *waitError) {
 	var out map[string]*runtimeapi.ImageSpec
 	for _, vm := range c.VolumeMounts {
 		var src *corev1.ImageVolumeSource
@@ -51,15 +51,10 @@ func (m *Daemon) imageVolumes(ctx context.Context, pod *corev1.Pod, c *corev1.Co
 		if _, done := out[vm.Name]; done {
 			continue
 		}
-		auths, err := pullSecretAuths(ctx, m.objects, pod, src.Reference)
-		if err != nil {
-			m.log.Warn("Image pull secrets", "pod", podRef(pod), "podUID", pod.UID, "err", err)
-			event(corev1.EventTypeWarning, "FailedToRetrieveImagePullSecret", err.Error())
-		}
 		// The volume's image goes through the container image's path:
 		// ensure reads the image and the pull policy from a container.
 		as := &corev1.Container{Name: c.Name, Image: src.Reference, ImagePullPolicy: src.PullPolicy}
-		ref, _, werr := m.images.ensure(ctx, pod, as, auths, sbConfig, event)
+		ref, _, werr := p.ensure(ctx, pod, as, auths(src.Reference), sbConfig, event)
 		if werr != nil {
 			werr.Message = fmt.Sprintf("image volume %q: %s", vm.Name, werr.Message)
 			return nil, werr
