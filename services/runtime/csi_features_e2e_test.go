@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/internal/config"
 	"github.com/nodelet/nodelet/internal/testenv"
 	"github.com/nodelet/nodelet/schemas"
@@ -323,6 +324,24 @@ func TestCSIBlockVolumeAsDevice(t *testing.T) {
 	link := filepath.Join(podDir(h.cfg.Node.StateDir, string(created.UID)), "volumeDevices", "kubernetes.io~csi", pv.Name)
 	if dst, err := os.Readlink(link); err != nil || dst != lastCall(drv, "NodePublishVolume", "vol-b").Path {
 		t.Fatalf("pod device link %s -> %q (%v)", link, dst, err)
+	}
+	// The block volume is in the pod's volume stats (/stats/summary), its
+	// capacity the driver's answer about the published device, as the
+	// kubelet's csiBlockMapper metrics.
+	waitFor(t, 90*time.Second, "the block volume's stats", func() (bool, string) {
+		rec, _, err := bus.Get[schemas.PodVolumeStats](h.ctx, h.status, bus.BucketRuntime, bus.KeyVolumeStats)
+		if err != nil || rec == nil {
+			return false, fmt.Sprint(err)
+		}
+		for _, v := range rec.Pods[string(created.UID)] {
+			if v.Name == "disk" {
+				return v.PVCRef != nil && v.PVCRef.Name == "disk" && v.CapacityBytes != nil && *v.CapacityBytes == 32<<20, fmt.Sprintf("%+v", v)
+			}
+		}
+		return false, fmt.Sprintf("%+v", rec.Pods[string(created.UID)])
+	})
+	if c := lastCall(drv, "NodeGetVolumeStats", "vol-b"); c.Path != lastCall(drv, "NodePublishVolume", "vol-b").Path {
+		t.Fatalf("NodeGetVolumeStats asked about %q, want the published device", c.Path)
 	}
 
 	resizeClaim(t, admin, ns, "disk", pv.Name, 48<<20, true)

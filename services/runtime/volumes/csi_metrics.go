@@ -2,6 +2,7 @@ package volumes
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -14,7 +15,27 @@ import (
 // NodeGetVolumeStats of the volume published at path, when its driver has
 // GET_VOLUME_STATS.
 func (c *csiPlugin) volumeStats(ctx context.Context, path string, now metav1.Time) (statsapi.FsStats, bool) {
-	data, err := loadVolData(filepath.Dir(path))
+	return c.statsOf(ctx, filepath.Dir(path), path, now)
+}
+
+// blockVolumeStats is the same for a raw block volume (the kubelet's
+// csiBlockMapper metrics): link is the pod's device link
+// (<pod>/volumeDevices/kubernetes.io~csi/<spec>), the driver is asked about
+// the device it published there. The kubelet names its global map path
+// (<volumeDevices>/<spec>/dev/<podUID>), which nodelet does not make; the
+// publish path holds the same device.
+func (c *csiPlugin) blockVolumeStats(ctx context.Context, link string, now metav1.Time) (statsapi.FsStats, bool) {
+	target, err := os.Readlink(link)
+	if err != nil {
+		return statsapi.FsStats{}, false
+	}
+	return c.statsOf(ctx, filepath.Join(volumeDevicesDir(c.stateDir), filepath.Base(link), "data"), target, now)
+}
+
+// statsOf asks the driver of the volume whose vol_data.json is in dataDir
+// for the stats of path.
+func (c *csiPlugin) statsOf(ctx context.Context, dataDir, path string, now metav1.Time) (statsapi.FsStats, bool) {
+	data, err := loadVolData(dataDir)
 	if err != nil {
 		return statsapi.FsStats{}, false
 	}

@@ -55,6 +55,7 @@ type mountedVolume struct {
 // (csi_metrics.go).
 type csiStatser interface {
 	volumeStats(ctx context.Context, path string, now metav1.Time) (statsapi.FsStats, bool)
+	blockVolumeStats(ctx context.Context, link string, now metav1.Time) (statsapi.FsStats, bool)
 }
 
 var (
@@ -66,8 +67,9 @@ var (
 // kubelet's volume stats calculator: emptyDir, configMap, secret,
 // downwardAPI and projected volumes by walking them (du) and statfs of
 // their filesystem (its MetricsDu), a CSI volume through its driver's
-// NodeGetVolumeStats (when the driver has GET_VOLUME_STATS), a local
-// volume by statfs. hostPath volumes (and hostPath PVs) have no stats, as
+// NodeGetVolumeStats (when the driver has GET_VOLUME_STATS; a raw block
+// volume too, its capacity as the driver tells it), a local volume by
+// statfs. hostPath volumes (and hostPath PVs) have no stats, as
 // with the kubelet. A volume that cannot be measured is left out.
 func (s *statsCalculator) podStats(ctx context.Context) map[string]PodStats {
 	pods, specs := s.pods.mountedVolumes()
@@ -147,6 +149,8 @@ func (s *statsCalculator) measure(ctx context.Context, v *corev1.Volume, path st
 		return fs, true
 	case filepath.Base(filepath.Dir(filepath.Dir(path))) == pluginCSI:
 		return s.csi.volumeStats(ctx, path, now)
+	case filepath.Base(filepath.Dir(path)) == pluginCSIDevices:
+		return s.csi.blockVolumeStats(ctx, path, now)
 	case filepath.Base(filepath.Dir(path)) == pluginLocal:
 		return statfs(path, now)
 	}

@@ -16,6 +16,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/signal"
@@ -318,6 +319,10 @@ func (d *driver) NodeExpandVolume(_ context.Context, req *csipb.NodeExpandVolume
 
 func (d *driver) NodeGetVolumeStats(_ context.Context, req *csipb.NodeGetVolumeStatsRequest) (*csipb.NodeGetVolumeStatsResponse, error) {
 	d.record(Call{Method: "NodeGetVolumeStats", VolumeID: req.GetVolumeId(), Path: req.GetVolumePath()})
+	if size, ok := blockSize(req.GetVolumePath()); ok {
+		// A raw block volume: its size, as csi-driver-host-path answers.
+		return &csipb.NodeGetVolumeStatsResponse{Usage: []*csipb.VolumeUsage{{Unit: csipb.VolumeUsage_BYTES, Total: size}}}, nil
+	}
 	var st unix.Statfs_t
 	if err := unix.Statfs(req.GetVolumePath(), &st); err != nil {
 		return nil, status.Error(codes.NotFound, err.Error())
@@ -327,6 +332,21 @@ func (d *driver) NodeGetVolumeStats(_ context.Context, req *csipb.NodeGetVolumeS
 		{Unit: csipb.VolumeUsage_BYTES, Total: int64(st.Blocks) * bs, Available: int64(st.Bavail) * bs, Used: int64(st.Blocks-st.Bfree) * bs},
 		{Unit: csipb.VolumeUsage_INODES, Total: int64(st.Files), Available: int64(st.Ffree), Used: int64(st.Files - st.Ffree)},
 	}}, nil
+}
+
+// blockSize is the size of the block device at path, if it is one.
+func blockSize(path string) (int64, bool) {
+	fi, err := os.Stat(path)
+	if err != nil || fi.Mode()&os.ModeDevice == 0 || fi.Mode()&os.ModeCharDevice != 0 {
+		return 0, false
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, false
+	}
+	defer f.Close()
+	size, err := f.Seek(0, io.SeekEnd)
+	return size, err == nil
 }
 
 // registrar is node-driver-registrar's registration service.
