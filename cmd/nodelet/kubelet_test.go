@@ -9,6 +9,7 @@ import (
 
 	"github.com/nodelet/nodelet/internal/config"
 	"github.com/nodelet/nodelet/internal/kubeletcompat"
+	"github.com/nodelet/nodelet/internal/version"
 )
 
 // Run as kubelet (a link to nodelet) with what kubeadm's drop-in passes,
@@ -56,7 +57,7 @@ func TestKubeletLinkStartsSupervisor(t *testing.T) {
 	}
 
 	out, err := exec.Command(bin, "kubelet", "--version").Output()
-	if err != nil || !strings.HasPrefix(string(out), "Kubernetes v") {
+	if err != nil || !strings.HasPrefix(string(out), "Kubernetes "+version.Kubernetes()+"+nodelet.") {
 		t.Errorf("nodelet kubelet --version: %q %v", out, err)
 	}
 	out, err = exec.Command(bin, "kubelet", "--no-such-flag").CombinedOutput()

@@ -128,7 +128,7 @@ var NodeFlags = []FlagEntry{
 		}
 		return nil
 	}},
-	{Name: "version", Class: Honoured, Note: "prints Kubernetes <nodelet's version> (--version=raw: more) and exits"},
+	{Name: "version", Class: Honoured, Note: "prints Kubernetes v1.37.2+nodelet.<nodelet's version>, the Kubernetes release nodelet implements with its own version as build metadata (as the Node's kubeletVersion), so kubeadm's version checks pass; --version=raw: more; exits"},
 	{Name: "help", Class: Honoured, Note: "prints the flags and exits"},
 }
 
