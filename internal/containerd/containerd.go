@@ -91,6 +91,12 @@ type Config struct {
 	// io.containerd.cri.v1.images, io.containerd.cri.v1.runtime and
 	// io.containerd.grpc.v1.cri). Default: 0 (1.6).
 	Major int
+	// CDISpecDirs are where containerd 2.x's CRI plugin reads Container
+	// Device Interface specs (CDI is always on in 2.x: enable_cdi is
+	// ignored): a container's CRI CDIDevices are resolved there (the
+	// devices of device plugins and DRA drivers). containerd 1.6 has no
+	// CDI. Default: /etc/cdi and /var/run/cdi, containerd's own.
+	CDISpecDirs []string
 	// ShimBinary is the runc shim (containerd-shim-runc-v2) the runc
 	// runtime runs, written as its runtime_path. Default: for Major 2 the
 	// one beside Binary (a 2.x build brings its own shim, and PATH would
@@ -165,6 +171,9 @@ func (c Config) WithDefaults() Config {
 	def(&c.LogLevel, "info")
 	def(&c.ConfigFile, filepath.Join(c.State, "config.toml"))
 	def(&c.Binary, DefaultBinary)
+	if len(c.CDISpecDirs) == 0 {
+		c.CDISpecDirs = []string{"/etc/cdi", "/var/run/cdi"}
+	}
 	return c
 }
 
@@ -333,6 +342,7 @@ disabled_plugins = [%s]
       sandbox = %s
 %s
   [plugins."io.containerd.cri.v1.runtime"]
+    cdi_spec_dirs = [%s]
     restrict_oom_score_adj = true
     netns_mounts_under_state_dir = true
     enable_selinux = false
@@ -357,8 +367,17 @@ disabled_plugins = [%s]
     stream_server_address = "127.0.0.1"
     stream_server_port = "0"
 `, q(c.Root), q(c.State), strings.Join(disabled, ", "), q(c.Socket), grpcGID(c.GID), q(c.TTRPCSocket),
-		q(c.LogLevel), q(c.Snapshotter), q(c.SandboxImage), reg, shim, c.SystemdCgroup, q(c.CNIBinDir), q(c.CNIConfDir))
+		q(c.LogLevel), q(c.Snapshotter), q(c.SandboxImage), reg, quoteAll(c.CDISpecDirs), shim, c.SystemdCgroup, q(c.CNIBinDir), q(c.CNIConfDir))
 	return b.String()
+}
+
+// quoteAll is a TOML array's items.
+func quoteAll(ss []string) string {
+	var out []string
+	for _, s := range ss {
+		out = append(out, strconv.Quote(s))
+	}
+	return strings.Join(out, ", ")
 }
 
 func registry(configPath string) string {

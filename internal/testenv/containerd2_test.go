@@ -21,7 +21,9 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodelet/nodelet/internal/containerd"
+	"github.com/nodelet/nodelet/internal/images"
 	"github.com/nodelet/nodelet/internal/testenv"
+	"github.com/nodelet/nodelet/internal/testenv/eventually"
 )
 
 // containerd2 starts a private containerd 2.x (built by
@@ -283,4 +285,52 @@ func TestContainerd2ExitEvents(t *testing.T) {
 	t.Logf("exit → containerd /tasks/exit: median %v, max %v; exit → CRI CONTAINER_STOPPED_EVENT: median %v, max %v (%d containers)",
 		taskDelays[n/2].Round(time.Millisecond), taskDelays[n-1].Round(time.Millisecond),
 		criDelays[n/2].Round(time.Millisecond), criDelays[n-1].Round(time.Millisecond), n)
+}
+
+// TestContainerd2CDI: containerd 2.x, with the config internal/containerd
+// renders (cdi_spec_dirs; CDI itself is always on in 2.x), resolves a container's CRI
+// CDIDevices from a CDI spec in its spec dirs and applies its edits — what
+// device plugins' and DRA drivers' CDI device names rely on.
+func TestContainerd2CDI(t *testing.T) {
+	testenv.RequiresRoot(t)
+	b, err := testenv.Containerd2()
+	if err != nil {
+		t.Skipf("containerd %s cannot be built here: %v", containerd.Version2, err)
+	}
+	specs := t.TempDir()
+	spec := `{"cdiVersion": "0.6.0", "kind": "nodelet.test/device",
+  "devices": [{"name": "one", "containerEdits": {"env": ["NODELET_CDI_DEVICE=one"]}}]}`
+	if err := os.WriteFile(filepath.Join(specs, "nodelet-test.json"), []byte(spec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := testenv.NewContainerd(t, testenv.ContainerdOptions{Major: 2, Binary: b.Containerd, CDISpecDirs: []string{specs}})
+	cri := c.RuntimeClient(t)
+	withDevice := func(cc *runtimeapi.ContainerConfig) {
+		cc.CDIDevices = []*runtimeapi.CDIDevice{{Name: "nodelet.test/device=one"}}
+	}
+	_, id, _ := runPodWith(t, cri, "cdi", withDevice, "sh", "-c", `test "$NODELET_CDI_DEVICE" = one`)
+	eventually.True(t, 30*time.Second, "the container to exit", func() bool {
+		st, err := cri.Runtime.ContainerStatus(criCtx(t), &runtimeapi.ContainerStatusRequest{ContainerId: id})
+		if err != nil || st.Status.State != runtimeapi.ContainerState_CONTAINER_EXITED {
+			return false
+		}
+		if st.Status.ExitCode != 0 {
+			t.Fatalf("the container did not get the CDI device's edits: exit %d", st.Status.ExitCode)
+		}
+		return true
+	})
+	// A device no spec names is refused at creation, naming it.
+	ctx := criCtx(t)
+	sb, err := cri.Runtime.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
+	if err != nil || len(sb.Items) == 0 {
+		t.Fatalf("ListPodSandbox: %v", err)
+	}
+	_, err = cri.Runtime.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: sb.Items[0].Id,
+		Config: &runtimeapi.ContainerConfig{Metadata: &runtimeapi.ContainerMetadata{Name: "missing"},
+			Image: &runtimeapi.ImageSpec{Image: images.BusyboxImage}, Command: []string{"true"},
+			CDIDevices: []*runtimeapi.CDIDevice{{Name: "nodelet.test/device=two"}}},
+		SandboxConfig: &runtimeapi.PodSandboxConfig{Metadata: sb.Items[0].Metadata}})
+	if err == nil || !strings.Contains(err.Error(), "nodelet.test/device=two") {
+		t.Fatalf("CreateContainer with an unknown CDI device: %v, want an error naming it", err)
+	}
 }

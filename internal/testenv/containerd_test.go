@@ -32,6 +32,12 @@ func criCtx(t *testing.T) context.Context {
 // sandbox ID, container ID and the sandbox's IP.
 func runPod(t *testing.T, cri *testenv.CRI, name string, args ...string) (sandboxID, containerID, ip string) {
 	t.Helper()
+	return runPodWith(t, cri, name, nil, args...)
+}
+
+// runPodWith is runPod with the container's config changed by mutate.
+func runPodWith(t *testing.T, cri *testenv.CRI, name string, mutate func(*runtimeapi.ContainerConfig), args ...string) (sandboxID, containerID, ip string) {
+	t.Helper()
 	ctx := criCtx(t)
 	uid := fmt.Sprintf("uid-%s-%d", name, time.Now().UnixNano())
 	sbConfig := &runtimeapi.PodSandboxConfig{
@@ -70,20 +76,22 @@ func runPod(t *testing.T, cri *testenv.CRI, name string, args ...string) (sandbo
 	ip = st.GetStatus().GetNetwork().GetIp()
 
 	began = time.Now()
-	ctr, err := cri.Runtime.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{
-		PodSandboxId: sb.PodSandboxId,
-		Config: &runtimeapi.ContainerConfig{
-			Metadata: &runtimeapi.ContainerMetadata{Name: "main"},
-			Image:    &runtimeapi.ImageSpec{Image: images.BusyboxImage},
-			Command:  args[:1],
-			Args:     args[1:],
-			LogPath:  "main.log",
-			Labels: map[string]string{
-				"io.kubernetes.container.name": "main",
-				"io.kubernetes.pod.uid":        uid,
-			},
+	cc := &runtimeapi.ContainerConfig{
+		Metadata: &runtimeapi.ContainerMetadata{Name: "main"},
+		Image:    &runtimeapi.ImageSpec{Image: images.BusyboxImage},
+		Command:  args[:1],
+		Args:     args[1:],
+		LogPath:  "main.log",
+		Labels: map[string]string{
+			"io.kubernetes.container.name": "main",
+			"io.kubernetes.pod.uid":        uid,
 		},
-		SandboxConfig: sbConfig,
+	}
+	if mutate != nil {
+		mutate(cc)
+	}
+	ctr, err := cri.Runtime.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{
+		PodSandboxId: sb.PodSandboxId, Config: cc, SandboxConfig: sbConfig,
 	})
 	if err != nil {
 		t.Fatalf("CreateContainer: %v", err)

@@ -75,6 +75,9 @@ type Options struct {
 	// 3). Default: 0 (1.6). internal/testenv sets it from
 	// NODELET_TEST_CONTAINERD.
 	Major int
+	// CDISpecDirs are where containerd 2.x reads CDI specs. Default:
+	// containerd's (/etc/cdi, /var/run/cdi).
+	CDISpecDirs []string
 	// Binary is the containerd to run; for Major 2 the runc shim beside it
 	// is the one its runc runtime uses. Default: /usr/bin/containerd for
 	// 1.6, containerd.Cached2() (scripts/containerd2.sh's build) for 2.
@@ -196,6 +199,7 @@ func Start(opts Options) (_ *Containerd, err error) {
 		Namespaces:     opts.Namespaces,
 		Major:          opts.Major,
 		Binary:         binary,
+		CDISpecDirs:    opts.CDISpecDirs,
 
 		RegistryConfigPath: opts.RegistryConfigPath,
 	}, c.LogFile)
