@@ -44,3 +44,16 @@ step "go test ${race[*]} ${pkgs[*]}"
 start=$(date +%s)
 go test "${race[@]}" -count=1 -timeout "${NODELET_TEST_TIMEOUT:-25m}" "${pkgs[@]}"
 step "passed in $(( $(date +%s) - start ))s"
+
+# The matrix (docs/runtimes.md): every runtime-facing test above ran on
+# Debian's containerd 1.6; these run nodelet-runtime on containerd 2.x as
+# well (pod start, exits and restarts through CRI's container events,
+# liveness kills, image pulls). The whole packages on 2.x:
+# NODELET_TEST_CONTAINERD=2 scripts/test.sh ./services/...
+if [[ ${#@} -eq 0 && "${NODELET_TEST_CONTAINERD:-1}" != 2 ]]; then
+	step "containerd 2.x: nodelet-runtime's pod lifecycle"
+	start=$(date +%s)
+	NODELET_TEST_CONTAINERD=2 go test "${race[@]}" -count=1 -timeout 10m ./services/runtime/ \
+		-run '^(TestBurstOfTenPods|TestCrashLoopRestartCountGrows|TestImagePullPolicies|TestLivenessFailureRestartsContainer)$'
+	step "containerd 2.x passed in $(( $(date +%s) - start ))s"
+fi
