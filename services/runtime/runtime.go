@@ -216,6 +216,10 @@ type Options struct {
 	// measured and published (the kubelet's volumeStatsAggPeriod); default
 	// 1m.
 	VolumeStatsPeriod time.Duration
+	// ResyncPeriod is how often every pod is synced whatever happened (the
+	// safety net for what a watch, an event or the relist missed); default
+	// 30s.
+	ResyncPeriod time.Duration
 }
 
 // Daemon runs the node's pods. It holds what the pod workers share: the
@@ -262,6 +266,8 @@ type Daemon struct {
 	pleg *pleg
 	// volumeReports publishes the volumes' stats and those in use.
 	volumeReports *volumeReporter
+	// resyncPeriod: Options.ResyncPeriod.
+	resyncPeriod time.Duration
 }
 
 // runtimeInfo names the container runtime.
@@ -337,6 +343,9 @@ func New(opts Options) (*Daemon, error) {
 	}
 	if m.volumeReports.statsPeriod <= 0 {
 		m.volumeReports.statsPeriod = time.Minute
+	}
+	if m.resyncPeriod = opts.ResyncPeriod; m.resyncPeriod <= 0 {
+		m.resyncPeriod = 30 * time.Second
 	}
 	if c, ok := opts.Objects.(interface{ Client() kubernetes.Interface }); ok {
 		m.cluster = newClusterObjects(c.Client())
@@ -435,7 +444,7 @@ func (m *Daemon) Run(ctx context.Context) error {
 // resyncLoop syncs every known pod now and then, as the kubelet's
 // syncFrequency: a safety net for anything a watch or relist missed.
 func (m *Daemon) resyncLoop(ctx context.Context) {
-	t := m.clock.NewTicker(30 * time.Second)
+	t := m.clock.NewTicker(m.resyncPeriod)
 	defer t.Stop()
 	for {
 		select {
