@@ -85,6 +85,11 @@ type ControlPlane struct {
 
 	etcd, apiserver *proc
 	stopOnce        sync.Once
+	// apiserverCmd is kube-apiserver's path and flags, for StartAPIServer;
+	// apiserverMu guards apiserver and restarts.
+	apiserverCmd []string
+	apiserverMu  sync.Mutex
+	restarts     int
 }
 
 // StartControlPlane starts etcd and kube-apiserver on free 127.0.0.1 ports in
@@ -148,10 +153,46 @@ func StartControlPlaneWith(o ControlPlaneOptions) (cp *ControlPlane, stop func()
 // more than once.
 func (cp *ControlPlane) Stop() {
 	cp.stopOnce.Do(func() {
+		cp.apiserverMu.Lock()
 		cp.apiserver.stop()
+		cp.apiserverMu.Unlock()
 		cp.etcd.stop()
 		_ = os.RemoveAll(cp.Dir)
 	})
+}
+
+// StopAPIServer stops kube-apiserver and leaves etcd running: the control
+// plane gone, as its nodes see an outage. StartAPIServer brings it back.
+func (cp *ControlPlane) StopAPIServer() {
+	cp.apiserverMu.Lock()
+	defer cp.apiserverMu.Unlock()
+	cp.apiserver.stop()
+}
+
+// StartAPIServer starts kube-apiserver again, with the same flags, port and
+// certificates, and waits until it is ready; it does nothing while it runs.
+func (cp *ControlPlane) StartAPIServer() error {
+	cp.apiserverMu.Lock()
+	defer cp.apiserverMu.Unlock()
+	select {
+	case <-cp.apiserver.exited:
+	default:
+		return nil
+	}
+	cp.restarts++
+	p, err := startProc(filepath.Join(cp.Dir, fmt.Sprintf("kube-apiserver-%d.log", cp.restarts)), cp.apiserverCmd[0], cp.apiserverCmd[1:]...)
+	if err != nil {
+		return err
+	}
+	cp.apiserver = p
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(cp.CAData)
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	defer hc.CloseIdleConnections()
+	if err := waitFor(60*time.Second, p, func() bool { return httpGetOK(hc, cp.URL+"/readyz", "ok") }); err != nil {
+		return fmt.Errorf("testenv: kube-apiserver did not become ready again: %w", err)
+	}
+	return nil
 }
 
 // AdminClient returns a clientset acting as a cluster admin.
@@ -378,18 +419,18 @@ func startControlPlane(bins BinaryPaths, o ControlPlaneOptions) (_ *ControlPlane
 		return nil, fmt.Errorf("testenv: etcd did not become healthy: %w", err)
 	}
 
-	cp.apiserver, err = startProc(filepath.Join(dir, "kube-apiserver.log"), bins.KubeAPIServer,
-		"--etcd-servers="+etcdURL,
-		"--bind-address="+o.Address,
-		"--secure-port="+strconv.Itoa(apiPort),
-		"--advertise-address="+o.Address,
+	cp.apiserverCmd = []string{bins.KubeAPIServer,
+		"--etcd-servers=" + etcdURL,
+		"--bind-address=" + o.Address,
+		"--secure-port=" + strconv.Itoa(apiPort),
+		"--advertise-address=" + o.Address,
 		// On loopback no pod could reach the `kubernetes` Service's
 		// endpoint: leave it without one.
-		"--endpoint-reconciler-type="+map[bool]string{true: "none", false: "lease"}[net.ParseIP(o.Address).IsLoopback()],
-		"--tls-cert-file="+filepath.Join(pki, "apiserver.crt"),
-		"--tls-private-key-file="+filepath.Join(pki, "apiserver.key"),
-		"--client-ca-file="+filepath.Join(pki, "ca.crt"),
-		"--token-auth-file="+filepath.Join(dir, "tokens.csv"),
+		"--endpoint-reconciler-type=" + map[bool]string{true: "none", false: "lease"}[net.ParseIP(o.Address).IsLoopback()],
+		"--tls-cert-file=" + filepath.Join(pki, "apiserver.crt"),
+		"--tls-private-key-file=" + filepath.Join(pki, "apiserver.key"),
+		"--client-ca-file=" + filepath.Join(pki, "ca.crt"),
+		"--token-auth-file=" + filepath.Join(dir, "tokens.csv"),
 		// Bootstrap tokens (Secrets bootstrap-token-<id> in kube-system)
 		// authenticate as system:bootstrap:<id> in system:bootstrappers,
 		// as kubeadm turns them on: see BootstrapKubeconfig.
@@ -398,29 +439,30 @@ func startControlPlane(bins BinaryPaths, o ControlPlaneOptions) (_ *ControlPlane
 		"--enable-admission-plugins=NodeRestriction",
 		"--allow-privileged=true",
 		"--service-account-issuer=https://kubernetes.default.svc",
-		"--service-account-key-file="+filepath.Join(pki, "sa.pub"),
-		"--service-account-signing-key-file="+filepath.Join(pki, "sa.key"),
-		"--service-cluster-ip-range="+ServiceClusterIPRange,
-		"--cert-dir="+filepath.Join(dir, "apiserver-certs"),
+		"--service-account-key-file=" + filepath.Join(pki, "sa.pub"),
+		"--service-account-signing-key-file=" + filepath.Join(pki, "sa.key"),
+		"--service-cluster-ip-range=" + ServiceClusterIPRange,
+		"--cert-dir=" + filepath.Join(dir, "apiserver-certs"),
 		// How kube-apiserver reaches the kubelet API (nodelet-server), as
 		// kubeadm starts it: the node's addresses in this order (never a
 		// DNS lookup of the node's name), with a client certificate in
 		// system:masters signed by the cluster CA.
 		"--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname",
-		"--kubelet-client-certificate="+filepath.Join(pki, "apiserver-kubelet-client.crt"),
-		"--kubelet-client-key="+filepath.Join(pki, "apiserver-kubelet-client.key"),
+		"--kubelet-client-certificate=" + filepath.Join(pki, "apiserver-kubelet-client.crt"),
+		"--kubelet-client-key=" + filepath.Join(pki, "apiserver-kubelet-client.key"),
 		// The aggregation layer as kubeadm configures it: requests proxied
 		// to an aggregated API server (the e2e suite's sample-apiserver)
 		// carry the user in headers, vouched for by the front proxy's
 		// client certificate.
-		"--requestheader-client-ca-file="+filepath.Join(pki, "front-proxy-ca.crt"),
+		"--requestheader-client-ca-file=" + filepath.Join(pki, "front-proxy-ca.crt"),
 		"--requestheader-allowed-names=front-proxy-client",
 		"--requestheader-username-headers=X-Remote-User",
 		"--requestheader-group-headers=X-Remote-Group",
 		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
-		"--proxy-client-cert-file="+filepath.Join(pki, "front-proxy-client.crt"),
-		"--proxy-client-key-file="+filepath.Join(pki, "front-proxy-client.key"),
-	)
+		"--proxy-client-cert-file=" + filepath.Join(pki, "front-proxy-client.crt"),
+		"--proxy-client-key-file=" + filepath.Join(pki, "front-proxy-client.key"),
+	}
+	cp.apiserver, err = startProc(filepath.Join(dir, "kube-apiserver.log"), cp.apiserverCmd[0], cp.apiserverCmd[1:]...)
 	if err != nil {
 		return nil, err
 	}
