@@ -25,12 +25,26 @@ func outageFor(t *testing.T) time.Duration {
 }
 
 // TestAPIServerOutage (issue 37, faults around the control plane): with
-// kube-apiserver stopped, the node's pods keep running with no container
+// kube-apiserver stopped (connections refused), or etcd stopped under it
+// (errors and timeouts), the node's pods keep running with no container
 // restarted, a pod that ends meanwhile and a static pod started meanwhile
 // are run as ever; once it is back, their statuses and the static pod's
 // events reach the API, the mirror pod is made once, and the Lease and the
 // Node's Ready heartbeat resume.
 func TestAPIServerOutage(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		stop  func()
+		start func() error
+	}{
+		{"kube-apiserver stopped", cp.StopAPIServer, cp.StartAPIServer},
+		{"etcd stopped", cp.StopEtcd, cp.StartEtcd},
+	} {
+		t.Run(tc.name, func(t *testing.T) { outage(t, tc.name, tc.stop, tc.start) })
+	}
+}
+
+func outage(t *testing.T, what string, stop func(), start func() error) {
 	n := newNode(t, nodeOptions{API: true})
 	admin := cp.AdminClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -62,13 +76,13 @@ func TestAPIServerOutage(t *testing.T) {
 	})
 
 	stopped := time.Now()
-	cp.StopAPIServer()
+	stop()
 	t.Cleanup(func() {
-		if err := cp.StartAPIServer(); err != nil {
-			t.Errorf("kube-apiserver after the outage: %v", err)
+		if err := start(); err != nil {
+			t.Errorf("%s: starting again: %v", what, err)
 		}
 	})
-	t.Logf("kube-apiserver stopped for %s", outageFor(t))
+	t.Logf("%s for %s", what, outageFor(t))
 	// Meanwhile the node runs on: a static pod starts, the "ends" pod ends,
 	// every other container keeps running.
 	n.WriteManifest("web.yaml", webManifest)
@@ -88,11 +102,11 @@ func TestAPIServerOutage(t *testing.T) {
 		})
 	}
 
-	if err := cp.StartAPIServer(); err != nil {
+	if err := start(); err != nil {
 		t.Fatal(err)
 	}
 	back := time.Now()
-	t.Logf("kube-apiserver back after %s", back.Sub(stopped).Round(time.Second))
+	t.Logf("%s: back after %s", what, back.Sub(stopped).Round(time.Second))
 	waitTrue(t, 2*time.Minute, "the ended pod Succeeded in the API", func() bool {
 		p, err := pods.Get(ctx, "ends", metav1.GetOptions{})
 		return err == nil && p.Status.Phase == corev1.PodSucceeded

@@ -85,11 +85,12 @@ type ControlPlane struct {
 
 	etcd, apiserver *proc
 	stopOnce        sync.Once
-	// apiserverCmd is kube-apiserver's path and flags, for StartAPIServer;
-	// apiserverMu guards apiserver and restarts.
-	apiserverCmd []string
-	apiserverMu  sync.Mutex
-	restarts     int
+	// apiserverCmd and etcdCmd are the programs with their flags, for
+	// StartAPIServer and StartEtcd; procMu guards the procs and restarts.
+	apiserverCmd, etcdCmd []string
+	etcdURL               string
+	procMu                sync.Mutex
+	restarts              int
 }
 
 // StartControlPlane starts etcd and kube-apiserver on free 127.0.0.1 ports in
@@ -153,10 +154,10 @@ func StartControlPlaneWith(o ControlPlaneOptions) (cp *ControlPlane, stop func()
 // more than once.
 func (cp *ControlPlane) Stop() {
 	cp.stopOnce.Do(func() {
-		cp.apiserverMu.Lock()
+		cp.procMu.Lock()
 		cp.apiserver.stop()
-		cp.apiserverMu.Unlock()
 		cp.etcd.stop()
+		cp.procMu.Unlock()
 		_ = os.RemoveAll(cp.Dir)
 	})
 }
@@ -164,33 +165,56 @@ func (cp *ControlPlane) Stop() {
 // StopAPIServer stops kube-apiserver and leaves etcd running: the control
 // plane gone, as its nodes see an outage. StartAPIServer brings it back.
 func (cp *ControlPlane) StopAPIServer() {
-	cp.apiserverMu.Lock()
-	defer cp.apiserverMu.Unlock()
+	cp.procMu.Lock()
+	defer cp.procMu.Unlock()
 	cp.apiserver.stop()
 }
 
 // StartAPIServer starts kube-apiserver again, with the same flags, port and
 // certificates, and waits until it is ready; it does nothing while it runs.
 func (cp *ControlPlane) StartAPIServer() error {
-	cp.apiserverMu.Lock()
-	defer cp.apiserverMu.Unlock()
-	select {
-	case <-cp.apiserver.exited:
-	default:
-		return nil
-	}
-	cp.restarts++
-	p, err := startProc(filepath.Join(cp.Dir, fmt.Sprintf("kube-apiserver-%d.log", cp.restarts)), cp.apiserverCmd[0], cp.apiserverCmd[1:]...)
-	if err != nil {
-		return err
-	}
-	cp.apiserver = p
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(cp.CAData)
 	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
 	defer hc.CloseIdleConnections()
-	if err := waitFor(60*time.Second, p, func() bool { return httpGetOK(hc, cp.URL+"/readyz", "ok") }); err != nil {
-		return fmt.Errorf("testenv: kube-apiserver did not become ready again: %w", err)
+	return cp.restart(&cp.apiserver, cp.apiserverCmd, func() bool { return httpGetOK(hc, cp.URL+"/readyz", "ok") })
+}
+
+// StopEtcd stops etcd under a running kube-apiserver, which then answers
+// with errors and timeouts: the store gone. StartEtcd brings it back.
+func (cp *ControlPlane) StopEtcd() {
+	cp.procMu.Lock()
+	defer cp.procMu.Unlock()
+	cp.etcd.stop()
+}
+
+// StartEtcd starts etcd again on its data dir and ports and waits until it
+// is healthy; it does nothing while it runs.
+func (cp *ControlPlane) StartEtcd() error {
+	return cp.restart(&cp.etcd, cp.etcdCmd, func() bool {
+		return httpGetOK(http.DefaultClient, cp.etcdURL+"/health", `"health":"true"`)
+	})
+}
+
+// restart starts *p's program (cmd) again when it has exited and waits
+// until ready.
+func (cp *ControlPlane) restart(p **proc, cmd []string, ready func() bool) error {
+	cp.procMu.Lock()
+	defer cp.procMu.Unlock()
+	select {
+	case <-(*p).exited:
+	default:
+		return nil
+	}
+	cp.restarts++
+	name := filepath.Base(cmd[0])
+	np, err := startProc(filepath.Join(cp.Dir, fmt.Sprintf("%s-%d.log", name, cp.restarts)), cmd[0], cmd[1:]...)
+	if err != nil {
+		return err
+	}
+	*p = np
+	if err := waitFor(60*time.Second, np, ready); err != nil {
+		return fmt.Errorf("testenv: %s did not become ready again: %w", name, err)
 	}
 	return nil
 }
@@ -400,16 +424,18 @@ func startControlPlane(bins BinaryPaths, o ControlPlaneOptions) (_ *ControlPlane
 
 	etcdURL := "http://127.0.0.1:" + strconv.Itoa(etcdPort)
 	peerURL := "http://127.0.0.1:" + strconv.Itoa(peerPort)
-	cp.etcd, err = startProc(filepath.Join(dir, "etcd.log"), bins.Etcd,
+	cp.etcdCmd = []string{bins.Etcd,
 		"--name=testenv",
-		"--data-dir="+filepath.Join(dir, "etcd"),
-		"--listen-client-urls="+etcdURL,
-		"--advertise-client-urls="+etcdURL,
-		"--listen-peer-urls="+peerURL,
-		"--initial-advertise-peer-urls="+peerURL,
-		"--initial-cluster=testenv="+peerURL,
+		"--data-dir=" + filepath.Join(dir, "etcd"),
+		"--listen-client-urls=" + etcdURL,
+		"--advertise-client-urls=" + etcdURL,
+		"--listen-peer-urls=" + peerURL,
+		"--initial-advertise-peer-urls=" + peerURL,
+		"--initial-cluster=testenv=" + peerURL,
 		"--logger=zap", "--log-outputs=stderr",
-	)
+	}
+	cp.etcdURL = etcdURL
+	cp.etcd, err = startProc(filepath.Join(dir, "etcd.log"), cp.etcdCmd[0], cp.etcdCmd[1:]...)
 	if err != nil {
 		return nil, err
 	}
