@@ -135,14 +135,14 @@ func (m *statusMonitor) observe(u bus.Update[schemas.PodStatusRecord]) {
 }
 
 // TestFaults kills each daemon in turn, then the bus, then everything at
-// once, then wipes the bus's store, while pods run and more are being
+// once, restarts containerd, then wipes the bus's store, while pods run and more are being
 // created; after each fault every pod must reach Running with no container
 // restarted, no status regressed and no duplicate sandbox.
 func TestFaults(t *testing.T) {
 	running, creating := faultSizes()
 	// Every fault adds pods and none go: room for all of them (the long
 	// suite holds 230, past the default maxPods of 110).
-	faultCount := len(bus.Daemons) + 3
+	faultCount := len(bus.Daemons) + 4
 	n := newNode(t, nodeOptions{Node: fmt.Sprintf("  maxPods: %d\n", running+creating*faultCount)})
 	names := map[string]bool{}
 	add := func(k int, prefix string) {
@@ -250,6 +250,13 @@ func TestFaults(t *testing.T) {
 	faults = append(faults,
 		fault{"bus", func() { kill("bus") }},
 		fault{"all", func() { kill("bus", bus.Sources, bus.Admission, bus.Runtime, bus.Prober, bus.Status, bus.GC) }},
+		// containerd restarted under the node (its shims and containers
+		// keep running): CRI and the event stream come back.
+		fault{"containerd", func() {
+			if err := ctrd.Restart(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}},
 		fault{"wipe", func() {
 			n.Stop()
 			if err := os.RemoveAll(filepath.Join(n.StateDir, "bus")); err != nil {
@@ -270,7 +277,7 @@ func TestFaults(t *testing.T) {
 		f.apply()
 		waitConverged("after killing " + f.name)
 		took := time.Since(start)
-		report = append(report, fmt.Sprintf("%-9s converged in %s", f.name, took.Round(10*time.Millisecond)))
+		report = append(report, fmt.Sprintf("%-10s converged in %s", f.name, took.Round(10*time.Millisecond)))
 		now := criView(t)
 		for uid, b := range baseline {
 			if b.containerID == "" {

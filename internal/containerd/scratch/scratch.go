@@ -251,6 +251,25 @@ func Start(opts Options) (_ *Containerd, err error) {
 	return c, nil
 }
 
+// Restart stops containerd, whose shims and containers keep running, and
+// starts it again on the same root, state, socket and config: a runtime
+// restarted under a node, as an operator or a package upgrade does it.
+func (c *Containerd) Restart(ctx context.Context) error {
+	if c.proc == nil {
+		return errors.New("scratch: containerd was never started")
+	}
+	cfg := c.proc.Config()
+	if err := c.proc.Stop(); err != nil {
+		return fmt.Errorf("scratch: restart: %w", err)
+	}
+	p, err := containerd.Start(ctx, cfg, c.LogFile)
+	if err != nil {
+		return fmt.Errorf("scratch: restart: %w", err)
+	}
+	c.proc = p
+	return nil
+}
+
 // Pid is the containerd process's id (0 before start), e.g. to kill it in a
 // test of what survives a runtime crash.
 func (c *Containerd) Pid() int {
