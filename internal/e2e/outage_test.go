@@ -2,7 +2,9 @@ package e2e_test
 
 import (
 	"context"
+	"net/url"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -39,8 +41,25 @@ func TestAPIServerOutage(t *testing.T) {
 	}{
 		{"kube-apiserver stopped", cp.StopAPIServer, cp.StartAPIServer},
 		{"etcd stopped", cp.StopEtcd, cp.StartEtcd},
+		// The node cut off: packets to kube-apiserver dropped, so
+		// connections hang (watches included) rather than fail.
+		{"packets to kube-apiserver dropped", func() { apiserverDrop(t, "-I") }, func() error { apiserverDrop(t, "-D"); return nil }},
 	} {
 		t.Run(tc.name, func(t *testing.T) { outage(t, tc.name, tc.stop, tc.start) })
+	}
+}
+
+// apiserverDrop inserts (-I) or deletes (-D) the iptables rule that drops
+// every packet to kube-apiserver's port on loopback.
+func apiserverDrop(t *testing.T, op string) {
+	u, err := url.Parse(cp.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"-w", op, "OUTPUT", "-p", "tcp", "-d", u.Hostname(), "--dport", u.Port(),
+		"-m", "comment", "--comment", "nodelet-e2e-outage", "-j", "DROP"}
+	if out, err := exec.Command("iptables", args...).CombinedOutput(); err != nil && op == "-I" {
+		t.Fatalf("iptables %v: %v\n%s", args, err, out)
 	}
 }
 
