@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/nodelet/nodelet/internal/version"
 )
 
 // Markdown is docs/kubelet-compat.md, made from Table and NodeFlags (the
@@ -35,8 +37,9 @@ func Markdown() string {
 	b.WriteString("field or flag, all of them at once), or **accepted** (log detail only: taken with a warning). The mapped configuration\n")
 	b.WriteString("is written to `<root-dir>/nodelet.yaml` (only the keys that differ from nodelet's defaults; `--root-dir` is nodelet's\n")
 	b.WriteString("state directory, `/var/lib/kubelet` by default), loaded back with nodelet's own loader and validation, and nodelet\n")
-	b.WriteString("becomes `nodelet up --config <root-dir>/nodelet.yaml`. `--version` prints `Kubernetes <nodelet's version>`, the\n")
-	b.WriteString("version nodelet reports as the Node's kubeletVersion.\n\n")
+	b.WriteString("becomes `nodelet up --config <root-dir>/nodelet.yaml`. `--version` prints `Kubernetes " + version.Kubernetes + "+nodelet.<nodelet's\n")
+	b.WriteString("version>` as the kubelet prints its version (kubeadm's preflight parses it and checks its skew), and nodelet reports the\n")
+	b.WriteString("same as the Node's kubeletVersion (internal/version.Kubelet).\n\n")
 	fmt.Fprintf(&b, "KubeletConfiguration: %d entries, %d honoured, %d refused, %d accepted. Flags: %d of the kubelet's own, %d that set a field.\n\n",
 		len(Table), count(Honoured), count(Refused), count(Accepted), len(NodeFlags), len(configFlagFields()))
 	b.WriteString("## The kubelet's own flags\n\n| Flag | Status | nodelet key | Note |\n|---|---|---|---|\n")

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nodelet/nodelet/internal/config"
+	"github.com/nodelet/nodelet/internal/version"
 )
 
 // load runs Load and Map on args (with root, a fresh --root-dir, added).
@@ -210,7 +211,7 @@ func TestMainStartsSupervisor(t *testing.T) {
 		t.Errorf("wrote defaults:\n%s", c2)
 	}
 	var out bytes.Buffer
-	if code := Main([]string{"--version"}, Options{Stdout: &out, Stderr: &stderr}); code != 0 || !strings.HasPrefix(out.String(), "Kubernetes v") {
+	if code := Main([]string{"--version"}, Options{Stdout: &out, Stderr: &stderr}); code != 0 || out.String() != "Kubernetes "+version.Kubelet()+"\n" {
 		t.Errorf("--version: %d %q", code, out.String())
 	}
 }

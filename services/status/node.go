@@ -179,7 +179,7 @@ func SetNodeStatus(node *corev1.Node, in NodeInputs) ([]nodeEvent, error) {
 	if in.RuntimeVersion == "" {
 		node.Status.NodeInfo.ContainerRuntimeVersion = "Unknown"
 	}
-	node.Status.NodeInfo.KubeletVersion = version.Version
+	node.Status.NodeInfo.KubeletVersion = version.Kubelet()
 	node.Status.NodeInfo.KubeProxyVersion = ""
 	node.Status.NodeInfo.OperatingSystem = goruntime.GOOS
 	node.Status.NodeInfo.Architecture = goruntime.GOARCH

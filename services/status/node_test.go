@@ -103,7 +103,7 @@ func TestSetNodeStatus(t *testing.T) {
 		check: func(t *testing.T, n *corev1.Node, _ []nodeEvent) {
 			ni := n.Status.NodeInfo
 			expect(t, ni.ContainerRuntimeVersion, "containerd://1.6.20", "runtime version")
-			expect(t, ni.KubeletVersion, version.Version, "kubelet version")
+			expect(t, ni.KubeletVersion, version.Kubelet(), "kubelet version")
 			expect(t, ni.MachineID, "m1", "machineID")
 			expect(t, ni.BootID, "b1", "bootID")
 			expect(t, ni.KernelVersion, "6.1.0", "kernel")
