@@ -521,13 +521,15 @@ func shareSocket(t *testing.T, path string, gid int) {
 }
 
 // sweepNspawnDirs removes the state and log dirs of earlier runs of
-// TestUnitsUnderSystemd whose test binary died before its cleanup (the
-// pid in the name is gone).
+// TestUnitsUnderSystemd and TestKubeadmJoin whose test binary died before
+// its cleanup (the pid in the name is gone).
 func sweepNspawnDirs() {
-	for _, pat := range []string{"/var/lib/nodelet-nspawn-*", "/var/log/nodelet-nspawn-*-pods"} {
+	for _, pat := range []string{"/var/lib/nodelet-nspawn-*", "/var/log/nodelet-nspawn-*-pods",
+		"/var/lib/nodelet-kubeadm-*", "/var/log/nodelet-kubeadm-*-pods"} {
 		dirs, _ := filepath.Glob(pat)
 		for _, d := range dirs {
-			pid, err := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(filepath.Base(d), "nodelet-nspawn-"), "-pods"))
+			base := strings.TrimPrefix(strings.TrimPrefix(filepath.Base(d), "nodelet-nspawn-"), "nodelet-kubeadm-")
+			pid, err := strconv.Atoi(strings.TrimSuffix(base, "-pods"))
 			if err != nil || pid == os.Getpid() {
 				continue
 			}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/nodelet/nodelet/internal/version"
 )
 
 // Markdown is docs/kubelet-compat.md, made from Table and NodeFlags (the
@@ -39,10 +41,9 @@ func Markdown() string {
 	b.WriteString("field or flag, all of them at once), or **accepted** (log detail only: taken with a warning). The mapped configuration\n")
 	b.WriteString("is written to `<root-dir>/nodelet.yaml` (only the keys that differ from nodelet's defaults; `--root-dir` is nodelet's\n")
 	b.WriteString("state directory, `/var/lib/kubelet` by default), loaded back with nodelet's own loader and validation, and nodelet\n")
-	b.WriteString("becomes `nodelet up --config <root-dir>/nodelet.yaml`. `--version` prints `Kubernetes v1.37.2+nodelet.<nodelet's\n")
-	b.WriteString("version>`, the version nodelet reports as the Node's kubeletVersion: the Kubernetes release it implements, with its own\n")
-	b.WriteString("version as semver build metadata (as distributions do: v1.30.2+k3s1), so version-skew checks such as kubeadm's see a\n")
-	b.WriteString("kubelet of that release.\n\n")
+	b.WriteString("becomes `nodelet up --config <root-dir>/nodelet.yaml`. `--version` prints `Kubernetes " + version.Kubernetes + "+nodelet.<nodelet's\n")
+	b.WriteString("version>` as the kubelet prints its version (kubeadm's preflight parses it and checks its skew), and nodelet reports the\n")
+	b.WriteString("same as the Node's kubeletVersion (internal/version.Kubelet).\n\n")
 	fmt.Fprintf(&b, "KubeletConfiguration: %d entries, %d honoured, %d refused, %d accepted. Flags: %d of the kubelet's own, %d that set a field.\n\n",
 		len(Table), count(Honoured), count(Refused), count(Accepted), len(NodeFlags), len(configFlagFields()))
 	b.WriteString("## The kubelet's own flags\n\n| Flag | Status | nodelet key | Note |\n|---|---|---|---|\n")

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	libcgroups "github.com/opencontainers/cgroups"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
@@ -340,8 +341,19 @@ var Table = []Field{
 	h("containerRuntimeEndpoint", "runtime.endpoint", "", func(k *kconf, c *config.Config) error { c.Runtime.Endpoint = k.ContainerRuntimeEndpoint; return nil }),
 	h("imageServiceEndpoint", "runtime.imageEndpoint", "", func(k *kconf, c *config.Config) error { c.Runtime.ImageEndpoint = k.ImageServiceEndpoint; return nil }),
 	r("userNamespaces", "nodelet uses the runtime's ID range for user namespaces"),
-	r("failCgroupV1", "nodelet needs cgroup v2 either way"),
+	// The kubelet's own check, not a setting: validateKubeletOSConfiguration
+	// (pkg/kubelet/apis/config/validation/validation_linux.go).
+	h("failCgroupV1", "", "the kubelet's check: true (its default since v1.35) refuses to start on a cgroup v1 host, with the kubelet's message; false runs there (nodelet runs on cgroup v1 and v2 alike)", func(k *kconf, c *config.Config) error {
+		if ptr.Deref(k.FailCgroupV1, true) && cgroupV1Host() {
+			return fmt.Errorf("KubeletConfiguration failCgroupV1 is true (the default): kubelet is configured to not run on a host using cgroup v1. cgroup v1 support is unsupported and will be removed in a future release")
+		}
+		return nil
+	}),
 }
+
+// cgroupV1Host says this host mounts cgroup v1 (not the unified
+// hierarchy alone), as the kubelet asks libcontainer; a variable for tests.
+var cgroupV1Host = func() bool { return !libcgroups.IsCgroup2UnifiedMode() }
 
 // imagePulls maps serializeImagePulls and maxParallelImagePulls together.
 func imagePulls(k *kconf, c *config.Config) error {

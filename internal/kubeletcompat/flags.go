@@ -110,7 +110,7 @@ func (f *Flags) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&f.ContainerRuntime, "container-runtime", f.ContainerRuntime, `removed from the kubelet in v1.27; "remote" only, ignored`)
 	fs.MarkDeprecated("container-runtime", removedFlags["container-runtime"])
 
-	fs.Var(&f.Version, "version", "print the version (Kubernetes v1.37.2+nodelet.<nodelet's version>) and exit; --version=raw for more")
+	fs.Var(&f.Version, "version", "print the version as the kubelet does (Kubernetes v1.37.2+nodelet.<nodelet's version>) and exit; --version=raw for more")
 	fs.Lookup("version").NoOptDefVal = "true"
 	fs.BoolVarP(&f.Help, "help", "h", false, "help for kubelet")
 }

@@ -215,3 +215,34 @@ func TestMainStartsSupervisor(t *testing.T) {
 		t.Errorf("--version: %d %q", code, out.String())
 	}
 }
+
+// failCgroupV1 is the kubelet's check: true, its default, refuses a
+// cgroup v1 host with the kubelet's message; false runs there; a cgroup
+// v2 host runs either way.
+func TestFailCgroupV1(t *testing.T) {
+	defer func(f func() bool) { cgroupV1Host = f }(cgroupV1Host)
+	for _, tc := range []struct {
+		v1      bool
+		args    []string
+		refused bool
+	}{
+		{v1: true, refused: true},
+		{v1: true, args: []string{"--fail-cgroupv1=false"}},
+		{v1: false},
+		{v1: false, args: []string{"--fail-cgroupv1=true"}},
+	} {
+		cgroupV1Host = func() bool { return tc.v1 }
+		config := write(t, t.TempDir(), "config.yaml", header)
+		_, _, err := load(t, append([]string{"--config", config}, tc.args...)...)
+		if tc.refused != (err != nil) || err != nil && !strings.Contains(err.Error(), "failCgroupV1") {
+			t.Errorf("cgroup v1 host %v, %v: %v", tc.v1, tc.args, err)
+		}
+	}
+}
+
+// TestMain runs the package's tests as on a cgroup v2 host, whatever this
+// one mounts, but where a test says otherwise.
+func TestMain(m *testing.M) {
+	cgroupV1Host = func() bool { return false }
+	os.Exit(m.Run())
+}

@@ -128,7 +128,7 @@ var NodeFlags = []FlagEntry{
 		}
 		return nil
 	}},
-	{Name: "version", Class: Honoured, Note: "prints Kubernetes v1.37.2+nodelet.<nodelet's version>, the Kubernetes release nodelet implements with its own version as build metadata (as the Node's kubeletVersion), so kubeadm's version checks pass; --version=raw: more; exits"},
+	{Name: "version", Class: Honoured, Note: "prints Kubernetes v1.37.2+nodelet.<nodelet's version> (the Kubernetes version whose kubelet nodelet follows, nodelet's as build metadata; the Node's kubeletVersion too) and exits; --version=raw: more"},
 	{Name: "help", Class: Honoured, Note: "prints the flags and exits"},
 }
 

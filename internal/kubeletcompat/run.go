@@ -49,9 +49,11 @@ func Main(args []string, o Options) int {
 		fmt.Fprintf(o.Stdout, "nodelet kubelet runs nodelet from the kubelet's command line and KubeletConfiguration (docs/kubelet-compat.md).\n\nUsage:\n  kubelet [flags]\n\nFlags:\n%s", l.Set.FlagUsagesWrapped(100))
 		return 0
 	case l.Flags.Version == "raw":
-		fmt.Fprintf(o.Stdout, "version.Info{GitVersion:%q, Kubernetes:%q, Nodelet:%q}\n", version.Kubelet(), version.Kubernetes(), version.Version)
+		fmt.Fprintf(o.Stdout, "version.Info{GitVersion:%q, Nodelet:%q}\n", version.Kubelet(), version.Version)
 		return 0
 	case l.Flags.Version == "true":
+		// The kubelet's verflag.PrintAndExitIfRequested: "Kubernetes
+		// <GitVersion>", which kubeadm's KubeletVersionCheck parses.
 		fmt.Fprintf(o.Stdout, "Kubernetes %s\n", version.Kubelet())
 		return 0
 	}

@@ -297,7 +297,13 @@ func nsPIDIsOne(pid int) bool {
 // Run runs a command inside the machine (every namespace of its PID 1) and
 // returns its combined output.
 func (m *Machine) Run(args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	return m.RunFor(60*time.Second, args...)
+}
+
+// RunFor is Run with a timeout other than a minute (kubeadm join waits
+// up to minutes for the kubelet).
+func (m *Machine) RunFor(timeout time.Duration, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, "nsenter", append([]string{"-a", "-t", strconv.Itoa(m.Leader), "--"}, args...)...).CombinedOutput()
 	return string(out), err

@@ -3,8 +3,9 @@
 // Package tools keeps what `go test -c k8s.io/kubernetes/test/e2e` needs in
 // this module's go.mod and go.sum: the packages of the suite's e2e_test.go,
 // which `go mod tidy` would otherwise drop (tests of dependencies are not
-// part of the module graph), kube-proxy's (IPVS and nftables modes), which
-// no other built command imports, and etcd's server, whose command
+// part of the module graph), kube-proxy's (IPVS and nftables modes) and
+// kubeadm's (the kubeadm join test), which no other built command imports,
+// and etcd's server, whose command
 // (go.etcd.io/etcd/server/v3) is the e2e etcd image's stand-in. Never built.
 package tools
 
@@ -13,6 +14,7 @@ import (
 	_ "go.etcd.io/etcd/server/v3/etcdmain"
 	_ "go.yaml.in/yaml/v2"
 	_ "k8s.io/kubernetes/cmd/kube-proxy"
+	_ "k8s.io/kubernetes/cmd/kubeadm"
 	_ "k8s.io/kubernetes/test/conformance/testdata"
 	_ "k8s.io/kubernetes/test/e2e/apimachinery"
 	_ "k8s.io/kubernetes/test/e2e/apps"
