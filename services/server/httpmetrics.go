@@ -84,7 +84,10 @@ func (m *httpMetrics) instrument(serverType string, next http.Handler) http.Hand
 		inflight := m.inflight.WithLabelValues(lv...)
 		inflight.Inc()
 		defer inflight.Dec()
-		defer func(start time.Time) { m.duration.WithLabelValues(lv...).Observe(time.Since(start).Seconds()) }(time.Now())
+		// The series exists from the request's start, so the first scrape
+		// of /metrics already has the family.
+		duration := m.duration.WithLabelValues(lv...)
+		defer func(start time.Time) { duration.Observe(time.Since(start).Seconds()) }(time.Now())
 		next.ServeHTTP(w, r)
 	})
 }

@@ -48,7 +48,10 @@ type metricsAPI struct {
 // series of several daemons summed (summedGatherers).
 func (s *metricsAPI) metricsHandler() http.Handler {
 	own := prometheus.NewRegistry()
-	own.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	// The Go runtime's families as the kubelet's (component-base's legacy
+	// registry): every runtime/metrics one.
+	own.MustRegister(collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.MetricsAll)),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		volumeStatsCollector{stats: s.volumes, pod: s.pod})
 	own.MustRegister(s.http.collectors()...)
 	gatherers := summedGatherers{own, kubeletmetrics.Process()}
