@@ -26,9 +26,16 @@ type Clients struct {
 
 // Dial connects a daemon to the runtime its config names: runtime.endpoint,
 // runtime.imageEndpoint (empty: the runtime's), each call bounded by
-// runtime.runtimeRequestTimeout. Every daemon connects through it.
+// runtime.runtimeRequestTimeout. Every daemon connects through it, and
+// every call is counted in the process's kubelet_runtime_operations_*
+// (Instrument).
 func Dial(ctx context.Context, rc *config.RuntimeConfig) (*Clients, error) {
-	return Connect(ctx, rc.Endpoint, rc.ImageEndpoint, rc.RuntimeRequestTimeout)
+	c, err := Connect(ctx, rc.Endpoint, rc.ImageEndpoint, rc.RuntimeRequestTimeout)
+	if err != nil {
+		return nil, err
+	}
+	c.Runtime, c.Image = Instrument(c.Runtime, c.Image, processOps)
+	return c, nil
 }
 
 // Connect dials the runtime (and image) endpoint; an empty imageEndpoint is

@@ -28,6 +28,7 @@ import (
 	"github.com/nodelet/nodelet/internal/component"
 	"github.com/nodelet/nodelet/internal/config"
 	"github.com/nodelet/nodelet/internal/cri"
+	"github.com/nodelet/nodelet/internal/kubeletmetrics"
 	"github.com/nodelet/nodelet/internal/version"
 	"github.com/nodelet/nodelet/schemas"
 )
@@ -70,15 +71,17 @@ func (e *Env) SetMetrics(g prometheus.Gatherer) {
 	e.metrics = g
 }
 
-// Gather serves the metrics SetMetrics (or the Spec) gave, none before.
+// Gather serves the metrics SetMetrics (or the Spec) gave (none before)
+// and the process-wide kubelet families every daemon has
+// (kubeletmetrics.Process: the CRI operations and API requests it made).
 func (e *Env) Gather() ([]*dto.MetricFamily, error) {
 	e.mu.Lock()
 	g := e.metrics
 	e.mu.Unlock()
 	if g == nil {
-		return nil, nil
+		return kubeletmetrics.Process().Gather()
 	}
-	return g.Gather()
+	return prometheus.Gatherers{g, kubeletmetrics.Process()}.Gather()
 }
 
 // SetHealth changes what the daemon's heartbeats say: ready or not, and why.

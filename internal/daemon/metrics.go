@@ -8,7 +8,6 @@ import (
 	"net/http/pprof"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,6 +15,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/nodelet/nodelet/internal/kubeletmetrics"
 )
 
 // MetricsSocket is where a daemon serves its Prometheus metrics: a unix
@@ -98,11 +99,12 @@ func (r *RemoteGatherer) Gather() ([]*dto.MetricFamily, error) {
 	if err != nil {
 		return nil, fmt.Errorf("metrics from %s: %w", r.Socket, err)
 	}
-	// Only the daemon's own families: every process has go_* and
-	// process_* series, which would collide with the federator's own.
+	// The daemon's families (nodelet_* and the kubelet's it owns) without
+	// those of its process: every process has go_* and process_* series,
+	// which would collide with the federator's own.
 	out := make([]*dto.MetricFamily, 0, len(fams))
 	for name, f := range fams {
-		if strings.HasPrefix(name, "nodelet_") {
+		if !kubeletmetrics.ProcessLocal(name) {
 			out = append(out, f)
 		}
 	}

@@ -7,7 +7,9 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -22,6 +24,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodelet/nodelet/internal/kubeclient"
+	"github.com/nodelet/nodelet/internal/kubeletmetrics"
 	"github.com/nodelet/nodelet/internal/testenv"
 )
 
@@ -282,6 +285,21 @@ func TestTLSBootstrapRotation(t *testing.T) {
 	}
 	if approved() < 1 {
 		t.Fatal("serving certificate presented but no serving CSR approved")
+	}
+	// The certificate managers' families (the kubelet's, with rotation).
+	if n.ReadOnly != "" {
+		resp, err := http.Get("http://" + n.ReadOnly + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		fams := parseMetrics(t, string(body))
+		for _, name := range kubeletmetrics.RequiredWith["certificate rotation"] {
+			if fams[name] == nil {
+				t.Errorf("metrics has no %s", name)
+			}
+		}
 	}
 	sf, smode := pemCert(t, kubeclient.ServingCertPath(n.StateDir))
 	if sf.SerialNumber.Cmp(served.SerialNumber) != 0 || smode != 0o600 {

@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
+	"github.com/nodelet/nodelet/internal/kubeletmetrics"
 	"github.com/nodelet/nodelet/internal/supervisor"
 	"github.com/nodelet/nodelet/internal/testenv"
 )
@@ -361,13 +362,24 @@ func TestKubeletAPI(t *testing.T) {
 			out, _, code := kubectl(t, "", "get", "--raw", proxy+"/metrics/probes")
 			return code == 0 && hasSeries(parseMetrics(t, out), "prober_probe_total", probe)
 		})
-		// /metrics: every daemon's nodelet_* metrics.
+		// /metrics: every daemon's nodelet_* metrics and the kubelet's
+		// families (kubeletmetrics.Required) beside them.
 		fams = parseMetrics(t, mustKubectl(t, "", "get", "--raw", proxy+"/metrics"))
-		for _, name := range []string{"nodelet_running_pods", "nodelet_prober_probe_total", "go_goroutines"} {
+		for _, name := range append([]string{"nodelet_running_pods", "nodelet_prober_probe_total", "go_goroutines"}, kubeletmetrics.Required...) {
 			if fams[name] == nil {
 				t.Errorf("metrics has no %s", name)
 			}
 		}
+		if !hasSeries(fams, "kubelet_running_containers", map[string]string{"container_state": "running"}) ||
+			!hasSeries(fams, "kubelet_node_name", map[string]string{"node": nodeName}) ||
+			!hasSeries(fams, "storage_operation_duration_seconds", map[string]string{"volume_plugin": "kubernetes.io/empty-dir", "operation_name": "volume_mount"}) {
+			t.Errorf("metrics lack the pod's kubelet series")
+		}
+		// The pod's emptyDir, measured by nodelet-runtime every minute.
+		waitTrue(t, 90*time.Second, "nodelet_pod_volume_stats_used_bytes of the emptyDir", func() bool {
+			out, _, code := kubectl(t, "", "get", "--raw", proxy+"/metrics")
+			return code == 0 && hasSeries(parseMetrics(t, out), "nodelet_pod_volume_stats_used_bytes", map[string]string{"namespace": ns, "pod": "srv", "volume": "data"})
+		})
 		// /runningpods/: the runtime's view.
 		var running corev1.PodList
 		if err := json.Unmarshal([]byte(mustKubectl(t, "", "get", "--raw", proxy+"/runningpods/")), &running); err != nil {

@@ -93,10 +93,12 @@ func newClientCertificateManager(ctx context.Context, certConfig, clientConfig *
 		BootstrapCertificatePEM: clientConfig.CertData,
 		BootstrapKeyPEM:         clientConfig.KeyData,
 		CertificateStore:        store,
+		CertificateRenewFailure: clientRenewErrors,
 		Ctx:                     &ctx,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("failed to initialize client certificate manager: %v", err)
 	}
+	registerClient(m)
 	return m, nil
 }

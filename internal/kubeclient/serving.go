@@ -38,16 +38,19 @@ func NewServingCertificateManager(ctx context.Context, client kubernetes.Interfa
 		return nil, fmt.Errorf("failed to initialize server certificate store: %v", err)
 	}
 	m, err := certificate.NewManager(&certificate.Config{
-		ClientsetFn:      func(*tls.Certificate) (kubernetes.Interface, error) { return client, nil },
-		GetTemplate:      newGetTemplateFn(cfg.Node.Name, getAddresses),
-		SignerName:       certificatesv1.KubeletServingSignerName,
-		GetUsages:        certificate.DefaultKubeletServingGetUsages,
-		CertificateStore: store,
-		Ctx:              &ctx,
+		ClientsetFn:             func(*tls.Certificate) (kubernetes.Interface, error) { return client, nil },
+		GetTemplate:             newGetTemplateFn(cfg.Node.Name, getAddresses),
+		SignerName:              certificatesv1.KubeletServingSignerName,
+		GetUsages:               certificate.DefaultKubeletServingGetUsages,
+		CertificateStore:        store,
+		CertificateRotation:     servingRotationAge,
+		CertificateRenewFailure: servingRenewErrors,
+		Ctx:                     &ctx,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("failed to initialize server certificate manager: %v", err)
 	}
+	registerServing(m)
 	return m, nil
 }
 

@@ -410,6 +410,7 @@ func (m *evictionManager) evictPod(ctx context.Context, pod *corev1.Pod, grace *
 	}
 	m.events.podEvent(pod, corev1.EventTypeWarning, EvictionReason, message)
 	evictionsTotal.WithLabelValues(signal).Inc()
+	kubeletEvictions.WithLabelValues(signal).Inc()
 	m.log.Info("Eviction manager: pod is evicted successfully", "pod", podutil.Ref(pod.Namespace, pod.Name), "podUID", pod.UID, "message", message)
 	return true
 }

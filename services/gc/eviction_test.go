@@ -92,6 +92,7 @@ func TestEvictionWithRealThresholds(t *testing.T) {
 				return fileSize(pb.logDir+"/app/0.log") > 0
 			})
 			evictedBefore := counterValue(evictionsTotal.WithLabelValues(tc.signal))
+			kubeletBefore := counterValue(kubeletEvictions.WithLabelValues(tc.signal))
 			evicted, err := g.eviction.synchronize(testCtx(t))
 			if err != nil {
 				t.Fatal(err)
@@ -126,6 +127,9 @@ func TestEvictionWithRealThresholds(t *testing.T) {
 			}
 			if ev, _, _ := bus.Get[schemas.PodEviction](testCtx(t), e.runtime, bus.BucketEvictions, string(gu.UID)); ev != nil {
 				t.Errorf("the Guaranteed pod was evicted: %+v", ev)
+			}
+			if got := counterValue(kubeletEvictions.WithLabelValues(tc.signal)) - kubeletBefore; got != 1 {
+				t.Errorf("kubelet_evictions{eviction_signal=%q} grew by %v, want 1", tc.signal, got)
 			}
 			if got := counterValue(evictionsTotal.WithLabelValues(tc.signal)) - evictedBefore; got != 1 {
 				t.Errorf("nodelet_evictions{%s} grew by %v, want 1", tc.signal, got)

@@ -398,6 +398,7 @@ func (ig *imageGC) freeImage(ctx context.Context, img imageEvictionInfo, reason 
 	removedTotal.WithLabelValues(objImage).Inc()
 	reclaimedBytes.WithLabelValues(objImage).Add(float64(img.size))
 	imagesCollected.WithLabelValues(reason).Inc()
+	kubeletImagesCollected.WithLabelValues(reason).Inc()
 	res.Removed = append(res.Removed, img.id)
 	res.Freed += img.size
 	return nil

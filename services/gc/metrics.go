@@ -2,6 +2,8 @@ package gc
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nodelet/nodelet/internal/kubeletmetrics"
 )
 
 // Metrics of nodelet-gc, in their own registry so that the process serving
@@ -57,6 +59,16 @@ var (
 		Name: "nodelet_eviction_signal_available",
 		Help: "The last observed value of each eviction signal.",
 	}, []string{"signal"})
+
+	// The kubelet's names of the same facts (pkg/kubelet/metrics Evictions
+	// and ImageGarbageCollectedTotal). kubelet_evictions has a series at 0
+	// for every signal nodelet-gc evicts on from the start (the kubelet's
+	// appears at the first eviction), so that alerts on its rate work on a
+	// node that never evicted.
+	kubeletEvictions = kubeletmetrics.CounterVec("kubelet_evictions",
+		"Cumulative number of pod evictions by eviction signal", "eviction_signal")
+	kubeletImagesCollected = kubeletmetrics.CounterVec("kubelet_image_garbage_collected_total",
+		"Total number of images garbage collected by the kubelet, whether through disk usage or image age.", "reason")
 )
 
 // Reasons of nodelet_image_garbage_collected_total, as the kubelet's.
@@ -77,7 +89,12 @@ const (
 
 func init() {
 	registry.MustRegister(removedTotal, reclaimedBytes, passDuration, passFailures,
-		imagesCollected, logRotations, evictionsTotal, nodePressure, signalAvailable)
+		imagesCollected, logRotations, evictionsTotal, nodePressure, signalAvailable,
+		kubeletEvictions, kubeletImagesCollected)
+	for _, s := range []string{SignalMemoryAvailable, SignalNodeFsAvailable, SignalNodeFsInodesFree,
+		SignalImageFsAvailable, SignalImageFsInodesFree, SignalPIDAvailable} {
+		kubeletEvictions.WithLabelValues(s)
+	}
 }
 
 // Gatherer returns nodelet-gc's metrics.

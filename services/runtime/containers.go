@@ -244,7 +244,13 @@ func (m *Daemon) startContainer(ctx context.Context, pod *corev1.Pod, ts contain
 		if err := mkdirAll(filepath.Join(sbConfig.LogDirectory, c.Name), 0o755); err != nil {
 			return "", m.configError(event, err)
 		}
+		// The kubelet's startContainer counts every container it creates,
+		// and every create or start that fails by its gRPC code.
+		m.metrics.startedContainers.WithLabelValues(containerType(ts.Kind)).Inc()
 		id, err = m.rs.CreateContainer(ctx, sb.ID, cfg, sbConfig)
+		if err != nil {
+			m.metrics.containersErrors.WithLabelValues(containerType(ts.Kind), grpcCode(err).String()).Inc()
+		}
 		if err == nil {
 			err = m.stopSignals.checkStopSignal(ctx, c, id)
 		}
@@ -255,6 +261,7 @@ func (m *Daemon) startContainer(ctx context.Context, pod *corev1.Pod, ts contain
 		event(corev1.EventTypeNormal, "Created", "Created container: "+c.Name)
 	}
 	if err := m.rs.StartContainer(ctx, id); err != nil {
+		m.metrics.containersErrors.WithLabelValues(containerType(ts.Kind), grpcCode(err).String()).Inc()
 		if strings.Contains(err.Error(), "already in starting state") {
 			// A start asked for by a killed nodelet-runtime is still under
 			// way: wait for it.

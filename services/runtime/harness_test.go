@@ -167,7 +167,8 @@ func newHarness(t *testing.T, ho harnessOptions) *harness {
 // start runs a Daemon in this process until the test ends (or stop).
 func (h *harness) start(opt func(*Options)) {
 	h.t.Helper()
-	clients, err := cri.Connect(h.ctx, h.cfg.Runtime.EndpointURL(), "", h.cfg.Runtime.RuntimeRequestTimeout)
+	// As the daemon dials: every call counted (kubelet_runtime_operations_*).
+	clients, err := cri.Dial(h.ctx, &h.cfg.Runtime)
 	if err != nil {
 		h.t.Fatal(err)
 	}

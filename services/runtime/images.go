@@ -47,6 +47,9 @@ type imagePuller struct {
 
 	mu       sync.Mutex
 	inflight map[string]*pullCall
+	// pulled records a successful pull: its size, and how long it took
+	// from asking, the wait for a pull slot included (nil: nothing).
+	pulled func(size uint64, took time.Duration)
 }
 
 type pullCall struct {
@@ -185,6 +188,9 @@ func (p *imagePuller) pull(ctx context.Context, spec *runtimeapi.ImageSpec, auth
 	if call.err == nil {
 		if st, err := p.is.ImageStatus(ctx, spec, false); err == nil && st.GetImage() != nil {
 			call.size = st.Image.Size
+		}
+		if p.pulled != nil {
+			p.pulled(call.size, call.waited+call.pulling)
 		}
 	}
 	return call

@@ -28,6 +28,8 @@ type pleg struct {
 	view     plegLister
 	store    knownPods
 	observed knownPods
+	// metrics records each relist (nil: none).
+	metrics *metrics
 	// workers are woken for pods that changed (set by Daemon.Run).
 	workers plegWorkers
 
@@ -88,7 +90,9 @@ func (g *pleg) relistLoop(ctx context.Context) {
 	pending := map[string]time.Time{}
 	var retry <-chan time.Time
 	retryDelay := exitRetryMin
+	var prevStart time.Time
 	for {
+		start := g.clock.Now()
 		timeout := g.cfg.RuntimeRequestTimeout
 		if timeout <= 0 {
 			timeout = 2 * time.Minute
@@ -96,6 +100,10 @@ func (g *pleg) relistLoop(ctx context.Context) {
 		lctx, cancel := context.WithTimeout(ctx, timeout)
 		pods, err := g.view.all(lctx)
 		cancel()
+		if g.metrics != nil {
+			g.metrics.relisted(start, prevStart, g.clock.Now())
+		}
+		prevStart = start
 		switch {
 		case err != nil && ctx.Err() == nil:
 			if !failing {

@@ -95,8 +95,13 @@
 // pods on the pod network wait with reason NetworkNotReady, and host
 // network pods still run.
 //
-// Metrics: pod start and CRI operation durations are not recorded yet
-// (nodelet-server serves /metrics; the Pulled event carries pull times).
+// # Metrics
+//
+// The kubelet's families of the PLEG, the pod workers, sandbox, container
+// and image starts, running pods and containers and volume operations
+// (metrics.go), and every CRI call (kubelet_runtime_operations_*,
+// internal/cri), served on the daemon's metrics socket for
+// nodelet-server's /metrics (docs/metrics.md).
 package runtime
 
 import (
@@ -150,6 +155,8 @@ func Run(ctx context.Context, env *daemon.Env) error {
 	if err != nil {
 		return err
 	}
+	// nodelet-server federates these into the node's /metrics.
+	env.SetMetrics(m.Gatherer())
 	return m.Run(ctx)
 }
 
@@ -268,6 +275,8 @@ type Daemon struct {
 	volumeReports *volumeReporter
 	// resyncPeriod: Options.ResyncPeriod.
 	resyncPeriod time.Duration
+	// metrics are the kubelet's families nodelet-runtime owns (metrics.go).
+	metrics *metrics
 }
 
 // runtimeInfo names the container runtime.
@@ -355,6 +364,8 @@ func New(opts Options) (*Daemon, error) {
 	}
 	// The parts, wired to what each needs of the others.
 	m.observed = newObservedWriter(opts.Bus, m.log)
+	m.metrics = newMetrics(m.observed)
+	m.images.pulled = m.metrics.imagePulled
 	if m.resources, err = newPodResources(cfg, m.log, m.clock, m.rs, capacity, m.store, m.observed, m.view, m.event); err != nil {
 		return nil, fmt.Errorf("runtime.cgroupRoot: %w", err)
 	}
@@ -362,6 +373,7 @@ func New(opts Options) (*Daemon, error) {
 	m.killer = newPodKiller(cfg, m.log, m.clock, m.rs, m.hooks, m.volumes, m.resources, m.event)
 	m.stopSignals.rs, m.stopSignals.log = m.rs, m.log
 	m.pleg = newPLEG(&cfg.Runtime, m.log, m.clock, m.rs, m.view, m.store, m.observed)
+	m.pleg.metrics = m.metrics
 	m.store.bus, m.store.log, m.store.observed, m.store.pleg = opts.Bus, m.log, m.observed, m.pleg
 	m.network = newNetworkState(m, opts.NodePodCIDR)
 	return m, nil
@@ -397,7 +409,7 @@ func (m *Daemon) Run(ctx context.Context) error {
 		}
 		return fmt.Errorf("load observed state: %w", err)
 	}
-	m.workers = newPodWorkers(ctx, m.clock, m.syncPod)
+	m.workers = newPodWorkers(ctx, m.clock, m.timedSyncPod)
 	m.store.workers = m.workers
 
 	var wg sync.WaitGroup

@@ -120,7 +120,13 @@ func (m *Daemon) createSandbox(ctx context.Context, pod *corev1.Pod, attempt uin
 	started := time.Now()
 	id, err := m.rs.RunPodSandbox(ctx, cfg, handler)
 	took := time.Since(started)
+	// The kubelet's createPodSandbox and SyncPod: one started pod per
+	// sandbox asked for, its duration and errors by handler.
+	m.metrics.startedPods.Inc()
+	m.metrics.sandboxDuration.WithLabelValues(handler).Observe(took.Seconds())
 	if err != nil {
+		m.metrics.startedPodsErrors.Inc()
+		m.metrics.sandboxErrors.WithLabelValues(handler).Inc()
 		return "", cfg, took, err
 	}
 	return id, cfg, took, nil

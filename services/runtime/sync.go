@@ -151,6 +151,7 @@ func (m *Daemon) forgetPod(uid string) {
 	m.backoff.Forget(uid + "_")
 	m.images.forgetPod(uid)
 	m.store.forget(uid)
+	m.metrics.forget(uid)
 }
 
 // syncTerminating kills what still runs of the pod and stops its

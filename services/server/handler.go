@@ -38,7 +38,7 @@ func (s *Daemon) Handler() http.Handler {
 	mux.HandleFunc("POST /checkpoint/{podNamespace}/{podID}/{containerName}", func(w http.ResponseWriter, r *http.Request) {
 		writeErrorString(w, http.StatusNotImplemented, "checkpointing containers is not implemented by nodelet")
 	})
-	return s.auth.withAuth(s.limited(mux))
+	return s.metrics.http.instrument("readwrite", s.auth.withAuth(s.limited(mux)))
 }
 
 // readOnlyHandler serves the read-only port (server.readOnlyPort): the
@@ -47,7 +47,7 @@ func (s *Daemon) Handler() http.Handler {
 func (s *Daemon) readOnlyHandler() http.Handler {
 	mux := http.NewServeMux()
 	s.readOnlyRoutes(mux)
-	return s.limited(mux)
+	return s.metrics.http.instrument("readonly", s.limited(mux))
 }
 
 // readOnlyRoutes are the kubelet's InstallAuthNotRequiredHandlers (and

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
+	corev1 "k8s.io/api/core/v1"
 	internalapi "k8s.io/cri-api/pkg/apis"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
@@ -21,6 +22,7 @@ import (
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/internal/daemon"
 	"github.com/nodelet/nodelet/internal/hostinfo"
+	"github.com/nodelet/nodelet/internal/kubeletmetrics"
 	"github.com/nodelet/nodelet/internal/version"
 	"github.com/nodelet/nodelet/schemas"
 )
@@ -31,19 +33,28 @@ import (
 type metricsAPI struct {
 	stateDir string // where the daemons' metrics sockets are
 	volumes  func() *schemas.PodVolumeStats
+	// pod is the desired pod of a UID (nil: none).
+	pod      func(uid string) *corev1.Pod
 	cadvisor *criInfoProvider
+	http     *httpMetrics
 }
 
-// metricsHandler is the node's /metrics: nodelet-server's own process
-// metrics, the claims' volume stats (nodelet_volume_stats_*, from what
-// nodelet-runtime measured) and every other daemon's nodelet_* metrics,
-// read from their metrics sockets (a daemon that is down contributes
-// nothing).
+// metricsHandler is the node's /metrics: nodelet-server's own families
+// (its process, its HTTP requests, the volumes' stats from what
+// nodelet-runtime measured: kubelet_volume_stats_* and
+// nodelet_volume_stats_* of the claims, nodelet_pod_volume_stats_* of
+// every volume) and every other daemon's families, read from their
+// metrics sockets (a daemon that is down contributes nothing), the same
+// series of several daemons summed (summedGatherers).
 func (s *metricsAPI) metricsHandler() http.Handler {
 	own := prometheus.NewRegistry()
-	own.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		volumeStatsCollector{stats: s.volumes})
-	gatherers := prometheus.Gatherers{own}
+	// The Go runtime's families as the kubelet's (component-base's legacy
+	// registry): every runtime/metrics one.
+	own.MustRegister(collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.MetricsAll)),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		volumeStatsCollector{stats: s.volumes, pod: s.pod})
+	own.MustRegister(s.http.collectors()...)
+	gatherers := summedGatherers{own, kubeletmetrics.Process()}
 	for _, c := range bus.Daemons {
 		if c != bus.KubeletServer {
 			gatherers = append(gatherers, daemon.NewRemoteGatherer(s.stateDir, c))

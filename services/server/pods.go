@@ -25,6 +25,13 @@ func newPodIndex() *podIndex {
 	return &podIndex{byKey: map[string]*corev1.Pod{}, byName: map[string]*corev1.Pod{}, synced: make(chan struct{})}
 }
 
+// byUID is the desired pod of uid, nil when there is none.
+func (p *podIndex) byUID(uid string) *corev1.Pod {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.byKey[uid]
+}
+
 // mirror keeps the index from the desired bucket (bus.Mirror re-establishes
 // a lost watch and reports the outage).
 func (p *podIndex) mirror(c *bus.Conn) bus.Runner {

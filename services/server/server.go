@@ -179,7 +179,8 @@ func New(o Options) (*Daemon, error) {
 		staleAfter: o.Config.Status.HeartbeatStaleAfter, daemons: o.Daemons, bus: o.Bus,
 		view: s.view, pods: s.pods, stats: s.stats, machine: s.machineInfo, rt: o.CRI.Runtime,
 		systemLogs: o.Config.Server.EnableSystemLogHandler, logDir: o.SystemLogDir}
-	s.metrics = &metricsAPI{stateDir: o.Config.Node.StateDir, volumes: s.view.volumeStats,
+	s.metrics = &metricsAPI{stateDir: o.Config.Node.StateDir, volumes: s.view.volumeStats, http: newHTTPMetrics(),
+		pod:      s.pods.byUID,
 		cadvisor: &criInfoProvider{machine: s.machineInfo, stats: s.stats, rt: o.CRI.Runtime}}
 	s.streams = &streamer{log: o.Log, pods: s.pods, rt: o.CRI.Runtime}
 	s.logs = &containerLogs{log: o.Log, pods: s.pods, rt: o.CRI.Runtime}

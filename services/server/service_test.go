@@ -327,6 +327,10 @@ func TestPodsAndFederatedMetrics(t *testing.T) {
 	if _, ok := fams["go_goroutines"]; !ok {
 		t.Error("/metrics has no go_goroutines")
 	}
+	// The /pods requests above, as the kubelet's server counts them.
+	if v, ok := series(fams, "kubelet_http_requests_total", map[string]string{"method": "GET", "path": "pods"}); !ok || v < 1 {
+		t.Errorf("/metrics kubelet_http_requests_total{GET,pods} = %v %v", v, ok)
+	}
 	fams = ts.metrics("/metrics/probes")
 	if v, ok := series(fams, "prober_probe_total", map[string]string{"probe_type": "Readiness", "result": "successful",
 		"container": "app", "pod": "web", "namespace": "default", "pod_uid": "uid-web"}); !ok || v != 4 {

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/nodelet/nodelet/internal/cri"
 	"github.com/nodelet/nodelet/internal/testenv"
 	"github.com/nodelet/nodelet/schemas"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // The volume stats nodelet-runtime publishes reach /stats/summary as the
@@ -50,6 +52,11 @@ func TestVolumeStatsInSummaryAndMetrics(t *testing.T) {
 		},
 		Ephemeral: map[string]statsapi.FsStats{uid: {UsedBytes: u(3<<20 + 4096), InodesUsed: u(5)}},
 	}
+	// The pod is desired: its volumes are named in nodelet_pod_volume_stats_*.
+	desired := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: uid}}
+	if _, err := ts.b.Connect(bus.Sources).Put(ctx, bus.BucketDesired, uid, &schemas.PodDesired{Pod: desired, Source: schemas.SourceAPI}); err != nil {
+		t.Fatal(err)
+	}
 	runtime := ts.b.Connect(bus.Runtime)
 	if _, err := runtime.Put(ctx, bus.BucketRuntime, bus.KeyVolumeStats, rec); err != nil {
 		t.Fatal(err)
@@ -79,18 +86,32 @@ func TestVolumeStatsInSummaryAndMetrics(t *testing.T) {
 		t.Errorf("ephemeral storage %+v, want %d bytes used (writable layer, log, emptyDir and /etc/hosts)", e, wantUsed)
 	}
 
-	fams := ts.metrics("/metrics")
+	var fams map[string]*dto.MetricFamily
+	waitFor(t, 10*time.Second, "the pod desired: its volumes in nodelet_pod_volume_stats_*", func() bool {
+		fams = ts.metrics("/metrics")
+		return len(fams["nodelet_pod_volume_stats_used_bytes"].GetMetric()) == 3
+	})
 	labels := map[string]string{"namespace": ns, "persistentvolumeclaim": "data"}
-	for name, want := range map[string]float64{
-		"nodelet_volume_stats_capacity_bytes": 1 << 30, "nodelet_volume_stats_available_bytes": 1<<30 - 5<<20,
-		"nodelet_volume_stats_used_bytes": 5 << 20, "nodelet_volume_stats_inodes": 1000,
-		"nodelet_volume_stats_inodes_free": 993, "nodelet_volume_stats_inodes_used": 7,
-	} {
-		if v, ok := series(fams, name, labels); !ok || v != want {
-			t.Errorf("%s%v = %v %v, want %v", name, labels, v, ok, want)
+	for _, prefix := range []string{"kubelet_volume_stats_", "nodelet_volume_stats_"} {
+		for name, want := range map[string]float64{
+			"capacity_bytes": 1 << 30, "available_bytes": 1<<30 - 5<<20, "used_bytes": 5 << 20,
+			"inodes": 1000, "inodes_free": 993, "inodes_used": 7,
+		} {
+			name = prefix + name
+			if v, ok := series(fams, name, labels); !ok || v != want {
+				t.Errorf("%s%v = %v %v, want %v", name, labels, v, ok, want)
+			}
+			if n := len(fams[name].GetMetric()); n != 1 {
+				t.Errorf("%s: %d series, want one for the claim", name, n)
+			}
 		}
-		if n := len(fams[name].GetMetric()); n != 1 {
-			t.Errorf("%s: %d series, want one for the claim", name, n)
+	}
+	// Every volume of the desired pod, the emptyDir-like "cache" included;
+	// the other pod is not desired.
+	for vol, want := range map[string]float64{"cache": 3 << 20, "data": 5 << 20, "token": 4096} {
+		l := map[string]string{"namespace": ns, "pod": name, "volume": vol}
+		if v, ok := series(fams, "nodelet_pod_volume_stats_used_bytes", l); !ok || v != want {
+			t.Errorf("nodelet_pod_volume_stats_used_bytes%v = %v %v, want %v", l, v, ok, want)
 		}
 	}
 }

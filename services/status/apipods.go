@@ -272,6 +272,7 @@ func (a *apiSync) patchStatus(ctx context.Context, pod *corev1.Pod, status corev
 		return pod, fmt.Errorf("patch status: %w", err)
 	}
 	a.s.metrics.statusSyncDuration.Observe(time.Since(start).Seconds())
+	a.s.kubelet.statusSync.Observe(time.Since(start).Seconds())
 	a.s.log.Debug("Patched pod status", "pod", podutil.PodRef(pod), "podUID", pod.UID, "phase", merged.Phase)
 	a.mu.Lock()
 	a.latest[updated.UID] = updated

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/internal/tools/podtable"
@@ -186,6 +187,7 @@ func TestBusMetrics(t *testing.T) {
 	h := newHarness(t)
 	s := h.start(nil)
 	pod := apiPod("default", "m", "uid-m", "a", "b")
+	pod.CreationTimestamp = metav1.NewTime(time.Now().Add(-time.Second))
 	h.desire(pod, schemas.SourceAPI)
 	h.admit(pod)
 	h.observe(pod, runningObserved(pod, "10.88.0.3", 1))
@@ -195,7 +197,12 @@ func TestBusMetrics(t *testing.T) {
 		return strings.Contains(m, "nodelet_pod_start_duration_seconds_count 1") &&
 			strings.Contains(m, "nodelet_running_pods 1") &&
 			strings.Contains(m, `nodelet_running_containers{container_state="running"} 2`) &&
-			strings.Contains(m, `nodelet_pod_worker_duration_seconds_count{operation_type="create"}`)
+			strings.Contains(m, `nodelet_pod_worker_duration_seconds_count{operation_type="create"}`) &&
+			// The kubelet's names of the same facts.
+			strings.Contains(m, "kubelet_pod_start_duration_seconds_count 1") &&
+			strings.Contains(m, "kubelet_pod_start_total_duration_seconds_count 1") &&
+			strings.Contains(m, "kubelet_pod_start_sli_duration_seconds_count 1") &&
+			strings.Contains(m, `kubelet_node_name{node="node-1"} 1`)
 	})
 }
 

@@ -62,10 +62,12 @@ type Daemon struct {
 	hostname string
 	hostIPs  []string
 
-	st       *store
-	statusW  *bus.Writer
-	nodeW    *bus.Writer
-	metrics  *metrics
+	st      *store
+	statusW *bus.Writer
+	nodeW   *bus.Writer
+	metrics *metrics
+	// kubelet are the kubelet's families of the same facts.
+	kubelet  *kubeletMetrics
 	registry *prometheus.Registry
 	machine  *hostinfo.Machine
 	machineF MachineInfoFunc
@@ -103,6 +105,7 @@ func New(o Options) (*Daemon, error) {
 		s.hostname = s.nodeName
 	}
 	s.metrics = newMetrics(s.registry, s.st)
+	s.kubelet = newKubeletMetrics(s.registry, s.nodeName)
 	s.statusW = bus.NewWriter(o.Bus, bus.BucketStatus, func() error {
 		s.st.mu.Lock()
 		s.st.markAllDirty()

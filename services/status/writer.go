@@ -125,8 +125,11 @@ func (s *Daemon) syncPodStatus(ctx context.Context, uid string) error {
 		op = "update"
 	}
 	s.metrics.podWorkerDuration.WithLabelValues(op).Observe(s.clock.Since(start).Seconds())
-	if allContainersRunning(in.Pod, &st) && (old == nil || !allContainersRunning(in.Pod, &old.Status)) && !firstSeen.IsZero() {
-		s.metrics.podStartDuration.Observe(s.clock.Since(firstSeen).Seconds())
+	if allContainersRunning(in.Pod, &st) && (old == nil || !allContainersRunning(in.Pod, &old.Status)) {
+		if !firstSeen.IsZero() {
+			s.metrics.podStartDuration.Observe(s.clock.Since(firstSeen).Seconds())
+		}
+		s.kubelet.started(in.Pod, &st, firstSeen, s.clock.Now())
 	}
 	if wrote {
 		s.log.Debug("Wrote pod status", "pod", podutil.PodRef(in.Pod), "podUID", uid, "phase", st.Phase)

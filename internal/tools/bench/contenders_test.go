@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodelet/nodelet/internal/kubeletmetrics"
 	"github.com/nodelet/nodelet/internal/testenv"
 )
 
@@ -70,6 +71,11 @@ func measureSmall(t *testing.T, kubelet string, idle time.Duration) *Result {
 	return res
 }
 
+// minCoveragePercent is the share of the kubelet's metric families on
+// the bench's static pods that nodelet's /metrics must have: the figure
+// of docs/metrics.md, rounded down.
+const minCoveragePercent = 69
+
 // nodelet, the floor and a real kubelet each run the burst on one
 // containerd; both agents' exit → status latency and memory at rest are
 // measured.
@@ -96,6 +102,21 @@ func TestMeasureBesideKubelet(t *testing.T) {
 		}
 		if s.Idle == nil || s.Idle.PSS == 0 || s.Idle.RSS < s.Idle.PSS {
 			t.Errorf("%s: idle memory %+v", c, s.Idle)
+		}
+	}
+	// The coverage step: the kubelet's families on the same static pods,
+	// and which of them nodelet's /metrics has (docs/metrics.md).
+	c := res.Coverage()
+	if c == nil || c.Kubelet < 50 {
+		t.Fatalf("metric family coverage %+v: want both agents' families scraped", c)
+	}
+	t.Logf("metric family coverage: %s", c.missingLine())
+	if 100*c.Present < minCoveragePercent*c.Kubelet {
+		t.Errorf("nodelet has %s of the kubelet's metric families, below the %d%% docs/metrics.md gives", c, minCoveragePercent)
+	}
+	for _, name := range kubeletmetrics.Required {
+		if slices.Contains(c.Missing, name) {
+			t.Errorf("the kubelet has %s on the bench's static pods; nodelet has not", name)
 		}
 	}
 	if m := find(res.Summaries, Kubelet, 0, 2).Idle.ByProcess; m["kubelet"].RSS == 0 {

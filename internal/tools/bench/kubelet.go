@@ -231,6 +231,8 @@ func (b *bencher) runKubelet(ctx context.Context, n, round int, idle time.Durati
 		cpu1, _ := ReadCPU(cmd.Process.Pid)
 		run.Agent = &AgentCost{CPU: Dur(cpu1.Total() - cpu0.Total()), PeakRSS: peak, CPUByProcess: map[string]Dur{"kubelet": Dur(cpu1.Total() - cpu0.Total())}}
 		run.Runtime = &RuntimeCost{CPU: Dur(b.runtimeCPU() - rt0)}
+		// The coverage step, after the costs were taken.
+		run.MetricFamilies, err = metricFamilies(bctx, addr)
 		var started map[string]time.Time
 		if started, err = b.cri.startedAt(ctx, ids); err == nil {
 			for pod := range want {

@@ -173,6 +173,10 @@ func (b *bencher) nodeletBurst(ctx context.Context, nd *node, run *Run, idle tim
 	tEnd := time.Now()
 	run.Agent = &AgentCost{PeakRSS: sampler.Stop(), CPUByProcess: map[string]Dur{}, HWMSum: MemoryOf(pidList).HWM}
 	run.Runtime = &RuntimeCost{CPU: Dur(b.runtimeCPU() - rt0)}
+	// The coverage step, after the costs were taken.
+	if run.MetricFamilies, err = metricFamilies(bctx, nd.readOnly); err != nil {
+		return err
+	}
 	for name, pid := range pids {
 		c, err := ReadCPU(pid)
 		if err != nil {

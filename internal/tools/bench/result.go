@@ -74,8 +74,11 @@ type Run struct {
 	Timelines []Timeline `json:"timelines,omitempty"`
 	// Leftovers counts sandboxes of an earlier round that had to be removed
 	// before this one (0 when every teardown finished).
-	Leftovers int    `json:"leftovers,omitempty"`
-	Error     string `json:"error,omitempty"`
+	Leftovers int `json:"leftovers,omitempty"`
+	// MetricFamilies are the agent's /metrics families once its pods ran
+	// (agents only; the coverage step).
+	MetricFamilies []string `json:"metricFamilies,omitempty"`
+	Error          string   `json:"error,omitempty"`
 }
 
 // AgentCost is what the agent's own processes (supervisor, bus, six

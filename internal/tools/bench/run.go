@@ -232,6 +232,9 @@ runs:
 	res.Summaries = Summarize(res.Runs, o.Tolerance)
 	res.Recommendation = Recommend(res.Summaries)
 	res.Notes = append(res.Notes, breakdownNotes(res.Summaries)...)
+	if c := res.Coverage(); c != nil {
+		res.Notes = append(res.Notes, c.missingLine())
+	}
 	if !o.Timelines {
 		for i := range res.Runs {
 			res.Runs[i].Timelines = nil

@@ -106,7 +106,12 @@ func (r *reconciler) setup(ctx context.Context, pod *corev1.Pod) (map[string]str
 				continue
 			}
 		}
+		_, wasMounted := p.mounted[v.Name]
+		started := time.Now()
 		path, err := r.plugins.setupVolume(ctx, pod, v)
+		if !wasMounted {
+			recordStorageOperation(pluginName(v), "volume_mount", started, err)
+		}
 		var pe *processError
 		var ae *attachError
 		switch {
@@ -176,7 +181,8 @@ func (r *reconciler) reportOnce(pod *corev1.Pod, p *podVolumes, key, reason stri
 }
 
 // teardown is Manager.Teardown.
-func (r *reconciler) teardown(ctx context.Context, uid string) error {
+func (r *reconciler) teardown(ctx context.Context, uid string) (err error) {
+	defer func(start time.Time) { recordStorageOperation("", "volume_unmount", start, err) }(time.Now())
 	if p := r.pods.untrack(types.UID(uid)); p != nil {
 		// Wait for a refresh under way.
 		p.mu.Lock()
