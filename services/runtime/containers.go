@@ -190,12 +190,12 @@ func (m *Daemon) startContainer(ctx context.Context, pod *corev1.Pod, ts contain
 					Message: fmt.Sprintf("back-off %v restarting failed container=%s pod=%s", of, c.Name, podString(pod))}
 			}
 		}
-		auths, secretErr := pullSecretAuths(ctx, m.objects, pod, c.Image)
+		secrets, secretErr := pullSecrets(ctx, m.objects, pod)
 		if secretErr != nil {
-			m.log.Warn("Image pull secrets", "pod", podRef(pod), "podUID", pod.UID, "err", secretErr)
+			m.log.Warn("Unable to retrieve pull secret, the image pull may not succeed", "pod", podRef(pod), "podUID", pod.UID, "err", secretErr)
 			event(corev1.EventTypeWarning, "FailedToRetrieveImagePullSecret", secretErr.Error())
 		}
-		imageRef, img, werr := m.images.ensure(ctx, pod, c, auths, sbConfig, event)
+		imageRef, img, werr := m.images.ensure(ctx, pod, c, secrets, sbConfig, event)
 		if werr != nil {
 			return "", werr
 		}
