@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/nodelet/nodelet/internal/config"
 	"github.com/nodelet/nodelet/internal/pullmanager"
 	"github.com/nodelet/nodelet/internal/testenv"
 	"github.com/nodelet/nodelet/schemas"
@@ -201,4 +202,30 @@ func TestEnsureSecretPulledImages(t *testing.T) {
 	anyone := inNamespace("never-verify", "team-b", corev1.PullNever, "")
 	h.run(anyone)
 	h.waitObserved(anyone, 2*time.Minute, "running under NeverVerify", func(o *schemas.PodObserved) bool { return running(o, "app") })
+}
+
+// A credential-provider configuration the kubelet would refuse stops
+// nodelet-runtime with an error naming the key.
+func TestImageCredentialsConfigErrors(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders: []\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		config, binDir, errContains string
+	}{
+		{bad, dir, "at least 1 item in plugins is required"},
+		{filepath.Join(dir, "absent.yaml"), dir, "unable to access path"},
+		{bad, filepath.Join(dir, "absent"), "plugin binary directory " + filepath.Join(dir, "absent") + " did not exist"},
+	} {
+		cfg := config.Defaults()
+		cfg.Node.StateDir = t.TempDir()
+		cfg.Runtime.ImageCredentialProviderConfig, cfg.Runtime.ImageCredentialProviderBinDir = tc.config, tc.binDir
+		_, _, err := imageCredentials(cfg, nil, nil)
+		if err == nil || !strings.Contains(err.Error(), "runtime.imageCredentialProviderConfig: Failed to register CRI auth plugins") ||
+			!strings.Contains(err.Error(), tc.errContains) {
+			t.Errorf("%s: %v, want %q", tc.config, err, tc.errContains)
+		}
+	}
 }
