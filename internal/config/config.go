@@ -209,6 +209,26 @@ type RuntimeConfig struct {
 	// default profile (RuntimeDefault) instead of Unconfined (KubeletConfiguration
 	// seccompDefault). Default: false.
 	SeccompDefault bool `mapstructure:"seccompDefault"`
+	// ImageCredentialProviderConfig is a CredentialProviderConfig file
+	// (kubelet.config.k8s.io), or a directory of them merged in lexical order,
+	// naming the exec credential-provider plugins that give image pulls
+	// credentials (kubelet --image-credential-provider-config); set with
+	// imageCredentialProviderBinDir. Default: "" (no plugins).
+	ImageCredentialProviderConfig string `mapstructure:"imageCredentialProviderConfig"`
+	// ImageCredentialProviderBinDir holds the plugins' executables, each named
+	// as its provider (kubelet --image-credential-provider-bin-dir). Default: "".
+	ImageCredentialProviderBinDir string `mapstructure:"imageCredentialProviderBinDir"`
+	// ImagePullCredentialsVerificationPolicy says when a pod may use an image
+	// already on the node without credentials that could pull it
+	// (KubeletConfiguration imagePullCredentialsVerificationPolicy): NeverVerify,
+	// NeverVerifyPreloadedImages (images nodelet did not pull), NeverVerifyAllowlistedImages
+	// (those of preloadedImagesVerificationAllowlist) or AlwaysVerify.
+	// Default: NeverVerifyPreloadedImages.
+	ImagePullCredentialsVerificationPolicy string `mapstructure:"imagePullCredentialsVerificationPolicy"`
+	// PreloadedImagesVerificationAllowlist names the images (no tag or digest;
+	// "<prefix>/*" for all under it) that NeverVerifyAllowlistedImages lets any pod
+	// use (KubeletConfiguration preloadedImagesVerificationAllowlist). Default: none.
+	PreloadedImagesVerificationAllowlist []string `mapstructure:"preloadedImagesVerificationAllowlist"`
 	// SyncFrequency is the longest a configMap, secret, downwardAPI or projected volume goes without being rewritten from its sources (Watch rewrites on every change at once), and the TTL of the Cache strategy. Default: 1m.
 	SyncFrequency time.Duration `mapstructure:"syncFrequency"`
 }

@@ -138,6 +138,12 @@ func TestFileErrorsNameTheKey(t *testing.T) {
 		{"two identities", "node:\n  kubeconfig: /k\nsources:\n  kubeconfig: /other\n", "sources.kubeconfig: \"/other\" differs from node.kubeconfig"},
 		{"bad TLS version", "server:\n  tlsMinVersion: TLS1.2\n", `server.tlsMinVersion: "TLS1.2" is not one of VersionTLS10, VersionTLS11, VersionTLS12, VersionTLS13`},
 		{"unknown cipher suite", "server:\n  tlsCipherSuites: [TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256, TLS_NULL]\n", `server.tlsCipherSuites: "TLS_NULL" is no cipher suite`},
+		{"credential provider config without bin dir", "runtime:\n  imageCredentialProviderConfig: /etc/cp.yaml\n", "runtime.imageCredentialProviderBinDir: must be set with runtime.imageCredentialProviderConfig"},
+		{"credential provider bin dir without config", "runtime:\n  imageCredentialProviderBinDir: /usr/libexec/cp\n", "runtime.imageCredentialProviderConfig: must be set with runtime.imageCredentialProviderBinDir"},
+		{"relative credential provider config", "runtime:\n  imageCredentialProviderConfig: cp.yaml\n  imageCredentialProviderBinDir: /b\n", `runtime.imageCredentialProviderConfig: "cp.yaml" must be an absolute path`},
+		{"unknown verification policy", "runtime:\n  imagePullCredentialsVerificationPolicy: Sometimes\n", `runtime.imagePullCredentialsVerificationPolicy: "Sometimes": valid options are NeverVerify`},
+		{"allowlist with another policy", "runtime:\n  preloadedImagesVerificationAllowlist: [reg.io/x]\n", "runtime.preloadedImagesVerificationAllowlist: can't be set if runtime.imagePullCredentialsVerificationPolicy is not NeverVerifyAllowlistedImages"},
+		{"allowlist with a tag", "runtime:\n  imagePullCredentialsVerificationPolicy: NeverVerifyAllowlistedImages\n  preloadedImagesVerificationAllowlist: [reg.io/x:1]\n", "runtime.preloadedImagesVerificationAllowlist: invalid image pattern: neither tag nor digest is accepted"},
 		{"cipher suites with TLS 1.3", "server:\n  tlsMinVersion: VersionTLS13\n  tlsCipherSuites: [TLS_AES_128_GCM_SHA256]\n", "server.tlsCipherSuites: must be empty with server.tlsMinVersion VersionTLS13"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

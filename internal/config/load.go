@@ -78,6 +78,7 @@ func Defaults() *Config {
 			ConfigMapAndSecretChangeDetectionStrategy: "Watch",
 			AllowHostPathForStaticPods:                true,
 			SyncFrequency:                             time.Minute,
+			ImagePullCredentialsVerificationPolicy:    "NeverVerifyPreloadedImages",
 		},
 		Sources: SourcesConfig{
 			FileCheckFrequency: 20 * time.Second,

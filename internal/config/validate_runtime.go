@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+
+	"github.com/nodelet/nodelet/internal/pullmanager"
 )
 
 // Validate checks the runtime section and returns its first problem as an
@@ -92,5 +94,37 @@ func (r *RuntimeConfig) Validate() error {
 			return &Error{Key: "runtime.configMapAndSecretChangeDetectionStrategy", Problem: fmt.Sprintf("%q must be Watch, Cache or Get", r.ConfigMapAndSecretChangeDetectionStrategy)}
 		},
 		func() error { return positiveDur("runtime.syncFrequency", r.SyncFrequency) },
+		r.validateImageCredentials,
 	)
+}
+
+// validateImageCredentials checks the credential-provider paths (the
+// kubelet registers plugins when either is set and stops when one is
+// missing) and the verification policy as the kubelet's
+// ValidateKubeletConfiguration does.
+func (r *RuntimeConfig) validateImageCredentials() error {
+	if err := absPath("runtime.imageCredentialProviderConfig", r.ImageCredentialProviderConfig, true); err != nil {
+		return err
+	}
+	if err := absPath("runtime.imageCredentialProviderBinDir", r.ImageCredentialProviderBinDir, true); err != nil {
+		return err
+	}
+	switch {
+	case r.ImageCredentialProviderConfig != "" && r.ImageCredentialProviderBinDir == "":
+		return &Error{Key: "runtime.imageCredentialProviderBinDir", Problem: "must be set with runtime.imageCredentialProviderConfig"}
+	case r.ImageCredentialProviderConfig == "" && r.ImageCredentialProviderBinDir != "":
+		return &Error{Key: "runtime.imageCredentialProviderConfig", Problem: "must be set with runtime.imageCredentialProviderBinDir"}
+	}
+	switch r.ImagePullCredentialsVerificationPolicy {
+	case "NeverVerify", "NeverVerifyPreloadedImages", "NeverVerifyAllowlistedImages", "AlwaysVerify":
+	default:
+		return &Error{Key: "runtime.imagePullCredentialsVerificationPolicy", Problem: fmt.Sprintf("%q: valid options are NeverVerify, NeverVerifyPreloadedImages, NeverVerifyAllowlistedImages or AlwaysVerify", r.ImagePullCredentialsVerificationPolicy)}
+	}
+	if len(r.PreloadedImagesVerificationAllowlist) > 0 && r.ImagePullCredentialsVerificationPolicy != "NeverVerifyAllowlistedImages" {
+		return &Error{Key: "runtime.preloadedImagesVerificationAllowlist", Problem: "can't be set if runtime.imagePullCredentialsVerificationPolicy is not NeverVerifyAllowlistedImages"}
+	}
+	if err := pullmanager.ValidateAllowlist(r.PreloadedImagesVerificationAllowlist); err != nil {
+		return &Error{Key: "runtime.preloadedImagesVerificationAllowlist", Problem: "invalid image pattern: " + err.Error()}
+	}
+	return nil
 }

@@ -126,8 +126,16 @@ var Table = []Field{
 	}),
 	r("registryPullQPS", "nodelet does not rate-limit image pulls (runtime.maxParallelImagePulls bounds them)"),
 	r("registryBurst", "nodelet does not rate-limit image pulls (runtime.maxParallelImagePulls bounds them)"),
-	r("imagePullCredentialsVerificationPolicy", "not yet (issue 36, item 5): nodelet uses an image on the node for any pod"),
-	r("preloadedImagesVerificationAllowlist", "not yet (issue 36, item 5)"),
+	h("imagePullCredentialsVerificationPolicy", "runtime.imagePullCredentialsVerificationPolicy", "ensure-secret-pulled-images, with the kubelet's pull records (under the root dir's image_manager/, as the kubelet's)", func(k *kconf, c *config.Config) error {
+		if k.ImagePullCredentialsVerificationPolicy != "" {
+			c.Runtime.ImagePullCredentialsVerificationPolicy = string(k.ImagePullCredentialsVerificationPolicy)
+		}
+		return nil
+	}),
+	h("preloadedImagesVerificationAllowlist", "runtime.preloadedImagesVerificationAllowlist", "", func(k *kconf, c *config.Config) error {
+		c.Runtime.PreloadedImagesVerificationAllowlist = k.PreloadedImagesVerificationAllowlist
+		return nil
+	}),
 	h("eventRecordQPS", "status.eventRecordQPS", "0 (no limit) is refused: nodelet's limit must be positive", func(k *kconf, c *config.Config) error {
 		if *k.EventRecordQPS == 0 {
 			return fmt.Errorf("eventRecordQPS: 0 (no limit) has no nodelet equivalent (status.eventRecordQPS must be positive)")

@@ -89,8 +89,8 @@ func (f *Flags) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&f.LockFile, "lock-file", f.LockFile, "refused: nodelet's daemons lock their own files")
 	fs.BoolVar(&f.ExitOnLockContention, "exit-on-lock-contention", f.ExitOnLockContention, "refused: nodelet's daemons lock their own files")
 	fs.StringVar(&f.RuntimeCgroups, "runtime-cgroups", f.RuntimeCgroups, "refused: nodelet does not move the runtime into a cgroup")
-	fs.StringVar(&f.ImageCredentialProviderConfig, "image-credential-provider-config", f.ImageCredentialProviderConfig, "refused: no credential-provider plugins yet")
-	fs.StringVar(&f.ImageCredentialProviderBinDir, "image-credential-provider-bin-dir", f.ImageCredentialProviderBinDir, "refused: no credential-provider plugins yet")
+	fs.StringVar(&f.ImageCredentialProviderConfig, "image-credential-provider-config", f.ImageCredentialProviderConfig, "a CredentialProviderConfig file or directory (runtime.imageCredentialProviderConfig)")
+	fs.StringVar(&f.ImageCredentialProviderBinDir, "image-credential-provider-bin-dir", f.ImageCredentialProviderBinDir, "the credential-provider plugins' directory (runtime.imageCredentialProviderBinDir)")
 	fs.DurationVar(&f.HousekeepingInterval, "housekeeping-interval", f.HousekeepingInterval, "cAdvisor's housekeeping interval: 10s only")
 
 	const gcDeprecated = "Use --eviction-hard or --eviction-soft instead. Will be removed in a future version."

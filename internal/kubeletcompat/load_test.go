@@ -246,3 +246,37 @@ func TestMain(m *testing.M) {
 	cgroupV1Host = func() bool { return false }
 	os.Exit(m.Run())
 }
+
+// The credential-provider flags and the ensure-secret-pulled-images fields
+// set their runtime keys; the kubelet 1.37 default policy is nodelet's, and
+// what the kubelet's validation refuses nodelet's refuses naming the key.
+func TestImageCredentialsMap(t *testing.T) {
+	dir := t.TempDir()
+	c, _, err := load(t, "--config", write(t, dir, "default.yaml", header),
+		"--image-credential-provider-config=/etc/kubernetes/credential-providers", "--image-credential-provider-bin-dir=/usr/libexec/kubernetes/kubelet-plugins/credential-provider/exec")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Runtime.ImageCredentialProviderConfig != "/etc/kubernetes/credential-providers" ||
+		c.Runtime.ImageCredentialProviderBinDir != "/usr/libexec/kubernetes/kubelet-plugins/credential-provider/exec" {
+		t.Errorf("credential provider keys %q %q", c.Runtime.ImageCredentialProviderConfig, c.Runtime.ImageCredentialProviderBinDir)
+	}
+	if c.Runtime.ImagePullCredentialsVerificationPolicy != "NeverVerifyPreloadedImages" || c.Runtime.Validate() != nil {
+		t.Errorf("default policy %q (%v)", c.Runtime.ImagePullCredentialsVerificationPolicy, c.Runtime.Validate())
+	}
+	c, _, err = load(t, "--config", write(t, dir, "allow.yaml", header+"imagePullCredentialsVerificationPolicy: NeverVerifyAllowlistedImages\npreloadedImagesVerificationAllowlist: [registry.k8s.io/pause, mirror.example/*]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Runtime.ImagePullCredentialsVerificationPolicy != "NeverVerifyAllowlistedImages" ||
+		strings.Join(c.Runtime.PreloadedImagesVerificationAllowlist, ",") != "registry.k8s.io/pause,mirror.example/*" || c.Runtime.Validate() != nil {
+		t.Errorf("allowlist %+v (%v)", c.Runtime, c.Runtime.Validate())
+	}
+	c, _, err = load(t, "--config", write(t, dir, "bad.yaml", header+"imagePullCredentialsVerificationPolicy: AlwaysVerify\npreloadedImagesVerificationAllowlist: [registry.k8s.io/pause]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Runtime.Validate(); err == nil || !strings.Contains(err.Error(), "runtime.preloadedImagesVerificationAllowlist: can't be set") {
+		t.Errorf("allowlist with AlwaysVerify: %v", err)
+	}
+}

@@ -104,8 +104,18 @@ var NodeFlags = []FlagEntry{
 	refusedWhenSet("lock-file", "nodelet's daemons lock their own files under the state directory", func(f *Flags) bool { return f.LockFile != "" }),
 	refusedWhenSet("exit-on-lock-contention", "nodelet's daemons lock their own files under the state directory", func(f *Flags) bool { return f.ExitOnLockContention }),
 	refusedWhenSet("runtime-cgroups", "nodelet does not move the container runtime into a cgroup", func(f *Flags) bool { return f.RuntimeCgroups != "" }),
-	refusedWhenSet("image-credential-provider-config", "no image credential-provider plugins yet (issue 36, item 5)", func(f *Flags) bool { return f.ImageCredentialProviderConfig != "" }),
-	refusedWhenSet("image-credential-provider-bin-dir", "no image credential-provider plugins yet (issue 36, item 5)", func(f *Flags) bool { return f.ImageCredentialProviderBinDir != "" }),
+	{Name: "image-credential-provider-config", Class: Honoured, Key: "runtime.imageCredentialProviderConfig", Note: "a file or a directory of them, as the kubelet's; no service-account token mode (tokenAttributes refused)",
+		apply: func(l *Loaded, c *config.Config) error {
+			p, err := filepath.Abs(l.Flags.ImageCredentialProviderConfig)
+			c.Runtime.ImageCredentialProviderConfig = p
+			return err
+		}},
+	{Name: "image-credential-provider-bin-dir", Class: Honoured, Key: "runtime.imageCredentialProviderBinDir",
+		apply: func(l *Loaded, c *config.Config) error {
+			p, err := filepath.Abs(l.Flags.ImageCredentialProviderBinDir)
+			c.Runtime.ImageCredentialProviderBinDir = p
+			return err
+		}},
 	refusedWhenSet("housekeeping-interval", "nodelet has no cAdvisor housekeeping to tune (only 10s, its default, is taken)", func(f *Flags) bool { return f.HousekeepingInterval != newFlags().HousekeepingInterval }),
 	{Name: "minimum-container-ttl-duration", Class: Honoured, Key: "gc.minAge", Note: "deprecated, as in the kubelet (the warning is the kubelet's)", apply: func(l *Loaded, c *config.Config) error {
 		c.GC.MinAge = l.Flags.MinimumContainerTTL

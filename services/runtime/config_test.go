@@ -332,46 +332,6 @@ func TestRunAsNonRoot(t *testing.T) {
 	}
 }
 
-func TestAuthsForImage(t *testing.T) {
-	secret := func(name, cfg string) *corev1.Secret {
-		s := &corev1.Secret{Type: corev1.SecretTypeDockerConfigJson, Data: map[string][]byte{corev1.DockerConfigJsonKey: []byte(cfg)}}
-		s.Name = name
-		return s
-	}
-	secrets := []*corev1.Secret{
-		secret("hub", `{"auths":{"https://index.docker.io/v1/":{"username":"hubuser","password":"p1"}}}`),
-		secret("local", `{"auths":{"127.0.0.1:5000":{"auth":"dXNlcjpwYXNz"},"127.0.0.1:5000/team":{"username":"team","password":"p2"}}}`),
-	}
-	for _, tc := range []struct {
-		image string
-		users []string
-	}{
-		{"busybox", []string{"hubuser"}},
-		{"docker.io/library/busybox:1", []string{"hubuser"}},
-		{"127.0.0.1:5000/team/app:1", []string{"team", "user"}},
-		{"127.0.0.1:5000/other/app:1", []string{"user"}},
-		{"quay.io/x/y", nil},
-	} {
-		auths, err := authsForImage(tc.image, secrets)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var users []string
-		for _, a := range auths {
-			users = append(users, a.Username)
-			if a.Username == "user" && a.Password != "pass" {
-				t.Errorf("auth field not decoded: %+v", a)
-			}
-		}
-		if !slices.Equal(users, tc.users) {
-			t.Errorf("%s: users %v, want %v", tc.image, users, tc.users)
-		}
-	}
-	if _, err := authsForImage("x", []*corev1.Secret{secret("broken", "{")}); err == nil || !strings.Contains(err.Error(), `secret "broken"`) {
-		t.Errorf("broken secret: %v", err)
-	}
-}
-
 func TestRestartCountFromLogDir(t *testing.T) {
 	dir := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(dir, "app"), 0o755); err != nil {

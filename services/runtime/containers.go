@@ -193,19 +193,16 @@ func (m *Daemon) startContainer(ctx context.Context, pod *corev1.Pod, ts contain
 					Message: fmt.Sprintf("back-off %v restarting failed container=%s pod=%s", of, c.Name, podString(pod))}
 			}
 		}
-		auths := func(image string) []*runtimeapi.AuthConfig {
-			a, err := pullSecretAuths(ctx, m.objects, pod, image)
-			if err != nil {
-				m.log.Warn("Image pull secrets", "pod", podRef(pod), "podUID", pod.UID, "err", err)
-				event(corev1.EventTypeWarning, "FailedToRetrieveImagePullSecret", err.Error())
-			}
-			return a
+		secrets, secretErr := pullSecrets(ctx, m.objects, pod)
+		if secretErr != nil {
+			m.log.Warn("Unable to retrieve pull secret, the image pull may not succeed", "pod", podRef(pod), "podUID", pod.UID, "err", secretErr)
+			event(corev1.EventTypeWarning, "FailedToRetrieveImagePullSecret", secretErr.Error())
 		}
-		imageRef, img, werr := m.images.ensure(ctx, pod, c, auths(c.Image), sbConfig, event)
+		imageRef, img, werr := m.images.ensure(ctx, pod, c, secrets, sbConfig, event)
 		if werr != nil {
 			return "", werr
 		}
-		imageVols, werr := m.images.volumes(ctx, pod, c, sbConfig, auths, event)
+		imageVols, werr := m.images.volumes(ctx, pod, c, sbConfig, secrets, event)
 		if werr != nil {
 			return "", werr
 		}

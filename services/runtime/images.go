@@ -3,16 +3,22 @@ package runtime
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	corev1 "k8s.io/api/core/v1"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	internalapi "k8s.io/cri-api/pkg/apis"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/clock"
 
+	"github.com/nodelet/nodelet/internal/config"
+	"github.com/nodelet/nodelet/internal/credentialprovider"
 	"github.com/nodelet/nodelet/internal/podutil"
+	"github.com/nodelet/nodelet/internal/pullmanager"
 )
 
 // Container waiting reasons of image problems, the kubelet's.
@@ -38,18 +44,35 @@ func (e *waitError) Error() string { return e.Reason + ": " + e.Message }
 // imagePuller is the kubelet's image manager: EnsureImageExists with the
 // pull policies, pull back-off per pod and image, at most one pull of an
 // image at a time however many pods want it, and at most maxParallel pulls
-// of different images.
+// of different images. Credentials come from the pod's pull secrets and
+// the node's keyring (credential-provider plugins); records says which
+// credentials pulled each image, and whether a pod may use one on the node
+// (ensure-secret-pulled-images).
 type imagePuller struct {
 	is      internalapi.ImageManagerService
 	clock   clock.Clock
 	backoff *backOff
 	sem     chan struct{}
+	// node is the node's keyring: the credential-provider plugins (nil:
+	// none).
+	node credentialprovider.Keyring
+	// records are the pull records (internal/pullmanager).
+	records pullRecords
 
 	mu       sync.Mutex
 	inflight map[string]*pullCall
 	// pulled records a successful pull: its size, and how long it took
 	// from asking, the wait for a pull slot included (nil: nothing).
 	pulled func(size uint64, took time.Duration)
+}
+
+// pullRecords is what the puller needs of the kubelet's image pull manager
+// (internal/pullmanager.Manager).
+type pullRecords interface {
+	RecordPullIntent(image string) error
+	RecordImagePulled(image, imageRef string, creds *pullmanager.Credentials)
+	RecordImagePullFailed(image string)
+	MustAttemptImagePull(image, imageRef string, getPodCredentials pullmanager.GetPodCredentials) (bool, error)
 }
 
 type pullCall struct {
@@ -59,18 +82,51 @@ type pullCall struct {
 	err     error
 	waited  time.Duration
 	pulling time.Duration
+	// used is the credential the pull succeeded with (nil: none needed).
+	used *credentialprovider.TrackedAuthConfig
 }
 
-func newImagePuller(is internalapi.ImageManagerService, clk clock.Clock, maxParallel int, maxBackOff time.Duration) *imagePuller {
+func newImagePuller(is internalapi.ImageManagerService, clk clock.Clock, maxParallel int, maxBackOff time.Duration,
+	node credentialprovider.Keyring, records pullRecords) *imagePuller {
 	if maxParallel <= 0 {
 		maxParallel = 1
 	}
 	return &imagePuller{
-		is: is, clock: clk,
+		is: is, clock: clk, node: node, records: records,
 		backoff:  newBackOff(clk, initialBackOff, maxBackOff),
 		sem:      make(chan struct{}, maxParallel),
 		inflight: map[string]*pullCall{},
 	}
+}
+
+// imageCredentials sets up what pulls need beyond CRI: the
+// credential-provider plugins of runtime.imageCredentialProviderConfig
+// (the kubelet's RegisterCredentialProviderPlugins; nil when unset) and
+// the pull records under <node.stateDir>/image_manager with the
+// verification policy (the kubelet's NewImagePullManager over its
+// FSPullRecordsAccessor). A bad plugin configuration is an error naming
+// the key.
+func imageCredentials(cfg *config.Config, is internalapi.ImageManagerService, log *slog.Logger) (credentialprovider.Keyring, *pullmanager.Manager, error) {
+	var node credentialprovider.Keyring
+	rc := &cfg.Runtime
+	if rc.ImageCredentialProviderConfig != "" || rc.ImageCredentialProviderBinDir != "" {
+		plugins, err := credentialprovider.NewPlugins(rc.ImageCredentialProviderConfig, rc.ImageCredentialProviderBinDir, log)
+		if err != nil {
+			return nil, nil, &config.Error{Key: "runtime.imageCredentialProviderConfig", Problem: "Failed to register CRI auth plugins: " + err.Error()}
+		}
+		node = plugins
+	}
+	policy, err := pullmanager.NewPolicy(rc.ImagePullCredentialsVerificationPolicy, rc.PreloadedImagesVerificationAllowlist)
+	if err != nil {
+		return nil, nil, &config.Error{Key: "runtime.imagePullCredentialsVerificationPolicy", Problem: err.Error()}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), rc.RuntimeRequestTimeout)
+	defer cancel()
+	records, err := pullmanager.New(ctx, filepath.Join(cfg.Node.StateDir, "image_manager"), policy, is, log)
+	if err != nil {
+		return nil, nil, fmt.Errorf("failed to set up the image pull records: %w", err)
+	}
+	return node, records, nil
 }
 
 // pullPolicy is c's policy, defaulted as the API server would.
@@ -81,11 +137,16 @@ func pullPolicy(c *corev1.Container) corev1.PullPolicy {
 	return podutil.DefaultPullPolicy(c.Image)
 }
 
-// ensure makes sure c's image is on the node and returns its image ID, or
-// the reason the container must wait. event reports Pulling, Pulled,
-// BackOff, Failed and ErrImageNeverPull as the kubelet does.
+// ensure makes sure c's image is on the node and may be used by pod, and
+// returns its image ID, or the reason the container must wait (the
+// kubelet's imageManager.EnsureImageExists). An image on the node is used
+// without a pull when the pull records say the pod's credentials could
+// pull it (or the verification policy needs no such proof); otherwise it
+// is pulled with them, or with Never refused as if absent, so that a pod
+// learns nothing of an image it may not pull. event reports Pulling,
+// Pulled, BackOff, Failed and ErrImageNeverPull as the kubelet does.
 func (p *imagePuller) ensure(ctx context.Context, pod *corev1.Pod, c *corev1.Container,
-	auths []*runtimeapi.AuthConfig, sandbox *runtimeapi.PodSandboxConfig,
+	secrets []corev1.Secret, sandbox *runtimeapi.PodSandboxConfig,
 	event func(typ, reason, msg string)) (string, *runtimeapi.Image, *waitError) {
 	image := c.Image
 	if _, err := name.ParseReference(image, name.WeakValidation); err != nil || image == "" {
@@ -95,22 +156,76 @@ func (p *imagePuller) ensure(ctx context.Context, pod *corev1.Pod, c *corev1.Con
 	}
 	policy := pullPolicy(c)
 	spec := &runtimeapi.ImageSpec{Image: image, UserSpecifiedImage: image}
-	st, err := p.is.ImageStatus(ctx, spec, false)
-	if err != nil {
-		msg := fmt.Sprintf("Failed to inspect image %q: %v", image, err)
-		event(corev1.EventTypeWarning, "InspectFailed", msg)
-		return "", nil, &waitError{Reason: reasonImageInspectError, Message: msg, Retry: 2 * time.Second}
+	var present *runtimeapi.Image
+	if policy != corev1.PullAlways {
+		st, err := p.is.ImageStatus(ctx, spec, false)
+		if err != nil {
+			msg := fmt.Sprintf("Failed to inspect image %q: %v", image, err)
+			event(corev1.EventTypeWarning, "InspectFailed", msg)
+			return "", nil, &waitError{Reason: reasonImageInspectError, Message: msg, Retry: 2 * time.Second}
+		}
+		present = st.GetImage()
 	}
-	present := st.GetImage() != nil
-	if present && policy != corev1.PullAlways {
-		event(corev1.EventTypeNormal, "Pulled", fmt.Sprintf("Container image %q already present on machine", image))
-		return st.Image.Id, st.Image, nil
-	}
-	if !present && policy == corev1.PullNever {
+	neverPull := func() (string, *runtimeapi.Image, *waitError) {
+		// The kubelet's imageNotPresentOnNeverPolicyError: the same words
+		// whether the image is absent or the pod may not use it.
 		msg := fmt.Sprintf("Container image %q is not present with pull policy of Never", image)
 		event(corev1.EventTypeWarning, reasonErrImageNeverPull, msg)
 		return "", nil, &waitError{Reason: reasonErrImageNeverPull, Message: msg}
 	}
+	if present == nil && policy == corev1.PullNever {
+		return neverPull()
+	}
+	// The credentials are looked up once, and only when needed (the
+	// kubelet's makeLookupPullCredentialsFunc).
+	lookup := sync.OnceValues(func() ([]credentialprovider.TrackedAuthConfig, error) {
+		return credentialprovider.Credentials(image, secrets, p.node)
+	})
+	if present != nil {
+		mustPull, err := p.records.MustAttemptImagePull(image, present.Id, func() ([]pullmanager.Secret, error) {
+			creds, err := lookup()
+			if err != nil {
+				return nil, err
+			}
+			return podSecretsOf(creds), nil
+		})
+		if err != nil {
+			return "", nil, &waitError{Reason: reasonErrImagePull, Message: err.Error(), Retry: time.Second}
+		}
+		if !mustPull {
+			event(corev1.EventTypeNormal, "Pulled", fmt.Sprintf("Container image %q already present on machine and can be accessed by the pod", image))
+			return present.Id, present, nil
+		}
+		if policy == corev1.PullNever {
+			return neverPull()
+		}
+	}
+	creds, err := lookup()
+	if err != nil {
+		return "", nil, &waitError{Reason: reasonErrImagePull, Message: err.Error(), Retry: time.Second}
+	}
+	return p.pullImage(ctx, pod, spec, creds, sandbox, event)
+}
+
+// pullImage is the kubelet's imageManager.pullImage: a pull intent
+// recorded first, then (unless backing off) the pull, and what pulled it
+// recorded after.
+func (p *imagePuller) pullImage(ctx context.Context, pod *corev1.Pod, spec *runtimeapi.ImageSpec,
+	creds []credentialprovider.TrackedAuthConfig, sandbox *runtimeapi.PodSandboxConfig,
+	event func(typ, reason, msg string)) (string, *runtimeapi.Image, *waitError) {
+	image := spec.Image
+	if err := p.records.RecordPullIntent(image); err != nil {
+		return "", nil, &waitError{Reason: reasonErrImagePull, Retry: time.Second,
+			Message: fmt.Sprintf("Failed to record image pull intent for container image %q: %v", image, err)}
+	}
+	var call *pullCall
+	defer func() {
+		if call != nil && call.err == nil {
+			p.records.RecordImagePulled(image, call.ref, trackedToImagePullCreds(call.used))
+		} else {
+			p.records.RecordImagePullFailed(image)
+		}
+	}()
 	key := string(pod.UID) + "_" + image
 	if left, _ := p.backoff.Remaining(key); left > 0 {
 		msg := fmt.Sprintf("Back-off pulling image %q", image)
@@ -118,7 +233,7 @@ func (p *imagePuller) ensure(ctx context.Context, pod *corev1.Pod, c *corev1.Con
 		return "", nil, &waitError{Reason: reasonImagePullBackOff, Message: msg, Retry: left}
 	}
 	event(corev1.EventTypeNormal, "Pulling", fmt.Sprintf("Pulling image %q", image))
-	call := p.pull(ctx, spec, auths, sandbox)
+	call = p.pull(ctx, spec, creds, sandbox)
 	if call.err != nil {
 		p.backoff.Failed(key)
 		msg := fmt.Sprintf("Failed to pull image %q: %v", image, call.err)
@@ -130,20 +245,51 @@ func (p *imagePuller) ensure(ctx context.Context, pod *corev1.Pod, c *corev1.Con
 	p.backoff.Reset(key)
 	event(corev1.EventTypeNormal, "Pulled", fmt.Sprintf("Successfully pulled image %q in %v (%v including waiting). Image size: %d bytes.",
 		image, call.pulling.Round(time.Millisecond), (call.pulling+call.waited).Round(time.Millisecond), call.size))
-	st, err = p.is.ImageStatus(ctx, spec, false)
+	st, err := p.is.ImageStatus(ctx, spec, false)
 	if err == nil && st.GetImage() != nil {
 		return st.Image.Id, st.Image, nil
 	}
 	return call.ref, nil, nil
 }
 
-// pull pulls spec, joining a pull of the same image already in flight.
-func (p *imagePuller) pull(ctx context.Context, spec *runtimeapi.ImageSpec, auths []*runtimeapi.AuthConfig, sandbox *runtimeapi.PodSandboxConfig) *pullCall {
+// podSecretsOf are the pull secrets among creds, as the kubelet's
+// getPodCredentials gives them to the pull manager (node-wide credentials
+// are left out: the record's NodePodsAccessible covers them).
+func podSecretsOf(creds []credentialprovider.TrackedAuthConfig) []pullmanager.Secret {
+	var out []pullmanager.Secret
+	for _, c := range creds {
+		if c.Source == nil || c.Source.Secret == nil {
+			continue
+		}
+		s := c.Source.Secret
+		out = append(out, pullmanager.Secret{UID: s.UID, Namespace: s.Namespace, Name: s.Name, CredentialHash: c.AuthConfigHash})
+	}
+	return out
+}
+
+// trackedToImagePullCreds is the kubelet's: a pull with no credential or a
+// node-wide one is open to every pod of the node; a secret's, to pods with
+// that secret (or its credential).
+func trackedToImagePullCreds(c *credentialprovider.TrackedAuthConfig) *pullmanager.Credentials {
+	if c == nil || c.Source == nil || c.Source.Secret == nil {
+		return &pullmanager.Credentials{NodePodsAccessible: true}
+	}
+	s := c.Source.Secret
+	return &pullmanager.Credentials{KubernetesSecrets: []pullmanager.Secret{{UID: s.UID, Namespace: s.Namespace, Name: s.Name, CredentialHash: c.AuthConfigHash}}}
+}
+
+// pull pulls spec, joining a pull of the same image with the same
+// credentials already in flight, and trying each credential in turn (the
+// kubelet's kubeGenericRuntimeManager.PullImage); none: an anonymous pull.
+func (p *imagePuller) pull(ctx context.Context, spec *runtimeapi.ImageSpec, creds []credentialprovider.TrackedAuthConfig, sandbox *runtimeapi.PodSandboxConfig) *pullCall {
 	// Pods that pull with other credentials must not share a pull that
 	// may fail (or succeed) for reasons of credentials.
 	key := spec.Image
-	for _, a := range auths {
-		key += "\x00" + a.Username + ":" + a.Password + ":" + a.Auth + ":" + a.IdentityToken + ":" + a.RegistryToken
+	for _, c := range creds {
+		key += "\x00" + c.AuthConfigHash
+		if c.Source != nil && c.Source.Secret != nil {
+			key += ":" + c.Source.Secret.Namespace + "/" + c.Source.Secret.Name
+		}
 	}
 	p.mu.Lock()
 	if call, ok := p.inflight[key]; ok {
@@ -175,13 +321,24 @@ func (p *imagePuller) pull(ctx context.Context, spec *runtimeapi.ImageSpec, auth
 	defer func() { <-p.sem }()
 	call.waited = p.clock.Since(began)
 	began = p.clock.Now()
-	if len(auths) == 0 {
-		auths = []*runtimeapi.AuthConfig{nil}
-	}
-	for _, auth := range auths {
-		call.ref, call.err = p.is.PullImage(ctx, spec, auth, sandbox)
-		if call.err == nil {
-			break
+	if len(creds) == 0 {
+		call.ref, call.err = p.is.PullImage(ctx, spec, nil, sandbox)
+	} else {
+		var errs []error
+		for i := range creds {
+			c := &creds[i]
+			// ServerAddress stays empty: the registry already matched, and
+			// containerd 1.6 parses it as a URL (a bare host:port would
+			// fail the pull).
+			auth := &runtimeapi.AuthConfig{Username: c.Username, Password: c.Password, Auth: c.Auth,
+				IdentityToken: c.IdentityToken, RegistryToken: c.RegistryToken}
+			ref, err := p.is.PullImage(ctx, spec, auth, sandbox)
+			if err == nil {
+				call.ref, call.used, call.err = ref, c, nil
+				break
+			}
+			errs = append(errs, err)
+			call.err = utilerrors.NewAggregate(errs)
 		}
 	}
 	call.pulling = p.clock.Since(began)

@@ -32,11 +32,12 @@ func supportsImageVolumes(name, ver string) bool {
 // volumes is the kubelet's getImageVolumes and
 // toKubeContainerImageVolumes for one container: each image volume c
 // mounts, its image made present by the container's pull path (pull
-// policy, secrets, back-off and events as for a container image), as the
+// policy, pull secrets and credential providers, the pull records,
+// back-off and events as for a container image), as the
 // CRI image spec to mount. An image that cannot be had makes the container
 // wait, as its own image would.
 func (p *imagePuller) volumes(ctx context.Context, pod *corev1.Pod, c *corev1.Container, sbConfig *runtimeapi.PodSandboxConfig,
-	auths func(image string) []*runtimeapi.AuthConfig, event func(typ, reason, msg string)) (map[string]*runtimeapi.ImageSpec, *waitError) {
+	secrets []corev1.Secret, event func(typ, reason, msg string)) (map[string]*runtimeapi.ImageSpec, *waitError) {
 	var out map[string]*runtimeapi.ImageSpec
 	for _, vm := range c.VolumeMounts {
 		var src *corev1.ImageVolumeSource
@@ -54,7 +55,7 @@ func (p *imagePuller) volumes(ctx context.Context, pod *corev1.Pod, c *corev1.Co
 		// The volume's image goes through the container image's path:
 		// ensure reads the image and the pull policy from a container.
 		as := &corev1.Container{Name: c.Name, Image: src.Reference, ImagePullPolicy: src.PullPolicy}
-		ref, _, werr := p.ensure(ctx, pod, as, auths(src.Reference), sbConfig, event)
+		ref, _, werr := p.ensure(ctx, pod, as, secrets, sbConfig, event)
 		if werr != nil {
 			werr.Message = fmt.Sprintf("image volume %q: %s", vm.Name, werr.Message)
 			return nil, werr

@@ -321,6 +321,10 @@ func New(opts Options) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
+	node, records, err := imageCredentials(cfg, opts.Image, opts.Log)
+	if err != nil {
+		return nil, err
+	}
 	var m *Daemon
 	if opts.Volumes == nil {
 		opts.Volumes = newVolumeManager(opts, capacity, &m)
@@ -339,7 +343,7 @@ func New(opts Options) (*Daemon, error) {
 		store:   newStore(),
 		pods:    newPodStates(),
 		view:    newCRIView(opts.Runtime),
-		images:  newImagePuller(opts.Image, opts.Clock, cfg.Runtime.MaxParallelImagePulls, maxBackOff),
+		images:  newImagePuller(opts.Image, opts.Clock, cfg.Runtime.MaxParallelImagePulls, maxBackOff, node, records),
 		backoff: newBackOff(opts.Clock, initialBackOff, maxBackOff),
 		volumes: opts.Volumes,
 		configSources: configSources{
