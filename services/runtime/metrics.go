@@ -210,19 +210,21 @@ func (m *metrics) imagePulled(size uint64, took time.Duration) {
 	m.imagePullDuration.WithLabelValues(imageSizeBucket(size)).Observe(took.Seconds())
 }
 
-// timedSyncPod is syncPod timed in kubelet_pod_worker_duration_seconds,
+// timedSync is sync (syncPod) timed in kubelet_pod_worker_duration_seconds,
 // as the kubelet's podWorkers time each SyncPod: create for the pod's
 // first sync in this process, kill while it is being killed, sync
 // otherwise (nodelet does not tell a spec update from a resync).
-func (m *Daemon) timedSyncPod(ctx context.Context, uid string) syncResult {
-	op := "sync"
-	if !m.metrics.synced(uid) {
-		op = "create"
-	} else if rec := m.store.get(uid); rec == nil || rec.Gone || rec.Eviction != nil || (rec.Pod != nil && rec.Pod.DeletionTimestamp != nil) {
-		op = "kill"
+func (mt *metrics) timedSync(st *store, sync func(context.Context, string) syncResult) func(context.Context, string) syncResult {
+	return func(ctx context.Context, uid string) syncResult {
+		op := "sync"
+		if !mt.synced(uid) {
+			op = "create"
+		} else if rec := st.get(uid); rec == nil || rec.Gone || rec.Eviction != nil || (rec.Pod != nil && rec.Pod.DeletionTimestamp != nil) {
+			op = "kill"
+		}
+		start := time.Now()
+		res := sync(ctx, uid)
+		mt.podWorkerDuration.WithLabelValues(op).Observe(time.Since(start).Seconds())
+		return res
 	}
-	start := time.Now()
-	res := m.syncPod(ctx, uid)
-	m.metrics.podWorkerDuration.WithLabelValues(op).Observe(time.Since(start).Seconds())
-	return res
 }

@@ -413,7 +413,7 @@ func (m *Daemon) Run(ctx context.Context) error {
 		}
 		return fmt.Errorf("load observed state: %w", err)
 	}
-	m.workers = newPodWorkers(ctx, m.clock, m.timedSyncPod)
+	m.workers = newPodWorkers(ctx, m.clock, m.metrics.timedSync(m.store, m.syncPod))
 	m.store.workers = m.workers
 
 	var wg sync.WaitGroup
