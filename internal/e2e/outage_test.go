@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"context"
+	"fmt"
 	"net/url"
 	"os"
 	"os/exec"
@@ -11,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 )
 
 // outageFor is how long kube-apiserver stays away in TestAPIServerOutage:
@@ -49,6 +51,11 @@ func TestAPIServerOutage(t *testing.T) {
 	}
 }
 
+// outageSeq makes each outage's pod names its own: the node of the next
+// one (the same node name) sees the API pods an earlier one left, and the
+// node's /pods is searched by name.
+var outageSeq int
+
 // apiserverDrop inserts (-I) or deletes (-D) the iptables rule that drops
 // every packet to kube-apiserver's port on loopback.
 func apiserverDrop(t *testing.T, op string) {
@@ -70,13 +77,21 @@ func outage(t *testing.T, what string, stop func(), start func() error) {
 	defer cancel()
 	ns := cp.Namespace(t)
 	pods := admin.CoreV1().Pods(ns)
-	steady := []string{"steady-0", "steady-1", "steady-2"}
+	outageSeq++
+	prefix := fmt.Sprintf("o%d-", outageSeq)
+	steady := []string{prefix + "steady-0", prefix + "steady-1", prefix + "steady-2"}
+	endsName := prefix + "ends"
+	// Gone from the API when the test ends, before the node stops: no
+	// later node of this name runs them.
+	t.Cleanup(func() {
+		_ = pods.DeleteCollection(context.Background(), metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{})
+	})
 	for _, name := range steady {
 		if _, err := pods.Create(ctx, apiPod(ns, name, ""), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	ends := apiPod(ns, "ends", "")
+	ends := apiPod(ns, endsName, "")
 	ends.Spec.RestartPolicy = corev1.RestartPolicyNever
 	ends.Spec.Containers[0].Command = []string{"sh", "-c", "sleep 15; exit 0"}
 	if _, err := pods.Create(ctx, ends, metav1.CreateOptions{}); err != nil {
@@ -84,7 +99,7 @@ func outage(t *testing.T, what string, stop func(), start func() error) {
 	}
 	ids := map[string]string{}
 	waitTrue(t, 2*time.Minute, "every pod Running in the API", func() bool {
-		for _, name := range append(steady, "ends") {
+		for _, name := range append(steady, endsName) {
 			p, err := pods.Get(ctx, name, metav1.GetOptions{})
 			if err != nil || p.Status.Phase != corev1.PodRunning || len(p.Status.ContainerStatuses) != 1 {
 				return false
@@ -108,7 +123,7 @@ func outage(t *testing.T, what string, stop func(), start func() error) {
 	n.WaitPod("web-"+nodeName, 90*time.Second, "the static pod Running without the API", func(p *corev1.Pod) bool {
 		return p != nil && p.Status.Phase == corev1.PodRunning
 	})
-	n.WaitPod("ends", 60*time.Second, "the ending pod Succeeded on the node", func(p *corev1.Pod) bool {
+	n.WaitPod(endsName, 60*time.Second, "the ending pod Succeeded on the node", func(p *corev1.Pod) bool {
 		return p != nil && p.Status.Phase == corev1.PodSucceeded
 	})
 	if left := outageFor(t) - time.Since(stopped); left > 0 {
@@ -127,7 +142,7 @@ func outage(t *testing.T, what string, stop func(), start func() error) {
 	back := time.Now()
 	t.Logf("%s: back after %s", what, back.Sub(stopped).Round(time.Second))
 	waitTrue(t, 2*time.Minute, "the ended pod Succeeded in the API", func() bool {
-		p, err := pods.Get(ctx, "ends", metav1.GetOptions{})
+		p, err := pods.Get(ctx, endsName, metav1.GetOptions{})
 		return err == nil && p.Status.Phase == corev1.PodSucceeded
 	})
 	for _, name := range steady {
