@@ -56,6 +56,7 @@ func newStepEnv(t *testing.T) *stepEnv {
 	m.backoff = newBackOff(clk, initialBackOff, time.Minute)
 	m.observed = newObservedWriter(m.bus, m.log)
 	m.store.bus, m.store.log, m.store.observed = m.bus, m.log, m.observed
+	m.metrics = newMetrics(m.observed)
 	vols := &stepVolumes{}
 	res, err := newPodResources(m.cfg, m.log, clk, fake, m.capacity, m.store, m.observed, m.view, m.event)
 	if err != nil {
