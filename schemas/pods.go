@@ -155,3 +155,21 @@ type ContainerObserved struct {
 	// kubelet's allocated resources, status.containerStatuses[].allocatedResources.
 	Allocated *corev1.ResourceRequirements `json:"allocated,omitempty"`
 }
+
+// RuntimeState is the container's state as the kubelet's
+// kubelet_running_containers labels it (container_state: running, exited,
+// created, unknown), "" for a container not created yet. One home for
+// the rule: nodelet-runtime and nodelet-status both count by it.
+func (c ContainerObserved) RuntimeState() string {
+	switch {
+	case c.ContainerID == "":
+		return ""
+	case c.State.Running != nil:
+		return "running"
+	case c.State.Terminated != nil:
+		return "exited"
+	case c.State.Waiting != nil:
+		return "created"
+	}
+	return "unknown"
+}

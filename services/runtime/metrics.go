@@ -186,16 +186,8 @@ func (o *observedWriter) containersByState() map[string]int {
 	for _, p := range o.last {
 		for _, list := range [][]schemas.ContainerObserved{p.InitContainers, p.Containers, p.EphemeralContainers} {
 			for _, ct := range list {
-				switch {
-				case ct.ContainerID == "":
-				case ct.State.Running != nil:
-					counts["running"]++
-				case ct.State.Terminated != nil:
-					counts["exited"]++
-				case ct.State.Waiting != nil:
-					counts["created"]++
-				default:
-					counts["unknown"]++
+				if st := ct.RuntimeState(); st != "" {
+					counts[st]++
 				}
 			}
 		}

@@ -130,17 +130,8 @@ func (c *containersCollector) Collect(ch chan<- prometheus.Metric) {
 	c.st.mu.Lock()
 	for _, o := range c.st.observed {
 		for _, ct := range append(append([]schemas.ContainerObserved{}, o.InitContainers...), o.Containers...) {
-			switch {
-			case ct.ContainerID == "":
-				// Not created: not a container yet.
-			case ct.State.Running != nil:
-				counts["running"]++
-			case ct.State.Terminated != nil:
-				counts["exited"]++
-			case ct.State.Waiting != nil:
-				counts["created"]++
-			default:
-				counts["unknown"]++
+			if st := ct.RuntimeState(); st != "" {
+				counts[st]++
 			}
 		}
 	}
