@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -65,20 +66,27 @@ func readOnlyPods(addr string) podLister {
 
 // kubeletPods reads the kubelet's read-only /pods.
 func kubeletPods(ctx context.Context, addr string) (*corev1.PodList, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/pods", nil)
+	var l corev1.PodList
+	err := readOnlyGet(ctx, addr, "/pods", func(r io.Reader) error { return json.NewDecoder(r).Decode(&l) })
+	return &l, err
+}
+
+// readOnlyGet GETs path from an agent's read-only port and hands read the
+// body of a 200 answer.
+func readOnlyGet(ctx context.Context, addr, path string, read func(io.Reader) error) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path, nil)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("/pods: %s", resp.Status)
+		return fmt.Errorf("%s: %s", path, resp.Status)
 	}
-	var l corev1.PodList
-	return &l, json.NewDecoder(resp.Body).Decode(&l)
+	return read(resp.Body)
 }
 
 // runKubelet is one round of a real kubelet (KUBELET_BIN) with the same

@@ -3,9 +3,11 @@ package bench
 import (
 	"context"
 	"fmt"
-	"net/http"
+	"io"
 	"slices"
 	"strings"
+
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -16,20 +18,13 @@ import (
 // sorted: the bench's coverage step compares the two agents on the same
 // pods.
 func metricFamilies(ctx context.Context, addr string) ([]string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("/metrics: %s", resp.Status)
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(resp.Body)
+	var fams map[string]*dto.MetricFamily
+	err := readOnlyGet(ctx, addr, "/metrics", func(r io.Reader) error {
+		parser := expfmt.NewTextParser(model.UTF8Validation)
+		var err error
+		fams, err = parser.TextToMetricFamilies(r)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("/metrics: %w", err)
 	}
