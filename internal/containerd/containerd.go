@@ -231,33 +231,9 @@ func (c Config) Render() string {
 		return c.render3()
 	}
 	q := strconv.Quote
-	var disabled []string
-	for _, p := range disabledPlugins {
-		disabled = append(disabled, q(p))
-	}
 	var b strings.Builder
-	fmt.Fprintf(&b, `# Written by nodelet (internal/containerd); changes are overwritten.
-version = 2
-root = %s
-state = %s
-oom_score = 0
-disabled_plugins = [%s]
-
-[grpc]
-  address = %s%s
-
-[ttrpc]
-  address = %s
-
-[debug]
-  address = ""
-  level = %s
-
-[metrics]
-  address = ""
-
-[plugins]
-  [plugins."io.containerd.grpc.v1.cri"]
+	b.WriteString(c.renderHead(2, disabledPlugins))
+	fmt.Fprintf(&b, `  [plugins."io.containerd.grpc.v1.cri"]
     sandbox_image = %s
     restrict_oom_score_adj = true
     netns_mounts_under_state_dir = true
@@ -282,8 +258,7 @@ disabled_plugins = [%s]
       bin_dir = %s
       conf_dir = %s
       max_conf_num = 1
-%s`, q(c.Root), q(c.State), strings.Join(disabled, ", "), q(c.Socket), grpcGID(c.GID), q(c.TTRPCSocket),
-		q(c.LogLevel), q(c.SandboxImage), q(c.Snapshotter), c.SystemdCgroup, q(c.CNIBinDir), q(c.CNIConfDir), registry(c.RegistryConfigPath))
+%s`, q(c.SandboxImage), q(c.Snapshotter), c.SystemdCgroup, q(c.CNIBinDir), q(c.CNIConfDir), registry(c.RegistryConfigPath))
 	return b.String()
 }
 
@@ -297,10 +272,6 @@ disabled_plugins = [%s]
 // migrates a version-3 file in memory at start, logging a warning once.
 func (c Config) render3() string {
 	q := strconv.Quote
-	var disabled []string
-	for _, p := range append(slices.Clone(disabledPlugins), disabledPlugins2...) {
-		disabled = append(disabled, q(p))
-	}
 	var reg string
 	if c.RegistryConfigPath != "" {
 		reg = fmt.Sprintf(`
@@ -313,28 +284,8 @@ func (c Config) render3() string {
 		shim = "\n        runtime_path = " + q(c.ShimBinary)
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, `# Written by nodelet (internal/containerd); changes are overwritten.
-version = 3
-root = %s
-state = %s
-oom_score = 0
-disabled_plugins = [%s]
-
-[grpc]
-  address = %s%s
-
-[ttrpc]
-  address = %s
-
-[debug]
-  address = ""
-  level = %s
-
-[metrics]
-  address = ""
-
-[plugins]
-  [plugins."io.containerd.cri.v1.images"]
+	b.WriteString(c.renderHead(3, append(slices.Clone(disabledPlugins), disabledPlugins2...)))
+	fmt.Fprintf(&b, `  [plugins."io.containerd.cri.v1.images"]
     snapshotter = %s
     disable_snapshot_annotations = true
 
@@ -366,9 +317,37 @@ disabled_plugins = [%s]
     disable_tcp_service = true
     stream_server_address = "127.0.0.1"
     stream_server_port = "0"
-`, q(c.Root), q(c.State), strings.Join(disabled, ", "), q(c.Socket), grpcGID(c.GID), q(c.TTRPCSocket),
-		q(c.LogLevel), q(c.Snapshotter), q(c.SandboxImage), reg, quoteAll(c.CDISpecDirs), shim, c.SystemdCgroup, q(c.CNIBinDir), q(c.CNIConfDir))
+`, q(c.Snapshotter), q(c.SandboxImage), reg, quoteAll(c.CDISpecDirs), shim, c.SystemdCgroup, q(c.CNIBinDir), q(c.CNIConfDir))
 	return b.String()
+}
+
+// renderHead is what both config versions start with: version, root,
+// state, the disabled plugins and the grpc, ttrpc, debug and metrics
+// sections, up to [plugins].
+func (c Config) renderHead(version int, disabled []string) string {
+	q := strconv.Quote
+	return fmt.Sprintf(`# Written by nodelet (internal/containerd); changes are overwritten.
+version = %d
+root = %s
+state = %s
+oom_score = 0
+disabled_plugins = [%s]
+
+[grpc]
+  address = %s%s
+
+[ttrpc]
+  address = %s
+
+[debug]
+  address = ""
+  level = %s
+
+[metrics]
+  address = ""
+
+[plugins]
+`, version, q(c.Root), q(c.State), quoteAll(disabled), q(c.Socket), grpcGID(c.GID), q(c.TTRPCSocket), q(c.LogLevel))
 }
 
 // quoteAll is a TOML array's items.
