@@ -22,6 +22,7 @@ const (
 	Status        = component.Status
 	GC            = component.GC
 	KubeletServer = component.Server
+	Devices       = component.Devices
 	Supervisor    = component.Supervisor
 	Tap           = component.Tap
 	BusAdmin      = component.Bus
@@ -50,6 +51,7 @@ const (
 	BucketPressure  = component.BucketPressure
 	BucketEvictions = component.BucketEvictions
 	BucketImages    = component.BucketImages
+	BucketDevices   = component.BucketDevices
 )
 
 // Well-known keys of the single-value buckets.
@@ -60,6 +62,7 @@ const (
 	KeyVolumesInUse = "volumesinuse" // runtime bucket: schemas.VolumesInUse
 	KeyNode         = "node"
 	KeyPressure     = "node"
+	KeyDevices      = "resources" // devices bucket: schemas.DeviceResources
 )
 
 // BucketSpec describes a bucket: its writer and how much history it keeps.
