@@ -12,7 +12,7 @@ import (
 )
 
 // Components that hold a bus credential, as internal/component declares
-// them: the seven daemons, the supervisor, the read-only tap, and the bus
+// them: the eight daemons, the supervisor, the read-only tap, and the bus
 // itself (which creates the buckets).
 const (
 	Sources       = component.Sources
@@ -28,7 +28,7 @@ const (
 	BusAdmin      = component.Bus
 )
 
-// Daemons lists the seven daemons in start order (derived from the
+// Daemons lists the eight daemons in start order (derived from the
 // declaration).
 var Daemons = component.Declared.Daemons()
 

@@ -21,7 +21,7 @@ import (
 	"sort"
 )
 
-// Components that hold a bus credential or run as a process: the seven
+// Components that hold a bus credential or run as a process: the eight
 // daemons, the bus itself, the supervisor and the read-only tap.
 const (
 	Bus        = "bus"

@@ -24,7 +24,8 @@ type fakePlugin struct {
 	dir      string
 	endpoint string
 	resource string
-	opts     pluginapi.DevicePluginOptions
+	// preStartRequired and preferredAvailable are its DevicePluginOptions.
+	preStartRequired, preferredAvailable bool
 	// preferred, when set, answers GetPreferredAllocation.
 	preferred func(available []string, size int) []string
 
@@ -71,9 +72,8 @@ func (p *fakePlugin) register(version string) error {
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	opts := p.opts
 	_, err = pluginapi.NewRegistrationClient(conn).Register(ctx, &pluginapi.RegisterRequest{
-		Version: version, Endpoint: p.endpoint, ResourceName: p.resource, Options: &opts,
+		Version: version, Endpoint: p.endpoint, ResourceName: p.resource, Options: p.options(),
 	}, grpc.WaitForReady(true))
 	return err
 }
@@ -110,9 +110,12 @@ func (p *fakePlugin) setHealth(id, health string) {
 	}
 }
 
+func (p *fakePlugin) options() *pluginapi.DevicePluginOptions {
+	return &pluginapi.DevicePluginOptions{PreStartRequired: p.preStartRequired, GetPreferredAllocationAvailable: p.preferredAvailable}
+}
+
 func (p *fakePlugin) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
-	o := p.opts
-	return &o, nil
+	return p.options(), nil
 }
 
 func (p *fakePlugin) ListAndWatch(_ *pluginapi.Empty, s pluginapi.DevicePlugin_ListAndWatchServer) error {

@@ -136,7 +136,7 @@ func TestAllocate(t *testing.T) {
 				p.devs = append(p.devs, &pluginapi.Device{ID: id, Health: pluginapi.Unhealthy})
 			}
 			if tc.preferred != nil {
-				p.opts.GetPreferredAllocationAvailable = true
+				p.preferredAvailable = true
 				p.preferred = func([]string, int) []string { return tc.preferred }
 			}
 			p.start()
