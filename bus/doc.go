@@ -202,10 +202,12 @@
 //	sources     pods_desired, sources,                     pods_desired, sources
 //	            events.sources.>, health.sources
 //	admission   pods_admission, events.admission.>,        pods_desired, pods_admission,
-//	            health.admission                           pods_observed, pressure
+//	            health.admission                           pods_observed, pressure, devices
+//	devices     devices, events.devices.>,                 pods_desired, pods_admission, devices
+//	            health.devices
 //	runtime     pods_observed, runtime,                    pods_desired, sources, pods_admission,
 //	            events.runtime.>, health.runtime           pods_observed, runtime, probes, evictions,
-//	                                                       pods_status (a pod's start time)
+//	                                                       pods_status (a pod's start time), devices
 //	prober      probes, events.prober.>, health.prober     pods_desired, pods_observed, probes
 //	status      pods_status, node, events.status.>,        every bucket but images;
 //	            health.status                              NODELET_V1_STATUS_EVENTS_*

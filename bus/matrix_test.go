@@ -101,19 +101,21 @@ var (
 		bus.Prober:    {bus.BucketProbes},
 		bus.Status:    {bus.BucketStatus, bus.BucketNode},
 		bus.GC:        {bus.BucketPressure, bus.BucketEvictions, bus.BucketImages},
+		bus.Devices:   {bus.BucketDevices},
 	}
 	allBuckets = []string{bus.BucketDesired, bus.BucketSources, bus.BucketAdmission, bus.BucketObserved,
 		bus.BucketRuntime, bus.BucketProbes, bus.BucketStatus, bus.BucketNode, bus.BucketPressure,
-		bus.BucketEvictions, bus.BucketImages}
+		bus.BucketEvictions, bus.BucketImages, bus.BucketDevices}
 	readTable = map[string][]string{
 		bus.Sources:   kv(bus.BucketDesired, bus.BucketSources),
-		bus.Admission: kv(bus.BucketDesired, bus.BucketAdmission, bus.BucketObserved, bus.BucketPressure, bus.BucketRuntime),
+		bus.Admission: kv(bus.BucketDesired, bus.BucketAdmission, bus.BucketObserved, bus.BucketPressure, bus.BucketRuntime, bus.BucketDevices),
+		bus.Devices:   kv(bus.BucketDesired, bus.BucketAdmission, bus.BucketDevices),
 		bus.Runtime: kv(bus.BucketDesired, bus.BucketSources, bus.BucketAdmission, bus.BucketObserved,
-			bus.BucketRuntime, bus.BucketProbes, bus.BucketEvictions, bus.BucketStatus),
+			bus.BucketRuntime, bus.BucketProbes, bus.BucketEvictions, bus.BucketStatus, bus.BucketDevices),
 		bus.Prober: kv(bus.BucketDesired, bus.BucketObserved, bus.BucketProbes),
 		bus.Status: append(kv(bus.BucketDesired, bus.BucketAdmission, bus.BucketObserved,
 			bus.BucketRuntime, bus.BucketProbes, bus.BucketStatus, bus.BucketNode, bus.BucketPressure,
-			bus.BucketEvictions), events("NODELET_V1_STATUS_EVENTS_")...),
+			bus.BucketEvictions, bus.BucketDevices), events("NODELET_V1_STATUS_EVENTS_")...),
 		bus.GC: kv(bus.BucketDesired, bus.BucketSources, bus.BucketObserved, bus.BucketPressure,
 			bus.BucketEvictions, bus.BucketImages),
 		bus.KubeletServer: kv(bus.BucketDesired, bus.BucketRuntime, bus.BucketStatus),
@@ -121,7 +123,7 @@ var (
 		bus.Tap:           append(kv(allBuckets...), events("NODELET_V1_EVENTS_")...),
 	}
 	// Every component that publishes events, each on a stream of its own.
-	eventProducers = []string{bus.Sources, bus.Admission, bus.Runtime, bus.Prober, bus.Status,
+	eventProducers = []string{bus.Sources, bus.Admission, bus.Devices, bus.Runtime, bus.Prober, bus.Status,
 		bus.KubeletServer, bus.GC, bus.Supervisor}
 )
 

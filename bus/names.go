@@ -12,7 +12,7 @@ import (
 )
 
 // Components that hold a bus credential, as internal/component declares
-// them: the seven daemons, the supervisor, the read-only tap, and the bus
+// them: the eight daemons, the supervisor, the read-only tap, and the bus
 // itself (which creates the buckets).
 const (
 	Sources       = component.Sources
@@ -22,12 +22,13 @@ const (
 	Status        = component.Status
 	GC            = component.GC
 	KubeletServer = component.Server
+	Devices       = component.Devices
 	Supervisor    = component.Supervisor
 	Tap           = component.Tap
 	BusAdmin      = component.Bus
 )
 
-// Daemons lists the seven daemons in start order (derived from the
+// Daemons lists the eight daemons in start order (derived from the
 // declaration).
 var Daemons = component.Declared.Daemons()
 
@@ -50,6 +51,7 @@ const (
 	BucketPressure  = component.BucketPressure
 	BucketEvictions = component.BucketEvictions
 	BucketImages    = component.BucketImages
+	BucketDevices   = component.BucketDevices
 )
 
 // Well-known keys of the single-value buckets.
@@ -60,6 +62,7 @@ const (
 	KeyVolumesInUse = "volumesinuse" // runtime bucket: schemas.VolumesInUse
 	KeyNode         = "node"
 	KeyPressure     = "node"
+	KeyDevices      = "resources" // devices bucket: schemas.DeviceResources
 )
 
 // BucketSpec describes a bucket: its writer and how much history it keeps.

@@ -29,7 +29,7 @@ func deps(t *testing.T, pkgs ...string) []string {
 // helpers, and the CLI stays small (it does not link a daemon, so not
 // cAdvisor either).
 func TestLinkRules(t *testing.T) {
-	daemons := []string{"admission", "gc", "prober", "runtime", "server", "sources", "status"}
+	daemons := []string{"admission", "devices", "gc", "prober", "runtime", "server", "sources", "status"}
 	for _, d := range daemons {
 		for _, p := range deps(t, module+"services/"+d) {
 			other, ok := strings.CutPrefix(p, "services/")

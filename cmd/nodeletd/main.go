@@ -26,6 +26,7 @@ import (
 	"github.com/nodelet/nodelet/internal/daemon"
 	"github.com/nodelet/nodelet/internal/supervisor"
 	"github.com/nodelet/nodelet/services/admission"
+	"github.com/nodelet/nodelet/services/devices"
 	"github.com/nodelet/nodelet/services/gc"
 	"github.com/nodelet/nodelet/services/prober"
 	"github.com/nodelet/nodelet/services/runtime"
@@ -47,6 +48,7 @@ var daemons = map[string]func(args []string, stderr io.Writer) int{
 	"status":    frame(bus.Status, status.Run, nil),
 	"server":    frame(bus.KubeletServer, server.Run, nil),
 	"gc":        frame(bus.GC, gc.Run, gc.Gatherer()),
+	"devices":   frame(bus.Devices, devices.Run, nil),
 }
 
 // tools are the other processes nodeletd runs: the supervisor (what

@@ -41,7 +41,7 @@ func TestRunChoosesTheDaemon(t *testing.T) {
 		{"the supervisor", []string{"nodelet-supervisor", "--help"}, 0, "nodelet up"},
 		{"a supervisor's bad flag", []string{"nodelet-supervisor", "--no-such-flag"}, 2, "no-such-flag"},
 		{"unknown link name", []string{"nodelet-kubelet"}, 2, "usage: nodeletd"},
-		{"unknown argument", []string{"nodeletd", "kubelet"}, 2, "daemons: admission, bus, gc"},
+		{"unknown argument", []string{"nodeletd", "kubelet"}, 2, "daemons: admission, bus, devices, gc"},
 		{"nothing", []string{"nodeletd"}, 2, "usage: nodeletd"},
 		{"a daemon's bad flag", []string{"nodelet-gc", "--no-such-flag"}, 2, "no-such-flag"},
 	} {

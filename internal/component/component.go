@@ -21,7 +21,7 @@ import (
 	"sort"
 )
 
-// Components that hold a bus credential or run as a process: the seven
+// Components that hold a bus credential or run as a process: the eight
 // daemons, the bus itself, the supervisor and the read-only tap.
 const (
 	Bus        = "bus"
@@ -32,6 +32,7 @@ const (
 	Status     = "status"
 	GC         = "gc"
 	Server     = "server"
+	Devices    = "devices"
 	Supervisor = "supervisor"
 	Tap        = "tap"
 )
@@ -50,6 +51,7 @@ const (
 	BucketPressure  = "nodelet_v1_pressure"       // key "node" → schemas.NodePressure
 	BucketEvictions = "nodelet_v1_evictions"      // key pod UID → schemas.PodEviction
 	BucketImages    = "nodelet_v1_images"         // key image ID (sanitised) → schemas.ImageRecord
+	BucketDevices   = "nodelet_v1_devices"        // key "resources" → schemas.DeviceResources, "pods.<uid>" → schemas.PodDevices
 )
 
 // StatusEventsDurable is status's durable consumer of (its copy of) the
@@ -151,6 +153,9 @@ type Systemd struct {
 	Devices bool
 	// PodLogs makes the pod logs dir writable (LogsDirectory=).
 	PodLogs bool
+	// DevicePlugins makes <node.rootDir>/device-plugins, where device
+	// plugins register and serve, writable (made if missing).
+	DevicePlugins bool
 	// CgroupRoot: the daemon makes cgroups under runtime.cgroupRoot, which
 	// the unit creates first, as root, in every hierarchy: a hierarchy's
 	// own root directory is 0555, writable only with CAP_DAC_OVERRIDE.

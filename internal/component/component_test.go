@@ -14,7 +14,7 @@ func TestDeclaredIsConsistent(t *testing.T) {
 
 func TestStartOrderRespectsRequires(t *testing.T) {
 	order := StartOrder()
-	if len(order) != 8 || order[0].Name != Bus {
+	if len(order) != 9 || order[0].Name != Bus {
 		t.Fatalf("order = %v", Set(order).Names())
 	}
 	pos := map[string]int{}

@@ -13,6 +13,8 @@ const (
 	ComposeCRIDir    = "/run/nodelet/containerd"
 	ComposeCNIConf   = "/etc/nodelet/cni/net.d"
 	ComposeManifests = "/etc/nodelet/manifests"
+	// ComposeDevicePlugins is <node.rootDir>/device-plugins.
+	ComposeDevicePlugins = "/var/lib/kubelet/device-plugins"
 )
 
 // Declared is nodelet: every component, once. Order here does not matter
@@ -58,9 +60,9 @@ var Declared = Set{
 	{
 		Name: Admission, Process: true, Description: "nodelet pod admission",
 		MemoryLimit: "48Mi",
-		Requires:    []string{Bus, Sources}, NeedsAPI: true,
+		Requires:    []string{Bus, Sources, Devices}, NeedsAPI: true,
 		Writes: []Bucket{{BucketAdmission, 5}},
-		Reads:  []string{BucketDesired, BucketAdmission, BucketObserved, BucketPressure, BucketRuntime},
+		Reads:  []string{BucketDesired, BucketAdmission, BucketObserved, BucketPressure, BucketRuntime, BucketDevices},
 		Events: true, Heartbeats: true,
 		Systemd: Systemd{
 			Why: []string{
@@ -74,12 +76,42 @@ var Declared = Set{
 		},
 	},
 	{
+		Name: Devices, Process: true, Description: "nodelet device plugins (the kubelet's device manager)",
+		MemoryLimit: "48Mi",
+		Requires:    []string{Bus, Sources},
+		Writes:      []Bucket{{BucketDevices, 5}},
+		Reads:       []string{BucketDesired, BucketAdmission, BucketDevices},
+		Events:      true, Heartbeats: true,
+		Root: []string{
+			"It serves the device plugin Registration service on",
+			"<node.rootDir>/device-plugins/kubelet.sock and dials each plugin's",
+			"socket there, which plugins (root in their containers) create",
+			"root's and not writable by others, as the kubelet, root, does.",
+		},
+		Systemd: Systemd{
+			Why: []string{
+				"Devices talks to the device plugins over unix sockets in",
+				"<node.rootDir>/device-plugins (writable here, made if missing) and to",
+				"the bus; it reads no other file and needs no capability but to reach",
+				"the plugins' root sockets (CAP_DAC_OVERRIDE).",
+			},
+			DevicePlugins: true,
+			Caps:          []string{"CAP_DAC_OVERRIDE"},
+			LoopbackOnly:  true,
+			Private:       true,
+		},
+		Compose: Compose{
+			Why:     []string{"Device plugins on the host register on the host's device-plugins directory."},
+			Volumes: []string{ComposeDevicePlugins + ":" + ComposeDevicePlugins},
+		},
+	},
+	{
 		Name: Runtime, Process: true, Description: "nodelet pod runtime over CRI",
 		MemoryLimit: "96Mi",
 		Requires:    []string{Bus, Admission}, NeedsCRI: true, NeedsAPI: true,
 		Writes: []Bucket{{BucketObserved, 10}, {BucketRuntime, 5}},
 		Reads: []string{BucketDesired, BucketSources, BucketAdmission, BucketObserved, BucketRuntime,
-			BucketProbes, BucketEvictions, BucketStatus},
+			BucketProbes, BucketEvictions, BucketStatus, BucketDevices},
 		Events: true, Heartbeats: true,
 		Root: []string{
 			"It creates sandboxes and containers over CRI, mounts volumes and",
@@ -157,7 +189,7 @@ var Declared = Set{
 		Requires:    []string{Bus, Runtime}, NeedsCRI: true, NeedsAPI: true,
 		Writes: []Bucket{{BucketStatus, 10}, {BucketNode, 1}},
 		Reads: []string{BucketDesired, BucketAdmission, BucketObserved, BucketRuntime,
-			BucketProbes, BucketStatus, BucketNode, BucketPressure, BucketEvictions},
+			BucketProbes, BucketStatus, BucketNode, BucketPressure, BucketEvictions, BucketDevices},
 		EventsDurable: StatusEventsDurable,
 		Events:        true, Heartbeats: true,
 		Systemd: Systemd{

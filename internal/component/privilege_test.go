@@ -22,6 +22,7 @@ var writeCalls = map[string]bool{"NewWriter": true, "Put": true, "PutRaw": true,
 var daemonDirs = map[string]string{
 	component.Sources: "sources", component.Admission: "admission", component.Runtime: "runtime",
 	component.Prober: "prober", component.Status: "status", component.GC: "gc", component.Server: "server",
+	component.Devices: "devices",
 }
 
 // TestDeclaredBucketsAreTheOnesUsed derives each daemon's bucket reads and

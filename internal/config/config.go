@@ -52,6 +52,10 @@ type NodeConfig struct {
 	Name string `mapstructure:"name"`
 	// StateDir holds the bus store, credentials and pod volumes. Default: /var/lib/nodelet.
 	StateDir string `mapstructure:"stateDir"`
+	// RootDir is the kubelet's --root-dir: the directory layout drivers' DaemonSets mount by hostPath,
+	// <rootDir>/device-plugins/kubelet.sock (the device plugin Registration service, nodelet-devices)
+	// and its checkpoint beside it. Default: /var/lib/kubelet.
+	RootDir string `mapstructure:"rootDir"`
 	// Labels added to the node's own (kubernetes.io/hostname, os, arch). Default: none.
 	Labels map[string]string `mapstructure:"labels"`
 	// Taints registered with the node (registerWithTaints). Default: none.
@@ -231,6 +235,12 @@ type RuntimeConfig struct {
 	PreloadedImagesVerificationAllowlist []string `mapstructure:"preloadedImagesVerificationAllowlist"`
 	// SyncFrequency is the longest a configMap, secret, downwardAPI or projected volume goes without being rewritten from its sources (Watch rewrites on every change at once), and the TTL of the Cache strategy. Default: 1m.
 	SyncFrequency time.Duration `mapstructure:"syncFrequency"`
+}
+
+// DevicePluginsDir is <node.rootDir>/device-plugins, the kubelet's
+// DevicePluginPath: kubelet.sock and the plugins' own sockets.
+func (c *Config) DevicePluginsDir() string {
+	return filepath.Join(c.Node.RootDir, "device-plugins")
 }
 
 // SeccompRoot is runtime.seccompProfileRoot, or <stateDir>/seccomp when unset.

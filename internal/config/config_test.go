@@ -113,6 +113,8 @@ func TestFileErrorsNameTheKey(t *testing.T) {
 		{"unknown enforcement", "runtime:\n  enforceNodeAllocatable: [everything]\n", `runtime.enforceNodeAllocatable: "everything"`},
 		{"none with others", "runtime:\n  enforceNodeAllocatable: [none, pods]\n", `"none" cannot be combined`},
 		{"relative state dir", "node:\n  stateDir: var/lib\n", "node.stateDir"},
+		{"relative root dir", "node:\n  rootDir: var/lib/kubelet\n", `node.rootDir: "var/lib/kubelet" must be an absolute path`},
+		{"empty root dir", "node:\n  rootDir: \"\"\n", "node.rootDir: must not be empty"},
 		{"bad cidr", "node:\n  podCIDR: 10.88/16\n", "node.podCIDR"},
 		{"bad quantity", "node:\n  kubeReserved: {cpu: lots}\n", "node.kubeReserved"},
 		{"bad bus size", "bus:\n  bucketMaxBytes: big\n", "bus.bucketMaxBytes"},

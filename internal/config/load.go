@@ -47,6 +47,7 @@ func Defaults() *Config {
 		Node: NodeConfig{
 			Name:          strings.ToLower(host),
 			StateDir:      "/var/lib/nodelet",
+			RootDir:       "/var/lib/kubelet",
 			MaxPods:       110,
 			PodCIDR:       "10.88.0.0/16",
 			ClusterDomain: "cluster.local",

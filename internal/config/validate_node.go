@@ -21,6 +21,7 @@ func (n *NodeConfig) Validate() error {
 			return nil
 		},
 		func() error { return absPath("node.stateDir", n.StateDir, false) },
+		func() error { return absPath("node.rootDir", n.RootDir, false) },
 		func() error { return absPath("node.podLogsDir", n.PodLogsDir, false) },
 		func() error { return positive("node.maxPods", n.MaxPods) },
 		func() error { return cidr("node.podCIDR", n.PodCIDR, false) },

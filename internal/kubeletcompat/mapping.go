@@ -72,8 +72,12 @@ var NodeFlags = []FlagEntry{
 		}
 		return nil
 	}},
-	{Name: "root-dir", Class: Honoured, Key: "node.stateDir", Note: "default /var/lib/kubelet: nodelet keeps its state where the kubelet did (pki/ included); the nodelet configuration is written there as nodelet.yaml", always: true,
-		apply: func(l *Loaded, c *config.Config) error { c.Node.StateDir = filepath.Clean(l.Flags.RootDir); return nil }},
+	{Name: "root-dir", Class: Honoured, Key: "node.stateDir", Note: "default /var/lib/kubelet: nodelet keeps its state where the kubelet did (pki/ included), and node.rootDir (device-plugins/kubelet.sock) is the same directory; the nodelet configuration is written there as nodelet.yaml", always: true,
+		apply: func(l *Loaded, c *config.Config) error {
+			c.Node.StateDir = filepath.Clean(l.Flags.RootDir)
+			c.Node.RootDir = c.Node.StateDir
+			return nil
+		}},
 	{Name: "cert-dir", Class: Refused, Note: "nodelet's certificates are in <root-dir>/pki: only that is taken (and a --root-dir other than the default needs it said)", always: true,
 		apply: func(l *Loaded, _ *config.Config) error {
 			want := filepath.Join(filepath.Clean(l.Flags.RootDir), "pki")

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sort"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -55,6 +57,12 @@ type controller struct {
 	gone     map[string]struct{} // verdicts to delete
 	announce map[string]struct{} // rejections whose event waits until the verdict is stored
 
+	// devices and podDevices are nodelet-devices' resources and
+	// allocations (key pods.<uid> → by pod UID).
+	devices                         *schemas.DeviceResources
+	podDevices                      map[string]*schemas.PodDevices
+	devicesSynced, podDevicesSynced bool
+
 	desiredSynced, observedSynced, pressureSynced bool
 	desiredLoaded                                 bool // the first full load of the desired bucket happened
 	ready                                         bool
@@ -66,7 +74,8 @@ func newController(log *slog.Logger, conn *bus.Conn, health func(bool, string), 
 	return &controller{
 		log: log, conn: conn, health: health, clock: clk, admitter: NewAdmitter(node, sysctls), disabled: disabled,
 		pods: map[string]*podEntry{}, verdicts: map[string]*schemas.AdmissionVerdict{}, observed: map[string]*schemas.PodObserved{},
-		pending: map[string]struct{}{}, dirty: map[string]struct{}{}, gone: map[string]struct{}{}, announce: map[string]struct{}{},
+		podDevices: map[string]*schemas.PodDevices{},
+		pending:    map[string]struct{}{}, dirty: map[string]struct{}{}, gone: map[string]struct{}{}, announce: map[string]struct{}{},
 	}
 }
 
@@ -102,7 +111,9 @@ func (c *controller) run(ctx context.Context) error {
 			bus.NewMirror(c.conn, bus.BucketDesired, ">", func(u bus.Update[schemas.PodDesired]) { send(func() { c.onDesired(u) }) }),
 			bus.NewMirror(c.conn, bus.BucketObserved, ">", func(u bus.Update[schemas.PodObserved]) { send(func() { c.onObserved(u) }) }),
 			bus.NewMirror(c.conn, bus.BucketPressure, bus.KeyPressure, func(u bus.Update[schemas.NodePressure]) { send(func() { c.onPressure(u) }) }),
-			bus.NewMirror(c.conn, bus.BucketRuntime, bus.KeyRuntimeState, func(u bus.Update[schemas.RuntimeState]) { send(func() { c.onRuntime(u) }) }))
+			bus.NewMirror(c.conn, bus.BucketRuntime, bus.KeyRuntimeState, func(u bus.Update[schemas.RuntimeState]) { send(func() { c.onRuntime(u) }) }),
+			bus.NewMirror(c.conn, bus.BucketDevices, bus.KeyDevices, func(u bus.Update[schemas.DeviceResources]) { send(func() { c.onDevices(u) }) }),
+			bus.NewMirror(c.conn, bus.BucketDevices, devicesPodKeys, func(u bus.Update[schemas.PodDevices]) { send(func() { c.onPodDevices(u) }) }))
 	}()
 
 	retry := time.NewTicker(retryPeriod)
@@ -300,6 +311,37 @@ func (c *controller) onRuntime(u bus.Update[schemas.RuntimeState]) {
 	}
 }
 
+// devicesPodKeys are the allocations' keys in the devices bucket.
+const devicesPodKeys = "pods.>"
+
+func (c *controller) onDevices(u bus.Update[schemas.DeviceResources]) {
+	switch u.Kind {
+	case bus.Put:
+		c.devices = u.Value
+	case bus.Deleted, bus.Reset:
+		c.devices = nil
+		c.devicesSynced = c.devicesSynced && u.Kind != bus.Reset
+	case bus.Synced:
+		c.devicesSynced = true
+	}
+	c.admitter.SetDevices(deviceAllocatable(c.devices))
+}
+
+func (c *controller) onPodDevices(u bus.Update[schemas.PodDevices]) {
+	uid := strings.TrimPrefix(u.Key, "pods.")
+	switch u.Kind {
+	case bus.Put:
+		c.podDevices[uid] = u.Value
+	case bus.Deleted:
+		delete(c.podDevices, uid)
+	case bus.Synced:
+		c.podDevicesSynced = true
+	case bus.Reset:
+		c.podDevicesSynced = false
+		clear(c.podDevices)
+	}
+}
+
 func (c *controller) rewriteAll() {
 	for uid := range c.verdicts {
 		c.dirty[uid] = struct{}{}
@@ -309,7 +351,7 @@ func (c *controller) rewriteAll() {
 // step decides the pending pods once every input is loaded, then stores
 // what changed.
 func (c *controller) step(ctx context.Context) {
-	if c.desiredSynced && c.observedSynced && c.pressureSynced {
+	if c.desiredSynced && c.observedSynced && c.pressureSynced && c.devicesSynced && c.podDevicesSynced {
 		c.decidePending()
 		if !c.ready {
 			c.ready = true
@@ -353,13 +395,20 @@ func (c *controller) decidePending() {
 		}
 		return uids[i] < uids[j]
 	})
-	var held []string
+	held := map[string]struct{}{}
 	for _, uid := range uids {
 		e := c.pods[uid]
 		if c.admitter.Fields.waitsForRuntime(&Attributes{Pod: e.desired.Pod}) {
 			// Decided once nodelet-runtime says what its runtime has.
 			c.log.Debug("Pod waits for the container runtime's features to be known", "pod", podRef(e.desired.Pod), "podUID", uid)
-			held = append(held, uid)
+			held[uid] = struct{}{}
+			continue
+		}
+		// The kubelet allocates devices in an admit handler; here
+		// nodelet-devices does, and the pod waits for its allocation.
+		if c.podDevices[uid] == nil && !c.disabled && waitsForDevices(e.desired.Pod, c.devices) {
+			held[uid] = struct{}{}
+			c.log.Debug("Waiting for the pod's devices", "pod", podRef(e.desired.Pod), "podUID", uid)
 			continue
 		}
 		v, victims := c.decide(uid, e)
@@ -376,9 +425,7 @@ func (c *controller) decidePending() {
 		c.log.Info("Rejected pod", "pod", podRef(e.desired.Pod), "podUID", uid, "reason", v.Reason, "message", v.Message)
 	}
 	clear(c.pending)
-	for _, uid := range held {
-		c.pending[uid] = struct{}{}
-	}
+	maps.Copy(c.pending, held)
 }
 
 // preempt turns an admitted pod's verdict into a preemption, so that a
@@ -410,7 +457,8 @@ func (c *controller) decide(uid string, e *podEntry) (*schemas.AdmissionVerdict,
 		// The kubelet does not admit a pod that already ended: it only
 		// makes sure nothing of it runs.
 	default:
-		res = c.admitter.Admit(&Attributes{Pod: pod, Static: e.static, OtherPods: c.holding()})
+		res = c.admitter.Admit(&Attributes{Pod: pod, Static: e.static, OtherPods: c.holding(),
+			Devices: c.podDevices[uid], DevicesAllocated: deviceAllocated(c.podDevices)})
 	}
 	return &schemas.AdmissionVerdict{
 		UID: uid, Namespace: pod.Namespace, Name: pod.Name,

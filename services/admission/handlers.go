@@ -14,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodelet/nodelet/internal/podutil"
+	"github.com/nodelet/nodelet/schemas"
 )
 
 // Reasons, worded as the kubelet words them (pkg/kubelet/lifecycle,
@@ -80,6 +81,10 @@ type Attributes struct {
 	// static pods as critical and does not check their taints.
 	Static    bool
 	OtherPods []*PodInfo
+	// Devices is the pod's allocation by nodelet-devices, nil when it asks
+	// for no device; DevicesAllocated counts the devices every pod holds.
+	Devices          *schemas.PodDevices
+	DevicesAllocated map[corev1.ResourceName]int64
 }
 
 // Critical tells whether the kubelet would treat the pod as critical:
@@ -109,7 +114,17 @@ func NewAdmitter(node *corev1.Node, sysctls *SysctlHandler) *Admitter {
 		sysctls, _ = NewSysctlHandler(nil, "") // the safe set always parses
 	}
 	p, f := &PressureHandler{}, &FieldsHandler{}
-	return &Admitter{Pressure: p, Fields: f, handlers: []Handler{p, sysctls, NewPredicateHandler(node), NewAppArmorHandler(), NewFeaturesHandler(node), f}}
+	return &Admitter{Pressure: p, Fields: f, handlers: []Handler{p, sysctls, DevicesHandler{}, NewPredicateHandler(node), NewAppArmorHandler(), NewFeaturesHandler(node), f}}
+}
+
+// SetDevices makes the predicates count the device plugin resources'
+// allocatable (from nodelet-devices); called from the goroutine that admits.
+func (a *Admitter) SetDevices(alloc map[corev1.ResourceName]int64) {
+	for _, h := range a.handlers {
+		if p, ok := h.(*PredicateHandler); ok {
+			p.devices = alloc
+		}
+	}
 }
 
 // SetNode makes the predicates check the next pods against node (the
@@ -194,6 +209,23 @@ type PredicateHandler struct {
 	node        atomic.Pointer[corev1.Node]
 	allocatable resources
 	maxPods     int64
+	// devices is the device plugin resources' allocatable (SetDevices).
+	devices map[corev1.ResourceName]int64
+}
+
+// scalarAllocatable is the node's allocatable of a scalar resource: the
+// machine's, a device plugin resource's from nodelet-devices, and for a
+// pod with devices at least what is allocated (the kubelet's
+// UpdatePluginResources → sanitizeNodeAllocatable).
+func (h *PredicateHandler) scalarAllocatable(name corev1.ResourceName, attrs *Attributes) (int64, bool) {
+	v, ok := h.allocatable.scalar[name]
+	if d, dok := h.devices[name]; dok {
+		v, ok = d, true
+	}
+	if attrs != nil && attrs.Devices != nil && attrs.DevicesAllocated[name] > v {
+		v, ok = attrs.DevicesAllocated[name], true
+	}
+	return v, ok
 }
 
 // NewPredicateHandler returns the handler for node.
@@ -282,7 +314,7 @@ func (h *PredicateHandler) filter(attrs *Attributes) []failure {
 		used.add(o.requests)
 	}
 	in := newPodInfo(pod, false)
-	failures := h.fits(h.withoutMissingExtended(in.requests), used, int64(len(attrs.OtherPods)))
+	failures := h.fits(h.withoutMissingExtended(in.requests, attrs), used, int64(len(attrs.OtherPods)), attrs)
 
 	node := h.node.Load()
 	if ok, _ := nodeaffinity.GetRequiredNodeAffinity(pod).Match(node); !ok {
@@ -324,9 +356,11 @@ func hostPortTaken(want []corev1.ContainerPort, others []*PodInfo) bool {
 // withoutMissingExtended drops requests of extended resources the node does
 // not have: they are cluster-level or DRA-backed resources the kubelet does
 // not account for.
-func (h *PredicateHandler) withoutMissingExtended(r resources) resources {
+func (h *PredicateHandler) withoutMissingExtended(r resources, attrs *Attributes) resources {
 	for _, name := range r.scalarNames() {
-		if isExtendedResource(name) && h.allocatable.scalar[name] <= 0 {
+		// A device plugin resource stays, even at 0: the node has it.
+		v, _ := h.scalarAllocatable(name, attrs)
+		if _, device := h.devices[name]; isExtendedResource(name) && !device && v <= 0 {
 			delete(r.scalar, name)
 		}
 	}
@@ -335,7 +369,7 @@ func (h *PredicateHandler) withoutMissingExtended(r resources) resources {
 
 // fits is the scheduler's fitsRequest against the node's allocatable: pod
 // count, then cpu, memory, ephemeral storage and the scalar resources.
-func (h *PredicateHandler) fits(req, used resources, pods int64) []failure {
+func (h *PredicateHandler) fits(req, used resources, pods int64, attrs *Attributes) []failure {
 	var out []failure
 	if pods+1 > h.maxPods {
 		out = append(out, failure{resource: corev1.ResourcePods, requested: 1, used: pods, capacity: h.maxPods})
@@ -353,7 +387,8 @@ func (h *PredicateHandler) fits(req, used resources, pods int64) []failure {
 	check(corev1.ResourceMemory, req.memory, used.memory, alloc.memory)
 	check(corev1.ResourceEphemeralStorage, req.ephemeralStorage, used.ephemeralStorage, alloc.ephemeralStorage)
 	for _, name := range req.scalarNames() {
-		check(name, req.scalar[name], used.scalar[name], alloc.scalar[name])
+		capacity, _ := h.scalarAllocatable(name, attrs)
+		check(name, req.scalar[name], used.scalar[name], capacity)
 	}
 	return out
 }

@@ -26,6 +26,7 @@ func testManager(t *testing.T) *Daemon {
 	}
 	return &Daemon{
 		cfg:       cfg,
+		store:     newStore(),
 		resources: &podResources{cfg: cfg},
 		configSources: configSources{
 			hostIPs: []string{"192.0.2.10"},

@@ -74,7 +74,12 @@ func (m *Daemon) containerConfig(ctx context.Context, pod *corev1.Pod, c *corev1
 	if err := m.containerProfiles(pod, c, sc); err != nil {
 		return nil, err
 	}
-	return &runtimeapi.ContainerConfig{
+	// The devices nodelet-devices allocated (GetDeviceRunContainerOptions).
+	devOpts, err := m.store.devices.runOptions(ctx, pod, c)
+	if err != nil {
+		return nil, err
+	}
+	cfg := &runtimeapi.ContainerConfig{
 		Metadata:    &runtimeapi.ContainerMetadata{Name: c.Name, Attempt: uint32(in.RestartCount)},
 		StopSignal:  stopSignal(c),
 		Image:       &runtimeapi.ImageSpec{Image: in.ImageRef, UserSpecifiedImage: c.Image},
@@ -94,7 +99,9 @@ func (m *Daemon) containerConfig(ctx context.Context, pod *corev1.Pod, c *corev1
 			Resources:       containerResources(pod, c, m.capacity.Memory.Value()),
 			SecurityContext: sc,
 		},
-	}, nil
+	}
+	devOpts.apply(cfg)
+	return cfg, nil
 }
 
 // securityFor is c's security context; with targetID (an ephemeral

@@ -37,6 +37,8 @@ type store struct {
 	pods    map[string]*podRecord
 	probes  map[string]map[string]*schemas.ProbeResult // uid → "<container>.<kind>" → result
 	sources *schemas.SourcesReady
+	// devices is nodelet-devices' resources and allocations.
+	devices *devicePlugins
 	// sourcesCreated is the sources bucket's stream creation time of the
 	// store sources came from.
 	sourcesCreated time.Time
@@ -72,6 +74,7 @@ func newStore() *store {
 		pods:    map[string]*podRecord{},
 		probes:  map[string]map[string]*schemas.ProbeResult{},
 		synced:  map[string]bool{},
+		devices: newDevicePlugins(),
 		changed: make(chan struct{}, 1),
 	}
 }
@@ -177,6 +180,12 @@ func (s *store) watch(ctx context.Context) {
 		bus.NewMirror(s.bus, bus.BucketEvictions, ">", s.onEviction),
 		bus.NewMirror(s.bus, bus.BucketProbes, ">", s.onProbeResult),
 		bus.NewMirror(s.bus, bus.BucketSources, bus.KeySourcesReady, s.onSourcesReady),
+		bus.NewMirror(s.bus, bus.BucketDevices, bus.KeyDevices, s.devices.onResources),
+		bus.NewMirror(s.bus, bus.BucketDevices, "pods.>", func(u bus.Update[schemas.PodDevices]) {
+			if uid := s.devices.onPod(u); uid != "" {
+				s.wakeWorker(uid)
+			}
+		}),
 	)
 }
 

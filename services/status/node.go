@@ -44,7 +44,9 @@ type NodeInputs struct {
 	RuntimeVersion string // e.g. containerd://1.6.20; "" = unknown
 	Pressure       *schemas.NodePressure
 	// VolumesInUse is the runtime's record of mounted attachable volumes.
-	VolumesInUse  *schemas.VolumesInUse
+	VolumesInUse *schemas.VolumesInUse
+	// Devices is nodelet-devices' device plugin resources.
+	Devices       *schemas.DeviceResources
 	Images        []corev1.ContainerImage
 	KernelVersion string
 	OSImage       string
@@ -166,9 +168,19 @@ func SetNodeStatus(node *corev1.Node, in NodeInputs) ([]nodeEvent, error) {
 			node.Status.NodeInfo.Swap = &corev1.NodeSwapStatus{Capacity: &sc}
 		}
 	}
+	// The device plugin resources (the kubelet's GetCapacity): capacity
+	// before the reservations are taken, allocatable after, as the
+	// kubelet's MachineInfo setter applies them.
+	devCapacity, devAllocatable := nodestatus.DevicePluginResources(in.Devices)
+	for k, v := range devCapacity {
+		node.Status.Capacity[k] = v
+	}
 	capacity, allocatable, err := nodestatus.Resources(in.Config, node.Status.Capacity)
 	if err != nil {
 		return nil, err
+	}
+	for k, v := range devAllocatable {
+		allocatable[k] = v
 	}
 	node.Status.Capacity, node.Status.Allocatable = capacity, allocatable
 

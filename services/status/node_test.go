@@ -275,3 +275,33 @@ func mustSetNodeStatus(t *testing.T, n *corev1.Node, in NodeInputs) []nodeEvent 
 	}
 	return events
 }
+
+// TestNodeDevicePluginResources: the node reports each device plugin
+// resource as the kubelet does: every device in capacity, the healthy ones
+// in allocatable, 0 allocatable once the plugin is gone, and the resource
+// kept at 0 once its grace period ended.
+func TestNodeDevicePluginResources(t *testing.T) {
+	const name = corev1.ResourceName("example.com/dev")
+	in := nodeInputs(func(in *NodeInputs) {
+		in.Devices = &schemas.DeviceResources{Resources: []schemas.DeviceResource{
+			{Name: string(name), Endpoint: "/x.sock", Healthy: []string{"a", "b"}, Unhealthy: []string{"c"}}}}
+	})
+	n, _ := InitialNode(in)
+	for _, step := range []struct {
+		what      string
+		r         schemas.DeviceResource
+		cap, allo int64
+	}{
+		{"registered", schemas.DeviceResource{Healthy: []string{"a", "b"}, Unhealthy: []string{"c"}}, 3, 2},
+		{"plugin gone", schemas.DeviceResource{Unhealthy: []string{"a", "b", "c"}}, 3, 0},
+		{"removed", schemas.DeviceResource{Unhealthy: []string{"a", "b", "c"}, Removed: true}, 0, 0},
+	} {
+		step.r.Name = string(name)
+		in.Devices = &schemas.DeviceResources{Resources: []schemas.DeviceResource{step.r}}
+		mustSetNodeStatus(t, n, in)
+		c, a := n.Status.Capacity[name], n.Status.Allocatable[name]
+		if c.Value() != step.cap || a.Value() != step.allo {
+			t.Errorf("%s: capacity %s allocatable %s, want %d and %d", step.what, c.String(), a.String(), step.cap, step.allo)
+		}
+	}
+}

@@ -158,7 +158,7 @@ func (n *nodeSync) inputs(ctx context.Context) NodeInputs {
 		s.log.Warn("Cannot measure the node filesystem", "path", s.cfg.Node.StateDir, "err", err)
 	}
 	s.st.mu.Lock()
-	in.Runtime, in.Pressure, in.VolumesInUse = s.st.runtime, s.st.pressure, s.st.volumesInUse
+	in.Runtime, in.Pressure, in.VolumesInUse, in.Devices = s.st.runtime, s.st.pressure, s.st.volumesInUse, s.st.devices
 	s.st.mu.Unlock()
 	if in.Runtime != nil && in.Runtime.RuntimeName != "" && in.Runtime.RuntimeVersion != "" {
 		in.RuntimeVersion = in.Runtime.RuntimeName + "://" + in.Runtime.RuntimeVersion

@@ -28,6 +28,8 @@ type store struct {
 	// volumesInUse are the runtime's mounted attachable volumes (the
 	// Node's status.volumesInUse).
 	volumesInUse *schemas.VolumesInUse
+	// devices is nodelet-devices' device plugin resources (capacity, allocatable).
+	devices *schemas.DeviceResources
 	// records are the statuses last written to the status bucket.
 	records map[string]*schemas.PodStatusRecord
 	// names remembers namespace/name of every pod seen in the desired
@@ -172,6 +174,7 @@ func (s *store) watchAll(ctx context.Context, c *bus.Conn) {
 		bus.NewMirror(c, bus.BucketRuntime, bus.KeyVolumeStats, nodeValue(s, &s.volumeStats, false)),
 		bus.NewMirror(c, bus.BucketRuntime, bus.KeyVolumesInUse, nodeValue(s, &s.volumesInUse, true)),
 		bus.NewMirror(c, bus.BucketPressure, bus.KeyPressure, nodeValue(s, &s.pressure, true)),
+		bus.NewMirror(c, bus.BucketDevices, bus.KeyDevices, nodeValue(s, &s.devices, true)),
 	)
 }
 

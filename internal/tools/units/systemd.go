@@ -296,6 +296,13 @@ func service(c component.Component, o Options) string {
 			u.set("ReadWritePaths", "-"+o.PodLogsDir)
 		}
 	}
+	if sb.DevicePlugins {
+		dp := path.Join(o.RootDir, "device-plugins")
+		u.comment(dp+" (<node.rootDir>/device-plugins): kubelet.sock and the plugins'",
+			"sockets, made if missing, writable.")
+		u.set("ExecStartPre", "+/usr/bin/install -d -m 0750 "+dp)
+		u.set("ReadWritePaths", "-"+dp)
+	}
 	if sb.CgroupRoot {
 		u.comment(o.CgroupRoot+" (runtime.cgroupRoot) in every cgroup hierarchy (cgroup v2: the one),",
 			"made as root before it starts: a hierarchy's root is 0555, writable only",

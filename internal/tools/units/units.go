@@ -29,6 +29,8 @@ const (
 	DefaultConfigPath = "/etc/nodelet/nodelet.yaml"
 	// DefaultStateDir is node.stateDir's default.
 	DefaultStateDir = "/var/lib/nodelet"
+	// DefaultRootDir is node.rootDir's default.
+	DefaultRootDir = "/var/lib/kubelet"
 	// DefaultPodLogsDir is node.podLogsDir's default.
 	DefaultPodLogsDir = "/var/log/pods"
 	// DefaultCgroupRoot is runtime.cgroupRoot's default.
@@ -52,6 +54,8 @@ type Options struct {
 	PodLogsDir string
 	// CgroupRoot is its runtime.cgroupRoot (cgroupfs driver).
 	CgroupRoot string
+	// RootDir is its node.rootDir (the kubelet's --root-dir).
+	RootDir string
 	// WatchdogSec is systemd's WatchdogSec=. The daemons pet the watchdog
 	// every bus.heartbeatInterval (5s by default) or every half of it,
 	// whichever is shorter, so it must be well above the interval.
@@ -70,6 +74,7 @@ func Defaults() Options {
 		StateDir:    DefaultStateDir,
 		PodLogsDir:  DefaultPodLogsDir,
 		CgroupRoot:  DefaultCgroupRoot,
+		RootDir:     DefaultRootDir,
 		WatchdogSec: 30 * time.Second,
 		RestartSec:  2 * time.Second,
 		Image:       "nodelet.local/nodelet:dev",

@@ -1,0 +1,199 @@
+// Package deviceplugin is a device plugin for tests: it speaks the real
+// k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1 API over a unix socket in a
+// node's device plugin directory and behaves as the Kubernetes project's
+// sample device plugin (test/images/sample-device-plugin, through the
+// kubelet's plugin stub): it registers on kubelet.sock, answers Allocate
+// with an env naming the devices and one read-only mount per device (a
+// file holding the device's ID), and registers again whenever kubelet.sock
+// is made anew (the kubelet, or nodelet-devices, restarted).
+package deviceplugin
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+)
+
+// Plugin is one running plugin.
+type Plugin struct {
+	pluginapi.UnimplementedDevicePluginServer
+	Dir, Resource, Endpoint string
+	// FilesDir holds one file per device, mounted at /dev-info/<id>.
+	FilesDir string
+
+	mu            sync.Mutex
+	devs          []string
+	allocs        [][]string
+	registrations int
+	server        *grpc.Server
+	cancel        context.CancelFunc
+	done          chan struct{}
+}
+
+// Start serves resource with devices ids in dir (a node's
+// <rootDir>/device-plugins), registers, and keeps registering again when
+// kubelet.sock is replaced, until Stop.
+func Start(dir, filesDir, resource string, ids ...string) (*Plugin, error) {
+	p := &Plugin{Dir: dir, Resource: resource, Endpoint: "nodelet-test-" + strings.ReplaceAll(resource, "/", "-") + ".sock",
+		FilesDir: filesDir, devs: ids, done: make(chan struct{})}
+	for _, id := range ids {
+		if err := os.WriteFile(filepath.Join(filesDir, id), []byte(id+"\n"), 0o644); err != nil {
+			return nil, err
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p.cancel = cancel
+	ino, err := p.serveAndRegister(ctx)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	go p.watch(ctx, ino)
+	return p, nil
+}
+
+// serveAndRegister (re)starts the gRPC server and registers; it returns
+// kubelet.sock's inode it registered with.
+func (p *Plugin) serveAndRegister(ctx context.Context) (uint64, error) {
+	// The old server first: closing its listener unlinks the socket's
+	// path, the new one's too if it came after (the stub's Stop, Start).
+	p.mu.Lock()
+	old := p.server
+	p.server = nil
+	p.mu.Unlock()
+	if old != nil {
+		old.Stop()
+	}
+	sock := filepath.Join(p.Dir, p.Endpoint)
+	_ = os.Remove(sock)
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		return 0, err
+	}
+	s := grpc.NewServer()
+	pluginapi.RegisterDevicePluginServer(s, p)
+	go func() { _ = s.Serve(ln) }()
+	p.mu.Lock()
+	p.server = s
+	p.mu.Unlock()
+	kubelet := filepath.Join(p.Dir, "kubelet.sock")
+	conn, err := grpc.NewClient("unix://"+kubelet, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := pluginapi.NewRegistrationClient(conn).Register(rctx, &pluginapi.RegisterRequest{
+		Version: pluginapi.Version, Endpoint: p.Endpoint, ResourceName: p.Resource,
+	}, grpc.WaitForReady(true)); err != nil {
+		return 0, fmt.Errorf("register %s: %w", p.Resource, err)
+	}
+	p.mu.Lock()
+	p.registrations++
+	p.mu.Unlock()
+	return inode(kubelet), nil
+}
+
+// watch registers again when kubelet.sock is replaced, as the sample
+// plugin's stub does (it watches the directory with fsnotify).
+func (p *Plugin) watch(ctx context.Context, ino uint64) {
+	defer close(p.done)
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if now := inode(filepath.Join(p.Dir, "kubelet.sock")); now != 0 && now != ino {
+			if n, err := p.serveAndRegister(ctx); err == nil {
+				ino = n
+			}
+		}
+	}
+}
+
+func inode(path string) uint64 {
+	st, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	if s, ok := st.Sys().(*syscall.Stat_t); ok {
+		return s.Ino
+	}
+	return 0
+}
+
+// Stop ends the plugin: its stream ends, nodelet-devices sees it go.
+func (p *Plugin) Stop() {
+	p.cancel()
+	<-p.done
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.server != nil {
+		p.server.Stop()
+		p.server = nil
+	}
+}
+
+// Allocations are the device sets Allocate was called with.
+func (p *Plugin) Allocations() [][]string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.allocs)
+}
+
+// Registrations counts the successful registrations.
+func (p *Plugin) Registrations() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.registrations
+}
+
+func (p *Plugin) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
+	return &pluginapi.DevicePluginOptions{}, nil
+}
+
+func (p *Plugin) ListAndWatch(_ *pluginapi.Empty, s pluginapi.DevicePlugin_ListAndWatchServer) error {
+	var devs []*pluginapi.Device
+	for _, id := range p.devs {
+		devs = append(devs, &pluginapi.Device{ID: id, Health: pluginapi.Healthy})
+	}
+	if err := s.Send(&pluginapi.ListAndWatchResponse{Devices: devs}); err != nil {
+		return err
+	}
+	<-s.Context().Done()
+	return nil
+}
+
+// Allocate answers as the sample device plugin: the devices in an env, a
+// read-only mount of each device's file.
+func (p *Plugin) Allocate(_ context.Context, r *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+	resp := &pluginapi.AllocateResponse{}
+	for _, c := range r.ContainerRequests {
+		ids := slices.Clone(c.DevicesIds)
+		slices.Sort(ids)
+		p.mu.Lock()
+		p.allocs = append(p.allocs, ids)
+		p.mu.Unlock()
+		cr := &pluginapi.ContainerAllocateResponse{Envs: map[string]string{"TEST_DEVICES": strings.Join(ids, ",")}}
+		for _, id := range ids {
+			cr.Mounts = append(cr.Mounts, &pluginapi.Mount{ContainerPath: "/dev-info/" + id, HostPath: filepath.Join(p.FilesDir, id), ReadOnly: true})
+		}
+		resp.ContainerResponses = append(resp.ContainerResponses, cr)
+	}
+	return resp, nil
+}

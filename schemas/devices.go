@@ -1,0 +1,96 @@
+package schemas
+
+import "time"
+
+// DeviceResources is every device plugin resource nodelet-devices knows:
+// the devices bucket, key "resources", written by nodelet-devices. It is
+// the kubelet's devicemanager state that node status and admission read
+// (healthyDevices, unhealthyDevices, the endpoints and their options).
+type DeviceResources struct {
+	Resources []DeviceResource `json:"resources"`
+}
+
+func (DeviceResources) SchemaName() string { return "nodelet.v1.DeviceResources" }
+
+// DeviceResource is one extended resource served by a device plugin.
+type DeviceResource struct {
+	// Name is the extended resource, e.g. example.com/gpu.
+	Name string `json:"name"`
+	// Endpoint is the plugin's socket; "" while no plugin is connected
+	// (after a restart, until it registers again, or once it went).
+	Endpoint string `json:"endpoint,omitempty"`
+	// PreStartRequired and GetPreferredAllocationAvailable are the
+	// plugin's DevicePluginOptions.
+	PreStartRequired                bool `json:"preStartRequired,omitempty"`
+	GetPreferredAllocationAvailable bool `json:"getPreferredAllocationAvailable,omitempty"`
+	// Healthy and Unhealthy are the device IDs of its last ListAndWatch
+	// answer; every device is unhealthy once its plugin is gone.
+	Healthy   []string `json:"healthy,omitempty"`
+	Unhealthy []string `json:"unhealthy,omitempty"`
+	// StoppedAt is when its last plugin went; Removed is set once the
+	// kubelet's grace (5 minutes) has passed since: the node then reports
+	// a capacity of 0 (the kubelet's GetCapacity deletedResources).
+	StoppedAt *time.Time `json:"stoppedAt,omitempty"`
+	Removed   bool       `json:"removed,omitempty"`
+}
+
+// PodDevices is what nodelet-devices allocated to one pod: the devices
+// bucket, key "pods.<pod UID>", written by nodelet-devices once per pod
+// before nodelet-admission decides it (the kubelet allocates in an admit
+// handler), and deleted when the pod is gone or refused.
+type PodDevices struct {
+	UID       string `json:"uid"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// Error is why allocation failed, in the kubelet's words; admission
+	// then refuses the pod with UnexpectedAdmissionError ("Allocate failed
+	// due to <Error>, which is unexpected").
+	Error       string             `json:"error,omitempty"`
+	Containers  []ContainerDevices `json:"containers,omitempty"`
+	AllocatedAt time.Time          `json:"allocatedAt"`
+}
+
+func (PodDevices) SchemaName() string { return "nodelet.v1.PodDevices" }
+
+// Container is the named container's allocation, or nil.
+func (p *PodDevices) Container(name string) *ContainerDevices {
+	for i := range p.Containers {
+		if p.Containers[i].Name == name {
+			return &p.Containers[i]
+		}
+	}
+	return nil
+}
+
+// ContainerDevices is one container's devices, resource by resource.
+type ContainerDevices struct {
+	Name      string               `json:"name"`
+	Resources []ResourceAllocation `json:"resources"`
+}
+
+// ResourceAllocation is the devices of one resource given to a container
+// and the plugin's ContainerAllocateResponse for them: what goes into the
+// container's CRI config (the kubelet's DeviceRunContainerOptions).
+type ResourceAllocation struct {
+	Resource    string            `json:"resource"`
+	DeviceIDs   []string          `json:"deviceIDs"`
+	Envs        map[string]string `json:"envs,omitempty"`
+	Mounts      []DeviceMount     `json:"mounts,omitempty"`
+	Devices     []DeviceSpec      `json:"devices,omitempty"`
+	Annotations map[string]string `json:"annotations,omitempty"`
+	CDIDevices  []string          `json:"cdiDevices,omitempty"`
+}
+
+// DeviceMount is a plugin's Mount.
+type DeviceMount struct {
+	ContainerPath string `json:"containerPath"`
+	HostPath      string `json:"hostPath"`
+	ReadOnly      bool   `json:"readOnly,omitempty"`
+}
+
+// DeviceSpec is a plugin's DeviceSpec: a host device node in the container.
+type DeviceSpec struct {
+	ContainerPath string `json:"containerPath"`
+	HostPath      string `json:"hostPath"`
+	Permissions   string `json:"permissions,omitempty"`
+}
