@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	kubeletv1 "k8s.io/kubelet/config/v1"
 	kubeletv1alpha1 "k8s.io/kubelet/config/v1alpha1"
@@ -136,8 +137,8 @@ func decodeConfig(data []byte) (*kubeletv1.CredentialProviderConfig, error) {
 }
 
 // validateConfig is the kubelet's validateCredentialProviderConfig with
-// KubeletServiceAccountTokenForCredentialProviders off: nodelet has no
-// service-account token mode, so tokenAttributes is refused by name.
+// KubeletServiceAccountTokenForCredentialProviders on (its default since
+// 1.34; nodelet refuses the gate set otherwise).
 func validateConfig(config *kubeletv1.CredentialProviderConfig) field.ErrorList {
 	var errs field.ErrorList
 	if len(config.Providers) == 0 {
@@ -182,8 +183,59 @@ func validateConfig(config *kubeletv1.CredentialProviderConfig) field.ErrorList 
 			errs = append(errs, field.Invalid(fp.Child("defaultCacheDuration"), p.DefaultCacheDuration, "must be greater than or equal to 0"))
 		}
 		if p.TokenAttributes != nil {
-			errs = append(errs, field.Forbidden(fp.Child("tokenAttributes"), "tokenAttributes is not supported: nodelet has no service account token mode for credential providers"))
+			errs = append(errs, validateTokenAttributes(fp.Child("tokenAttributes"), p)...)
 		}
+	}
+	return errs
+}
+
+// validCacheTypes are the kubelet's service-account token cache types.
+var validCacheTypes = sets.New(string(kubeletv1.ServiceAccountServiceAccountTokenCacheType), string(kubeletv1.TokenServiceAccountTokenCacheType))
+
+// validateTokenAttributes is the tokenAttributes part of the kubelet's
+// validateCredentialProviderConfig.
+func validateTokenAttributes(fldPath *field.Path, p kubeletv1.CredentialProvider) field.ErrorList {
+	var errs field.ErrorList
+	ta := p.TokenAttributes
+	if ta.ServiceAccountTokenAudience == "" {
+		errs = append(errs, field.Required(fldPath.Child("serviceAccountTokenAudience"), ""))
+	}
+	if ta.RequireServiceAccount == nil {
+		errs = append(errs, field.Required(fldPath.Child("requireServiceAccount"), ""))
+	}
+	if p.APIVersion != credentialproviderv1.SchemeGroupVersion.String() {
+		errs = append(errs, field.Forbidden(fldPath, fmt.Sprintf("tokenAttributes is only supported for %s API version", credentialproviderv1.SchemeGroupVersion.String())))
+	}
+	if ta.RequireServiceAccount != nil && !*ta.RequireServiceAccount && len(ta.RequiredServiceAccountAnnotationKeys) > 0 {
+		errs = append(errs, field.Forbidden(fldPath.Child("requiredServiceAccountAnnotationKeys"), "requireServiceAccount cannot be false when requiredServiceAccountAnnotationKeys is set"))
+	}
+	errs = append(errs, validateAnnotationKeys(fldPath.Child("requiredServiceAccountAnnotationKeys"), ta.RequiredServiceAccountAnnotationKeys)...)
+	errs = append(errs, validateAnnotationKeys(fldPath.Child("optionalServiceAccountAnnotationKeys"), ta.OptionalServiceAccountAnnotationKeys)...)
+	if dup := sets.New(ta.RequiredServiceAccountAnnotationKeys...).Intersection(sets.New(ta.OptionalServiceAccountAnnotationKeys...)); dup.Len() > 0 {
+		errs = append(errs, field.Invalid(fldPath, sets.List(dup), "annotation keys cannot be both required and optional"))
+	}
+	switch {
+	case ta.CacheType == "":
+		errs = append(errs, field.Required(fldPath.Child("cacheType"), fmt.Sprintf("cacheType is required to be set when tokenAttributes is specified. Supported values are: %s", strings.Join(sets.List(validCacheTypes), ", "))))
+	case !validCacheTypes.Has(string(ta.CacheType)):
+		errs = append(errs, field.NotSupported(fldPath.Child("cacheType"), ta.CacheType, sets.List(validCacheTypes)))
+	}
+	return errs
+}
+
+// validateAnnotationKeys is the kubelet's validateServiceAccountAnnotationKeys:
+// qualified names (case aside), no duplicates.
+func validateAnnotationKeys(fldPath *field.Path, keys []string) field.ErrorList {
+	var errs field.ErrorList
+	seen := sets.New[string]()
+	for _, k := range keys {
+		for _, msg := range validation.IsQualifiedName(strings.ToLower(k)) {
+			errs = append(errs, field.Invalid(fldPath, k, msg))
+		}
+		if seen.Has(k) {
+			errs = append(errs, field.Duplicate(fldPath, k))
+		}
+		seen.Insert(k)
 	}
 	return errs
 }

@@ -100,7 +100,8 @@ type AuthConfig struct {
 }
 
 // TrackedAuthConfig is a credential with where it came from: Source nil is
-// node-wide (a plugin's, with no service account), a secret's otherwise.
+// node-wide (a plugin's, with no service account), a secret's or a service
+// account's (a plugin's in token mode) otherwise.
 // AuthConfigHash is the SHA-256 of the credential (the kubelet's
 // hashAuthConfig), what a pull record of a secret compares.
 type TrackedAuthConfig struct {
@@ -111,7 +112,8 @@ type TrackedAuthConfig struct {
 
 // CredentialSource says where a credential came from.
 type CredentialSource struct {
-	Secret *SecretCoordinates
+	Secret         *SecretCoordinates
+	ServiceAccount *ServiceAccountCoordinates
 }
 
 // SecretCoordinates name an image pull secret.

@@ -30,9 +30,10 @@ const (
 	execTimeout = time.Minute
 )
 
-// Plugins are the node's exec credential-provider plugins, a Keyring whose
-// credentials are node-wide (Source nil): the kubelet's
-// externalCredentialProviderKeyring without service-account tokens.
+// Plugins are the node's exec credential-provider plugins: the kubelet's
+// externalCredentialProviderKeyring. A provider's credentials are
+// node-wide (Source nil), or, in service-account token mode
+// (tokenAttributes), the pod's service account's (ForPod).
 type Plugins struct {
 	providers []*pluginProvider
 	// Hash is the SHA-256 of the configuration files (sha256:<hex>), as the
@@ -42,8 +43,11 @@ type Plugins struct {
 
 // NewPlugins reads configPath (a file or a directory) and finds each
 // provider's executable in binDir, as the kubelet's
-// RegisterCredentialProviderPlugins does; every problem is an error.
-func NewPlugins(configPath, binDir string, log *slog.Logger) (*Plugins, error) {
+// RegisterCredentialProviderPlugins does; every problem is an error. api
+// gives providers in service-account token mode their tokens (nil on a
+// node without an API server: they fail, logged, and pulls go on without
+// them).
+func NewPlugins(configPath, binDir string, api ServiceAccounts, log *slog.Logger) (*Plugins, error) {
 	if _, err := os.Stat(binDir); err != nil {
 		if os.IsNotExist(err) {
 			return nil, fmt.Errorf("plugin binary directory %s did not exist", binDir)
@@ -66,31 +70,19 @@ func NewPlugins(configPath, binDir string, log *slog.Logger) (*Plugins, error) {
 			}
 			return nil, fmt.Errorf("error inspecting binary executable %s: %w", bin, err)
 		}
-		ps.providers = append(ps.providers, newPluginProvider(binDir, p, clock.RealClock{}, log))
+		ps.providers = append(ps.providers, newPluginProvider(binDir, p, api, clock.RealClock{}, log))
 		log.Info("Registered credential provider", "provider", p.Name)
 	}
 	return ps, nil
 }
 
-// Lookup is the kubelet's externalCredentialProviderKeyring.Lookup: every
-// provider whose matchImages match image is asked (or its cache), their
-// answers indexed together, and matched against image.
+// Lookup asks the providers for a pod without a service account: those in
+// service-account token mode that require one give nothing.
 func (ps *Plugins) Lookup(image string) ([]TrackedAuthConfig, bool) {
 	if ps == nil {
 		return nil, false
 	}
-	k := &BasicKeyring{}
-	for _, p := range ps.providers {
-		cfg, err := p.provide(image)
-		if err != nil {
-			// The kubelet's perPodPluginProvider.provideWithCoordinates:
-			// logged, and the pull goes on without this provider.
-			p.log.Error("Failed to provide credentials for image", "provider", p.name, "image", image, "err", err)
-			continue
-		}
-		k.Add(nil, cfg)
-	}
-	return k.Lookup(image)
+	return ps.ForPod(Pod{}).Lookup(image)
 }
 
 // pluginProvider is one provider: its matchImages, its cache and how to
@@ -103,6 +95,8 @@ type pluginProvider struct {
 	defaultCacheDuration time.Duration
 	plugin               plugin
 	group                singleflight.Group
+	// sa is the provider's service-account token mode (nil: off).
+	sa *serviceAccountProvider
 
 	mu             sync.Mutex
 	cache          map[string]cacheEntry
@@ -114,14 +108,15 @@ type cacheEntry struct {
 	expiresAt   time.Time
 }
 
-// plugin runs a provider for an image (execPlugin; a fake in tests).
+// plugin runs a provider for an image, with a service account's token
+// and annotations in token mode (execPlugin; a fake in tests).
 type plugin interface {
-	ExecPlugin(ctx context.Context, image string) (*credentialproviderv1.CredentialProviderResponse, error)
+	ExecPlugin(ctx context.Context, image, token string, annotations map[string]string) (*credentialproviderv1.CredentialProviderResponse, error)
 }
 
-func newPluginProvider(binDir string, p kubeletv1.CredentialProvider, clk clock.Clock, log *slog.Logger) *pluginProvider {
+func newPluginProvider(binDir string, p kubeletv1.CredentialProvider, api ServiceAccounts, clk clock.Clock, log *slog.Logger) *pluginProvider {
 	return &pluginProvider{
-		name: p.Name, clock: clk, log: log,
+		name: p.Name, clock: clk, log: log, sa: newServiceAccountProvider(p, api),
 		matchImages:          p.MatchImages,
 		defaultCacheDuration: p.DefaultCacheDuration.Duration,
 		cache:                map[string]cacheEntry{},
@@ -133,57 +128,88 @@ func newPluginProvider(binDir string, p kubeletv1.CredentialProvider, clk clock.
 	}
 }
 
-// provide is the kubelet's pluginProvider.provide without service
-// accounts: nothing for an image its matchImages do not match, the cached
-// answer under the image, its registry or the global key, else the plugin
-// (once for concurrent asks of one image) whose answer is cached by its
-// cacheKeyType for its cacheDuration (nil: defaultCacheDuration; 0: not
-// cached).
-func (p *pluginProvider) provide(image string) (DockerConfig, error) {
+// provide is the kubelet's pluginProvider.provide: nothing for an image
+// its matchImages do not match; in service-account token mode, nothing for
+// a pod the provider skips (forPod), else a token of the pod's service
+// account; the cached answer under the image, its registry or the global
+// key (with the service account's part of the key), else the plugin (once
+// for concurrent asks of one image and token) whose answer is cached by
+// its cacheKeyType for its cacheDuration (nil: defaultCacheDuration; 0:
+// not cached). The coordinates say which service account the credentials
+// are for (nil: node-wide).
+func (p *pluginProvider) provide(image string, pod Pod) (DockerConfig, *ServiceAccountCoordinates, error) {
 	if !p.isImageAllowed(image) {
-		return DockerConfig{}, nil
+		return DockerConfig{}, nil, nil
 	}
-	if cfg, found := p.getCachedCredentials(image); found {
-		return cfg, nil
+	var sa *saRequest
+	if p.sa != nil {
+		var run bool
+		var err error
+		if sa, run, err = p.sa.forPod(context.Background(), pod); err != nil || !run {
+			return DockerConfig{}, nil, err
+		}
 	}
-	res, err, _ := p.group.Do(image, func() (any, error) {
-		return p.plugin.ExecPlugin(context.Background(), image)
+	var saKey, token string
+	var annotations map[string]string
+	var coords *ServiceAccountCoordinates
+	if sa != nil {
+		saKey, token, annotations, coords = sa.cacheKey, sa.token, sa.annotations, sa.coords
+	}
+	if cfg, found := p.getCachedCredentials(image, saKey); found {
+		return cfg, coords, nil
+	}
+	flightKey := image
+	if sa != nil {
+		// The kubelet's generateSingleFlightKey: one run per token.
+		flightKey, _ = newCacheKeyBuilder().addString(image).addString(hashIfNotEmpty(token)).addAnnotations(annotations).build()
+	}
+	res, err, _ := p.group.Do(flightKey, func() (any, error) {
+		return p.plugin.ExecPlugin(context.Background(), image, token, annotations)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("failed to get credential from external registry credential provider: %w", err)
+		return nil, nil, fmt.Errorf("failed to get credential from external registry credential provider: %w", err)
 	}
 	response := res.(*credentialproviderv1.CredentialProviderResponse)
-	var cacheKey string
+	if token != "" && p.sa.cacheType != kubeletv1.TokenServiceAccountTokenCacheType {
+		// The kubelet's: a token echoed back as the password may only be
+		// cached as long as the token lives (cacheType Token).
+		for _, a := range response.Auth {
+			if a.Password == token {
+				return nil, nil, errors.New("credential provider plugin returned the service account token as the password which is not allowed when service account cache type is not set to 'Token'")
+			}
+		}
+	}
+	var key string
 	switch response.CacheKeyType {
 	case credentialproviderv1.ImagePluginCacheKeyType:
-		cacheKey = image
+		key = image
 	case credentialproviderv1.RegistryPluginCacheKeyType:
-		cacheKey = parseRegistry(image)
+		key = parseRegistry(image)
 	case credentialproviderv1.GlobalPluginCacheKeyType:
-		cacheKey = globalCacheKey
+		key = globalCacheKey
 	default:
-		return nil, fmt.Errorf("credential provider plugin did not return a valid cacheKeyType: %s", response.CacheKeyType)
+		return nil, nil, fmt.Errorf("credential provider plugin did not return a valid cacheKeyType: %s", response.CacheKeyType)
 	}
 	cfg := make(DockerConfig, len(response.Auth))
 	for match, a := range response.Auth {
 		cfg[match] = DockerConfigEntry{Username: a.Username, Password: a.Password}
 	}
 	if response.CacheDuration != nil && response.CacheDuration.Duration == 0 {
-		return cfg, nil
+		return cfg, coords, nil
 	}
 	var expiresAt time.Time
 	if response.CacheDuration == nil {
 		if p.defaultCacheDuration == 0 {
-			return cfg, nil
+			return cfg, coords, nil
 		}
 		expiresAt = p.clock.Now().Add(p.defaultCacheDuration)
 	} else {
 		expiresAt = p.clock.Now().Add(response.CacheDuration.Duration)
 	}
 	p.mu.Lock()
-	p.cache[cacheKey] = cacheEntry{credentials: cfg, expiresAt: expiresAt}
+	p.cache[cacheKey(key, saKey)] = cacheEntry{credentials: cfg, expiresAt: expiresAt}
 	p.mu.Unlock()
-	return cfg, nil
+	return cfg, coords, nil
 }
 
 // isImageAllowed is the kubelet's: does any of matchImages match image.
@@ -197,9 +223,9 @@ func (p *pluginProvider) isImageAllowed(image string) bool {
 }
 
 // getCachedCredentials is the kubelet's: the image's entry, else its
-// registry's, else the global one, none expired; expired entries are
-// purged every 15 minutes.
-func (p *pluginProvider) getCachedCredentials(image string) (DockerConfig, bool) {
+// registry's, else the global one (each with saKey, the service account's
+// part), none expired; expired entries are purged every 15 minutes.
+func (p *pluginProvider) getCachedCredentials(image, saKey string) (DockerConfig, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := p.clock.Now()
@@ -211,7 +237,8 @@ func (p *pluginProvider) getCachedCredentials(image string) (DockerConfig, bool)
 		}
 		p.lastCachePurge = now
 	}
-	for _, key := range []string{image, parseRegistry(image), globalCacheKey} {
+	for _, base := range []string{image, parseRegistry(image), globalCacheKey} {
+		key := cacheKey(base, saKey)
 		e, ok := p.cache[key]
 		if !ok {
 			continue
@@ -243,10 +270,11 @@ type execPlugin struct {
 }
 
 // ExecPlugin is the kubelet's execPlugin.ExecPlugin: the
-// CredentialProviderRequest on stdin in the provider's apiVersion, the
+// CredentialProviderRequest (with the service account's token and
+// annotations in token mode) on stdin in the provider's apiVersion, the
 // response read from stdout in that same apiVersion, within a minute.
-func (e *execPlugin) ExecPlugin(ctx context.Context, image string) (*credentialproviderv1.CredentialProviderResponse, error) {
-	req := credentialproviderv1.CredentialProviderRequest{Image: image}
+func (e *execPlugin) ExecPlugin(ctx context.Context, image, token string, annotations map[string]string) (*credentialproviderv1.CredentialProviderResponse, error) {
+	req := credentialproviderv1.CredentialProviderRequest{Image: image, ServiceAccountToken: token, ServiceAccountAnnotations: annotations}
 	req.APIVersion, req.Kind = e.apiVersion, "CredentialProviderRequest"
 	data, err := stdjson.Marshal(&req)
 	if err != nil {

@@ -17,26 +17,37 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
-// fakePlugin answers with a fixed response and counts its runs.
+// fakePlugin answers with a fixed response and counts its runs (and the
+// tokens and annotations it was given).
 type fakePlugin struct {
-	mu       sync.Mutex
-	calls    []string
-	keyType  credentialproviderv1.PluginCacheKeyType
-	duration *metav1.Duration
-	err      error
+	mu          sync.Mutex
+	calls       []string
+	tokens      []string
+	annotations []map[string]string
+	keyType     credentialproviderv1.PluginCacheKeyType
+	duration    *metav1.Duration
+	err         error
+	// echo answers the token as the password.
+	echo bool
 }
 
-func (f *fakePlugin) ExecPlugin(_ context.Context, image string) (*credentialproviderv1.CredentialProviderResponse, error) {
+func (f *fakePlugin) ExecPlugin(_ context.Context, image, token string, annotations map[string]string) (*credentialproviderv1.CredentialProviderResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, image)
+	f.tokens = append(f.tokens, token)
+	f.annotations = append(f.annotations, annotations)
 	if f.err != nil {
 		return nil, f.err
+	}
+	pw := "pw"
+	if f.echo {
+		pw = token
 	}
 	return &credentialproviderv1.CredentialProviderResponse{
 		CacheKeyType: f.keyType, CacheDuration: f.duration,
 		Auth: map[string]credentialproviderv1.AuthConfig{
-			"*.example.com": {Username: fmt.Sprintf("user%d", len(f.calls)), Password: "pw"},
+			"*.example.com": {Username: fmt.Sprintf("user%d", len(f.calls)), Password: pw},
 		},
 	}, nil
 }
@@ -123,7 +134,7 @@ func TestPluginErrors(t *testing.T) {
 	} {
 		p := &pluginProvider{name: "fake", clock: clk, log: discard(), plugin: fake,
 			matchImages: []string{"reg.example.com"}, cache: map[string]cacheEntry{}, lastCachePurge: clk.Now()}
-		if _, err := p.provide("reg.example.com/app"); err == nil {
+		if _, _, err := p.provide("reg.example.com/app", Pod{}); err == nil {
 			t.Errorf("%+v: no error", fake)
 		}
 		if creds, found := (&Plugins{providers: []*pluginProvider{p}}).Lookup("reg.example.com/app"); found || len(creds) > 0 {
@@ -170,7 +181,15 @@ func TestReadConfig(t *testing.T) {
 		{"no matchImages", strings.Replace(fmt.Sprintf(goodConfig, "p"), `matchImages: ["*.example.com", "127.0.0.1:5000"]`, "matchImages: []", 1), "at least 1 item in matchImages is required"},
 		{"no defaultCacheDuration", strings.Replace(fmt.Sprintf(goodConfig, "p"), "  defaultCacheDuration: 1m\n", "", 1), "providers.defaultCacheDuration: Required value"},
 		{"negative defaultCacheDuration", strings.Replace(fmt.Sprintf(goodConfig, "p"), "1m", "-1m", 1), "must be greater than or equal to 0"},
-		{"tokenAttributes", fmt.Sprintf(goodConfig, "p") + "  tokenAttributes: {serviceAccountTokenAudience: a, cacheType: Token, requireServiceAccount: true}\n", "providers.tokenAttributes: Forbidden"},
+		{"tokenAttributes", fmt.Sprintf(goodConfig, "p") + "  tokenAttributes: {serviceAccountTokenAudience: a, cacheType: Token, requireServiceAccount: true, requiredServiceAccountAnnotationKeys: [example.com/role]}\n", ""},
+		{"tokenAttributes without an audience", fmt.Sprintf(goodConfig, "p") + "  tokenAttributes: {cacheType: Token, requireServiceAccount: true}\n", "providers.tokenAttributes.serviceAccountTokenAudience: Required value"},
+		{"tokenAttributes without requireServiceAccount", fmt.Sprintf(goodConfig, "p") + "  tokenAttributes: {serviceAccountTokenAudience: a, cacheType: Token}\n", "providers.tokenAttributes.requireServiceAccount: Required value"},
+		{"tokenAttributes without a cacheType", fmt.Sprintf(goodConfig, "p") + "  tokenAttributes: {serviceAccountTokenAudience: a, requireServiceAccount: true}\n", "cacheType is required to be set when tokenAttributes is specified. Supported values are: ServiceAccount, Token"},
+		{"tokenAttributes with a bad cacheType", fmt.Sprintf(goodConfig, "p") + "  tokenAttributes: {serviceAccountTokenAudience: a, requireServiceAccount: true, cacheType: Pod}\n", `providers.tokenAttributes.cacheType: Unsupported value: "Pod"`},
+		{"tokenAttributes, required keys without requireServiceAccount", fmt.Sprintf(goodConfig, "p") + "  tokenAttributes: {serviceAccountTokenAudience: a, requireServiceAccount: false, cacheType: Token, requiredServiceAccountAnnotationKeys: [a.io/b]}\n", "requireServiceAccount cannot be false when requiredServiceAccountAnnotationKeys is set"},
+		{"tokenAttributes, a key both required and optional", fmt.Sprintf(goodConfig, "p") + "  tokenAttributes: {serviceAccountTokenAudience: a, requireServiceAccount: true, cacheType: Token, requiredServiceAccountAnnotationKeys: [a.io/b], optionalServiceAccountAnnotationKeys: [a.io/b]}\n", "annotation keys cannot be both required and optional"},
+		{"tokenAttributes, a bad key", fmt.Sprintf(goodConfig, "p") + "  tokenAttributes: {serviceAccountTokenAudience: a, requireServiceAccount: true, cacheType: Token, optionalServiceAccountAnnotationKeys: [\"a b\"]}\n", "providers.tokenAttributes.optionalServiceAccountAnnotationKeys: Invalid value: \"a b\""},
+		{"tokenAttributes on v1beta1", strings.Replace(fmt.Sprintf(goodConfig, "p"), "credentialprovider.kubelet.k8s.io/v1", "credentialprovider.kubelet.k8s.io/v1beta1", 1) + "  tokenAttributes: {serviceAccountTokenAudience: a, requireServiceAccount: true, cacheType: Token}\n", "tokenAttributes is only supported for credentialprovider.kubelet.k8s.io/v1 API version"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg, hash, err := ReadConfig(writeFile(t, dir, tc.name+".yaml", tc.config))
@@ -215,7 +234,7 @@ echo '{"apiVersion":"credentialprovider.kubelet.k8s.io/v1","kind":"CredentialPro
 	writeFile(t, bin, "wrong-version", "#!/bin/sh\ncat >/dev/null\necho '{\"apiVersion\":\"credentialprovider.kubelet.k8s.io/v1beta1\",\"kind\":\"CredentialProviderResponse\",\"cacheKeyType\":\"Image\"}'\n")
 	cfgDir := t.TempDir()
 	cfg := writeFile(t, cfgDir, "c.yaml", fmt.Sprintf(goodConfig, "echo-provider")+strings.TrimPrefix(fmt.Sprintf(goodConfig, "wrong-version"), "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n"))
-	ps, err := NewPlugins(cfg, bin, discard())
+	ps, err := NewPlugins(cfg, bin, nil, discard())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,14 +242,14 @@ echo '{"apiVersion":"credentialprovider.kubelet.k8s.io/v1","kind":"CredentialPro
 	if !found || len(creds) != 1 || creds[0].Username != "from-args" || creds[0].Password != "from-env" {
 		t.Fatalf("credentials %+v", creds)
 	}
-	_, err = ps.providers[1].plugin.ExecPlugin(context.Background(), "reg.example.com/app")
+	_, err = ps.providers[1].plugin.ExecPlugin(context.Background(), "reg.example.com/app", "", nil)
 	if err == nil || !strings.Contains(err.Error(), "did not match expected apiVersion:credentialprovider.kubelet.k8s.io/v1, actual apiVersion:credentialprovider.kubelet.k8s.io/v1beta1") {
 		t.Fatalf("wrong version: %v", err)
 	}
-	if _, err := NewPlugins(cfg, filepath.Join(bin, "absent"), discard()); err == nil || !strings.Contains(err.Error(), "did not exist") {
+	if _, err := NewPlugins(cfg, filepath.Join(bin, "absent"), nil, discard()); err == nil || !strings.Contains(err.Error(), "did not exist") {
 		t.Fatalf("absent bin dir: %v", err)
 	}
-	if _, err := NewPlugins(writeFile(t, cfgDir, "d.yaml", fmt.Sprintf(goodConfig, "nosuch")), bin, discard()); err == nil || !strings.Contains(err.Error(), "plugin binary executable "+filepath.Join(bin, "nosuch")+" did not exist") {
+	if _, err := NewPlugins(writeFile(t, cfgDir, "d.yaml", fmt.Sprintf(goodConfig, "nosuch")), bin, nil, discard()); err == nil || !strings.Contains(err.Error(), "plugin binary executable "+filepath.Join(bin, "nosuch")+" did not exist") {
 		t.Fatalf("absent plugin: %v", err)
 	}
 }

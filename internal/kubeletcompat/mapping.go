@@ -108,7 +108,7 @@ var NodeFlags = []FlagEntry{
 	refusedWhenSet("lock-file", "nodelet's daemons lock their own files under the state directory", func(f *Flags) bool { return f.LockFile != "" }),
 	refusedWhenSet("exit-on-lock-contention", "nodelet's daemons lock their own files under the state directory", func(f *Flags) bool { return f.ExitOnLockContention }),
 	refusedWhenSet("runtime-cgroups", "nodelet does not move the container runtime into a cgroup", func(f *Flags) bool { return f.RuntimeCgroups != "" }),
-	{Name: "image-credential-provider-config", Class: Honoured, Key: "runtime.imageCredentialProviderConfig", Note: "a file or a directory of them, as the kubelet's; no service-account token mode (tokenAttributes refused)",
+	{Name: "image-credential-provider-config", Class: Honoured, Key: "runtime.imageCredentialProviderConfig", Note: "a file or a directory of them, as the kubelet's, with the service-account token mode (tokenAttributes)",
 		apply: func(l *Loaded, c *config.Config) error {
 			p, err := filepath.Abs(l.Flags.ImageCredentialProviderConfig)
 			c.Runtime.ImageCredentialProviderConfig = p

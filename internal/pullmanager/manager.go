@@ -25,9 +25,15 @@ type Credentials = kubeletv1beta1.ImagePullCredentials
 // Secret is a pull secret's coordinates and the hash of its credential.
 type Secret = kubeletv1beta1.ImagePullSecret
 
+// ServiceAccount is the coordinates of a service account whose token a
+// credential-provider plugin turned into the pull's credentials.
+type ServiceAccount = kubeletv1beta1.ImagePullServiceAccount
+
 // GetPodCredentials returns the pod's pull secrets that match the image,
-// looked up only when the decision needs them.
-type GetPodCredentials func() ([]Secret, error)
+// and the pod's service account when a credential-provider plugin in
+// service-account token mode gave credentials for it (nil otherwise),
+// looked up only when the decision needs them (the kubelet's).
+type GetPodCredentials func() ([]Secret, *ServiceAccount, error)
 
 // ImageLister lists CRI's images (the runtime's image service).
 type ImageLister interface {
@@ -218,10 +224,10 @@ func (m *Manager) MustAttemptImagePull(image, imageRef string, getPodCredentials
 	if cached.NodePodsAccessible {
 		return false, nil
 	}
-	if len(cached.KubernetesSecrets) == 0 {
+	if len(cached.KubernetesSecrets) == 0 && len(cached.KubernetesServiceAccounts) == 0 {
 		return true, nil
 	}
-	podSecrets, err := getPodCredentials()
+	podSecrets, podServiceAccount, err := getPodCredentials()
 	if err != nil {
 		return true, err
 	}
@@ -248,7 +254,31 @@ func (m *Manager) MustAttemptImagePull(image, imageRef string, getPodCredentials
 			}
 		}
 	}
+	// A service account whose token pulled the image before may use it.
+	if podServiceAccount != nil && slices.Contains(cached.KubernetesServiceAccounts, *podServiceAccount) {
+		return false, nil
+	}
 	return true, nil
+}
+
+// PruneUnknownRecords is the kubelet's: after an image garbage collection
+// that began at until, the pulled record of every image not in imageRefs
+// (the images left) is removed, unless it was written since until.
+func (m *Manager) PruneUnknownRecords(imageRefs []string, until time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	recs, err := m.records.listPulled()
+	if err != nil {
+		m.log.Error("There were errors listing ImagePulledRecords, garbage collection will proceed with incomplete records list", "err", err)
+	}
+	for _, rec := range recs {
+		if !rec.LastUpdatedTime.Time.Before(until) || slices.Contains(imageRefs, rec.ImageRef) {
+			continue
+		}
+		if err := m.records.deletePulled(rec.ImageRef); err != nil {
+			m.log.Error("Failed to remove an ImagePulledRecord", "imageRef", rec.ImageRef, "err", err)
+		}
+	}
 }
 
 // mergeNewCreds is the kubelet's pulledRecordMergeNewCreds.
@@ -275,6 +305,11 @@ func mergeNewCreds(orig *kubeletv1beta1.ImagePulledRecord, image string, creds *
 	case len(creds.KubernetesSecrets) > 0:
 		var changed bool
 		if selected.KubernetesSecrets, changed = mergePullSecrets(selected.KubernetesSecrets, creds.KubernetesSecrets); !changed {
+			return orig, false
+		}
+	case len(creds.KubernetesServiceAccounts) > 0:
+		var changed bool
+		if selected.KubernetesServiceAccounts, changed = mergePullServiceAccounts(selected.KubernetesServiceAccounts, creds.KubernetesServiceAccounts); !changed {
 			return orig, false
 		}
 	default:
@@ -310,6 +345,31 @@ func mergePullSecrets(orig, add []Secret) ([]Secret, bool) {
 		ret = append(ret, Secret{UID: k.uid, Namespace: k.ns, Name: k.name, CredentialHash: h})
 	}
 	slices.SortFunc(ret, func(a, b Secret) int {
+		if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
+			return c
+		}
+		if c := strings.Compare(a.Name, b.Name); c != 0 {
+			return c
+		}
+		return strings.Compare(a.UID, b.UID)
+	})
+	return ret, true
+}
+
+// mergePullServiceAccounts is the kubelet's: unique, sorted by namespace,
+// name and UID.
+func mergePullServiceAccounts(orig, add []ServiceAccount) ([]ServiceAccount, bool) {
+	ret := slices.Clone(orig)
+	changed := false
+	for _, s := range add {
+		if !slices.Contains(ret, s) {
+			ret, changed = append(ret, s), true
+		}
+	}
+	if !changed {
+		return orig, false
+	}
+	slices.SortFunc(ret, func(a, b ServiceAccount) int {
 		if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
 			return c
 		}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
@@ -61,13 +62,20 @@ func secret(ns, name, hash string) Secret {
 	return Secret{UID: "uid-" + ns + "-" + name, Namespace: ns, Name: name, CredentialHash: hash}
 }
 
-func podCreds(s ...Secret) GetPodCredentials { return func() ([]Secret, error) { return s, nil } }
+func podCreds(s ...Secret) GetPodCredentials {
+	return func() ([]Secret, *ServiceAccount, error) { return s, nil, nil }
+}
+
+func podSA(sa ServiceAccount) GetPodCredentials {
+	return func() ([]Secret, *ServiceAccount, error) { return nil, &sa, nil }
+}
 
 // The kubelet's decision on an image on the node, for the pods' credentials
 // against what the records say pulled it.
 func TestMustAttemptImagePull(t *testing.T) {
 	const img, ref = "reg.io/private:1", "sha256:img"
 	a := secret("a", "regcred", "hash-a")
+	sa := ServiceAccount{UID: "uid-1", Namespace: "a", Name: "puller"}
 	for _, tc := range []struct {
 		name   string
 		policy string
@@ -87,7 +95,14 @@ func TestMustAttemptImagePull(t *testing.T) {
 		{"pulled node-wide", NeverVerifyPreloadedImages, pulled(img, ref, &Credentials{NodePodsAccessible: true}), podCreds(), false},
 		{"pulled, unknown credentials", NeverVerifyPreloadedImages, pulled(img, ref, nil), podCreds(a), true},
 		{"being pulled", NeverVerifyPreloadedImages, func(m *Manager) { _ = m.RecordPullIntent(img) }, podCreds(), true},
-		{"pod credentials fail", NeverVerifyPreloadedImages, pulled(img, ref, &Credentials{KubernetesSecrets: []Secret{a}}), func() ([]Secret, error) { return nil, errors.New("no") }, true},
+		{"pod credentials fail", NeverVerifyPreloadedImages, pulled(img, ref, &Credentials{KubernetesSecrets: []Secret{a}}), func() ([]Secret, *ServiceAccount, error) { return nil, nil, errors.New("no") }, true},
+		{"pulled with sa's token, same service account", NeverVerifyPreloadedImages, pulled(img, ref, &Credentials{KubernetesServiceAccounts: []ServiceAccount{sa}}), podSA(sa), false},
+		{"pulled with sa's token, same name, another UID", NeverVerifyPreloadedImages, pulled(img, ref, &Credentials{KubernetesServiceAccounts: []ServiceAccount{sa}}), podSA(ServiceAccount{UID: "uid-2", Namespace: "a", Name: "puller"}), true},
+		{"pulled with sa's token, pod without a service account token", NeverVerifyPreloadedImages, pulled(img, ref, &Credentials{KubernetesServiceAccounts: []ServiceAccount{sa}}), podCreds(a), true},
+		{"pulled with a's secret then sa's token, sa", NeverVerifyPreloadedImages, func(m *Manager) {
+			pulled(img, ref, &Credentials{KubernetesSecrets: []Secret{a}})(m)
+			pulled(img, ref, &Credentials{KubernetesServiceAccounts: []ServiceAccount{sa}})(m)
+		}, podSA(sa), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, _ := NewPolicy(tc.policy, nil)
@@ -152,5 +167,34 @@ func TestRecordsSurviveRestart(t *testing.T) {
 	}
 	if ok, _ := m2.records.intentExists("reg.io/killed:1"); ok {
 		t.Error("the intent was not turned into a record")
+	}
+}
+
+// After an image garbage collection, the records of images that are gone
+// go too, unless written since it began (the kubelet's
+// PruneUnknownRecords as its post-GC hook).
+func TestPruneUnknownRecords(t *testing.T) {
+	p, _ := NewPolicy(NeverVerifyPreloadedImages, nil)
+	dir := t.TempDir()
+	m, err := New(context.Background(), dir, p, nil, discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds := &Credentials{KubernetesSecrets: []Secret{secret("a", "regcred", "hash-a")}}
+	pulled("reg.io/kept:1", "sha256:kept", creds)(m)
+	pulled("reg.io/gone:1", "sha256:gone", creds)(m)
+	gcStart := time.Now().Add(time.Second) // records are stamped in seconds
+	m.PruneUnknownRecords([]string{"sha256:kept"}, gcStart)
+	for ref, want := range map[string]bool{"sha256:kept": true, "sha256:gone": false} {
+		if _, exists, err := m.records.getPulled(ref); err != nil || exists != want {
+			t.Errorf("record of %s: exists %v (err %v), want %v", ref, exists, err, want)
+		}
+	}
+	// A record written after the collection began stays, in the list of
+	// images left or not.
+	pulled("reg.io/new:1", "sha256:new", creds)(m)
+	m.PruneUnknownRecords(nil, time.Now().Add(-time.Hour))
+	if _, exists, _ := m.records.getPulled("sha256:new"); !exists {
+		t.Error("a record newer than the collection was pruned")
 	}
 }

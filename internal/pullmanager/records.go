@@ -117,6 +117,30 @@ func (r *records) writePulled(rec *kubeletv1beta1.ImagePulledRecord) error {
 	return writeFile(r.pulledDir, cacheFilename(rec.ImageRef), b)
 }
 
+// listPulled reads every pulled record; one that does not decode is
+// skipped with its error in the result, as the kubelet's
+// ListImagePulledRecords.
+func (r *records) listPulled() ([]*kubeletv1beta1.ImagePulledRecord, error) {
+	var out []*kubeletv1beta1.ImagePulledRecord
+	err := processDirFiles(r.pulledDir, func(path string, b []byte) error {
+		var rec kubeletv1beta1.ImagePulledRecord
+		if err := json.Unmarshal(b, &rec); err != nil {
+			return fmt.Errorf("failed to decode ImagePulledRecord from file %q: %w", path, err)
+		}
+		out = append(out, &rec)
+		return nil
+	})
+	return out, err
+}
+
+func (r *records) deletePulled(imageRef string) error {
+	err := os.Remove(filepath.Join(r.pulledDir, cacheFilename(imageRef)))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
 // writeFile is the kubelet's: a temporary file renamed into place.
 func writeFile(dir, name string, content []byte) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -57,6 +58,19 @@ func (a *APIObjects) GetSecret(ctx context.Context, ns, name string) (*corev1.Se
 
 func (a *APIObjects) GetConfigMap(ctx context.Context, ns, name string) (*corev1.ConfigMap, error) {
 	return a.client.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
+}
+
+// GetServiceAccount and ServiceAccountToken serve credential-provider
+// plugins in service-account token mode (credentialprovider.ServiceAccounts).
+// A token is asked for each time the pod's credentials are looked up: a
+// lookup is made only to pull or to verify a pod may use an image, and a
+// pod-bound token cached here would outlive its pod.
+func (a *APIObjects) GetServiceAccount(ctx context.Context, ns, name string) (*corev1.ServiceAccount, error) {
+	return a.client.CoreV1().ServiceAccounts(ns).Get(ctx, name, metav1.GetOptions{})
+}
+
+func (a *APIObjects) ServiceAccountToken(ctx context.Context, ns, name string, tr *authenticationv1.TokenRequest) (*authenticationv1.TokenRequest, error) {
+	return a.client.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name, tr, metav1.CreateOptions{})
 }
 
 // PodCIDR is the Node's spec.podCIDRs joined by commas, as the kubelet's

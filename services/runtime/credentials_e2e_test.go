@@ -26,7 +26,7 @@ const providerName = "test-credential-provider"
 // its username as an argument and its password in its environment, as a
 // node's operator would. It returns the config file, the bin dir and the
 // file where the plugin notes each run.
-func buildProvider(t *testing.T, registry string) (cfgFile, binDir, calls string) {
+func buildProvider(t *testing.T, registry string, extra ...string) (cfgFile, binDir, calls string) {
 	t.Helper()
 	binDir = t.TempDir()
 	src, err := filepath.Abs(filepath.Join("testdata", providerName))
@@ -50,7 +50,7 @@ providers:
   env:
   - {name: REG_PASSWORD, value: %s}
   - {name: CALLS_FILE, value: %s}
-`, providerName, registry, regUser, regPassword, calls)
+`, providerName, registry, regUser, regPassword, calls) + strings.Join(extra, "")
 	if err := os.WriteFile(cfgFile, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func pluginRuns(t *testing.T, calls string) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return strings.Fields(string(b))
+	return strings.FieldsFunc(string(b), func(r rune) bool { return r == '\n' })
 }
 
 // A private image is pulled with the credentials of an exec
@@ -222,7 +222,7 @@ func TestImageCredentialsConfigErrors(t *testing.T) {
 		cfg := config.Defaults()
 		cfg.Node.StateDir = t.TempDir()
 		cfg.Runtime.ImageCredentialProviderConfig, cfg.Runtime.ImageCredentialProviderBinDir = tc.config, tc.binDir
-		_, _, err := imageCredentials(cfg, nil, nil)
+		_, _, err := imageCredentials(cfg, nil, nil, nil)
 		if err == nil || !strings.Contains(err.Error(), "runtime.imageCredentialProviderConfig: Failed to register CRI auth plugins") ||
 			!strings.Contains(err.Error(), tc.errContains) {
 			t.Errorf("%s: %v, want %q", tc.config, err, tc.errContains)

@@ -13,7 +13,6 @@ import (
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	internalapi "k8s.io/cri-api/pkg/apis"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
-	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/internal/config"
 	"github.com/nodelet/nodelet/internal/credentialprovider"
@@ -50,12 +49,12 @@ func (e *waitError) Error() string { return e.Reason + ": " + e.Message }
 // (ensure-secret-pulled-images).
 type imagePuller struct {
 	is      internalapi.ImageManagerService
-	clock   clock.Clock
+	clock   Clock
 	backoff *backOff
 	sem     chan struct{}
 	// node is the node's keyring: the credential-provider plugins (nil:
-	// none).
-	node credentialprovider.Keyring
+	// none), asked for each pod (ForPod).
+	node *credentialprovider.Plugins
 	// records are the pull records (internal/pullmanager).
 	records pullRecords
 
@@ -69,6 +68,7 @@ type imagePuller struct {
 // pullRecords is what the puller needs of the kubelet's image pull manager
 // (internal/pullmanager.Manager).
 type pullRecords interface {
+	PruneUnknownRecords(imageRefs []string, until time.Time)
 	RecordPullIntent(image string) error
 	RecordImagePulled(image, imageRef string, creds *pullmanager.Credentials)
 	RecordImagePullFailed(image string)
@@ -86,8 +86,8 @@ type pullCall struct {
 	used *credentialprovider.TrackedAuthConfig
 }
 
-func newImagePuller(is internalapi.ImageManagerService, clk clock.Clock, maxParallel int, maxBackOff time.Duration,
-	node credentialprovider.Keyring, records pullRecords) *imagePuller {
+func newImagePuller(is internalapi.ImageManagerService, clk Clock, maxParallel int, maxBackOff time.Duration,
+	node *credentialprovider.Plugins, records pullRecords) *imagePuller {
 	if maxParallel <= 0 {
 		maxParallel = 1
 	}
@@ -101,16 +101,17 @@ func newImagePuller(is internalapi.ImageManagerService, clk clock.Clock, maxPara
 
 // imageCredentials sets up what pulls need beyond CRI: the
 // credential-provider plugins of runtime.imageCredentialProviderConfig
-// (the kubelet's RegisterCredentialProviderPlugins; nil when unset) and
+// (the kubelet's RegisterCredentialProviderPlugins; nil when unset), with
+// sa for those in service-account token mode (nil without an API), and
 // the pull records under <node.stateDir>/image_manager with the
 // verification policy (the kubelet's NewImagePullManager over its
 // FSPullRecordsAccessor). A bad plugin configuration is an error naming
 // the key.
-func imageCredentials(cfg *config.Config, is internalapi.ImageManagerService, log *slog.Logger) (credentialprovider.Keyring, *pullmanager.Manager, error) {
-	var node credentialprovider.Keyring
+func imageCredentials(cfg *config.Config, is internalapi.ImageManagerService, sa credentialprovider.ServiceAccounts, log *slog.Logger) (*credentialprovider.Plugins, *pullmanager.Manager, error) {
+	var node *credentialprovider.Plugins
 	rc := &cfg.Runtime
 	if rc.ImageCredentialProviderConfig != "" || rc.ImageCredentialProviderBinDir != "" {
-		plugins, err := credentialprovider.NewPlugins(rc.ImageCredentialProviderConfig, rc.ImageCredentialProviderBinDir, log)
+		plugins, err := credentialprovider.NewPlugins(rc.ImageCredentialProviderConfig, rc.ImageCredentialProviderBinDir, sa, log)
 		if err != nil {
 			return nil, nil, &config.Error{Key: "runtime.imageCredentialProviderConfig", Problem: "Failed to register CRI auth plugins: " + err.Error()}
 		}
@@ -127,6 +128,42 @@ func imageCredentials(cfg *config.Config, is internalapi.ImageManagerService, lo
 		return nil, nil, fmt.Errorf("failed to set up the image pull records: %w", err)
 	}
 	return node, records, nil
+}
+
+// recordsPrunePeriod is how often pull records of images gone are pruned:
+// the kubelet's image GC period (ImageGCPeriod), after which it runs the
+// pruning as a post-GC hook.
+const recordsPrunePeriod = 5 * time.Minute
+
+// pruneRecordsLoop removes the pull records of images the runtime no
+// longer has, every recordsPrunePeriod. The kubelet prunes after each of
+// its image garbage collections; here nodelet-gc collects images, so the
+// runtime, which owns the records, compares them with CRI's image list
+// instead, and so also forgets images removed by other hands.
+func (p *imagePuller) pruneRecordsLoop(ctx context.Context) {
+	t := p.clock.NewTicker(recordsPrunePeriod)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+			p.pruneRecords(ctx)
+		}
+	}
+}
+
+func (p *imagePuller) pruneRecords(ctx context.Context) {
+	start := p.clock.Now()
+	images, err := p.is.ListImages(ctx, nil)
+	if err != nil {
+		return // the next period tries again
+	}
+	refs := make([]string, 0, len(images))
+	for _, img := range images {
+		refs = append(refs, img.GetId())
+	}
+	p.records.PruneUnknownRecords(refs, start)
 }
 
 // pullPolicy is c's policy, defaulted as the API server would.
@@ -179,15 +216,17 @@ func (p *imagePuller) ensure(ctx context.Context, pod *corev1.Pod, c *corev1.Con
 	// The credentials are looked up once, and only when needed (the
 	// kubelet's makeLookupPullCredentialsFunc).
 	lookup := sync.OnceValues(func() ([]credentialprovider.TrackedAuthConfig, error) {
-		return credentialprovider.Credentials(image, secrets, p.node)
+		return credentialprovider.Credentials(image, secrets, p.node.ForPod(credentialprovider.Pod{
+			Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, ServiceAccountName: pod.Spec.ServiceAccountName}))
 	})
 	if present != nil {
-		mustPull, err := p.records.MustAttemptImagePull(image, present.Id, func() ([]pullmanager.Secret, error) {
+		mustPull, err := p.records.MustAttemptImagePull(image, present.Id, func() ([]pullmanager.Secret, *pullmanager.ServiceAccount, error) {
 			creds, err := lookup()
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
-			return podSecretsOf(creds), nil
+			secrets, sa := podCredentialsOf(creds)
+			return secrets, sa, nil
 		})
 		if err != nil {
 			return "", nil, &waitError{Reason: reasonErrImagePull, Message: err.Error(), Retry: time.Second}
@@ -252,30 +291,42 @@ func (p *imagePuller) pullImage(ctx context.Context, pod *corev1.Pod, spec *runt
 	return call.ref, nil, nil
 }
 
-// podSecretsOf are the pull secrets among creds, as the kubelet's
+// podCredentialsOf are the pull secrets among creds and the service
+// account a plugin gave credentials for, as the kubelet's
 // getPodCredentials gives them to the pull manager (node-wide credentials
 // are left out: the record's NodePodsAccessible covers them).
-func podSecretsOf(creds []credentialprovider.TrackedAuthConfig) []pullmanager.Secret {
+func podCredentialsOf(creds []credentialprovider.TrackedAuthConfig) ([]pullmanager.Secret, *pullmanager.ServiceAccount) {
 	var out []pullmanager.Secret
+	var sa *pullmanager.ServiceAccount
 	for _, c := range creds {
-		if c.Source == nil || c.Source.Secret == nil {
-			continue
+		switch {
+		case c.Source == nil:
+		case c.Source.Secret != nil:
+			s := c.Source.Secret
+			out = append(out, pullmanager.Secret{UID: s.UID, Namespace: s.Namespace, Name: s.Name, CredentialHash: c.AuthConfigHash})
+		case c.Source.ServiceAccount != nil && sa == nil:
+			s := c.Source.ServiceAccount
+			sa = &pullmanager.ServiceAccount{UID: s.UID, Namespace: s.Namespace, Name: s.Name}
 		}
-		s := c.Source.Secret
-		out = append(out, pullmanager.Secret{UID: s.UID, Namespace: s.Namespace, Name: s.Name, CredentialHash: c.AuthConfigHash})
 	}
-	return out
+	return out, sa
 }
 
 // trackedToImagePullCreds is the kubelet's: a pull with no credential or a
 // node-wide one is open to every pod of the node; a secret's, to pods with
-// that secret (or its credential).
+// that secret (or its credential); a service account's token's, to pods of
+// that service account.
 func trackedToImagePullCreds(c *credentialprovider.TrackedAuthConfig) *pullmanager.Credentials {
-	if c == nil || c.Source == nil || c.Source.Secret == nil {
-		return &pullmanager.Credentials{NodePodsAccessible: true}
+	switch {
+	case c == nil || c.Source == nil:
+	case c.Source.Secret != nil:
+		s := c.Source.Secret
+		return &pullmanager.Credentials{KubernetesSecrets: []pullmanager.Secret{{UID: s.UID, Namespace: s.Namespace, Name: s.Name, CredentialHash: c.AuthConfigHash}}}
+	case c.Source.ServiceAccount != nil:
+		s := c.Source.ServiceAccount
+		return &pullmanager.Credentials{KubernetesServiceAccounts: []pullmanager.ServiceAccount{{UID: s.UID, Namespace: s.Namespace, Name: s.Name}}}
 	}
-	s := c.Source.Secret
-	return &pullmanager.Credentials{KubernetesSecrets: []pullmanager.Secret{{UID: s.UID, Namespace: s.Namespace, Name: s.Name, CredentialHash: c.AuthConfigHash}}}
+	return &pullmanager.Credentials{NodePodsAccessible: true}
 }
 
 // pull pulls spec, joining a pull of the same image with the same
@@ -289,6 +340,9 @@ func (p *imagePuller) pull(ctx context.Context, spec *runtimeapi.ImageSpec, cred
 		key += "\x00" + c.AuthConfigHash
 		if c.Source != nil && c.Source.Secret != nil {
 			key += ":" + c.Source.Secret.Namespace + "/" + c.Source.Secret.Name
+		}
+		if c.Source != nil && c.Source.ServiceAccount != nil {
+			key += ":sa:" + c.Source.ServiceAccount.Namespace + "/" + c.Source.ServiceAccount.Name
 		}
 	}
 	p.mu.Lock()

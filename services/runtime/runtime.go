@@ -121,6 +121,7 @@ import (
 
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/internal/config"
+	"github.com/nodelet/nodelet/internal/credentialprovider"
 	"github.com/nodelet/nodelet/internal/cri"
 	"github.com/nodelet/nodelet/internal/daemon"
 	"github.com/nodelet/nodelet/internal/podutil"
@@ -321,7 +322,11 @@ func New(opts Options) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	node, records, err := imageCredentials(cfg, opts.Image, opts.Log)
+	var sa credentialprovider.ServiceAccounts
+	if a, ok := opts.Objects.(credentialprovider.ServiceAccounts); ok {
+		sa = a
+	}
+	node, records, err := imageCredentials(cfg, opts.Image, sa, opts.Log)
 	if err != nil {
 		return nil, err
 	}
@@ -448,6 +453,7 @@ func (m *Daemon) Run(ctx context.Context) error {
 	m.resources.cleanupOrphanedPodCgroups(ctx)
 	m.pleg.Start(ctx, m.workers, m.runtime, run)
 	run(m.resyncLoop)
+	run(m.images.pruneRecordsLoop)
 	run(m.volumeReports.statsLoop)
 	run(m.volumeReports.inUseLoop)
 

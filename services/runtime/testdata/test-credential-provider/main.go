@@ -2,7 +2,10 @@
 // for the tests (credentialprovider.kubelet.k8s.io/v1 exec protocol): it
 // reads a CredentialProviderRequest on stdin and answers the image's
 // registry with the username of its --user argument and the password of
-// $REG_PASSWORD, cached per registry for 5 minutes. Each request's image is
+// $REG_PASSWORD, cached per registry for 5 minutes. In service-account
+// token mode (a token in the request) the username is the service
+// account's annotation nodelet.test/registry-user instead, and only if the
+// token is a JWT. Each request's image (with " token" when it had one) is
 // appended to $CALLS_FILE, so that a test can count the runs.
 package main
 
@@ -30,10 +33,20 @@ func main() {
 		fmt.Fprintf(os.Stderr, "unexpected request %+v\n", req)
 		os.Exit(1)
 	}
+	username := *user
+	line := req.Image
+	if req.ServiceAccountToken != "" {
+		if len(strings.Split(req.ServiceAccountToken, ".")) != 3 {
+			fmt.Fprintln(os.Stderr, "the service account token is not a JWT")
+			os.Exit(1)
+		}
+		username = req.ServiceAccountAnnotations["nodelet.test/registry-user"]
+		line += " token"
+	}
 	if f := os.Getenv("CALLS_FILE"); f != "" {
 		out, err := os.OpenFile(f, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
 		if err == nil {
-			fmt.Fprintln(out, req.Image)
+			fmt.Fprintln(out, line)
 			out.Close()
 		}
 	}
@@ -42,7 +55,7 @@ func main() {
 		CacheKeyType:  credentialproviderv1.RegistryPluginCacheKeyType,
 		CacheDuration: &metav1.Duration{Duration: 5 * time.Minute},
 		Auth: map[string]credentialproviderv1.AuthConfig{
-			registry: {Username: *user, Password: os.Getenv("REG_PASSWORD")},
+			registry: {Username: username, Password: os.Getenv("REG_PASSWORD")},
 		},
 	}
 	resp.APIVersion, resp.Kind = credentialproviderv1.SchemeGroupVersion.String(), "CredentialProviderResponse"
