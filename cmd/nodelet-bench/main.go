@@ -48,11 +48,15 @@ func parse(args []string) (bench.Options, error) {
 	fs.StringVar(&o.WorkDir, "work-dir", "", "directory for the nodes' state and logs (default: a temporary one)")
 	fs.BoolVar(&o.KeepWorkDir, "keep", false, "keep the work directory (node logs) at the end")
 	fs.BoolVar(&o.Timelines, "timelines", false, "include every pod's moments in the JSON result")
+	fs.IntVar(&o.ContainerdMajor, "containerd", 1, "the private containerd: 1 (Debian's 1.6) or 2 (containerd 2.x, built by scripts/containerd2.sh)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if o.ContainerdMajor != 1 && o.ContainerdMajor != 2 {
+		return o, fmt.Errorf("-containerd: %d is neither 1 nor 2", o.ContainerdMajor)
 	}
 	var err error
 	if o.Ns, err = ints("-n", *ns); err != nil {

@@ -20,6 +20,7 @@ func TestParse(t *testing.T) {
 		{args: []string{"-n", "1,x"}, errContains: `-n: "x" is not a number`},
 		{args: []string{"-bounds", ""}, errContains: "-bounds"},
 		{args: []string{"extra"}, errContains: "unexpected arguments"},
+		{args: []string{"-containerd", "3"}, errContains: "-containerd: 3 is neither 1 nor 2"},
 	}
 	for _, tc := range tests {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

@@ -69,6 +69,9 @@ type Options struct {
 	Timelines bool
 	// Log receives progress lines. Default: os.Stderr.
 	Log io.Writer
+	// ContainerdMajor is the private containerd's major version: 0 or 1
+	// for Debian's 1.6, 2 for the containerd 2.x of scripts/containerd2.sh.
+	ContainerdMajor int
 	// Command is recorded in the result.
 	Command string
 }
@@ -177,7 +180,7 @@ func Measure(ctx context.Context, o Options, out io.Writer) (*Result, error) {
 	}()
 
 	b.log.Info("Starting a private containerd")
-	ctrd, err := scratch.Start(scratch.Options{})
+	ctrd, err := scratch.Start(scratch.Options{Major: o.ContainerdMajor})
 	if err != nil {
 		return nil, fmt.Errorf("containerd: %w", err)
 	}
