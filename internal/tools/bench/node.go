@@ -29,7 +29,7 @@ type runtimeEnv struct {
 	shimPIDs               func() []int
 }
 
-// node is one `nodelet up` (bus, six daemons) against the bench's
+// node is one `nodelet up` (the bus and every daemon) against the bench's
 // containerd, with a static pod directory of its own.
 type node struct {
 	dir       string

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/nodelet/nodelet/internal/component"
 )
 
 // WriteTable prints the result for people: one table per bound, the bound
@@ -121,7 +123,7 @@ func WriteTable(w io.Writer, r *Result) error {
 	}
 	ew.printf(".\nmeasured = first write → Running+Ready seen by the bench's status watch (floor: CRI StartedAt).\n")
 
-	ew.printf("\n== agent cost during the burst (nodelet: supervisor + bus + six daemons) and the runtime's (containerd + shims); medians over rounds ==\n")
+	ew.printf("\n== agent cost during the burst (nodelet: supervisor + bus + %d daemons) and the runtime's (containerd + shims); medians over rounds ==\n", len(component.Declared.Daemons()))
 	tw = tabwriter.NewWriter(ew, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "bound\tN\tcontender\tagent CPU\truntime CPU\tagent peak RSS\tbus msgs/pod\tbus bytes/pod\tidle pods\tidle agent CPU\tidle agent RSS\t")
 	for _, s := range r.Summaries {
