@@ -23,6 +23,16 @@ var (
 	binsErr  error
 )
 
+// TestMain removes the binaries benchBinaries built (225 MB a run, which
+// piled up under /tmp).
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binsDir != "" {
+		os.RemoveAll(binsDir)
+	}
+	os.Exit(code)
+}
+
 // benchBinaries builds nodelet's binaries once per test binary.
 func benchBinaries(t *testing.T) string {
 	t.Helper()
