@@ -269,6 +269,13 @@ func (c *Conn) PutRaw(ctx context.Context, bucket, key string, b []byte) (uint64
 	return rev, nil
 }
 
+// PutAckTimeout bounds how long PutRawMany waits for the bus to
+// acknowledge its puts.
+var PutAckTimeout = 15 * time.Second
+
+// ErrNoAck is a put the bus did not acknowledge within PutAckTimeout.
+var ErrNoAck = errors.New("no acknowledgement from the bus")
+
 // PutRawMany is PutRaw for several keys of bucket: the puts are published
 // at once, in order, and then their acknowledgements awaited. revs and
 // errs are in the order of keys.
@@ -296,6 +303,12 @@ func (c *Conn) PutRawMany(ctx context.Context, bucket string, keys []string, bod
 		}
 		futures[i] = f
 	}
+	// An acknowledgement may never come: nats-server answers nothing to a
+	// publish its store failed to write (the filesystem full), so without
+	// a deadline the writer would wait for good, saying nothing. kv.Put
+	// (PutRaw) has jetstream's default timeout for the same reason.
+	timeout := time.NewTimer(PutAckTimeout)
+	defer timeout.Stop()
 	for i, f := range futures {
 		if f == nil {
 			continue
@@ -307,6 +320,21 @@ func (c *Conn) PutRawMany(ctx context.Context, bucket string, keys []string, bod
 			errs[i] = fmt.Errorf("put %s/%s: %w", bucket, keys[i], err)
 		case <-ctx.Done():
 			errs[i] = fmt.Errorf("put %s/%s: %w", bucket, keys[i], ctx.Err())
+		case <-timeout.C:
+			for j := i; j < len(futures); j++ {
+				if futures[j] == nil {
+					continue
+				}
+				select {
+				case ack := <-futures[j].Ok():
+					revs[j] = ack.Sequence
+				case err := <-futures[j].Err():
+					errs[j] = fmt.Errorf("put %s/%s: %w", bucket, keys[j], err)
+				default:
+					errs[j] = fmt.Errorf("put %s/%s: %w after %s (is the bus's store full? see nodelet-bus's log)", bucket, keys[j], ErrNoAck, PutAckTimeout)
+				}
+			}
+			return revs, errs
 		}
 	}
 	return revs, errs

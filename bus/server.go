@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -137,6 +138,7 @@ type Server struct {
 	stateDir string
 	limits   Limits
 	seeds    map[string][]byte // the bus's own users, by account
+	logger   *natsLogger
 
 	mu    sync.Mutex
 	conns []*nats.Conn
@@ -224,13 +226,14 @@ func StartServer(ctx context.Context, o ServerOptions) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bus: %w", err)
 	}
-	ns.SetLoggerV2(&natsLogger{o.Log}, false, false, false)
+	logger := &natsLogger{l: o.Log}
+	ns.SetLoggerV2(logger, false, false, false)
 	ns.Start()
 	if !ns.ReadyForConnections(30 * time.Second) {
 		ns.Shutdown()
 		return nil, errors.New("bus: nats-server not ready for connections after 30s")
 	}
-	s := &Server{ns: ns, log: o.Log, stateDir: o.StateDir, limits: limits, seeds: seeds}
+	s := &Server{ns: ns, log: o.Log, stateDir: o.StateDir, limits: limits, seeds: seeds, logger: logger}
 	if err := s.ensureStreams(ctx); err != nil {
 		s.closeConns()
 		ns.Shutdown()
@@ -516,6 +519,20 @@ func (s *Server) Healthy() error {
 	return nil
 }
 
+// StoreWriteError is the first critical write error a stream's store
+// reported (the filesystem full, an I/O error), nil if none: from then on
+// that stream refuses writes until the server starts again, while reads
+// still work.
+func (s *Server) StoreWriteError() error {
+	if m := s.logger.writeErr.Load(); m != nil {
+		return errors.New(*m)
+	}
+	return nil
+}
+
+// StoreDir is the directory of the bus's store, <stateDir>/bus.
+func (s *Server) StoreDir() string { return filepath.Join(s.stateDir, "bus") }
+
 // ClientURL is the nats:// URL clients connect to.
 func (s *Server) ClientURL() string { return s.ns.ClientURL() }
 
@@ -536,12 +553,26 @@ func (s *Server) Shutdown() {
 	s.ns.WaitForShutdown()
 }
 
-// natsLogger forwards nats-server's logs to slog.
-type natsLogger struct{ l *slog.Logger }
+// natsLogger forwards nats-server's logs to slog, and keeps the first
+// critical write error a stream's store reported.
+type natsLogger struct {
+	l        *slog.Logger
+	writeErr atomic.Pointer[string]
+}
 
 func (n *natsLogger) Noticef(f string, v ...any) { n.l.Info(fmt.Sprintf(f, v...)) }
 func (n *natsLogger) Warnf(f string, v ...any)   { n.l.Warn(fmt.Sprintf(f, v...)) }
 func (n *natsLogger) Fatalf(f string, v ...any)  { n.l.Error(fmt.Sprintf(f, v...)) }
-func (n *natsLogger) Errorf(f string, v ...any)  { n.l.Error(fmt.Sprintf(f, v...)) }
-func (n *natsLogger) Debugf(f string, v ...any)  { n.l.Debug(fmt.Sprintf(f, v...)) }
-func (n *natsLogger) Tracef(f string, v ...any)  {}
+func (n *natsLogger) Errorf(f string, v ...any) {
+	msg := fmt.Sprintf(f, v...)
+	// nats-server's filestore makes a failed write (ENOSPC, EIO) sticky:
+	// the stream refuses every later write until it is loaded again, and
+	// says so only in its log ("Critical write error",
+	// "critical write error"); JetStream itself stays enabled.
+	if strings.Contains(strings.ToLower(msg), "critical write error") {
+		n.writeErr.CompareAndSwap(nil, &msg)
+	}
+	n.l.Error(msg)
+}
+func (n *natsLogger) Debugf(f string, v ...any) { n.l.Debug(fmt.Sprintf(f, v...)) }
+func (n *natsLogger) Tracef(f string, v ...any) {}

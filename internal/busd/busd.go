@@ -79,7 +79,7 @@ func Run(args []string, stderr io.Writer) int {
 	log.Info("Bus ready", append([]any{"version", version.Version, "listen", srv.Addr(), "store", cfg.Node.StateDir + "/bus"}, mem.Args()...)...)
 
 	unhealthy := make(chan error, 1)
-	go watchdog(ctx, cfg.Bus.HeartbeatInterval, srv.Healthy, unhealthy)
+	go watchdog(ctx, cfg.Bus.HeartbeatInterval, storeHealth(srv, log), unhealthy)
 	code := 0
 	select {
 	case <-ctx.Done():
@@ -95,6 +95,50 @@ func Run(args []string, stderr io.Writer) int {
 	srv.Shutdown()
 	log.Info("Bus stopped")
 	return code
+}
+
+// storeHealth is srv.Healthy, and once a stream's store has failed a write
+// (nats-server then refuses that stream's writes until it starts again:
+// the filesystem full, typically) it waits for room on the store's
+// filesystem and then fails, so that the bus exits and is restarted
+// (systemd, `nodelet up`) with every stream loaded again. Meanwhile the
+// bus stays up: reads, heartbeats and the other streams go on, and each
+// refused write is logged by its writer with its bucket. Exiting at once
+// instead would only restart into the same full disk, over and over.
+func storeHealth(srv *bus.Server, log *slog.Logger) func() error {
+	waiting := false
+	return func() error {
+		if err := srv.Healthy(); err != nil {
+			return err
+		}
+		werr := srv.StoreWriteError()
+		if werr == nil {
+			return nil
+		}
+		free, need, err := storeRoom(srv.StoreDir())
+		if err == nil && free >= need {
+			return fmt.Errorf("a stream's store failed a write (%w); %d bytes free again on %s: restarting to load it again", werr, free, srv.StoreDir())
+		}
+		if !waiting {
+			waiting = true
+			log.Error("Bus store refuses writes, restarting once its filesystem has room", "store", srv.StoreDir(),
+				"freeBytes", free, "needBytes", need, "err", werr)
+		}
+		return nil
+	}
+}
+
+// storeRoom says how many bytes are free for the store in dir and how many
+// it waits for: 16 MiB, or 2% of a smaller filesystem (a few blocks of
+// the busiest buckets).
+func storeRoom(dir string) (free, need int64, err error) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return 0, 0, err
+	}
+	free = int64(st.Bavail) * int64(st.Bsize)
+	need = min(16<<20, int64(st.Blocks)*int64(st.Bsize)/50)
+	return free, need, nil
 }
 
 // watchdog pets systemd's watchdog while healthy() passes; on the first

@@ -96,6 +96,10 @@ type nodeOptions struct {
 	// ServerAddress is server.address; empty is 127.0.0.1. kube-apiserver
 	// proxies to a node (nodes/proxy) only at a non-loopback address.
 	ServerAddress string
+	// BusStoreSize, when set (e.g. "48m"), puts the bus's store
+	// (<stateDir>/bus) on a tmpfs of that size of its own, unmounted when
+	// the test ends: a small filesystem a test can fill.
+	BusStoreSize string
 	// NoReadOnlyPort leaves server.readOnlyPort at its default, 0 (off);
 	// otherwise the harness turns it on (node.ReadOnly) for node.Pods.
 	NoReadOnlyPort bool
@@ -142,6 +146,21 @@ func newNode(t testing.TB, o nodeOptions) *node {
 	cgroupRoot := fmt.Sprintf("/nodelet-e2e-%d-%d", os.Getpid(), n.ServerPort)
 	t.Cleanup(func() { removeCgroupDirs(cgroupRoot) })
 	n.CgroupRoot = cgroupRoot
+	if o.BusStoreSize != "" {
+		store := filepath.Join(n.StateDir, "bus")
+		if err := os.MkdirAll(store, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+o.BusStoreSize+",mode=0700", "nodelet-e2e-bus", store).CombinedOutput(); err != nil {
+			t.Fatalf("mount tmpfs on %s: %v\n%s", store, err, out)
+		}
+		// Registered before the node's own cleanup: runs after it stopped.
+		t.Cleanup(func() {
+			if out, err := exec.Command("umount", store).CombinedOutput(); err != nil {
+				t.Errorf("umount %s: %v\n%s", store, err, out)
+			}
+		})
+	}
 	serverAddress := o.ServerAddress
 	if serverAddress == "" {
 		serverAddress = "127.0.0.1"

@@ -12,6 +12,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/hex"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -178,6 +179,65 @@ func (cp *ControlPlane) StartAPIServer() error {
 	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
 	defer hc.CloseIdleConnections()
 	return cp.restart(&cp.apiserver, cp.apiserverCmd, func() bool { return httpGetOK(hc, cp.URL+"/readyz", "ok") })
+}
+
+// RestartAPIServer stops kube-apiserver and starts it again with its flags
+// plus extra (later flags win, e.g. "--watch-cache=false"), on the same
+// port and certificates, and waits until it is ready. Called with no extra
+// flags it restores the original ones.
+func (cp *ControlPlane) RestartAPIServer(extra ...string) error {
+	cp.StopAPIServer()
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(cp.CAData)
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	defer hc.CloseIdleConnections()
+	cmd := append(append([]string(nil), cp.apiserverCmd...), extra...)
+	return cp.restart(&cp.apiserver, cmd, func() bool { return httpGetOK(hc, cp.URL+"/readyz", "ok") })
+}
+
+// CompactEtcd writes a key (so the revision moves past every object a
+// client has seen) and compacts etcd's history up to the current revision,
+// physically, through etcd's JSON gateway: a watch from any earlier
+// resourceVersion then fails with "too old resource version" (410 Gone)
+// wherever kube-apiserver serves it from etcd rather than its watch cache
+// (--watch-cache=false). It returns the revision compacted to.
+func (cp *ControlPlane) CompactEtcd(ctx context.Context) (int64, error) {
+	post := func(path, body string, out any) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, cp.etcdURL+path, strings.NewReader(body))
+		if err != nil {
+			return err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("etcd %s: %s: %s", path, resp.Status, b)
+		}
+		if out != nil {
+			return json.Unmarshal(b, out)
+		}
+		return nil
+	}
+	var put struct {
+		Header struct {
+			Revision string `json:"revision"`
+		} `json:"header"`
+	}
+	// key "nodelet-testenv-compact", value "x", base64.
+	if err := post("/v3/kv/put", `{"key":"bm9kZWxldC10ZXN0ZW52LWNvbXBhY3Q=","value":"eA=="}`, &put); err != nil {
+		return 0, err
+	}
+	rev, err := strconv.ParseInt(put.Header.Revision, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("etcd put: revision %q: %w", put.Header.Revision, err)
+	}
+	if err := post("/v3/kv/compaction", fmt.Sprintf(`{"revision":"%d","physical":true}`, rev), nil); err != nil {
+		return 0, err
+	}
+	return rev, nil
 }
 
 // StopEtcd stops etcd under a running kube-apiserver, which then answers

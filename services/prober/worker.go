@@ -49,6 +49,9 @@ type worker struct {
 	// is not probed again until the runtime replaces it (the kubelet's
 	// onHold; probing a container being killed helps nobody).
 	onHold bool
+	// delayFrom: the wall clock was stepped back past the container's
+	// start; the initial delay counts from here (startedAt).
+	delayFrom time.Time
 	// quiet: the pod is being deleted; liveness and startup said success
 	// once and stop.
 	quiet bool
@@ -180,7 +183,7 @@ func (w *worker) doProbe() {
 		return
 	}
 	w.quiet = false
-	if int32(w.m.clock.Since(c.State.Running.StartedAt.Time).Seconds()) < w.spec.InitialDelaySeconds {
+	if int32(w.m.clock.Since(w.startedAt(c.State.Running.StartedAt.Time)).Seconds()) < w.spec.InitialDelaySeconds {
 		return
 	}
 	// The startup probe gates the others: until it succeeded only it
@@ -232,6 +235,7 @@ func (w *worker) doProbe() {
 // the kubelet after a restart, so that a ready container does not flap).
 func (w *worker) newContainer(c *schemas.ContainerObserved) {
 	w.containerID = c.ContainerID
+	w.delayFrom = time.Time{}
 	w.lastResult, w.resultRun, w.onHold, w.quiet = "", 0, false, false
 	if prev, ok := w.m.results.get(w.key); ok && prev.ContainerID == w.containerID {
 		switch {
@@ -245,6 +249,22 @@ func (w *worker) newContainer(c *schemas.ContainerObserved) {
 		return
 	}
 	w.set(w.initial, "")
+}
+
+// startedAt is when the initial delay counts from: the container's start
+// (CRI's StartedAt, wall time), or, once the wall clock was stepped back
+// past it, the moment the worker first saw that. The kubelet counts from
+// StartedAt alone (worker.doProbe), so a step back of an hour stops every
+// probe for an hour; here it delays them by initialDelaySeconds at most.
+func (w *worker) startedAt(started time.Time) time.Time {
+	now := w.m.clock.Now()
+	if !started.After(now) {
+		return started
+	}
+	if w.delayFrom.IsZero() || w.delayFrom.After(now) {
+		w.delayFrom = now
+	}
+	return w.delayFrom
 }
 
 // set records a result for the current container; it returns whether the

@@ -43,6 +43,36 @@ func TestWorkerSemantics(t *testing.T) {
 		steps      []step
 	}{
 		{
+			// The wall clock stepped back an hour, past the container's
+			// start: probes go on (the kubelet's would stop for the hour).
+			name: "liveness probes on after the clock stepped back an hour", startedAgo: time.Minute,
+			kind: schemas.ProbeLiveness, probe: execProbe(func(p *corev1.Probe) { p.FailureThreshold = 1 }),
+			steps: []step{
+				{out: outcomeSuccess, want: schemas.ProbeSuccess},
+				{advance: -time.Hour, out: outcomeFailure, output: "x", want: schemas.ProbeFailure},
+			},
+		},
+		{
+			// Stepped back before the initial delay was over: it counts
+			// from the step, and is not stretched by it.
+			name: "initialDelaySeconds after the clock stepped back an hour",
+			kind: schemas.ProbeReadiness, probe: execProbe(func(p *corev1.Probe) { p.InitialDelaySeconds = 15 }),
+			steps: []step{
+				{advance: -time.Hour, want: schemas.ProbeFailure},
+				{advance: p, want: schemas.ProbeFailure},
+				{advance: p, out: outcomeSuccess, want: schemas.ProbeSuccess},
+			},
+		},
+		{
+			// Stepped forward: the delay is over at once, one probe.
+			name: "initialDelaySeconds after the clock stepped forward an hour",
+			kind: schemas.ProbeReadiness, probe: execProbe(func(p *corev1.Probe) { p.InitialDelaySeconds = 15 }),
+			steps: []step{
+				{want: schemas.ProbeFailure},
+				{advance: time.Hour, out: outcomeSuccess, want: schemas.ProbeSuccess},
+			},
+		},
+		{
 			name: "readiness starts as failure and turns success",
 			kind: schemas.ProbeReadiness, probe: execProbe(nil),
 			steps: []step{

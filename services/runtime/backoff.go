@@ -62,6 +62,19 @@ func (b *backOff) ContainerFailed(key, id string, started, finished time.Time) t
 		}
 		e.at, e.failure = finished, id
 	}
+	return b.left(e)
+}
+
+// left is how long e must still wait. A failure later than now means the
+// wall clock was stepped back past it (the failure's time is CRI's
+// FinishedAt, wall time): the wait then counts from now, so a step back
+// delays a restart by one back-off at most, not by the step. (The
+// kubelet's IsInBackOffSince would wait out the whole step too.) A step
+// forward only ends the wait sooner.
+func (b *backOff) left(e *backOffEntry) time.Duration {
+	if now := b.clock.Now(); e.at.After(now) {
+		e.at = now
+	}
 	return max(0, e.backoff-b.clock.Since(e.at))
 }
 
@@ -91,7 +104,7 @@ func (b *backOff) Remaining(key string) (time.Duration, time.Duration) {
 	if !ok {
 		return 0, 0
 	}
-	return max(0, e.backoff-b.clock.Since(e.at)), e.backoff
+	return b.left(e), e.backoff
 }
 
 // Reset forgets key (an image pulled at last).

@@ -110,3 +110,58 @@ func TestImageBackOff(t *testing.T) {
 		t.Fatal("Forget kept the key")
 	}
 }
+
+// TestBackOffClockSteps: the wall clock stepped while a container waits out
+// its back-off. Forward: the wait ends (at most sooner, never a burst of
+// restarts: the next failure still doubles it). Back by an hour: the
+// restart comes one back-off later at most, not an hour later; the same
+// for an image pull's back-off (Remaining).
+func TestBackOffClockSteps(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		step time.Duration
+		// wantLeft is the wait right after the step.
+		wantLeft time.Duration
+	}{
+		{"forward an hour", time.Hour, 0},
+		{"forward 5s", 5 * time.Second, 30 * time.Second},
+		{"back an hour", -time.Hour, 40 * time.Second},
+		{"back 5s", -5 * time.Second, 40 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := testingclock.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+			b := newBackOff(clk, initialBackOff, 300*time.Second)
+			const key = "uid_app"
+			// Two crashes: the back-off is 20 s, then a third: 40 s.
+			for i, want := range []time.Duration{10, 20, 40} {
+				started := clk.Now()
+				clk.Step(time.Second)
+				if got := b.ContainerFailed(key, fmt.Sprintf("c%d", i), started, clk.Now()); got != want*time.Second {
+					t.Fatalf("crash %d: %v, want %v", i, got, want*time.Second)
+				}
+				if i < 2 {
+					clk.Step(want * time.Second)
+				}
+			}
+			finished := clk.Now()
+			clk.Step(5 * time.Second)
+			clk.SetTime(clk.Now().Add(tc.step))
+			if got := b.ContainerFailed(key, "c2", finished.Add(-time.Second), finished); got != tc.wantLeft {
+				t.Fatalf("right after the step: %v, want %v", got, tc.wantLeft)
+			}
+			if left, of := b.Remaining(key); left != tc.wantLeft || of != 40*time.Second {
+				t.Fatalf("Remaining: %v of %v", left, of)
+			}
+			clk.Step(tc.wantLeft)
+			if got := b.ContainerFailed(key, "c2", finished.Add(-time.Second), finished); got != 0 {
+				t.Fatalf("after the wait: still %v", got)
+			}
+			// The next crash doubles, as without the step.
+			started := clk.Now()
+			clk.Step(time.Second)
+			if got := b.ContainerFailed(key, "c3", started, clk.Now()); got != 80*time.Second {
+				t.Fatalf("the crash after: %v, want 80s", got)
+			}
+		})
+	}
+}

@@ -27,11 +27,39 @@ func (s *Daemon) runLease(ctx context.Context, kube kubernetes.Interface) {
 	}
 	duration := int32(s.cfg.Status.NodeLeaseDurationSeconds)
 	renew := time.Duration(float64(duration)*0.25*1000) * time.Millisecond
+	rt := &renewTimes{}
+	if l, err := kube.CoordinationV1().Leases(NodeLeaseNamespace).Get(ctx, s.nodeName, metav1.GetOptions{}); err == nil && l.Spec.RenewTime != nil {
+		rt.last = l.Spec.RenewTime.Time // a restart after a step back
+	}
 	c := lease.NewController(s.clock, kube, s.nodeName, duration, func() {
 		s.log.Warn("Node lease renewals are failing repeatedly", "node", s.nodeName)
-	}, renew, s.nodeName, NodeLeaseNamespace, s.setNodeOwner)
+	}, renew, s.nodeName, NodeLeaseNamespace, func(l *coordinationv1.Lease) error {
+		l.Spec.RenewTime = &metav1.MicroTime{Time: rt.next(l.Spec.RenewTime.Time)}
+		return s.setNodeOwner(l)
+	})
 	s.log.Info("Starting node lease controller", "node", s.nodeName, "renewInterval", renew)
 	c.Run(ctx)
+}
+
+// renewTimes keeps the Lease's renewTime moving forward when the wall clock
+// is stepped back. kube-controller-manager counts a renewal only when
+// renewTime is after the one it saw last (tryUpdateNodeHealth in
+// pkg/controller/nodelifecycle: savedLease.Spec.RenewTime.Before(observed)),
+// so a node whose clock went back an hour would look dead for that hour:
+// NotReady, tainted unreachable, its pods evicted. The kubelet's lease
+// controller writes the clock as it reads it and has that flaw; here, until
+// the clock passes the last renewal again, each renewal writes one
+// microsecond (renewTime's precision) past it. The controller calls it from
+// its one sync loop.
+type renewTimes struct{ last time.Time }
+
+func (r *renewTimes) next(now time.Time) time.Time {
+	now = now.Truncate(time.Microsecond)
+	if last := r.last.Truncate(time.Microsecond); !now.After(last) && !last.IsZero() {
+		now = last.Add(time.Microsecond)
+	}
+	r.last = now
+	return now
 }
 
 // setNodeOwner makes the Node the Lease's owner (the kubelet's
