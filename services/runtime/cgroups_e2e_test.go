@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -120,11 +121,23 @@ func TestPodCgroupsLimitsAndRemoval(t *testing.T) {
 	}})
 	root := h.cfg.Runtime.CgroupRoot
 	// A pod cgroup no pod and no container knows, as a pod removed while
-	// nodelet-runtime was down leaves it.
+	// nodelet-runtime was down leaves it: directories under cgroupfs; under
+	// systemd a slice unit, which systemd keeps (with its parent slices)
+	// while nodelet is away.
 	leftover := podCgroupPath(t, h, uuid.NewString(), corev1.PodQOSBurstable)
-	for _, ctrl := range []string{"memory", "cpu", "pids"} {
-		if err := os.MkdirAll(filepath.Join("/sys/fs/cgroup", ctrl, leftover), 0o755); err != nil {
+	if testCgroupDriver == cgroups.DriverSystemd {
+		mgr, err := cgroups.NewManager(testCgroupDriver)
+		if err != nil {
 			t.Fatal(err)
+		}
+		if err := mgr.Create(cgroups.ParseSystemd(leftover), &cgroups.ResourceConfig{}); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		for _, ctrl := range []string{"memory", "cpu", "pids"} {
+			if err := os.MkdirAll(filepath.Join("/sys/fs/cgroup", ctrl, leftover), 0o755); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	h.setSourcesReady()
@@ -195,6 +208,20 @@ func TestPodCgroupsLimitsAndRemoval(t *testing.T) {
 	}
 	if v := cgroupFile(t, "pids", memCgroup, "pids.max"); v != "20" {
 		t.Fatalf("pod pids.max %s, want 20", v)
+	}
+	if testCgroupDriver == cgroups.DriverSystemd {
+		// The limits are systemd's, set on the slice unit through D-Bus
+		// (libcontainer's systemd manager), not only written to the files:
+		// systemd keeps them when it realizes the slice again.
+		out, err := exec.Command("systemctl", "show", "-p", "ActiveState,MemoryLimit,TasksMax,CPUShares", path.Base(memCgroup)).CombinedOutput()
+		if err != nil {
+			t.Fatalf("systemctl show %s: %v %s", path.Base(memCgroup), err, out)
+		}
+		got := strings.Fields(string(out))
+		slices.Sort(got)
+		if want := []string{"ActiveState=active", "CPUShares=102", fmt.Sprintf("MemoryLimit=%d", 64<<20), "TasksMax=20"}; !slices.Equal(got, want) {
+			t.Fatalf("pod slice %s: %v, want %v", path.Base(memCgroup), got, want)
+		}
 	}
 	if v := cgroupFile(t, "cpu", memCgroup, "cpu.shares"); v != "102" {
 		t.Fatalf("pod cpu.shares %s, want 102 (100m)", v)
