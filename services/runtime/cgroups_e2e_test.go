@@ -35,7 +35,17 @@ func removeTestCgroupRoot() {
 	if err != nil {
 		return
 	}
-	_ = m.Destroy(cgroups.ParseCgroupfs(testCgroupRoot))
+	// Under systemd, stopping the slice stops its child units as a job
+	// libcontainer waits on for a second at most: a directory still busy
+	// then is removed by a later try.
+	root := cgroups.ParseCgroupfs(testCgroupRoot)
+	for range 50 {
+		_ = m.Destroy(root)
+		if _, err := os.Stat(m.Dir(root, "memory")); os.IsNotExist(err) {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // testCgroupPath is the cgroup named by a cgroupfs-style name (e.g.
