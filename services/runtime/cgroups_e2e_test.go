@@ -25,6 +25,7 @@ import (
 	"github.com/nodelet/nodelet/internal/config"
 	"github.com/nodelet/nodelet/internal/cri"
 	"github.com/nodelet/nodelet/internal/daemon"
+	"github.com/nodelet/nodelet/internal/testenv"
 	"github.com/nodelet/nodelet/schemas"
 )
 
@@ -353,7 +354,13 @@ func TestCgroupDriverMismatchRefused(t *testing.T) {
 	ctx, cancel := context.WithTimeout(h.ctx, time.Minute)
 	defer cancel()
 	err = m.Run(ctx)
-	want := fmt.Sprintf(`runtime.cgroupDriver is %q but containerd's runtime "runc" has SystemdCgroup = %t: they must match`, wrong, theirs)
+	// containerd 1.6 tells its driver only in its config (Status verbose),
+	// 2.x through CRI's RuntimeConfig.
+	setting := fmt.Sprintf(`containerd's runtime "runc" has SystemdCgroup = %t`, theirs)
+	if major, _ := testenv.ContainerdMajor(); major >= 2 {
+		setting = "the runtime's cgroup driver (CRI RuntimeConfig) is " + testCgroupDriver
+	}
+	want := fmt.Sprintf(`runtime.cgroupDriver is %q but %s: they must match`, wrong, setting)
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("Run with the wrong driver: %v\nwant it to contain %q", err, want)
 	}

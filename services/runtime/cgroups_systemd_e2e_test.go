@@ -78,7 +78,9 @@ func TestCgroupsUnderSystemdDriver(t *testing.T) {
 	// The inner run's output, in a file it is kept in should it hang.
 	outDir := t.TempDir()
 	outFile := filepath.Join(outDir, "inner.log")
-	binds := []string{testenv.DefaultSlotDir, testenv.DefaultRootDir, cache, outDir}
+	// The whole cache: the images and, for NODELET_TEST_CONTAINERD=2, the
+	// containerd 2.x build.
+	binds := []string{testenv.DefaultSlotDir, testenv.DefaultRootDir, filepath.Dir(cache), outDir}
 	bindRO := []string{filepath.Dir(self), wd, "/usr/lib/cni"}
 	// The host's containerd, runc, and what the CNI bridge plugin and the
 	// test containerd's cleanup run (iptables-nft, ip), which the
