@@ -49,6 +49,17 @@ func removeTestCgroupRoot() {
 	}
 }
 
+// systemctlShow is `systemctl show -p props unit` (the systemd driver's
+// units, in the machine the test runs in).
+func systemctlShow(t *testing.T, unit, props string) string {
+	t.Helper()
+	out, err := exec.Command("systemctl", "show", "-p", props, unit).CombinedOutput()
+	if err != nil {
+		t.Fatalf("systemctl show %s: %v %s", unit, err, out)
+	}
+	return string(out)
+}
+
 // testCgroupPath is the cgroup named by a cgroupfs-style name (e.g.
 // runtime.cgroupRoot) in the test driver's form: /nodelet-test-1/burstable
 // or /kubepods.slice/kubepods-burstable.slice.
@@ -224,11 +235,7 @@ func TestPodCgroupsLimitsAndRemoval(t *testing.T) {
 		// The limits are systemd's, set on the slice unit through D-Bus
 		// (libcontainer's systemd manager), not only written to the files:
 		// systemd keeps them when it realizes the slice again.
-		out, err := exec.Command("systemctl", "show", "-p", "ActiveState,MemoryLimit,TasksMax,CPUShares", path.Base(memCgroup)).CombinedOutput()
-		if err != nil {
-			t.Fatalf("systemctl show %s: %v %s", path.Base(memCgroup), err, out)
-		}
-		got := strings.Fields(string(out))
+		got := strings.Fields(systemctlShow(t, path.Base(memCgroup), "ActiveState,MemoryLimit,TasksMax,CPUShares"))
 		slices.Sort(got)
 		if want := []string{"ActiveState=active", "CPUShares=102", fmt.Sprintf("MemoryLimit=%d", 64<<20), "TasksMax=20"}; !slices.Equal(got, want) {
 			t.Fatalf("pod slice %s: %v, want %v", path.Base(memCgroup), got, want)
@@ -438,6 +445,14 @@ func TestInPlaceResize(t *testing.T) {
 		})
 		if p, c := quotas(); p != step.quota || c != step.quota {
 			t.Fatalf("quota after resize to %s: pod %s container %s, want %s", step.limit, p, c, step.quota)
+		}
+		if testCgroupDriver == cgroups.DriverSystemd {
+			// The pod slice unit holds the new quota too (set through
+			// D-Bus): 400m is 400ms of CPU per second.
+			want := "CPUQuotaPerSecUSec=" + strings.TrimSuffix(step.limit, "m") + "ms"
+			if got := strings.TrimSpace(systemctlShow(t, path.Base(podCgroup), "CPUQuotaPerSecUSec")); got != want {
+				t.Fatalf("pod slice after resize to %s: %s, want %s", step.limit, got, want)
+			}
 		}
 		c := container(o, "app")
 		if c.ContainerID != first.ContainerID || c.RestartCount != 0 || c.State.Running == nil {
