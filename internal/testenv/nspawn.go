@@ -222,8 +222,16 @@ type Machine struct {
 // powered off (then killed) at cleanup.
 func BootMachine(t testing.TB, root string, bind, bindRO []string) *Machine {
 	t.Helper()
+	return BootMachineArgs(t, root, bind, bindRO)
+}
+
+// BootMachineArgs is BootMachine with more systemd-nspawn options, e.g.
+// --capability=CAP_NET_ADMIN for a machine that runs containers itself.
+func BootMachineArgs(t testing.TB, root string, bind, bindRO []string, extra ...string) *Machine {
+	t.Helper()
 	name := fmt.Sprintf("nodelet-test-%d", os.Getpid())
 	args := []string{"--quiet", "--register=no", "--volatile=overlay", "-D", root, "--boot", "--machine=" + name}
+	args = append(args, extra...)
 	if _, err := os.Stat("/run/systemd/system"); err != nil {
 		// The host's PID 1 is not systemd: no one to ask for a scope, so
 		// the container stays in this process's cgroup. Under a systemd

@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
+	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -22,17 +25,78 @@ import (
 	"github.com/nodelet/nodelet/internal/config"
 	"github.com/nodelet/nodelet/internal/cri"
 	"github.com/nodelet/nodelet/internal/daemon"
+	"github.com/nodelet/nodelet/internal/testenv"
 	"github.com/nodelet/nodelet/schemas"
 )
 
 // removeTestCgroupRoot removes what the package's runtimes left under
 // testCgroupRoot (its QoS cgroups).
 func removeTestCgroupRoot() {
-	m, err := cgroups.NewManager(cgroups.DriverCgroupfs)
+	m, err := cgroups.NewManager(testCgroupDriver)
 	if err != nil {
 		return
 	}
-	_ = m.Destroy(cgroups.ParseCgroupfs(testCgroupRoot))
+	// Under systemd, stopping the slice stops its child units as a job
+	// libcontainer waits on for a second at most: a directory still busy
+	// then is removed by a later try.
+	root := cgroups.ParseCgroupfs(testCgroupRoot)
+	for range 50 {
+		_ = m.Destroy(root)
+		if _, err := os.Stat(m.Dir(root, "memory")); os.IsNotExist(err) {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// systemctlShow is `systemctl show -p props unit` (the systemd driver's
+// units, in the machine the test runs in).
+func systemctlShow(t *testing.T, unit, props string) string {
+	t.Helper()
+	out, err := exec.Command("systemctl", "show", "-p", props, unit).CombinedOutput()
+	if err != nil {
+		t.Fatalf("systemctl show %s: %v %s", unit, err, out)
+	}
+	return string(out)
+}
+
+// testCgroupPath is the cgroup named by a cgroupfs-style name (e.g.
+// runtime.cgroupRoot) in the test driver's form: /nodelet-test-1/burstable
+// or /kubepods.slice/kubepods-burstable.slice.
+func testCgroupPath(cgroupfs string) string {
+	return cgroups.ParseCgroupfs(cgroupfs).Path(testCgroupDriver)
+}
+
+// podCgroupPath is the pod's cgroup in the test driver's form (the
+// kubelet's GetPodContainerName).
+func podCgroupPath(t *testing.T, h *harness, uid string, qos corev1.PodQOSClass) string {
+	t.Helper()
+	p, err := cgroups.NewPods(nil, cgroups.PodOptions{Root: h.cfg.Runtime.CgroupRoot, Driver: testCgroupDriver})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p.PodName(uid, qos).Path(testCgroupDriver)
+}
+
+// qosCgroupPath is the parent of the pods of class qos.
+func qosCgroupPath(t *testing.T, h *harness, qos corev1.PodQOSClass) string {
+	t.Helper()
+	p, err := cgroups.NewPods(nil, cgroups.PodOptions{Root: h.cfg.Runtime.CgroupRoot, Driver: testCgroupDriver})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p.QOSName(qos).Path(testCgroupDriver)
+}
+
+// containerCgroupPath is where runc puts a container (or sandbox) of a
+// pod: a directory named by its ID under cgroupfs, the scope
+// cri-containerd-<id>.scope under systemd (containerd's CRI gives runc
+// "<slice>:cri-containerd:<id>").
+func containerCgroupPath(pod, id string) string {
+	if testCgroupDriver == cgroups.DriverSystemd {
+		return filepath.Join(pod, "cri-containerd-"+id+".scope")
+	}
+	return filepath.Join(pod, id)
 }
 
 // cgroupFile reads one value of a cgroup v1 controller file under
@@ -79,11 +143,23 @@ func TestPodCgroupsLimitsAndRemoval(t *testing.T) {
 	}})
 	root := h.cfg.Runtime.CgroupRoot
 	// A pod cgroup no pod and no container knows, as a pod removed while
-	// nodelet-runtime was down leaves it.
-	leftover := filepath.Join(root, "burstable", "pod"+uuid.NewString())
-	for _, ctrl := range []string{"memory", "cpu", "pids"} {
-		if err := os.MkdirAll(filepath.Join("/sys/fs/cgroup", ctrl, leftover), 0o755); err != nil {
+	// nodelet-runtime was down leaves it: directories under cgroupfs; under
+	// systemd a slice unit, which systemd keeps (with its parent slices)
+	// while nodelet is away.
+	leftover := podCgroupPath(t, h, uuid.NewString(), corev1.PodQOSBurstable)
+	if testCgroupDriver == cgroups.DriverSystemd {
+		mgr, err := cgroups.NewManager(testCgroupDriver)
+		if err != nil {
 			t.Fatal(err)
+		}
+		if err := mgr.Create(cgroups.ParseSystemd(leftover), &cgroups.ResourceConfig{}); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		for _, ctrl := range []string{"memory", "cpu", "pids"} {
+			if err := os.MkdirAll(filepath.Join("/sys/fs/cgroup", ctrl, leftover), 0o755); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	h.setSourcesReady()
@@ -108,37 +184,81 @@ func TestPodCgroupsLimitsAndRemoval(t *testing.T) {
 	bomb.Spec.TerminationGracePeriodSeconds = &grace
 	other := newPod("other", busybox("other", "exec sleep 3600"))
 	other.Spec.TerminationGracePeriodSeconds = &grace
+	// Guaranteed: requests equal limits, its cgroup directly under the root.
+	goldC := busybox("gold", "exec sleep 3600")
+	goldC.Resources = resources(rlist("cpu", "150m", "memory", "48Mi"), rlist("cpu", "150m", "memory", "48Mi"))
+	gold := newPod("gold", goldC)
+	gold.Spec.TerminationGracePeriodSeconds = &grace
 
 	h.run(mem)
 	h.run(other)
+	h.run(gold)
 	o := h.waitObserved(mem, 2*time.Minute, "mem running", func(o *schemas.PodObserved) bool { return running(o, "hog", "idle") })
 	h.waitObserved(other, 2*time.Minute, "other running", func(o *schemas.PodObserved) bool { return running(o, "other") })
+	og := h.waitObserved(gold, 2*time.Minute, "gold running", func(o *schemas.PodObserved) bool { return running(o, "gold") })
 
-	memCgroup := filepath.Join(root, "burstable", "pod"+string(mem.UID))
+	memCgroup := podCgroupPath(t, h, string(mem.UID), corev1.PodQOSBurstable)
+	// The kubelet's names: /<root>/burstable/pod<uid> under cgroupfs, the
+	// slices kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid>.slice
+	// (the UID's dashes as underscores) under systemd.
+	wantMem := filepath.Join(root, "burstable", "pod"+string(mem.UID))
+	if testCgroupDriver == cgroups.DriverSystemd {
+		wantMem = "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + strings.ReplaceAll(string(mem.UID), "-", "_") + ".slice"
+	}
+	if memCgroup != wantMem {
+		t.Fatalf("burstable pod cgroup %s, want %s", memCgroup, wantMem)
+	}
+	goldCgroup := podCgroupPath(t, h, string(gold.UID), corev1.PodQOSGuaranteed)
+	if path.Dir(goldCgroup) != testCgroupPath(root) {
+		t.Fatalf("guaranteed pod cgroup %s not directly under the root %s", goldCgroup, testCgroupPath(root))
+	}
+	for file, want := range map[string]string{"memory.limit_in_bytes": strconv.Itoa(48 << 20)} {
+		if v := cgroupFile(t, "memory", goldCgroup, file); v != want {
+			t.Fatalf("guaranteed pod %s %s, want %s", file, v, want)
+		}
+	}
+	for file, want := range map[string]string{"cpu.cfs_quota_us": "15000", "cpu.cfs_period_us": "100000", "cpu.shares": "153"} {
+		if v := cgroupFile(t, "cpu", goldCgroup, file); v != want {
+			t.Fatalf("guaranteed pod %s %s, want %s", file, v, want)
+		}
+	}
+	if v := cgroupFile(t, "memory", containerCgroupPath(goldCgroup, trimContainerID(container(og, "gold").ContainerID)), "memory.limit_in_bytes"); v != strconv.Itoa(48<<20) {
+		t.Fatalf("guaranteed container memory limit %s", v)
+	}
 	if v := cgroupFile(t, "memory", memCgroup, "memory.limit_in_bytes"); v != strconv.Itoa(64<<20) {
 		t.Fatalf("pod memory limit %s, want 64Mi", v)
 	}
 	if v := cgroupFile(t, "pids", memCgroup, "pids.max"); v != "20" {
 		t.Fatalf("pod pids.max %s, want 20", v)
 	}
+	if testCgroupDriver == cgroups.DriverSystemd {
+		// The limits are systemd's, set on the slice unit through D-Bus
+		// (libcontainer's systemd manager), not only written to the files:
+		// systemd keeps them when it realizes the slice again.
+		got := strings.Fields(systemctlShow(t, path.Base(memCgroup), "ActiveState,MemoryLimit,TasksMax,CPUShares"))
+		slices.Sort(got)
+		if want := []string{"ActiveState=active", "CPUShares=102", fmt.Sprintf("MemoryLimit=%d", 64<<20), "TasksMax=20"}; !slices.Equal(got, want) {
+			t.Fatalf("pod slice %s: %v, want %v", path.Base(memCgroup), got, want)
+		}
+	}
 	if v := cgroupFile(t, "cpu", memCgroup, "cpu.shares"); v != "102" {
 		t.Fatalf("pod cpu.shares %s, want 102 (100m)", v)
 	}
 	// The burstable parent's shares are its pods' CPU requests (one pod).
-	if v := cgroupFile(t, "cpu", filepath.Join(root, "burstable"), "cpu.shares"); v != "102" {
+	if v := cgroupFile(t, "cpu", qosCgroupPath(t, h, corev1.PodQOSBurstable), "cpu.shares"); v != "102" {
 		t.Fatalf("burstable cpu.shares %s, want 102", v)
 	}
-	if v := cgroupFile(t, "cpu", filepath.Join(root, "besteffort"), "cpu.shares"); v != "2" {
+	if v := cgroupFile(t, "cpu", qosCgroupPath(t, h, corev1.PodQOSBestEffort), "cpu.shares"); v != "2" {
 		t.Fatalf("besteffort cpu.shares %s, want 2", v)
 	}
 	// Containers and sandbox are placed under the pod cgroup.
 	for _, name := range []string{"hog", "idle"} {
 		id := trimContainerID(container(o, name).ContainerID)
-		if v := cgroupFile(t, "memory", filepath.Join(memCgroup, id), "memory.limit_in_bytes"); v != strconv.Itoa(32<<20) {
+		if v := cgroupFile(t, "memory", containerCgroupPath(memCgroup, id), "memory.limit_in_bytes"); v != strconv.Itoa(32<<20) {
 			t.Fatalf("%s memory limit %s", name, v)
 		}
 	}
-	if _, err := os.Stat(filepath.Join("/sys/fs/cgroup/memory", memCgroup, o.Sandbox.ID)); err != nil {
+	if _, err := os.Stat(filepath.Join("/sys/fs/cgroup/memory", containerCgroupPath(memCgroup, o.Sandbox.ID))); err != nil {
 		t.Fatalf("sandbox not under the pod cgroup: %v", err)
 	}
 
@@ -162,7 +282,7 @@ func TestPodCgroupsLimitsAndRemoval(t *testing.T) {
 	// The fork bomb stops at 20 processes; the other pod runs on.
 	h.run(bomb)
 	o = h.waitObserved(bomb, 2*time.Minute, "bomb running", func(o *schemas.PodObserved) bool { return running(o, "bomb") })
-	bombCgroup := filepath.Join(root, "besteffort", "pod"+string(bomb.UID))
+	bombCgroup := podCgroupPath(t, h, string(bomb.UID), corev1.PodQOSBestEffort)
 	// The bomb goes off inside the running container: its forks stop at
 	// the pod's limit (20 processes, pause and sleep included).
 	bombID := trimContainerID(container(o, "bomb").ContainerID)
@@ -178,7 +298,7 @@ func TestPodCgroupsLimitsAndRemoval(t *testing.T) {
 	}
 	// A refused fork counts in pids.events of the cgroup it was tried
 	// from: the container's, below the pod's.
-	if ev := cgroupFile(t, "pids", filepath.Join(bombCgroup, bombID), "pids.events"); ev == "max 0" {
+	if ev := cgroupFile(t, "pids", containerCgroupPath(bombCgroup, bombID), "pids.events"); ev == "max 0" {
 		t.Fatalf("container pids.events: %s", ev)
 	}
 	if v, _ := strconv.Atoi(cgroupFile(t, "pids", bombCgroup, "pids.current")); v > 20 {
@@ -195,28 +315,40 @@ func TestPodCgroupsLimitsAndRemoval(t *testing.T) {
 		t.Fatalf("other pod disturbed: %+v", oc2)
 	}
 
-	for _, p := range []*corev1.Pod{mem, bomb, other} {
+	for _, p := range []*corev1.Pod{mem, bomb, other, gold} {
 		h.remove(p)
 	}
-	for _, p := range []*corev1.Pod{mem, bomb, other} {
+	for _, p := range []*corev1.Pod{mem, bomb, other, gold} {
 		waitFor(t, 2*time.Minute, p.Name+" removed", func() (bool, string) { return h.obs.wasDeleted(p.UID), "" })
 	}
-	for _, dir := range []string{memCgroup, bombCgroup, filepath.Join(root, "besteffort", "pod"+string(other.UID))} {
+	for _, dir := range []string{memCgroup, bombCgroup, goldCgroup, podCgroupPath(t, h, string(other.UID), corev1.PodQOSBestEffort)} {
 		for _, ctrl := range []string{"memory", "pids", "cpu"} {
 			if _, err := os.Stat(filepath.Join("/sys/fs/cgroup", ctrl, dir)); !os.IsNotExist(err) {
 				t.Fatalf("pod cgroup %s left in %s: %v", dir, ctrl, err)
 			}
 		}
 	}
+	if testCgroupDriver == cgroups.DriverSystemd {
+		// No pod slice unit is left with systemd either (loaded, active or not).
+		out, err := exec.Command("systemctl", "list-units", "--all", "--plain", "--no-legend", "kubepods*pod*").CombinedOutput()
+		if err != nil || strings.TrimSpace(string(out)) != "" {
+			t.Fatalf("pod slices left: %s %v", out, err)
+		}
+	}
 }
 
 // runtime.cgroupDriver must be containerd's: systemd against a
-// containerd with SystemdCgroup = false is refused at start, naming both
-// settings, before any pod cgroup is made.
+// containerd with SystemdCgroup = false (or cgroupfs against true, under
+// the systemd driver) is refused at start, naming both settings, before
+// any pod cgroup is made.
 func TestCgroupDriverMismatchRefused(t *testing.T) {
+	wrong, theirs := cgroups.DriverSystemd, false
+	if testCgroupDriver == cgroups.DriverSystemd {
+		wrong, theirs = cgroups.DriverCgroupfs, true
+	}
 	h := newHarness(t, harnessOptions{noStart: true, configure: func(c *config.Config) {
-		c.Runtime.CgroupDriver = cgroups.DriverSystemd
-		c.Runtime.CgroupRoot = testCgroupRoot + "-systemd"
+		c.Runtime.CgroupDriver = wrong
+		c.Runtime.CgroupRoot = testCgroupRoot + "-mismatch"
 	}})
 	clients, err := cri.Connect(h.ctx, h.cfg.Runtime.EndpointURL(), "", h.cfg.Runtime.RuntimeRequestTimeout)
 	if err != nil {
@@ -229,12 +361,24 @@ func TestCgroupDriverMismatchRefused(t *testing.T) {
 	ctx, cancel := context.WithTimeout(h.ctx, time.Minute)
 	defer cancel()
 	err = m.Run(ctx)
-	want := `runtime.cgroupDriver is "systemd" but containerd's runtime "runc" has SystemdCgroup = false: they must match`
+	// containerd 1.6 tells its driver only in its config (Status verbose),
+	// 2.x through CRI's RuntimeConfig.
+	setting := fmt.Sprintf(`containerd's runtime "runc" has SystemdCgroup = %t`, theirs)
+	if major, _ := testenv.ContainerdMajor(); major >= 2 {
+		setting = "the runtime's cgroup driver (CRI RuntimeConfig) is " + testCgroupDriver
+	}
+	want := fmt.Sprintf(`runtime.cgroupDriver is %q but %s: they must match`, wrong, setting)
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("Run with the wrong driver: %v\nwant it to contain %q", err, want)
 	}
-	if _, err := os.Stat(filepath.Join("/sys/fs/cgroup/memory", testCgroupRoot+"-systemd")); !os.IsNotExist(err) {
-		t.Fatalf("cgroups made despite the refusal: %v", err)
+	for _, d := range []string{cgroups.DriverCgroupfs, cgroups.DriverSystemd} {
+		dir := filepath.Join("/sys/fs/cgroup/memory", cgroups.ParseCgroupfs(h.cfg.Runtime.CgroupRoot).Path(d))
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			t.Fatalf("cgroups made despite the refusal: %s: %v", dir, err)
+		}
+	}
+	if wrong != cgroups.DriverSystemd {
+		return
 	}
 	// The systemd names the pods would have had.
 	pod := newPod("p", busybox("c", "true"))
@@ -266,10 +410,10 @@ func TestInPlaceResize(t *testing.T) {
 	o := h.waitObserved(pod, 2*time.Minute, "running", func(o *schemas.PodObserved) bool { return running(o, "app") })
 	first := container(o, "app")
 	id := trimContainerID(first.ContainerID)
-	podCgroup := filepath.Join(h.cfg.Runtime.CgroupRoot, "burstable", "pod"+string(pod.UID))
+	podCgroup := podCgroupPath(t, h, string(pod.UID), corev1.PodQOSBurstable)
 	quotas := func() (string, string) {
 		return cgroupFile(t, "cpu", podCgroup, "cpu.cfs_quota_us"),
-			cgroupFile(t, "cpu", filepath.Join(podCgroup, id), "cpu.cfs_quota_us")
+			cgroupFile(t, "cpu", containerCgroupPath(podCgroup, id), "cpu.cfs_quota_us")
 	}
 	if p, c := quotas(); p != "20000" || c != "20000" {
 		t.Fatalf("quota before resize: pod %s container %s", p, c)
@@ -301,6 +445,14 @@ func TestInPlaceResize(t *testing.T) {
 		})
 		if p, c := quotas(); p != step.quota || c != step.quota {
 			t.Fatalf("quota after resize to %s: pod %s container %s, want %s", step.limit, p, c, step.quota)
+		}
+		if testCgroupDriver == cgroups.DriverSystemd {
+			// The pod slice unit holds the new quota too (set through
+			// D-Bus): 400m is 400ms of CPU per second.
+			want := "CPUQuotaPerSecUSec=" + strings.TrimSuffix(step.limit, "m") + "ms"
+			if got := strings.TrimSpace(systemctlShow(t, path.Base(podCgroup), "CPUQuotaPerSecUSec")); got != want {
+				t.Fatalf("pod slice after resize to %s: %s, want %s", step.limit, got, want)
+			}
 		}
 		c := container(o, "app")
 		if c.ContainerID != first.ContainerID || c.RestartCount != 0 || c.State.Running == nil {
@@ -349,14 +501,25 @@ func TestInPlaceResize(t *testing.T) {
 // kubeReservedCgroup.
 func TestNodeAllocatableEnforced(t *testing.T) {
 	requiresCgroupV1(t)
+	// The kube-reserved cgroup exists before the runtime starts, as the
+	// operator's (made here through the driver: a slice under systemd).
+	// runtime.kubeReservedCgroup is in the driver's form, as the kubelet's
+	// kubeReservedCgroup (its cgroupManager.CgroupName).
 	kubeCgroup := testCgroupRoot + "-kube"
-	for _, ctrl := range []string{"memory", "cpu", "pids"} {
-		dir := filepath.Join("/sys/fs/cgroup", ctrl, kubeCgroup)
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = os.Remove(dir) })
+	kubeName := cgroups.ParseCgroupfs(kubeCgroup)
+	if testCgroupDriver == cgroups.DriverSystemd {
+		kubeCgroup = "/kube.slice"
+		kubeName = cgroups.ParseSystemd(kubeCgroup)
 	}
+	kubeDir := kubeName.Path(testCgroupDriver)
+	mgr, err := cgroups.NewManager(testCgroupDriver)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := mgr.Create(kubeName, &cgroups.ResourceConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = mgr.Destroy(kubeName) })
 	h := newHarness(t, harnessOptions{configure: func(c *config.Config) {
 		c.Node.KubeReserved = map[string]string{"memory": "1Gi", "cpu": "500m"}
 		c.Node.SystemReserved = map[string]string{"memory": "512Mi"}
@@ -370,19 +533,19 @@ func TestNodeAllocatableEnforced(t *testing.T) {
 	}
 	want := capacity.Memory.Value() - (1<<30 + 512<<20)
 	waitFor(t, time.Minute, "node allocatable on the cgroup root", func() (bool, string) {
-		b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/memory", root, "memory.limit_in_bytes"))
+		b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/memory", testCgroupPath(root), "memory.limit_in_bytes"))
 		if err != nil {
 			return false, err.Error()
 		}
 		v, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 		return v <= want && v > want-4096, fmt.Sprintf("%d, want %d", v, want)
 	})
-	if v := cgroupFile(t, "pids", root, "pids.max"); v != strconv.FormatInt(cgroups.PidMax(), 10) {
+	if v := cgroupFile(t, "pids", testCgroupPath(root), "pids.max"); v != strconv.FormatInt(cgroups.PidMax(), 10) {
 		t.Fatalf("root pids.max %s", v)
 	}
 	waitFor(t, time.Minute, "kube-reserved enforced", func() (bool, string) {
-		mem := cgroupFile(t, "memory", kubeCgroup, "memory.limit_in_bytes")
-		shares := cgroupFile(t, "cpu", kubeCgroup, "cpu.shares")
+		mem := cgroupFile(t, "memory", kubeDir, "memory.limit_in_bytes")
+		shares := cgroupFile(t, "cpu", kubeDir, "cpu.shares")
 		return mem == strconv.Itoa(1<<30) && shares == "512", mem + " " + shares
 	})
 }

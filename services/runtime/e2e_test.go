@@ -66,7 +66,7 @@ func TestPodRunsAndIsRemoved(t *testing.T) {
 	}
 
 	// The pod's cgroup (cgroup v1 here), which CRI never removes.
-	cgroup := filepath.Join("/sys/fs/cgroup/memory", h.cfg.Runtime.CgroupRoot, "besteffort", "pod"+string(pod.UID))
+	cgroup := filepath.Join("/sys/fs/cgroup/memory", podCgroupPath(t, h, string(pod.UID), corev1.PodQOSBestEffort))
 	if _, err := os.Stat(cgroup); err != nil {
 		t.Fatalf("pod cgroup: %v", err)
 	}

@@ -3,7 +3,7 @@ package runtime
 import (
 	"context"
 	"fmt"
-	"path/filepath"
+	"path"
 	"strings"
 	"sync"
 	"testing"
@@ -221,7 +221,7 @@ func TestResizeRestartContainerOnContainerd(t *testing.T) {
 	o := h.waitObserved(pod, 2*time.Minute, "running", func(o *schemas.PodObserved) bool { return running(o, "app") })
 	first := container(o, "app").ContainerID
 	memLimit := func(id string) string {
-		return cgroupFile(t, "memory", filepath.Join(h.cfg.Runtime.CgroupRoot, "burstable", "pod"+string(pod.UID), trimContainerID(id)), "memory.limit_in_bytes")
+		return cgroupFile(t, "memory", containerCgroupPath(podCgroupPath(t, h, string(pod.UID), corev1.PodQOSBurstable), trimContainerID(id)), "memory.limit_in_bytes")
 	}
 	if got := memLimit(first); got != fmt.Sprint(64<<20) {
 		t.Fatalf("memory limit before %s", got)
@@ -311,11 +311,14 @@ func TestPodLevelResourcesOnContainerd(t *testing.T) {
 		h.waitObserved(p, 2*time.Minute, "running", func(o *schemas.PodObserved) bool { return running(o, "app") })
 	}
 	o := h.obs.get(pod.UID)
-	dir := filepath.Join(h.cfg.Runtime.CgroupRoot, "pod"+string(pod.UID))
+	dir := podCgroupPath(t, h, string(pod.UID), corev1.PodQOSGuaranteed)
+	if path.Dir(dir) != testCgroupPath(h.cfg.Runtime.CgroupRoot) {
+		t.Fatalf("Guaranteed pod cgroup %s not directly under the root", dir)
+	}
 	if got := cgroupFile(t, "memory", dir, "memory.limit_in_bytes"); got != fmt.Sprint(64<<20) {
 		t.Fatalf("Guaranteed pod cgroup %s: memory limit %s", dir, got)
 	}
-	if got := cgroupFile(t, "memory", filepath.Join(dir, trimContainerID(container(o, "app").ContainerID)), "memory.limit_in_bytes"); got != fmt.Sprint(64<<20) {
+	if got := cgroupFile(t, "memory", containerCgroupPath(dir, trimContainerID(container(o, "app").ContainerID)), "memory.limit_in_bytes"); got != fmt.Sprint(64<<20) {
 		t.Fatalf("container memory limit %s, want the pod's", got)
 	}
 	if got := cgroupFile(t, "cpu", dir, "cpu.cfs_quota_us"); got != "20000" {

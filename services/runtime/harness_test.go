@@ -25,6 +25,7 @@ import (
 
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/bus/bustest"
+	"github.com/nodelet/nodelet/internal/cgroups"
 	"github.com/nodelet/nodelet/internal/config"
 	"github.com/nodelet/nodelet/internal/cri"
 	"github.com/nodelet/nodelet/internal/images"
@@ -54,6 +55,25 @@ var (
 // removes the pod cgroups under its root that it does not know, so test
 // processes running side by side must not share one.
 var testCgroupRoot = fmt.Sprintf("/nodelet-test-%d", os.Getpid())
+
+// testCgroupDriver is the cgroup driver of the package's runtimes and of
+// its containerd (SystemdCgroup): NODELET_TEST_CGROUP_DRIVER, cgroupfs
+// by default. internal/e2e's TestCgroupsUnderSystemdDriver runs this
+// binary with "systemd" under a real systemd (a systemd-nspawn machine),
+// where the cgroup root is the kubelet's kubepods (kubepods.slice): the
+// machine is the node's only runtime.
+var testCgroupDriver = func() string {
+	if d := os.Getenv("NODELET_TEST_CGROUP_DRIVER"); d != "" {
+		return d
+	}
+	return cgroups.DriverCgroupfs
+}()
+
+func init() {
+	if testCgroupDriver == cgroups.DriverSystemd {
+		testCgroupRoot = "/kubepods"
+	}
+}
 
 func TestMain(m *testing.M) {
 	// A CSI test driver started by csitest.Start is this binary too.
@@ -85,7 +105,7 @@ func sharedContainerd(t *testing.T) *testenv.Containerd {
 	t.Helper()
 	testenv.RequiresRoot(t)
 	ctrdOnce.Do(func() {
-		ctrd, ctrdErr = testenv.StartContainerd(testenv.ContainerdOptions{})
+		ctrd, ctrdErr = testenv.StartContainerd(testenv.ContainerdOptions{SystemdCgroup: testCgroupDriver == cgroups.DriverSystemd})
 	})
 	if ctrdErr != nil {
 		t.Fatalf("containerd: %v", ctrdErr)
@@ -150,6 +170,7 @@ func newHarness(t *testing.T, ho harnessOptions) *harness {
 	cfg.Runtime.ManageCNIConfig = false
 	cfg.Runtime.RelistPeriod = 500 * time.Millisecond
 	cfg.Runtime.CgroupRoot = testCgroupRoot
+	cfg.Runtime.CgroupDriver = testCgroupDriver
 	cfg.Runtime.SandboxImage = images.PauseImage
 	if ho.configure != nil {
 		ho.configure(cfg)

@@ -82,6 +82,10 @@ type Options struct {
 	// is the one its runc runtime uses. Default: /usr/bin/containerd for
 	// 1.6, containerd.Cached2() (scripts/containerd2.sh's build) for 2.
 	Binary string
+	// SystemdCgroup makes runc use the systemd cgroup driver (containerd's
+	// SystemdCgroup; needs systemd as PID 1, e.g. inside a systemd-nspawn
+	// machine). Default: false (cgroupfs).
+	SystemdCgroup bool
 }
 
 // Containerd is a private containerd for one test binary (or one test): its
@@ -200,6 +204,7 @@ func Start(opts Options) (_ *Containerd, err error) {
 		Major:          opts.Major,
 		Binary:         binary,
 		CDISpecDirs:    opts.CDISpecDirs,
+		SystemdCgroup:  opts.SystemdCgroup,
 
 		RegistryConfigPath: opts.RegistryConfigPath,
 	}, c.LogFile)
