@@ -134,10 +134,12 @@ const kubeadmEtcdVersion = "3.7.0-0"
 // address to the host's default-route address, and the test listens on
 // no network of the host's), with kube-apiserver bound there only and on a
 // free port (the host's network is shared); the test containerd; the
-// local etcd (a static pod too) with its data in dataDir (bound from the
+// kubelet's root and cert dirs as kubelet flags kubeadm knows of
+// (kubeadm-flags.env; kubelet-finalize finds the rotated client
+// certificate in the cert dir); local etcd (a static pod too) with its data in dataDir (bound from the
 // host at the same path: the host's containerd mounts it); and the
 // KubeletConfiguration of the join test.
-func kubeadmInitConfig(name, apiIP string, apiPort, port, healthzPort int, dataDir string) string {
+func kubeadmInitConfig(name, apiIP string, apiPort, port, healthzPort int, rootDir, dataDir string) string {
 	failCgroupV1 := ""
 	if cgroupV1() {
 		failCgroupV1 = "failCgroupV1: false\n"
@@ -150,6 +152,11 @@ localAPIEndpoint:
 nodeRegistration:
   name: %s
   criSocket: %s
+  kubeletExtraArgs:
+  - name: root-dir
+    value: %s
+  - name: cert-dir
+    value: %s/pki
 ---
 apiVersion: kubeadm.k8s.io/v1beta4
 kind: ClusterConfiguration
@@ -167,7 +174,7 @@ kind: KubeletConfiguration
 cgroupDriver: cgroupfs
 port: %d
 healthzPort: %d
-%s`, apiIP, apiPort, name, ctrd.Endpoint, version.Kubernetes, dataDir, apiIP, port, healthzPort, failCgroupV1)
+%s`, apiIP, apiPort, name, ctrd.Endpoint, rootDir, rootDir, version.Kubernetes, dataDir, apiIP, port, healthzPort, failCgroupV1)
 }
 
 // TestKubeadmInit: `kubeadm init` with nodelet as the node agent, under a
@@ -218,7 +225,7 @@ func TestKubeadmInit(t *testing.T) {
 	ports := freePorts(t, 3)
 	apiPort, port, healthzPort := ports[0], ports[1], ports[2]
 	gw := ensureBridge(t)
-	cfg := kubeadmInitConfig(name, gw, apiPort, port, healthzPort, filepath.Join(rootDir, "etcd"))
+	cfg := kubeadmInitConfig(name, gw, apiPort, port, healthzPort, rootDir, filepath.Join(rootDir, "etcd"))
 
 	binds := []string{rootDir, logsDir, ctrd.Dir, kubeadmDir}
 	bindRO := []string{binDir + ":/usr/local/bin", kubeadm + ":/usr/bin/kubeadm"}
@@ -232,12 +239,6 @@ func TestKubeadmInit(t *testing.T) {
 		if t.Failed() {
 			out, _ := m.Run("journalctl", "--no-pager", "-n", "300", "-u", "kubelet")
 			t.Logf("journal of kubelet.service:\n%s", out)
-			// nodelet's own account of the static pods, from its bus (the
-			// unit's NODELET_* settings are the CLI's too).
-			for _, c := range []string{"etcd", "kube-apiserver"} {
-				out, _ = m.Run("sh", "-c", fmt.Sprintf(`export $(sed -n 's/^Environment=\"\(NODELET_[^\"]*\)\"/\1/p' /etc/systemd/system/kubelet.service.d/20-nodelet.conf); nodelet explain --config %s/nodelet.yaml kube-system/%s-%s`, rootDir, c, name))
-				t.Logf("nodelet explain %s:\n%s", c, out)
-			}
 		}
 	})
 	kubeadmNode(t, m, repo, rootDir, logsDir, cgroupRoot)
@@ -279,6 +280,14 @@ func TestKubeadmInit(t *testing.T) {
 	}
 	resetDone := false
 	t.Cleanup(func() {
+		if t.Failed() {
+			// nodelet's own account of the pods, from its bus (the unit's
+			// NODELET_* settings are the CLI's too), before the reset.
+			for _, p := range []string{"kube-system/etcd-" + name, "kube-system/kube-apiserver-" + name, "default/kubeadm-init-pod"} {
+				out, _ := m.Run("sh", "-c", fmt.Sprintf(`export $(sed -n 's/^Environment=\"\(NODELET_[^\"]*\)\"/\1/p' /etc/systemd/system/kubelet.service.d/20-nodelet.conf); nodelet explain --config %s/nodelet.yaml %s`, rootDir, p))
+				t.Logf("nodelet explain %s:\n%s", p, out)
+			}
+		}
 		if !resetDone {
 			_, _ = m.RunFor(2*time.Minute, "kubeadm", "reset", "-f", "--cri-socket", ctrd.Endpoint)
 		}
@@ -330,6 +339,7 @@ func TestKubeadmInit(t *testing.T) {
 
 	// A pod the new cluster's scheduler places on the node.
 	pod := apiPod("default", "kubeadm-init-pod", "")
+	pod.Spec.NodeName = "" // the scheduler's to choose
 	pod.Spec.Tolerations = []corev1.Toleration{{Key: "node-role.kubernetes.io/control-plane", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
 	pod.Spec.Containers[0].Command = []string{"sh", "-c", "echo hello from a kubeadm control plane; trap 'exit 0' TERM; while true; do sleep 1; done"}
 	pod, err = admin.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{})
@@ -340,8 +350,17 @@ func TestKubeadmInit(t *testing.T) {
 		_ = admin.CoreV1().Pods("default").Delete(context.Background(), pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
 	})
 	began = time.Now()
+	var last *corev1.Pod
+	t.Cleanup(func() {
+		if t.Failed() && last != nil {
+			t.Logf("pod %s: node %q, status %+v", last.Name, last.Spec.NodeName, last.Status)
+		}
+	})
 	waitTrue(t, 2*time.Minute, "the scheduled pod Running and Ready on the node", func() bool {
 		p, err := admin.CoreV1().Pods("default").Get(ctx, pod.Name, metav1.GetOptions{})
+		if err == nil {
+			last = p
+		}
 		return err == nil && p.Spec.NodeName == name && p.Status.Phase == corev1.PodRunning && podReady(p)
 	})
 	t.Logf("pod scheduled, Running and Ready %s after its creation", time.Since(began).Round(time.Millisecond))
