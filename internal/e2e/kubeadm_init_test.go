@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodelet/nodelet/internal/images"
@@ -273,7 +274,11 @@ func TestKubeadmInit(t *testing.T) {
 	}
 	t.Logf("kubeadm init took %s:\n%s", initTook.Round(time.Millisecond), out)
 	for _, want := range []string{"[wait-control-plane]", "[upload-config]", "[upload-certs]", "[mark-control-plane]",
-		"[bootstrap-token]", "[kubelet-finalize]", "Your Kubernetes control-plane has initialized successfully"} {
+		"[bootstrap-token]", "[kubelet-finalize]", "Your Kubernetes control-plane has initialized successfully",
+		// wait-control-plane: the kubelet's healthz, then each component's
+		// own health endpoint, the static pods nodelet runs.
+		"[kubelet-check] The kubelet is healthy", "kube-apiserver is healthy", "kube-controller-manager is healthy",
+		"kube-scheduler is healthy"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("kubeadm init's output lacks %q", want)
 		}
@@ -376,6 +381,13 @@ func TestKubeadmInit(t *testing.T) {
 	if left, _ := filepath.Glob(filepath.Join(kubeadmDir, "manifests", "*.yaml")); len(left) > 0 {
 		t.Errorf("manifests left after kubeadm reset: %v", left)
 	}
+	// reset stops the kubelet and removes the pods' containers through CRI.
+	if st, _ := m.Run("systemctl", "is-active", "kubelet"); strings.TrimSpace(st) != "inactive" {
+		t.Errorf("kubelet.service after kubeadm reset: %q, want inactive", strings.TrimSpace(st))
+	}
+	if left := ctrdContainers(t); len(left) > 0 {
+		t.Errorf("containers left after kubeadm reset: %v", left)
+	}
 }
 
 // kubeadmAdmin is a client of the cluster kubeadm made, from its admin.conf.
@@ -428,4 +440,21 @@ func freePorts(t *testing.T, n int) []int {
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports
+}
+
+// ctrdContainers are the names of the test containerd's containers.
+func ctrdContainers(t *testing.T) []string {
+	t.Helper()
+	c := ctrd.RuntimeClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := c.Runtime.ListContainers(ctx, &runtimeapi.ListContainersRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, c := range resp.Containers {
+		names = append(names, c.Metadata.Name)
+	}
+	return names
 }

@@ -180,11 +180,6 @@ func (cp *ControlPlane) StartAPIServer() error {
 	return cp.restart(&cp.apiserver, cp.apiserverCmd, func() bool { return httpGetOK(hc, cp.URL+"/readyz", "ok") })
 }
 
-// EtcdURL is etcd's client URL, http://127.0.0.1:<port> (no TLS): e.g.
-// for a second kube-apiserver on the same store under an etcd prefix of
-// its own (kubeadm's external etcd).
-func (cp *ControlPlane) EtcdURL() string { return cp.etcdURL }
-
 // StopEtcd stops etcd under a running kube-apiserver, which then answers
 // with errors and timeouts: the store gone. StartEtcd brings it back.
 func (cp *ControlPlane) StopEtcd() {
