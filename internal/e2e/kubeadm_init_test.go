@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -58,9 +59,19 @@ var kubeadmInitSkipped = map[string]string{
 
 // claimKubeadmDir makes /etc/kubernetes on the host for this test, or
 // skips the test when the host has one of its own (a real kubeadm node's,
-// never touched).
+// never touched). A lock held until the test ends serialises test binaries
+// that run TestKubeadmInit at once; with it held, a marked directory is a
+// crashed run's.
 func claimKubeadmDir(t *testing.T) {
 	t.Helper()
+	lock, err := os.OpenFile("/run/nodelet-kubeadm-init.lock", os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lock.Close() })
 	if entries, err := os.ReadDir(kubeadmDir); err == nil {
 		ours := false
 		for _, e := range entries {
