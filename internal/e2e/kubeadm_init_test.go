@@ -341,6 +341,10 @@ func TestKubeadmInit(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if cs := p.Status.ContainerStatuses; len(cs) == 1 && cs[0].State.Running != nil {
+			t.Logf("%s: container running since %s after kubeadm init began (restarts %d)", c,
+				cs[0].State.Running.StartedAt.Sub(began).Round(time.Second), cs[0].RestartCount)
+		}
 		if _, ok := p.Annotations[corev1.MirrorPodAnnotationKey]; !ok {
 			t.Errorf("pod %s is not a mirror pod: %v", pod, p.Annotations)
 		}
