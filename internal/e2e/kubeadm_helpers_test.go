@@ -9,6 +9,8 @@ import (
 	"io"
 	"math/big"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -184,4 +186,51 @@ func containerStates(cs []*runtimeapi.Container) []string {
 		out = append(out, c.Id[:12]+" "+c.State.String())
 	}
 	return out
+}
+
+// kubeadmNode makes the booted machine a node kubeadm can run the kubelet
+// on: kubelet.service and 10-kubeadm.conf from deploy/kubeadm as the
+// packages ship them, /usr/bin/kubelet a link to nodelet, what the shared
+// test machine needs of nodelet in drop-ins of its own, the unit enabled;
+// and it checks `kubelet --version` (kubeadm's KubeletVersion check).
+func kubeadmNode(t *testing.T, m *testenv.Machine, repo, rootDir, logsDir, cgroupRoot string) {
+	t.Helper()
+	for file, dst := range map[string]string{
+		"kubelet.service": "/usr/lib/systemd/system/kubelet.service",
+		"10-kubeadm.conf": "/usr/lib/systemd/system/kubelet.service.d/10-kubeadm.conf",
+	} {
+		b, err := os.ReadFile(filepath.Join(repo, "deploy", "kubeadm", file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.WriteFile(t, dst, b, 0o644)
+	}
+	// What this shared machine needs of nodelet beyond the kubelet's
+	// settings, as NODELET_* variables in a drop-in of its own: a bus port
+	// and a cgroup root no other node uses, and the test containerd's CNI
+	// network (its conflist, not one nodelet renders).
+	m.WriteFile(t, "/etc/systemd/system/kubelet.service.d/20-nodelet.conf", []byte(fmt.Sprintf(`[Service]
+Environment="NODELET_BUS_LISTEN=127.0.0.1:%d"
+Environment="NODELET_RUNTIME_CGROUPROOT=%s"
+Environment="NODELET_RUNTIME_MANAGECNICONFIG=false"
+Environment="NODELET_RUNTIME_CNICONFDIR=%s"
+Environment="NODELET_RUNTIME_CNIBRIDGENAME=%s"
+Environment="NODELET_RUNTIME_CNINETWORKNAME=%s"
+Environment="NODELET_NODE_PODCIDR=%s"
+Environment="NODELET_NODE_PODLOGSDIR=%s"
+`, freePort(t), cgroupRoot, ctrd.CNIConfDir, ctrd.BridgeName, ctrd.NetworkName, ctrd.Subnet, logsDir)), 0o644)
+	// The drop-in's file for the operator's own flags: a root dir of its
+	// own, bound from the host at the same path, since the host's
+	// containerd mounts what the runtime puts there.
+	m.WriteFile(t, "/etc/sysconfig/kubelet", []byte(fmt.Sprintf("KUBELET_EXTRA_ARGS=\"--root-dir=%s --cert-dir=%s/pki\"\n", rootDir, rootDir)), 0o644)
+	m.MustRun(t, "ln", "-s", "/usr/local/bin/nodelet", "/usr/bin/kubelet")
+	m.MustRun(t, "sh", "-c", `for d in /sys/fs/cgroup/*; do
+		case $d in */systemd|*/unified) continue;; esac
+		[ -L "$d" ] || mount -o remount,bind,rw "$d" || exit 1
+	done`)
+	m.MustRun(t, "systemctl", "daemon-reload")
+	m.MustRun(t, "systemctl", "enable", "kubelet.service")
+	if got, want := strings.TrimSpace(m.MustRun(t, "kubelet", "--version")), "Kubernetes "+version.Kubelet(); got != want {
+		t.Fatalf("kubelet --version: %q, want %q", got, want)
+	}
 }

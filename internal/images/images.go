@@ -10,6 +10,10 @@
 //     applet linked, /etc/passwd and /etc/group (root, nobody 65534), /www
 //     with an index.html and /tmp (1777); cmd ["/bin/sh"].
 //
+// Stand-ins for the images `kubeadm init` names (registry.k8s.io/kube-apiserver
+// and the other control-plane components) are built from the project's own
+// binaries in controlplane.go.
+//
 // Every file in every layer has a fixed timestamp and owner, and the image
 // configs carry a fixed creation time, so building twice from the same inputs
 // gives the same image ID and manifest digest.
