@@ -186,4 +186,3 @@ func countOf(s []string, v string) int {
 	}
 	return n
 }
-
