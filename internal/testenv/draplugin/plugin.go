@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -106,9 +107,9 @@ func CDIName(claim types.UID, device string) string {
 	return CDIKind + "=" + string(claim) + "-" + device
 }
 
-// EnvName is the variable the CDI device sets in a container; its value
-// is the claim's name.
-func EnvName(device string) string { return "NODELET_DRA_" + device }
+// EnvName is the variable the CDI device sets in a container (the device
+// name with '-' as '_', for a shell); its value is the claim's name.
+func EnvName(device string) string { return "NODELET_DRA_" + strings.ReplaceAll(device, "-", "_") }
 
 // PrepareResourceClaims prepares each claim's devices of this driver.
 func (p *Plugin) PrepareResourceClaims(_ context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
