@@ -34,8 +34,8 @@ func TestAllocatedResourcesStatus(t *testing.T) {
 	s := ComputePodStatus(PodInputs{Pod: pod, Verdict: admitted(), Claims: rec, Now: time.Unix(1000, 0)})
 	unknown := corev1.ResourceHealthStatusUnknown
 	want := map[string][]corev1.ResourceStatus{
-		"a": {{Name: "claim:gpu/two", Resources: []corev1.ResourceHealth{{ResourceID: "d/p/y", Health: unknown}}}},
-		"b": {{Name: "claim:gpu", Resources: []corev1.ResourceHealth{{ResourceID: "v.com/gpu=x", Health: unknown}, {ResourceID: "d/p/y", Health: unknown}}}},
+		"a":     {{Name: "claim:gpu/two", Resources: []corev1.ResourceHealth{{ResourceID: "d/p/y", Health: unknown}}}},
+		"b":     {{Name: "claim:gpu", Resources: []corev1.ResourceHealth{{ResourceID: "v.com/gpu=x", Health: unknown}, {ResourceID: "d/p/y", Health: unknown}}}},
 		"plain": nil,
 	}
 	for _, cs := range s.ContainerStatuses {
