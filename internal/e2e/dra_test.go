@@ -74,6 +74,17 @@ func TestDRA(t *testing.T) {
 	if got := rec.Claims[0].CDIDevices("req"); !slices.Equal(got, []string{want}) {
 		t.Fatalf("prepared CDI devices %v, want [%s]", got, want)
 	}
+	// The container's allocatedResourcesStatus names the claim's request
+	// and its device (ResourceHealthStatus, on by default in 1.37).
+	waitTrue(t, 60*time.Second, "allocatedResourcesStatus in the API", func() bool {
+		p, err := pods.Get(ctx, good.Name, metav1.GetOptions{})
+		if err != nil || len(p.Status.ContainerStatuses) != 1 {
+			return false
+		}
+		rs := p.Status.ContainerStatuses[0].AllocatedResourcesStatus
+		return len(rs) == 1 && rs[0].Name == "claim:gpu/req" && len(rs[0].Resources) == 1 &&
+			rs[0].Resources[0].ResourceID == corev1.ResourceID(want) && rs[0].Resources[0].Health == corev1.ResourceHealthStatusUnknown
+	})
 	cs := criContainers(t, string(good.UID))
 	if len(cs) != 1 {
 		t.Fatalf("containers of %s: %+v", good.Name, cs)
