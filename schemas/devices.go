@@ -94,3 +94,84 @@ type DeviceSpec struct {
 	HostPath      string `json:"hostPath"`
 	Permissions   string `json:"permissions,omitempty"`
 }
+
+// PodClaims is the Dynamic Resource Allocation state of one pod with
+// spec.resourceClaims: the devices bucket, key "claims.<pod UID>", written
+// by nodelet-devices after the pod is admitted and deleted once the pod is
+// gone and its claims are unprepared. It is the kubelet's DRA checkpoint
+// (pkg/kubelet/cm/dra/state, ClaimInfoState) seen from the pod: a claim
+// shared by pods appears in each pod's record, prepared once.
+type PodClaims struct {
+	UID       string `json:"uid"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// Prepared is set once every claim of the pod is prepared; only then
+	// does nodelet-runtime create the pod's sandbox (the kubelet prepares
+	// right before createPodSandbox).
+	Prepared bool `json:"prepared,omitempty"`
+	// Error is why the claims are not prepared (yet), in the kubelet's
+	// words: nodelet-runtime emits it as the FailedPrepareDynamicResources
+	// event, "Failed to prepare dynamic resources: <Error>".
+	Error  string          `json:"error,omitempty"`
+	Claims []PreparedClaim `json:"claims,omitempty"`
+	// UpdatedAt is when the record last changed.
+	UpdatedAt time.Time `json:"updatedAt"`
+}
+
+func (PodClaims) SchemaName() string { return "nodelet.v1.PodClaims" }
+
+// Claim is the claim the pod names podClaim (spec.resourceClaims[].name),
+// or nil.
+func (p *PodClaims) Claim(podClaim string) *PreparedClaim {
+	for i := range p.Claims {
+		if p.Claims[i].PodClaimName == podClaim {
+			return &p.Claims[i]
+		}
+	}
+	return nil
+}
+
+// PreparedClaim is one ResourceClaim of the pod (the kubelet's ClaimInfo).
+type PreparedClaim struct {
+	// PodClaimName is the pod's name for it (spec.resourceClaims[].name,
+	// what containers' resources.claims name).
+	PodClaimName string `json:"podClaimName"`
+	// Name and UID are the ResourceClaim's (in the pod's namespace).
+	Name string `json:"name"`
+	UID  string `json:"uid"`
+	// Drivers are the drivers the allocation names, sorted: each is told
+	// NodePrepareResources and, when the last pod using the claim is gone,
+	// NodeUnprepareResources.
+	Drivers []string `json:"drivers"`
+	// Prepared is set once every driver prepared the claim.
+	Prepared bool `json:"prepared,omitempty"`
+	// Devices are what the drivers answered (the kubelet's DriverState).
+	Devices []PreparedDevice `json:"devices,omitempty"`
+}
+
+// CDIDevices is the kubelet's cdiDevicesAsList: the CDI device IDs of the
+// devices for request, every device's when request is "" or a device
+// names no request.
+func (c *PreparedClaim) CDIDevices(request string) []string {
+	var out []string
+	for _, d := range c.Devices {
+		match := request == "" || len(d.Requests) == 0
+		for _, r := range d.Requests {
+			match = match || r == request
+		}
+		if match {
+			out = append(out, d.CDIDeviceIDs...)
+		}
+	}
+	return out
+}
+
+// PreparedDevice is one device a driver prepared (drapb.Device).
+type PreparedDevice struct {
+	Driver       string   `json:"driver"`
+	Pool         string   `json:"pool"`
+	Device       string   `json:"device"`
+	ShareID      string   `json:"shareID,omitempty"`
+	Requests     []string `json:"requests,omitempty"`
+	CDIDeviceIDs []string `json:"cdiDeviceIDs,omitempty"`
+}

@@ -191,6 +191,6 @@ func All() []Message {
 		PodDesired{}, SourcesReady{}, AdmissionVerdict{}, PodObserved{},
 		ProbeResult{}, PodStatusRecord{}, RuntimeState{}, NodePressure{},
 		PodEviction{}, ImageRecord{}, NodeRecord{}, Event{}, Heartbeat{},
-		PodVolumeStats{}, VolumesInUse{}, DeviceResources{}, PodDevices{},
+		PodVolumeStats{}, VolumesInUse{}, DeviceResources{}, PodDevices{}, PodClaims{},
 	}
 }

@@ -76,6 +76,10 @@ func samples() []Message {
 				Envs: map[string]string{"A": "1"}, Mounts: []DeviceMount{{ContainerPath: "/dev/x", HostPath: "/tmp/x", ReadOnly: true}},
 				Devices:     []DeviceSpec{{ContainerPath: "/dev/d", HostPath: "/dev/null", Permissions: "rw"}},
 				Annotations: map[string]string{"k": "v"}, CDIDevices: []string{"vendor.com/class=dev1"}}}}}},
+		&PodClaims{UID: "u1", Namespace: "ns", Name: "p", Prepared: true, UpdatedAt: now, Claims: []PreparedClaim{{
+			PodClaimName: "gpu", Name: "p-gpu", UID: "c1", Drivers: []string{"gpu.example.com"}, Prepared: true,
+			Devices: []PreparedDevice{{Driver: "gpu.example.com", Pool: "node-1", Device: "gpu-0", Requests: []string{"r"},
+				CDIDeviceIDs: []string{"example.com/gpu=gpu-0"}}}}}},
 		&RuntimeState{RuntimeReady: true, NetworkReady: false, Reason: "NetworkPluginNotReady", Message: "plugin foo missing"},
 		&PodVolumeStats{Time: now, Pods: map[string][]statsapi.VolumeStats{"u1": {{Name: "data",
 			PVCRef: &statsapi.PVCReference{Name: "data", Namespace: "default"}, FsStats: statsapi.FsStats{UsedBytes: &used}}}}},

@@ -51,7 +51,7 @@ const (
 	BucketPressure  = "nodelet_v1_pressure"       // key "node" → schemas.NodePressure
 	BucketEvictions = "nodelet_v1_evictions"      // key pod UID → schemas.PodEviction
 	BucketImages    = "nodelet_v1_images"         // key image ID (sanitised) → schemas.ImageRecord
-	BucketDevices   = "nodelet_v1_devices"        // key "resources" → schemas.DeviceResources, "pods.<uid>" → schemas.PodDevices
+	BucketDevices   = "nodelet_v1_devices"        // key "resources" → schemas.DeviceResources, "pods.<uid>" → schemas.PodDevices, "claims.<uid>" → schemas.PodClaims
 )
 
 // StatusEventsDurable is status's durable consumer of (its copy of) the
@@ -154,7 +154,8 @@ type Systemd struct {
 	// PodLogs makes the pod logs dir writable (LogsDirectory=).
 	PodLogs bool
 	// DevicePlugins makes <node.rootDir>/device-plugins, where device
-	// plugins register and serve, writable (made if missing).
+	// plugins register and serve, and <node.rootDir>/plugins_registry,
+	// where DRA plugins register, writable (made if missing).
 	DevicePlugins bool
 	// CgroupRoot: the daemon makes cgroups under runtime.cgroupRoot, which
 	// the unit creates first, as root, in every hierarchy: a hierarchy's

@@ -15,6 +15,10 @@ const (
 	ComposeManifests = "/etc/nodelet/manifests"
 	// ComposeDevicePlugins is <node.rootDir>/device-plugins.
 	ComposeDevicePlugins = "/var/lib/kubelet/device-plugins"
+	// ComposePluginsRegistry is <node.rootDir>/plugins_registry.
+	ComposePluginsRegistry = "/var/lib/kubelet/plugins_registry"
+	// ComposePlugins is <node.rootDir>/plugins (the DRA drivers' sockets).
+	ComposePlugins = "/var/lib/kubelet/plugins"
 )
 
 // Declared is nodelet: every component, once. Order here does not matter
@@ -76,33 +80,38 @@ var Declared = Set{
 		},
 	},
 	{
-		Name: Devices, Process: true, Description: "nodelet device plugins (the kubelet's device manager)",
+		Name: Devices, Process: true, Description: "nodelet device plugins and DRA (the kubelet's device and DRA managers)",
 		MemoryLimit: "48Mi",
-		Requires:    []string{Bus, Sources},
-		Writes:      []Bucket{{BucketDevices, 5}},
-		Reads:       []string{BucketDesired, BucketAdmission, BucketDevices},
-		Events:      true, Heartbeats: true,
+		Requires:    []string{Bus, Sources}, NeedsAPI: true,
+		Writes: []Bucket{{BucketDevices, 5}},
+		Reads:  []string{BucketDesired, BucketAdmission, BucketDevices},
+		Events: true, Heartbeats: true,
 		Root: []string{
 			"It serves the device plugin Registration service on",
 			"<node.rootDir>/device-plugins/kubelet.sock and dials each plugin's",
-			"socket there, which plugins (root in their containers) create",
-			"root's and not writable by others, as the kubelet, root, does.",
+			"socket there, and each DRA driver's in <node.rootDir>/plugins_registry",
+			"and <node.rootDir>/plugins, which plugins (root in their containers)",
+			"create root's and not writable by others, as the kubelet, root, does.",
 		},
 		Systemd: Systemd{
 			Why: []string{
 				"Devices talks to the device plugins over unix sockets in",
-				"<node.rootDir>/device-plugins (writable here, made if missing) and to",
-				"the bus; it reads no other file and needs no capability but to reach",
-				"the plugins' root sockets (CAP_DAC_OVERRIDE).",
+				"<node.rootDir>/device-plugins and to DRA drivers through",
+				"<node.rootDir>/plugins_registry (both writable here, made if missing),",
+				"to the bus, and to kube-apiserver (ResourceClaims) with the node's",
+				"kubeconfig and client certificate (group " + APIGroup + "); it reads no",
+				"other file and needs no capability but to reach the plugins' root",
+				"sockets (CAP_DAC_OVERRIDE).",
 			},
 			DevicePlugins: true,
 			Caps:          []string{"CAP_DAC_OVERRIDE"},
-			LoopbackOnly:  true,
 			Private:       true,
 		},
 		Compose: Compose{
-			Why:     []string{"Device plugins on the host register on the host's device-plugins directory."},
-			Volumes: []string{ComposeDevicePlugins + ":" + ComposeDevicePlugins},
+			Why: []string{"Device plugins on the host register on the host's device-plugins directory,",
+				"DRA drivers in its plugins_registry and serve in its plugins directory."},
+			Volumes: []string{ComposeDevicePlugins + ":" + ComposeDevicePlugins,
+				ComposePluginsRegistry + ":" + ComposePluginsRegistry, ComposePlugins + ":" + ComposePlugins},
 		},
 	},
 	{

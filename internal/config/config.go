@@ -54,7 +54,9 @@ type NodeConfig struct {
 	StateDir string `mapstructure:"stateDir"`
 	// RootDir is the kubelet's --root-dir: the directory layout drivers' DaemonSets mount by hostPath,
 	// <rootDir>/device-plugins/kubelet.sock (the device plugin Registration service, nodelet-devices)
-	// and its checkpoint beside it. Default: /var/lib/kubelet.
+	// and its checkpoint beside it, <rootDir>/plugins_registry (CSI and DRA plugin registration:
+	// nodelet-runtime and nodelet-devices) and <rootDir>/plugins (the plugins' own sockets).
+	// Default: /var/lib/kubelet.
 	RootDir string `mapstructure:"rootDir"`
 	// Labels added to the node's own (kubernetes.io/hostname, os, arch). Default: none.
 	Labels map[string]string `mapstructure:"labels"`
@@ -241,6 +243,13 @@ type RuntimeConfig struct {
 // DevicePluginPath: kubelet.sock and the plugins' own sockets.
 func (c *Config) DevicePluginsDir() string {
 	return filepath.Join(c.Node.RootDir, "device-plugins")
+}
+
+// PluginsRegistryDir is <node.rootDir>/plugins_registry, the kubelet's
+// plugin-registration directory (CSI and DRA plugins' registration
+// sockets, pluginwatcher).
+func (c *Config) PluginsRegistryDir() string {
+	return filepath.Join(c.Node.RootDir, "plugins_registry")
 }
 
 // SeccompRoot is runtime.seccompProfileRoot, or <stateDir>/seccomp when unset.

@@ -35,6 +35,8 @@ const nodeName = "e2e-node"
 var (
 	binDir string
 	ctrd   *testenv.Containerd
+	// cdiDir is containerd's CDI spec directory.
+	cdiDir string
 	cp     *testenv.ControlPlane
 )
 
@@ -56,7 +58,13 @@ func run(m *testing.M) int {
 		return 1
 	}
 	binDir = dir
-	ctrd, err = testenv.StartContainerd(testenv.ContainerdOptions{})
+	// containerd 2.x resolves CDI devices from specs here (1.6 has no CDI).
+	if cdiDir, err = os.MkdirTemp("", "nodelet-e2e-cdi-"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(cdiDir)
+	ctrd, err = testenv.StartContainerd(testenv.ContainerdOptions{CDISpecDirs: []string{cdiDir}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "containerd:", err)
 		return 1

@@ -42,7 +42,7 @@ func podSpecEntries() []Entry {
 		h("PodSpec.os", "admission refuses another OS", "TestOSAndFeatures"),
 		h("PodSpec.hostUsers", "user namespaces where the runtime handler supports them, else the sandbox is refused", "TestUserNamespaces", "TestHostUsersFalse"),
 		n("PodSpec.schedulingGates", "kube-scheduler: a gated pod is not bound to a node"),
-		r("PodSpec.resourceClaims", "dynamic resource allocation: nodelet prepares no devices for resource claims yet, and would start the pod without them"),
+		h("PodSpec.resourceClaims", "DRA: nodelet-devices prepares each claim with its driver; the runtime creates no sandbox before", "TestDRA", "TestPrepareClaims"),
 		h("PodSpec.resources", "pod-level resources: QoS class, pod cgroup, container limits", "TestPodLevelResources", "TestQOSClass", "TestResourceConfigForPod"),
 		h("PodSpec.hostnameOverride", "the sandbox's hostname and /etc/hosts", "TestPodHostname", "TestHostnameOverrideOnContainerd"),
 		n("PodSpec.schedulingGroup", "kube-scheduler's gang scheduling (PodGroup)"),
@@ -101,6 +101,11 @@ func podSpecEntries() []Entry {
 
 		h("ResourceRequirements.limits", "", "TestQOSAndResources", "TestPodCgroupsLimitsAndRemoval"),
 		h("ResourceRequirements.requests", "", "TestQOSAndResources", "TestResourceFit"),
-		r("ResourceRequirements.claims", "dynamic resource allocation: nodelet prepares no devices for resource claims yet, and would start the pod without them"),
+		h("ResourceRequirements.claims", "the claims' CDI devices in the container's CRI config", "TestDRA", "TestClaimCDIDevices"),
+		h("ResourceClaim.name", "the pod's claim whose CDI devices the container gets", "TestDRA", "TestClaimCDIDevices"),
+		h("ResourceClaim.request", "only the devices of that request (all when empty)", "TestDRA", "TestClaimCDIDevices"),
+		h("PodResourceClaim.name", "", "TestDRA", "TestPrepareClaims"),
+		h("PodResourceClaim.resourceClaimName", "the ResourceClaim read, prepared and unprepared", "TestDRA", "TestPrepareClaims"),
+		h("PodResourceClaim.resourceClaimTemplateName", "the claim generated for the pod, named in status.resourceClaimStatuses", "TestPrepareClaims"),
 	}
 }

@@ -3,7 +3,10 @@
 // service on <node.rootDir>/device-plugins/kubelet.sock, follows each
 // plugin's ListAndWatch, allocates devices to each pod before admission
 // decides it, and publishes the resources and every allocation in the
-// devices bucket (README.md).
+// devices bucket. It is the kubelet's DRA manager (pkg/kubelet/cm/dra) too:
+// DRA drivers register through <node.rootDir>/plugins_registry, and it
+// prepares each admitted pod's ResourceClaims with them before
+// nodelet-runtime may create the pod's sandbox (README.md).
 package devices
 
 import (
@@ -15,8 +18,12 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/internal/daemon"
+	"github.com/nodelet/nodelet/internal/pluginwatcher"
 	"github.com/nodelet/nodelet/schemas"
 )
 
@@ -30,6 +37,12 @@ type Options struct {
 	daemon.Deps
 	// Dir is <node.rootDir>/device-plugins.
 	Dir string
+	// RegistryDir is <node.rootDir>/plugins_registry, where DRA drivers
+	// register; "" registers none.
+	RegistryDir string
+	// Client reads ResourceClaims; nil makes one from node.kubeconfig
+	// when it is set (else no claim can be prepared).
+	Client kubernetes.Interface
 }
 
 // Daemon is a running nodelet-devices.
@@ -38,6 +51,7 @@ type Daemon struct {
 	m   *manager
 	reg *registrar
 	w   *bus.Writer
+	dra *draState
 
 	mu       sync.Mutex
 	desired  map[string]*schemas.PodDesired
@@ -48,14 +62,16 @@ type Daemon struct {
 
 // Run is the daemon's main, inside the frame.
 func Run(ctx context.Context, env *daemon.Env) error {
-	return New(Options{Deps: env.Deps(), Dir: env.Config.DevicePluginsDir()}).Run(ctx)
+	return New(Options{Deps: env.Deps(), Dir: env.Config.DevicePluginsDir(), RegistryDir: env.Config.PluginsRegistryDir()}).Run(ctx)
 }
 
 // New builds the daemon; Run starts it.
 func New(o Options) *Daemon {
-	return &Daemon{o: o, m: newManager(o.Log),
+	d := &Daemon{o: o, m: newManager(o.Log),
 		desired: map[string]*schemas.PodDesired{}, verdicts: map[string]*schemas.AdmissionVerdict{},
 		synced: map[string]bool{}, wake: make(chan struct{}, 1)}
+	d.initDRA()
+	return d
 }
 
 // Run restores the allocations from the bucket (the kubelet's
@@ -72,6 +88,18 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return err
 	}
 	defer d.reg.stop()
+	defer d.dra.plugins.close()
+	if d.o.Client == nil && d.o.Config != nil && d.o.Config.NodeKubeconfig() != "" {
+		go d.connectAPI(ctx)
+	}
+	if d.o.RegistryDir != "" {
+		go pluginwatcher.New(pluginwatcher.Options{
+			Dirs:     []string{d.o.RegistryDir},
+			Handlers: map[string]pluginwatcher.Handler{registerapi.DRAPlugin: d.dra.plugins},
+			Log:      d.o.Log.With("subsystem", "dra"),
+		}).Run(ctx)
+	}
+	go d.runClaims(ctx)
 	go bus.RunAll(ctx,
 		bus.NewMirror(d.o.Bus, bus.BucketDesired, ">", func(u bus.Update[schemas.PodDesired]) {
 			d.apply(bus.BucketDesired, u.Kind, func() { bus.Apply(d.desired, u) })
@@ -111,15 +139,17 @@ func (d *Daemon) apply(bucket string, kind bus.UpdateKind, f func()) {
 	case d.wake <- struct{}{}:
 	default:
 	}
+	d.wakeClaims()
 }
 
 // restore reads the bucket until the bus answers.
 func (d *Daemon) restore(ctx context.Context) error {
 	for {
-		res, pods, err := d.load(ctx)
+		res, pods, claims, err := d.load(ctx)
 		if err == nil {
 			d.m.restore(res, pods)
-			d.o.Log.Info("Read allocations from the devices bucket", "pods", len(pods))
+			d.dra.claims.restore(claims)
+			d.o.Log.Info("Read allocations from the devices bucket", "pods", len(pods), "claimPods", len(claims))
 			return nil
 		}
 		d.o.Log.Warn("Cannot read the devices bucket, retrying", "bucket", bus.BucketDevices, "err", err)
@@ -131,13 +161,14 @@ func (d *Daemon) restore(ctx context.Context) error {
 	}
 }
 
-func (d *Daemon) load(ctx context.Context) (*schemas.DeviceResources, []*schemas.PodDevices, error) {
+func (d *Daemon) load(ctx context.Context) (*schemas.DeviceResources, []*schemas.PodDevices, []*schemas.PodClaims, error) {
 	keys, err := d.w.Keys(ctx)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	var res *schemas.DeviceResources
 	var pods []*schemas.PodDevices
+	var claims []*schemas.PodClaims
 	for _, k := range keys {
 		data, _, ok, err := d.w.Data(ctx, k)
 		if err != nil || !ok {
@@ -155,15 +186,26 @@ func (d *Daemon) load(ctx context.Context) (*schemas.DeviceResources, []*schemas
 			var p schemas.PodDevices
 			if err := json.Unmarshal(data, &p); err != nil || KeyPodPrefix+p.UID != k {
 				if err == nil {
-					err = errors.New("allocation names pod " + p.UID)
+					err = errBadKey(k, p.UID)
 				}
 				d.o.Log.Error("Ignoring stored allocation that does not decode", "key", k, "err", err)
 				continue
 			}
 			pods = append(pods, &p)
+		case strings.HasPrefix(k, KeyClaimsPrefix):
+			p, err := decodeClaims(k, data)
+			if err != nil {
+				d.o.Log.Error("Ignoring stored claims that do not decode", "key", k, "err", err)
+				continue
+			}
+			claims = append(claims, p)
 		}
 	}
-	return res, pods, nil
+	return res, pods, claims, nil
+}
+
+func errBadKey(key, uid string) error {
+	return errors.New("record under " + key + " names pod " + uid)
 }
 
 // rewriteAll puts the whole state again after the bus's store was wiped.
@@ -182,6 +224,13 @@ func (d *Daemon) rewriteAll() error {
 	for _, p := range pods {
 		if _, _, err := d.w.Put(ctx, KeyPodPrefix+p.UID, p); err != nil {
 			return err
+		}
+	}
+	for _, uid := range d.dra.claims.uids() {
+		if p := d.dra.claims.record(uid); p != nil {
+			if _, _, err := d.w.Put(ctx, KeyClaimsPrefix+uid, p); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

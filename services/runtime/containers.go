@@ -79,6 +79,13 @@ func (m *Daemon) containerConfig(ctx context.Context, pod *corev1.Pod, c *corev1
 	if err != nil {
 		return nil, err
 	}
+	// The CDI devices of its ResourceClaims (the DRA manager's
+	// GetResources, added to the device plugins' in
+	// GenerateRunContainerOptions).
+	claimCDI, err := m.store.claims.cdiDevices(pod, c)
+	if err != nil {
+		return nil, err
+	}
 	cfg := &runtimeapi.ContainerConfig{
 		Metadata:    &runtimeapi.ContainerMetadata{Name: c.Name, Attempt: uint32(in.RestartCount)},
 		StopSignal:  stopSignal(c),
@@ -101,6 +108,7 @@ func (m *Daemon) containerConfig(ctx context.Context, pod *corev1.Pod, c *corev1
 		},
 	}
 	devOpts.apply(cfg)
+	cfg.CDIDevices = append(cfg.CDIDevices, claimCDI...)
 	return cfg, nil
 }
 

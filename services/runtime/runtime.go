@@ -189,7 +189,7 @@ func newVolumeManager(opts Options, capacity nodeCapacity, d **Daemon) *volumes.
 	}
 	vo.NodeName = cfg.Node.Name
 	vo.CSI = csi.NewRegistry(csi.Options{
-		Dir: csi.RegistryDir(cfg.Node.StateDir), NodeName: cfg.Node.Name, Client: vo.Client,
+		Dirs: []string{cfg.PluginsRegistryDir(), csi.RegistryDir(cfg.Node.StateDir)}, NodeName: cfg.Node.Name, Client: vo.Client,
 		Log: opts.Log.With("subsystem", "csi"),
 	})
 	return volumes.New(vo)

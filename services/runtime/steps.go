@@ -256,6 +256,9 @@ func (s *podSync) newSandbox(ctx context.Context) (sandboxResult, *syncResult) {
 	if stop := s.waitForNetwork(ctx); stop != nil {
 		return sandboxResult{}, stop
 	}
+	if stop := s.waitForClaims(ctx); stop != nil {
+		return sandboxResult{}, stop
+	}
 	key := s.uid + "_sandbox"
 	if left, _ := m.backoff.Remaining(key); left > 0 {
 		return sandboxResult{}, requeueIn(left)

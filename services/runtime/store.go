@@ -39,6 +39,8 @@ type store struct {
 	sources *schemas.SourcesReady
 	// devices is nodelet-devices' resources and allocations.
 	devices *devicePlugins
+	// claims is nodelet-devices' DRA state: each pod's prepared claims.
+	claims *draClaims
 	// sourcesCreated is the sources bucket's stream creation time of the
 	// store sources came from.
 	sourcesCreated time.Time
@@ -75,6 +77,7 @@ func newStore() *store {
 		probes:  map[string]map[string]*schemas.ProbeResult{},
 		synced:  map[string]bool{},
 		devices: newDevicePlugins(),
+		claims:  newDRAClaims(),
 		changed: make(chan struct{}, 1),
 	}
 }
@@ -183,6 +186,11 @@ func (s *store) watch(ctx context.Context) {
 		bus.NewMirror(s.bus, bus.BucketDevices, bus.KeyDevices, s.devices.onResources),
 		bus.NewMirror(s.bus, bus.BucketDevices, "pods.>", func(u bus.Update[schemas.PodDevices]) {
 			if uid := s.devices.onPod(u); uid != "" {
+				s.wakeWorker(uid)
+			}
+		}),
+		bus.NewMirror(s.bus, bus.BucketDevices, "claims.>", func(u bus.Update[schemas.PodClaims]) {
+			if uid := s.claims.onClaims(u); uid != "" {
 				s.wakeWorker(uid)
 			}
 		}),

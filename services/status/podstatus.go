@@ -50,6 +50,8 @@ type PodInputs struct {
 	// HostIPs are the node's addresses, primary first.
 	HostIPs []string
 	Now     time.Time
+	// Claims are the pod's prepared ResourceClaims (nodelet-devices).
+	Claims *schemas.PodClaims
 }
 
 // ComputePodStatus is nodelet's generateAPIPodStatus: the v1.PodStatus of
@@ -122,6 +124,7 @@ func generateStatus(in PodInputs, old *corev1.PodStatus) corev1.PodStatus {
 	}
 	c := containerInputs{pod: pod, known: obs != nil, anyAppCreated: anyCreated(obsApp), rro: obs != nil && obs.RecursiveReadOnlyMounts}
 	s.ContainerStatuses = c.statuses(pod.Spec.Containers, obsApp, old.ContainerStatuses, hasInit, false)
+	setClaimsResourcesStatus(pod, s.ContainerStatuses, in.Claims)
 	s.InitContainerStatuses = c.statuses(pod.Spec.InitContainers, obsInit, old.InitContainerStatuses, hasInit, true)
 	s.EphemeralContainerStatuses = c.ephemeralStatuses(obs, old)
 	setProbeResults(pod, &s, in.Probes, old)

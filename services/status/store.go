@@ -30,6 +30,9 @@ type store struct {
 	volumesInUse *schemas.VolumesInUse
 	// devices is nodelet-devices' device plugin resources (capacity, allocatable).
 	devices *schemas.DeviceResources
+	// claims are nodelet-devices' prepared ResourceClaims by pod UID
+	// (containers' allocatedResourcesStatus).
+	claims map[string]*schemas.PodClaims
 	// records are the statuses last written to the status bucket.
 	records map[string]*schemas.PodStatusRecord
 	// names remembers namespace/name of every pod seen in the desired
@@ -58,6 +61,7 @@ func newStore() *store {
 		observed:  map[string]*schemas.PodObserved{},
 		probes:    map[string]map[ProbeID]schemas.ProbeResult{},
 		evictions: map[string]*schemas.PodEviction{},
+		claims:    map[string]*schemas.PodClaims{},
 		records:   map[string]*schemas.PodStatusRecord{},
 		names:     map[string]string{},
 		synced:    map[string]bool{},
@@ -145,6 +149,7 @@ func (s *store) podInputsLocked(uid string) (PodInputs, bool) {
 		Observed: s.observed[uid],
 		Probes:   s.probes[uid],
 		Eviction: s.evictions[uid],
+		Claims:   s.claims[uid],
 	}
 	if r := s.records[uid]; r != nil {
 		in.Old = &r.Status
@@ -175,6 +180,7 @@ func (s *store) watchAll(ctx context.Context, c *bus.Conn) {
 		bus.NewMirror(c, bus.BucketRuntime, bus.KeyVolumesInUse, nodeValue(s, &s.volumesInUse, true)),
 		bus.NewMirror(c, bus.BucketPressure, bus.KeyPressure, nodeValue(s, &s.pressure, true)),
 		bus.NewMirror(c, bus.BucketDevices, bus.KeyDevices, nodeValue(s, &s.devices, true)),
+		bus.NewMirror(c, bus.BucketDevices, "claims.>", s.claimsUpdate),
 	)
 }
 

@@ -302,6 +302,11 @@ func service(c component.Component, o Options) string {
 			"sockets, made if missing, writable.")
 		u.set("ExecStartPre", "+/usr/bin/install -d -m 0750 "+dp)
 		u.set("ReadWritePaths", "-"+dp)
+		pr := path.Join(o.RootDir, "plugins_registry")
+		u.comment(pr+" (<node.rootDir>/plugins_registry): DRA plugins' registration",
+			"sockets, made if missing, writable.")
+		u.set("ExecStartPre", "+/usr/bin/install -d -m 0750 "+pr)
+		u.set("ReadWritePaths", "-"+pr)
 	}
 	if sb.CgroupRoot {
 		u.comment(o.CgroupRoot+" (runtime.cgroupRoot) in every cgroup hierarchy (cgroup v2: the one),",

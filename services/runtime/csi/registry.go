@@ -5,34 +5,37 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
 	utilversion "k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/client-go/kubernetes"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+
+	"github.com/nodelet/nodelet/internal/pluginwatcher"
 )
 
-// RegistryDir is <stateDir>/plugins_registry, the kubelet's
-// <root>/plugins_registry.
+// RegistryDir is <stateDir>/plugins_registry, where CSI plugins
+// registered before the registry moved to the kubelet's
+// <node.rootDir>/plugins_registry (config.PluginsRegistryDir); nodelet-runtime
+// watches both so a plugin deployed for either path registers.
 func RegistryDir(stateDir string) string { return filepath.Join(stateDir, "plugins_registry") }
 
 // Options build a Registry.
 type Options struct {
-	// Dir is the plugin-registration directory (RegistryDir).
-	Dir string
+	// Dirs are the plugin-registration directories
+	// (config.PluginsRegistryDir, RegistryDir).
+	Dirs []string
 	// NodeName names the node's CSINode.
 	NodeName string
 	// Client writes CSINode; nil on a standalone node (no CSINode).
 	Client kubernetes.Interface
 	Log    *slog.Logger
-	// Rescan is how often the directory is listed again besides fsnotify;
-	// default 1s (the kubelet's plugin manager reconciles every second).
+	// Rescan is how often the directories are listed again besides
+	// fsnotify; default 1s (the kubelet's plugin manager reconciles every
+	// second).
 	Rescan time.Duration
 }
 
@@ -44,21 +47,8 @@ type Registry struct {
 
 	mu      sync.Mutex
 	drivers map[string]*Driver
-	// sockets: registration sockets seen, by path.
-	sockets map[string]*socketState
 	changed chan struct{}
 }
-
-type socketState struct {
-	mtime      time.Time
-	driver     string // registered driver name, "" until registered
-	failedAt   time.Time
-	lastErrMsg string
-}
-
-// retryFailed is how long a socket whose registration failed waits before
-// it is tried again (unless it is re-created).
-const retryFailed = 5 * time.Second
 
 // NewRegistry builds a Registry; Run watches the directory.
 func NewRegistry(opts Options) *Registry {
@@ -68,8 +58,7 @@ func NewRegistry(opts Options) *Registry {
 	if opts.Rescan <= 0 {
 		opts.Rescan = time.Second
 	}
-	r := &Registry{opts: opts, log: opts.Log, drivers: map[string]*Driver{}, sockets: map[string]*socketState{},
-		changed: make(chan struct{}, 1)}
+	r := &Registry{opts: opts, log: opts.Log, drivers: map[string]*Driver{}, changed: make(chan struct{}, 1)}
 	if opts.Client != nil {
 		r.nodes = &csiNodeWriter{client: opts.Client, nodeName: opts.NodeName}
 	}
@@ -107,131 +96,36 @@ func (r *Registry) Drivers() []*Driver {
 // Changed is signalled whenever a driver registers or goes.
 func (r *Registry) Changed() <-chan struct{} { return r.changed }
 
-// Run watches the registration directory until ctx ends.
+// Run watches the registration directories until ctx ends, through the
+// plugin watcher shared with nodelet-devices (internal/pluginwatcher):
+// this registry is its CSIPlugin handler.
 func (r *Registry) Run(ctx context.Context) {
-	dir := r.opts.Dir
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		r.log.Error("Cannot create the plugin registration directory", "path", dir, "err", err)
-		return
-	}
-	w, err := fsnotify.NewWatcher()
-	var events chan fsnotify.Event
-	if err == nil {
-		if err = w.Add(dir); err == nil {
-			events = w.Events
-		}
-		defer w.Close()
-	}
-	if err != nil {
-		r.log.Warn("Cannot watch the plugin registration directory, rescanning only", "path", dir, "err", err)
-	}
 	if r.nodes != nil {
 		// The kubelet's InitializeCSINodeWithAnnotation: the node's CSINode
 		// exists from the start, drivers or not.
 		go r.nodes.initialize(ctx, r.log)
 	}
-	t := time.NewTicker(r.opts.Rescan)
-	defer t.Stop()
-	for {
-		r.reconcile(ctx)
-		select {
-		case <-ctx.Done():
-			r.mu.Lock()
-			for _, d := range r.drivers {
-				d.close()
-			}
-			r.mu.Unlock()
-			return
-		case <-events:
-		case <-t.C:
-		}
-	}
-}
-
-// reconcile registers new sockets and deregisters the drivers of sockets
-// that went, as the kubelet's plugin manager reconciler.
-func (r *Registry) reconcile(ctx context.Context) {
-	found := map[string]time.Time{}
-	entries, err := os.ReadDir(r.opts.Dir)
-	if err != nil {
-		r.log.Warn("Cannot list the plugin registration directory", "path", r.opts.Dir, "err", err)
-		return
-	}
-	for _, e := range entries {
-		// The kubelet's plugin watcher ignores hidden files and anything
-		// that is not a socket.
-		if strings.HasPrefix(e.Name(), ".") || e.Type()&os.ModeSocket == 0 {
-			continue
-		}
-		fi, err := e.Info()
-		if err != nil {
-			continue
-		}
-		found[filepath.Join(r.opts.Dir, e.Name())] = fi.ModTime()
-	}
+	pluginwatcher.New(pluginwatcher.Options{
+		Dirs: r.opts.Dirs, Handlers: map[string]pluginwatcher.Handler{registerapi.CSIPlugin: r},
+		Log: r.log, Rescan: r.opts.Rescan,
+	}).Run(ctx)
 	r.mu.Lock()
-	var gone []string
-	for path, s := range r.sockets {
-		if mt, ok := found[path]; !ok || !mt.Equal(s.mtime) {
-			gone = append(gone, path)
-		}
+	for _, d := range r.drivers {
+		d.close()
 	}
 	r.mu.Unlock()
-	for _, path := range gone {
-		r.deregister(ctx, path)
-	}
-	for path, mt := range found {
-		r.mu.Lock()
-		s := r.sockets[path]
-		due := s == nil || (s.driver == "" && time.Since(s.failedAt) >= retryFailed)
-		r.mu.Unlock()
-		if !due {
-			continue
-		}
-		name, err := r.register(ctx, path)
-		r.mu.Lock()
-		if s == nil {
-			s = &socketState{mtime: mt}
-			r.sockets[path] = s
-		}
-		if err != nil {
-			s.failedAt = time.Now()
-			if s.lastErrMsg != err.Error() {
-				r.log.Error("Failed to register CSI plugin", "path", path, "err", err)
-			}
-			s.lastErrMsg = err.Error()
-		} else {
-			s.driver = name
-		}
-		r.mu.Unlock()
-	}
 }
 
-// register is the kubelet's plugin registration of one socket: GetInfo,
-// validation, the CSI RegistrationHandler's RegisterPlugin, then
-// NotifyRegistrationStatus with the outcome.
-func (r *Registry) register(ctx context.Context, socket string) (string, error) {
-	conn, err := dial(socket)
-	if err != nil {
-		return "", err
-	}
-	defer conn.Close()
-	reg := registerapi.NewRegistrationClient(conn)
-	cctx, cancel := context.WithTimeout(ctx, callTimeout)
-	defer cancel()
-	info, err := reg.GetInfo(cctx, &registerapi.InfoRequest{})
-	if err != nil {
-		return "", fmt.Errorf("RegisterPlugin error -- failed to get plugin info using RPC GetInfo at socket %s, err: %w", socket, err)
-	}
-	name, err := r.registerDriver(ctx, socket, info)
-	status := &registerapi.RegistrationStatus{PluginRegistered: err == nil}
-	if err != nil {
-		status.Error = err.Error()
-	}
-	if _, nerr := reg.NotifyRegistrationStatus(cctx, status); nerr != nil {
-		r.log.Warn("Cannot notify a plugin of its registration status", "path", socket, "err", nerr)
-	}
-	return name, err
+// Register is the CSI RegistrationHandler's ValidatePlugin and
+// RegisterPlugin for the plugin behind socket.
+func (r *Registry) Register(ctx context.Context, socket string, info *registerapi.PluginInfo) error {
+	_, err := r.registerDriver(ctx, socket, info)
+	return err
+}
+
+// Deregister is DeRegisterPlugin: the driver of a socket that went.
+func (r *Registry) Deregister(ctx context.Context, socket string, _ *registerapi.PluginInfo) {
+	r.deregister(ctx, socket)
 }
 
 func (r *Registry) registerDriver(ctx context.Context, socket string, info *registerapi.PluginInfo) (string, error) {
@@ -275,13 +169,11 @@ func (r *Registry) registerDriver(ctx context.Context, socket string, info *regi
 // DeRegisterPlugin: the driver leaves CSINode too).
 func (r *Registry) deregister(ctx context.Context, socket string) {
 	r.mu.Lock()
-	s := r.sockets[socket]
-	delete(r.sockets, socket)
 	var d *Driver
-	if s != nil && s.driver != "" {
-		if cur := r.drivers[s.driver]; cur != nil && cur.socket == socket {
+	for name, cur := range r.drivers {
+		if cur.socket == socket {
 			d = cur
-			delete(r.drivers, s.driver)
+			delete(r.drivers, name)
 		}
 	}
 	r.mu.Unlock()

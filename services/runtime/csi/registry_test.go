@@ -35,7 +35,7 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 
 func runRegistry(t *testing.T, dir string) *Registry {
 	t.Helper()
-	r := NewRegistry(Options{Dir: dir, NodeName: "node-1", Rescan: 100 * time.Millisecond})
+	r := NewRegistry(Options{Dirs: []string{dir}, NodeName: "node-1", Rescan: 100 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); r.Run(ctx) }()

@@ -1,0 +1,210 @@
+package devices
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/nodelet/nodelet/bus"
+	"github.com/nodelet/nodelet/internal/kubeclient"
+	"github.com/nodelet/nodelet/schemas"
+)
+
+// KeyClaimsPrefix starts the key of a pod's DRA record: claims.<uid>.
+const KeyClaimsPrefix = "claims."
+
+// Prepare retries: a pod whose claims cannot be prepared is tried again
+// after prepareRetryMin, doubling up to prepareRetryMax (the kubelet
+// retries at each sync of the pod), and at once when a driver registers.
+const (
+	prepareRetryMin = time.Second
+	prepareRetryMax = 10 * time.Second
+)
+
+// draState is the DRA half of the daemon.
+type draState struct {
+	plugins *draPlugins
+	claims  *claimManager
+	client  atomic.Pointer[kubernetes.Interface]
+	wake    chan struct{}
+	// retry: when each pod not prepared (or not unprepared) is due again.
+	retry map[string]retryState
+}
+
+type retryState struct {
+	at    time.Time
+	delay time.Duration
+}
+
+func (d *Daemon) initDRA() {
+	s := &draState{plugins: newDRAPlugins(d.o.Log.With("subsystem", "dra")), wake: make(chan struct{}, 1), retry: map[string]retryState{}}
+	if d.o.Client != nil {
+		s.client.Store(&d.o.Client)
+	}
+	s.claims = newClaimManager(d.o.Log.With("subsystem", "dra"), func() claimGetter {
+		c := s.client.Load()
+		if c == nil {
+			return nil
+		}
+		return func(ctx context.Context, ns, name string) (*resourceapi.ResourceClaim, error) {
+			return (*c).ResourceV1().ResourceClaims(ns).Get(ctx, name, metav1.GetOptions{})
+		}
+	}, s.plugins.get)
+	d.dra = s
+}
+
+// connectAPI makes the API client from node.kubeconfig, retrying until
+// it can (as nodelet-admission's nodeClient).
+func (d *Daemon) connectAPI(ctx context.Context) {
+	for ctx.Err() == nil {
+		rc, err := kubeclient.RESTConfig(ctx, d.o.Config, d.o.Log)
+		if err == nil {
+			rc.UserAgent = "nodelet-devices"
+			var c kubernetes.Interface
+			if c, err = kubernetes.NewForConfig(rc); err == nil {
+				d.dra.client.Store(&c)
+				d.wakeClaims()
+				return
+			}
+		}
+		d.o.Log.Warn("No API client to read ResourceClaims yet, will retry", "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(5 * time.Second):
+		}
+	}
+}
+
+func (d *Daemon) wakeClaims() {
+	select {
+	case d.dra.wake <- struct{}{}:
+	default:
+	}
+}
+
+// runClaims prepares and unprepares claims until ctx ends: its own loop,
+// as a driver call may take the kubelet's 45 seconds and device plugin
+// allocation must not wait for it.
+func (d *Daemon) runClaims(ctx context.Context) {
+	for {
+		next := d.reconcileClaims(ctx)
+		var timer <-chan time.Time
+		if !next.IsZero() {
+			timer = time.After(time.Until(next))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-d.dra.wake:
+		case <-d.dra.plugins.changed:
+			clear(d.dra.retry) // a driver came: every waiting pod is due
+		case <-timer:
+		}
+	}
+}
+
+// reconcileClaims unprepares the claims of pods gone or refused (the
+// kubelet's UnprepareResources when a pod terminated) and prepares those
+// of admitted pods (PrepareResources, which the kubelet calls in SyncPod
+// right before the sandbox). It returns when it wants to run again.
+func (d *Daemon) reconcileClaims(ctx context.Context) time.Time {
+	d.mu.Lock()
+	if !d.synced[bus.BucketDesired] || !d.synced[bus.BucketAdmission] {
+		d.mu.Unlock()
+		return time.Time{}
+	}
+	var gone []string
+	for _, uid := range d.dra.claims.uids() {
+		v := d.verdicts[uid]
+		if d.desired[uid] == nil || d.desired[uid].Pod == nil || (v != nil && !v.Admitted) {
+			gone = append(gone, uid)
+		}
+	}
+	var todo []*corev1.Pod
+	for uid, p := range d.desired {
+		v := d.verdicts[uid]
+		if p.Pod == nil || v == nil || !v.Admitted || !wantsClaims(p.Pod) || p.Pod.DeletionTimestamp != nil ||
+			p.Pod.Status.Phase == corev1.PodSucceeded || p.Pod.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		if r := d.dra.claims.record(uid); r != nil && r.Prepared {
+			continue
+		}
+		todo = append(todo, p.Pod)
+	}
+	d.mu.Unlock()
+	now := time.Now()
+	for _, uid := range gone {
+		if !d.due(uid, now) {
+			continue
+		}
+		if err := d.dra.claims.unprepare(ctx, uid); err != nil {
+			d.o.Log.Error("Failed to unprepare dynamic resources", "podUID", uid, "err", err)
+			d.failed(uid, now)
+			continue
+		}
+		if _, err := d.w.Delete(ctx, KeyClaimsPrefix+uid); err != nil {
+			d.failed(uid, now)
+			continue
+		}
+		d.dra.claims.forget(uid)
+		delete(d.dra.retry, uid)
+		d.o.Log.Info("Unprepared the resource claims of a pod gone", "podUID", uid)
+	}
+	for _, pod := range todo {
+		uid := string(pod.UID)
+		if !d.due(uid, now) {
+			continue
+		}
+		rec := d.dra.claims.prepare(ctx, pod, func(r *schemas.PodClaims) error {
+			_, _, err := d.w.Put(ctx, KeyClaimsPrefix+uid, r)
+			return err
+		})
+		podRef := pod.Namespace + "/" + pod.Name
+		if rec.Prepared {
+			delete(d.dra.retry, uid)
+			d.o.Log.Info("Prepared dynamic resources", "pod", podRef, "podUID", uid, "claims", len(rec.Claims))
+			continue
+		}
+		d.o.Log.Error("Failed to prepare dynamic resources", "pod", podRef, "podUID", uid, "err", rec.Error)
+		d.failed(uid, now)
+	}
+	var next time.Time
+	for _, r := range d.dra.retry {
+		if next.IsZero() || r.at.Before(next) {
+			next = r.at
+		}
+	}
+	return next
+}
+
+func (d *Daemon) due(uid string, now time.Time) bool {
+	r, ok := d.dra.retry[uid]
+	return !ok || !now.Before(r.at)
+}
+
+func (d *Daemon) failed(uid string, now time.Time) {
+	r := d.dra.retry[uid]
+	r.delay = min(max(2*r.delay, prepareRetryMin), prepareRetryMax)
+	r.at = now.Add(r.delay)
+	d.dra.retry[uid] = r
+}
+
+// decodeClaims reads a stored claims.<uid> record back.
+func decodeClaims(key string, data []byte) (*schemas.PodClaims, error) {
+	var p schemas.PodClaims
+	if err := json.Unmarshal(data, &p); err != nil {
+		return nil, err
+	}
+	if KeyClaimsPrefix+p.UID != key || !strings.HasPrefix(key, KeyClaimsPrefix) {
+		return nil, errBadKey(key, p.UID)
+	}
+	return &p, nil
+}
