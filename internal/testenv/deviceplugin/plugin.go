@@ -5,7 +5,9 @@
 // kubelet's plugin stub): it registers on kubelet.sock, answers Allocate
 // with an env naming the devices and one read-only mount per device (a
 // file holding the device's ID), and registers again whenever kubelet.sock
-// is made anew (the kubelet, or nodelet-devices, restarted).
+// is made anew (the kubelet, or nodelet-devices, restarted). With
+// Options.PreStartRequired it asks for PreStartContainer, as the stub does
+// with its preStartContainerFlag, and records each call.
 package deviceplugin
 
 import (
@@ -32,21 +34,44 @@ type Plugin struct {
 	// FilesDir holds one file per device, mounted at /dev-info/<id>.
 	FilesDir string
 
+	// PreStartRequired is what it registers with (DevicePluginOptions).
+	PreStartRequired bool
+
 	mu            sync.Mutex
 	devs          []string
 	allocs        [][]string
+	preStarts     []PreStart
+	preStartErr   error
 	registrations int
 	server        *grpc.Server
 	cancel        context.CancelFunc
 	done          chan struct{}
 }
 
+// PreStart is one PreStartContainer call.
+type PreStart struct {
+	Devices []string
+	At      time.Time
+}
+
+// Options change what the plugin asks for.
+type Options struct {
+	// PreStartRequired: the runtime must call PreStartContainer before
+	// each container with its devices starts.
+	PreStartRequired bool
+}
+
 // Start serves resource with devices ids in dir (a node's
 // <rootDir>/device-plugins), registers, and keeps registering again when
 // kubelet.sock is replaced, until Stop.
 func Start(dir, filesDir, resource string, ids ...string) (*Plugin, error) {
+	return StartWith(Options{}, dir, filesDir, resource, ids...)
+}
+
+// StartWith is Start with options.
+func StartWith(o Options, dir, filesDir, resource string, ids ...string) (*Plugin, error) {
 	p := &Plugin{Dir: dir, Resource: resource, Endpoint: "nodelet-test-" + strings.ReplaceAll(resource, "/", "-") + ".sock",
-		FilesDir: filesDir, devs: ids, done: make(chan struct{})}
+		FilesDir: filesDir, devs: ids, done: make(chan struct{}), PreStartRequired: o.PreStartRequired}
 	for _, id := range ids {
 		if err := os.WriteFile(filepath.Join(filesDir, id), []byte(id+"\n"), 0o644); err != nil {
 			return nil, err
@@ -97,6 +122,7 @@ func (p *Plugin) serveAndRegister(ctx context.Context) (uint64, error) {
 	defer cancel()
 	if _, err := pluginapi.NewRegistrationClient(conn).Register(rctx, &pluginapi.RegisterRequest{
 		Version: pluginapi.Version, Endpoint: p.Endpoint, ResourceName: p.Resource,
+		Options: &pluginapi.DevicePluginOptions{PreStartRequired: p.PreStartRequired},
 	}, grpc.WaitForReady(true)); err != nil {
 		return 0, fmt.Errorf("register %s: %w", p.Resource, err)
 	}
@@ -163,8 +189,36 @@ func (p *Plugin) Registrations() int {
 	return p.registrations
 }
 
+// PreStarts are the PreStartContainer calls, in order.
+func (p *Plugin) PreStarts() []PreStart {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.preStarts)
+}
+
+// SetPreStartError makes PreStartContainer fail with err (nil: succeed).
+func (p *Plugin) SetPreStartError(err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.preStartErr = err
+}
+
 func (p *Plugin) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
-	return &pluginapi.DevicePluginOptions{}, nil
+	return &pluginapi.DevicePluginOptions{PreStartRequired: p.PreStartRequired}, nil
+}
+
+// PreStartContainer records the call (the stub logs it) and answers with
+// the error SetPreStartError gave, if any.
+func (p *Plugin) PreStartContainer(_ context.Context, r *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
+	ids := slices.Clone(r.DevicesIds)
+	slices.Sort(ids)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.preStarts = append(p.preStarts, PreStart{Devices: ids, At: time.Now()})
+	if p.preStartErr != nil {
+		return nil, p.preStartErr
+	}
+	return &pluginapi.PreStartContainerResponse{}, nil
 }
 
 func (p *Plugin) ListAndWatch(_ *pluginapi.Empty, s pluginapi.DevicePlugin_ListAndWatchServer) error {
