@@ -53,7 +53,7 @@ spec:
 // (CreateContainerConfigError) until it succeeds.
 func TestDevicePlugins(t *testing.T) {
 	root := filepath.Join(t.TempDir(), "kubelet")
-	n := newNode(t, nodeOptions{Node: "  rootDir: " + root + "\n"})
+	n := newNode(t, nodeOptions{Node: "  rootDir: " + root + "\n", GC: lowDiskThresholds})
 	files := t.TempDir()
 	plugin, err := deviceplugin.StartWith(deviceplugin.Options{PreStartRequired: true},
 		filepath.Join(root, "device-plugins"), files, devResource, "dev-1", "dev-2")

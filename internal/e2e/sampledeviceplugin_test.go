@@ -76,6 +76,11 @@ func sampleDaemonSet(t *testing.T, ns, rootDir string) *appsv1.DaemonSet {
 	return &ds
 }
 
+// lowDiskThresholds keep a test machine's shared, busy disk from putting
+// the node under DiskPressure (imagefs.available<15% by default), which
+// would refuse the pods these tests are about.
+const lowDiskThresholds = "  evictionHard:\n    nodefs.available: \"1%\"\n    imagefs.available: \"1%\"\n"
+
 // devicePod asks for n of the sample resource, bound to the node.
 func devicePod(ns, name string, n int64) *corev1.Pod {
 	p := apiPod(ns, name, "")
@@ -128,7 +133,7 @@ func TestSampleDevicePlugin(t *testing.T) {
 	}
 
 	root := filepath.Join(t.TempDir(), "kubelet")
-	n := newNode(t, nodeOptions{API: true, Node: "  rootDir: " + root + "\n"})
+	n := newNode(t, nodeOptions{API: true, Node: "  rootDir: " + root + "\n", GC: lowDiskThresholds})
 	admin := cp.AdminClient(t)
 	ns := cp.Namespace(t)
 	created := time.Now()
@@ -208,6 +213,13 @@ func TestSampleDevicePlugin(t *testing.T) {
 	// advertises both devices again.
 	intact := func(after string) {
 		t.Helper()
+		// Registered again (a restarted nodelet-devices knows the resource
+		// but none of its devices until then: a pod would be refused "no
+		// healthy devices present", as by a restarted kubelet).
+		waitTrue(t, 2*time.Minute, after+": the plugin registered, both devices healthy", func() bool {
+			r, _, err := bus.Get[schemas.DeviceResources](ctx, tap, bus.BucketDevices, bus.KeyDevices)
+			return err == nil && r != nil && len(r.Resources) == 1 && len(r.Resources[0].Healthy) == 2 && r.Resources[0].Endpoint != ""
+		})
 		waitTrue(t, 2*time.Minute, after+": "+sampleResource+" advertised again", advertised(2))
 		waitTrue(t, 2*time.Minute, after+": pod two Running with its container never restarted", func() bool {
 			p, err := pods.Get(ctx, "two", metav1.GetOptions{})
