@@ -135,6 +135,32 @@ func TestDevicePlugins(t *testing.T) {
 		t.Fatalf("gpu-a's container after the restart: %+v (was %s)", cs, id)
 	}
 
+	// The agent stopped and its bus's store wiped (TestFaults' "wipe"):
+	// the allocation comes back from the checkpoint file, not from the
+	// plugin (no second Allocate), and gpu-b is refused again.
+	n.Stop()
+	if err := os.RemoveAll(filepath.Join(n.StateDir, "bus")); err != nil {
+		t.Fatal(err)
+	}
+	regs := plugin.Registrations()
+	n.start()
+	n.WaitReady()
+	waitTrue(t, 60*time.Second, "the plugin registered after the wipe", func() bool { return plugin.Registrations() > regs })
+	waitTrue(t, 90*time.Second, "gpu-a's allocation back after the wipe", func() bool {
+		rec, _, err := bus.Get[schemas.PodDevices](ctx, tap, bus.BucketDevices, "pods."+string(pod.UID))
+		return err == nil && rec != nil && rec.Error == "" && len(rec.Containers) == 1 && slices.Equal(rec.Containers[0].Resources[0].DeviceIDs, []string{"dev-1", "dev-2"})
+	})
+	n.WaitPod("gpu-b-"+nodeName, 60*time.Second, "refused again", func(p *corev1.Pod) bool {
+		return p != nil && p.Status.Phase == corev1.PodFailed && p.Status.Message == want
+	})
+	n.WaitPod("gpu-a-"+nodeName, 60*time.Second, "Running after the wipe", func(p *corev1.Pod) bool { return p != nil && p.Status.Phase == corev1.PodRunning })
+	if a := plugin.Allocations(); len(a) != 1 {
+		t.Fatalf("Allocate calls %v after the wipe, want the first alone", a)
+	}
+	if cs := criContainers(t, string(pod.UID)); len(cs) != 1 || cs[0].Id != id || cs[0].State != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		t.Fatalf("gpu-a's container after the wipe: %+v (was %s)", cs, id)
+	}
+
 	// Gone: its devices serve the next pod.
 	n.RemoveManifest("gpu-b.yaml")
 	n.RemoveManifest("gpu-a.yaml")

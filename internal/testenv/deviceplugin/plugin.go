@@ -19,9 +19,9 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
+	"github.com/fsnotify/fsnotify"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -77,20 +77,30 @@ func StartWith(o Options, dir, filesDir, resource string, ids ...string) (*Plugi
 			return nil, err
 		}
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	p.cancel = cancel
-	ino, err := p.serveAndRegister(ctx)
+	// The directory is watched before the first registration, as the
+	// stub's Start adds its watch before it registers: no new kubelet.sock
+	// is missed.
+	w, err := fsnotify.NewWatcher()
 	if err != nil {
-		cancel()
 		return nil, err
 	}
-	go p.watch(ctx, ino)
+	if err := w.Add(dir); err != nil {
+		w.Close()
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p.cancel = cancel
+	if err := p.serveAndRegister(ctx); err != nil {
+		cancel()
+		w.Close()
+		return nil, err
+	}
+	go p.watch(ctx, w)
 	return p, nil
 }
 
-// serveAndRegister (re)starts the gRPC server and registers; it returns
-// kubelet.sock's inode it registered with.
-func (p *Plugin) serveAndRegister(ctx context.Context) (uint64, error) {
+// serveAndRegister (re)starts the gRPC server and registers.
+func (p *Plugin) serveAndRegister(ctx context.Context) error {
 	// The old server first: closing its listener unlinks the socket's
 	// path, the new one's too if it came after (the stub's Stop, Start).
 	p.mu.Lock()
@@ -104,7 +114,7 @@ func (p *Plugin) serveAndRegister(ctx context.Context) (uint64, error) {
 	_ = os.Remove(sock)
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	s := grpc.NewServer()
 	pluginapi.RegisterDevicePluginServer(s, p)
@@ -115,7 +125,7 @@ func (p *Plugin) serveAndRegister(ctx context.Context) (uint64, error) {
 	kubelet := filepath.Join(p.Dir, "kubelet.sock")
 	conn, err := grpc.NewClient("unix://"+kubelet, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
-		return 0, err
+		return err
 	}
 	defer conn.Close()
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -124,43 +134,39 @@ func (p *Plugin) serveAndRegister(ctx context.Context) (uint64, error) {
 		Version: pluginapi.Version, Endpoint: p.Endpoint, ResourceName: p.Resource,
 		Options: &pluginapi.DevicePluginOptions{PreStartRequired: p.PreStartRequired},
 	}, grpc.WaitForReady(true)); err != nil {
-		return 0, fmt.Errorf("register %s: %w", p.Resource, err)
+		return fmt.Errorf("register %s: %w", p.Resource, err)
 	}
 	p.mu.Lock()
 	p.registrations++
 	p.mu.Unlock()
-	return inode(kubelet), nil
+	return nil
 }
 
-// watch registers again when kubelet.sock is replaced, as the sample
-// plugin's stub does (it watches the directory with fsnotify).
-func (p *Plugin) watch(ctx context.Context, ino uint64) {
+// watch registers again whenever kubelet.sock is created, as the sample
+// plugin's stub does (Watch: an fsnotify Create of kubelet.sock). A
+// failed registration is tried again until one succeeds.
+func (p *Plugin) watch(ctx context.Context, w *fsnotify.Watcher) {
 	defer close(p.done)
-	t := time.NewTicker(100 * time.Millisecond)
-	defer t.Stop()
+	defer w.Close()
+	kubelet := filepath.Join(p.Dir, "kubelet.sock")
+	var retry <-chan time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
-		}
-		if now := inode(filepath.Join(p.Dir, "kubelet.sock")); now != 0 && now != ino {
-			if n, err := p.serveAndRegister(ctx); err == nil {
-				ino = n
+		case ev := <-w.Events:
+			if ev.Name != kubelet || !ev.Has(fsnotify.Create) {
+				continue
 			}
+		case <-w.Errors:
+			continue
+		case <-retry:
+		}
+		retry = nil
+		if err := p.serveAndRegister(ctx); err != nil && ctx.Err() == nil {
+			retry = time.After(time.Second)
 		}
 	}
-}
-
-func inode(path string) uint64 {
-	st, err := os.Stat(path)
-	if err != nil {
-		return 0
-	}
-	if s, ok := st.Sys().(*syscall.Stat_t); ok {
-		return s.Ino
-	}
-	return 0
 }
 
 // Stop ends the plugin: its stream ends, nodelet-devices sees it go.
