@@ -264,8 +264,10 @@ func TestSampleDevicePlugin(t *testing.T) {
 		intact("SIGKILL of " + d)
 		t.Logf("SIGKILL of %s: back, allocation intact, one more pod refused in %s", d, time.Since(began).Round(10*time.Millisecond))
 	}
+	began := time.Now()
 	kill("bus")
 	intact("SIGKILL of the bus")
+	t.Logf("SIGKILL of the bus: back, allocation intact, one more pod refused in %s", time.Since(began).Round(10*time.Millisecond))
 	if p := plugin(); p == nil || p.UID != pluginBefore.UID || p.Status.ContainerStatuses[0].RestartCount != 0 {
 		t.Fatalf("the plugin's pod restarted while nodelet's daemons did: %+v", p)
 	}
@@ -276,6 +278,7 @@ func TestSampleDevicePlugin(t *testing.T) {
 	if len(pcs) != 1 {
 		t.Fatalf("the plugin's containers: %+v", pcs)
 	}
+	began = time.Now()
 	pid := containerPID(t, pcs[0].Id)
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -286,13 +289,15 @@ func TestSampleDevicePlugin(t *testing.T) {
 			p.Status.ContainerStatuses[0].RestartCount == 1 && p.Status.ContainerStatuses[0].State.Running != nil
 	})
 	intact("SIGKILL of the plugin's container")
-	t.Logf("the plugin's container killed: restarted, registered again, allocation intact")
+	t.Logf("SIGKILL of the plugin's container: restarted, registered again, allocation intact, one more pod refused in %s", time.Since(began).Round(10*time.Millisecond))
 
 	// The whole agent.
+	began = time.Now()
 	n.Stop()
 	n.start()
 	n.WaitReady()
 	intact("a restart of the agent")
+	t.Logf("the agent stopped and started: allocation intact, one more pod refused in %s", time.Since(began).Round(10*time.Millisecond))
 	t.Logf("%d pods refused as the kubelet refuses them, pod two's container %s never restarted", refused, id[:12])
 }
 
