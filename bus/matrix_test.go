@@ -109,7 +109,7 @@ var (
 	readTable = map[string][]string{
 		bus.Sources:   kv(bus.BucketDesired, bus.BucketSources),
 		bus.Admission: kv(bus.BucketDesired, bus.BucketAdmission, bus.BucketObserved, bus.BucketPressure, bus.BucketRuntime, bus.BucketDevices),
-		bus.Devices:   kv(bus.BucketDesired, bus.BucketAdmission, bus.BucketDevices),
+		bus.Devices:   kv(bus.BucketDesired, bus.BucketSources, bus.BucketAdmission, bus.BucketObserved, bus.BucketDevices),
 		bus.Runtime: kv(bus.BucketDesired, bus.BucketSources, bus.BucketAdmission, bus.BucketObserved,
 			bus.BucketRuntime, bus.BucketProbes, bus.BucketEvictions, bus.BucketStatus, bus.BucketDevices),
 		bus.Prober: kv(bus.BucketDesired, bus.BucketObserved, bus.BucketProbes),

@@ -15,8 +15,9 @@
 #           (scripts/conformance.sh); prints their paths the same way.
 #   tools NAME...
 #           build only the named ones of those (tests of the harness), or
-#           kube-proxy (any command of k8s.io/kubernetes/cmd) or coredns
-#           (static, from the tools module scripts/coredns).
+#           kube-proxy (any command of k8s.io/kubernetes/cmd), coredns
+#           (static, from the tools module scripts/coredns) or
+#           sample-device-plugin (test/images/sample-device-plugin, static).
 #   start   build if needed, then start etcd and kube-apiserver on free
 #           127.0.0.1 ports under STATE_DIR, write admin.kubeconfig and
 #           node.kubeconfig there and print how to use them. Idempotent.
@@ -110,7 +111,7 @@ build_bins() {
 	start=$SECONDS
 	for n in "${missing[@]}"; do
 		case $n in
-		agnhost | nnp | sample-apiserver | etcd-static | e2e.test | ginkgo | coredns) ;;
+		agnhost | nnp | sample-apiserver | sample-device-plugin | etcd-static | e2e.test | ginkgo | coredns) ;;
 		*) cmds+=("k8s.io/kubernetes/cmd/$n") ;;
 		esac
 	done
@@ -143,6 +144,12 @@ build_bins() {
 			# The Aggregator spec's extension server (test/images/sample-apiserver).
 			CGO_ENABLED=0 "$gobin" build -mod=readonly -trimpath -ldflags "-s -w $(ldflags)" -o "$tmp/sample-apiserver" \
 				k8s.io/sample-apiserver
+		fi
+		if [[ " ${missing[*]} " == *" sample-device-plugin "* ]]; then
+			# The device plugin the kubelet's e2e tests run as a DaemonSet
+			# (test/images/sample-device-plugin), static for its image.
+			CGO_ENABLED=0 "$gobin" build -mod=readonly -trimpath -ldflags "-s -w" -o "$tmp/sample-device-plugin" \
+				k8s.io/kubernetes/test/images/sample-device-plugin
 		fi
 		if [[ " ${missing[*]} " == *" etcd-static "* ]]; then
 			# The etcd beside it (registry.k8s.io/etcd's /usr/local/bin/etcd), at

@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -45,12 +46,17 @@ spec:
 // advertises its two devices, a pod asking for two gets exactly those
 // devices' env and mounts, a third pod is refused as the kubelet refuses
 // it, and a SIGKILL of nodelet-devices keeps the allocation: the plugin
-// registers again, nothing is allocated twice, no container restarts.
+// registers again, nothing is allocated twice, no container restarts. The
+// plugin asks for PreStartContainer: nodelet-runtime calls it over gRPC
+// with the container's devices before it creates the container, and a
+// failing call keeps the container from being created
+// (CreateContainerConfigError) until it succeeds.
 func TestDevicePlugins(t *testing.T) {
 	root := filepath.Join(t.TempDir(), "kubelet")
-	n := newNode(t, nodeOptions{Node: "  rootDir: " + root + "\n"})
+	n := newNode(t, nodeOptions{Node: "  rootDir: " + root + "\n", GC: lowDiskThresholds})
 	files := t.TempDir()
-	plugin, err := deviceplugin.Start(filepath.Join(root, "device-plugins"), files, devResource, "dev-1", "dev-2")
+	plugin, err := deviceplugin.StartWith(deviceplugin.Options{PreStartRequired: true},
+		filepath.Join(root, "device-plugins"), files, devResource, "dev-1", "dev-2")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,6 +83,12 @@ func TestDevicePlugins(t *testing.T) {
 	out := execIn(t, id, "echo $TEST_DEVICES; cat /dev-info/*")
 	if want := "dev-1,dev-2\ndev-1\ndev-2\n"; out != want {
 		t.Fatalf("the container sees %q, want %q", out, want)
+	}
+	// PreStartContainer, once, with the container's devices, before
+	// CreateContainer (the kubelet's GetDeviceRunContainerOptions).
+	ps := plugin.PreStarts()
+	if len(ps) != 1 || !slices.Equal(ps[0].Devices, []string{"dev-1", "dev-2"}) || !ps[0].At.Before(time.Unix(0, cs[0].CreatedAt)) {
+		t.Fatalf("PreStartContainer calls %+v, want one with dev-1, dev-2 before the container was created at %s", ps, time.Unix(0, cs[0].CreatedAt))
 	}
 
 	n.WriteManifest("gpu-b.yaml", deviceManifest("gpu-b", 1))
@@ -116,8 +128,37 @@ func TestDevicePlugins(t *testing.T) {
 	if a := plugin.Allocations(); len(a) != 1 {
 		t.Fatalf("Allocate calls %v, want one", a)
 	}
+	if ps := plugin.PreStarts(); len(ps) != 1 {
+		t.Fatalf("PreStartContainer calls %+v after the restart, want the one (no container started again)", ps)
+	}
 	if cs := criContainers(t, string(pod.UID)); len(cs) != 1 || cs[0].Id != id || cs[0].State != runtimeapi.ContainerState_CONTAINER_RUNNING {
 		t.Fatalf("gpu-a's container after the restart: %+v (was %s)", cs, id)
+	}
+
+	// The agent stopped and its bus's store wiped (TestFaults' "wipe"):
+	// the allocation comes back from the checkpoint file, not from the
+	// plugin (no second Allocate), and gpu-b is refused again.
+	n.Stop()
+	if err := os.RemoveAll(filepath.Join(n.StateDir, "bus")); err != nil {
+		t.Fatal(err)
+	}
+	regs := plugin.Registrations()
+	n.start()
+	n.WaitReady()
+	waitTrue(t, 60*time.Second, "the plugin registered after the wipe", func() bool { return plugin.Registrations() > regs })
+	waitTrue(t, 90*time.Second, "gpu-a's allocation back after the wipe", func() bool {
+		rec, _, err := bus.Get[schemas.PodDevices](ctx, tap, bus.BucketDevices, "pods."+string(pod.UID))
+		return err == nil && rec != nil && rec.Error == "" && len(rec.Containers) == 1 && slices.Equal(rec.Containers[0].Resources[0].DeviceIDs, []string{"dev-1", "dev-2"})
+	})
+	n.WaitPod("gpu-b-"+nodeName, 60*time.Second, "refused again", func(p *corev1.Pod) bool {
+		return p != nil && p.Status.Phase == corev1.PodFailed && p.Status.Message == want
+	})
+	n.WaitPod("gpu-a-"+nodeName, 60*time.Second, "Running after the wipe", func(p *corev1.Pod) bool { return p != nil && p.Status.Phase == corev1.PodRunning })
+	if a := plugin.Allocations(); len(a) != 1 {
+		t.Fatalf("Allocate calls %v after the wipe, want the first alone", a)
+	}
+	if cs := criContainers(t, string(pod.UID)); len(cs) != 1 || cs[0].Id != id || cs[0].State != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		t.Fatalf("gpu-a's container after the wipe: %+v (was %s)", cs, id)
 	}
 
 	// Gone: its devices serve the next pod.
@@ -127,7 +168,19 @@ func TestDevicePlugins(t *testing.T) {
 		rec, _, err := bus.Get[schemas.PodDevices](ctx, tap, bus.BucketDevices, "pods."+string(pod.UID))
 		return err == nil && rec == nil
 	})
+	// A PreStartContainer that fails: the container is not created, the
+	// pod waits with the kubelet's reason, and starts once it succeeds.
+	plugin.SetPreStartError(errors.New("device not ready"))
 	n.WriteManifest("gpu-c.yaml", deviceManifest("gpu-c", 1))
+	n.WaitPod("gpu-c-"+nodeName, 90*time.Second, "waiting on PreStartContainer", func(p *corev1.Pod) bool {
+		if p == nil || len(p.Status.ContainerStatuses) != 1 || p.Status.ContainerStatuses[0].State.Waiting == nil {
+			return false
+		}
+		w := p.Status.ContainerStatuses[0].State.Waiting
+		return w.Reason == "CreateContainerConfigError" &&
+			strings.Contains(w.Message, "device plugin PreStartContainer rpc failed with err: rpc error: code = Unknown desc = device not ready")
+	})
+	plugin.SetPreStartError(nil)
 	c := n.WaitPod("gpu-c-"+nodeName, 90*time.Second, "Running", func(p *corev1.Pod) bool { return p != nil && p.Status.Phase == corev1.PodRunning })
 	if cs := criContainers(t, string(c.UID)); len(cs) != 1 || !strings.HasPrefix(execIn(t, cs[0].Id, "echo $TEST_DEVICES"), "dev-") {
 		t.Fatalf("gpu-c has no device: %+v", cs)

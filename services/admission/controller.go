@@ -475,44 +475,12 @@ func (c *controller) holding() []*PodInfo {
 		if v := c.verdicts[uid]; v == nil || !v.Admitted {
 			continue
 		}
-		if podInactive(e.desired.Pod, c.observed[uid]) {
+		if podutil.Inactive(e.desired.Pod, c.observed[uid]) {
 			continue
 		}
 		c.others = append(c.others, e.info)
 	}
 	return c.others
-}
-
-// podInactive: the pod no longer holds resources (the kubelet's
-// filterOutInactivePods). A pod the runtime reports terminated is done; one
-// being killed still holds what it has; otherwise a pod is done when its
-// phase is terminal or, by the runtime's report, its app containers all
-// ended for good under its restart policy.
-func podInactive(pod *corev1.Pod, obs *schemas.PodObserved) bool {
-	if obs != nil && obs.Terminated {
-		return true
-	}
-	if obs != nil && obs.Terminating {
-		return false
-	}
-	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
-		return true
-	}
-	if obs == nil || len(obs.Containers) == 0 || len(obs.Containers) < len(pod.Spec.Containers) {
-		return false
-	}
-	for _, ctr := range obs.Containers {
-		t := ctr.State.Terminated
-		switch {
-		case t == nil:
-			return false
-		case pod.Spec.RestartPolicy == corev1.RestartPolicyNever:
-		case pod.Spec.RestartPolicy == corev1.RestartPolicyOnFailure && t.ExitCode == 0:
-		default:
-			return false
-		}
-	}
-	return true
 }
 
 // flush stores and deletes what changed. On the first failure it stops

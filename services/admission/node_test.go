@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/nodelet/nodelet/internal/config"
+	"github.com/nodelet/nodelet/internal/podutil"
 	"github.com/nodelet/nodelet/schemas"
 )
 
@@ -149,7 +150,7 @@ func TestPodInactive(t *testing.T) {
 		{"on failure: failed, will restart", makePod("p", 0, onFailure), obs(nil, term(2)), false},
 		{"always: exited, will restart", makePod("p", 0), obs(nil, term(0)), false},
 	} {
-		if got := podInactive(tc.pod, tc.obs); got != tc.inactive {
+		if got := podutil.Inactive(tc.pod, tc.obs); got != tc.inactive {
 			t.Errorf("%s: inactive = %v, want %v", tc.name, got, tc.inactive)
 		}
 	}

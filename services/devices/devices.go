@@ -10,9 +10,12 @@
 package devices
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -24,6 +27,7 @@ import (
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/internal/daemon"
 	"github.com/nodelet/nodelet/internal/pluginwatcher"
+	"github.com/nodelet/nodelet/internal/podutil"
 	"github.com/nodelet/nodelet/schemas"
 )
 
@@ -56,8 +60,13 @@ type Daemon struct {
 	mu       sync.Mutex
 	desired  map[string]*schemas.PodDesired
 	verdicts map[string]*schemas.AdmissionVerdict
+	observed map[string]*schemas.PodObserved
+	sources  *schemas.SourcesReady
 	synced   map[string]bool
 	wake     chan struct{}
+
+	// checkpointed is the content of CheckpointFile as last written.
+	checkpointed []byte
 }
 
 // Run is the daemon's main, inside the frame.
@@ -69,12 +78,12 @@ func Run(ctx context.Context, env *daemon.Env) error {
 func New(o Options) *Daemon {
 	d := &Daemon{o: o, m: newManager(o.Log),
 		desired: map[string]*schemas.PodDesired{}, verdicts: map[string]*schemas.AdmissionVerdict{},
-		synced: map[string]bool{}, wake: make(chan struct{}, 1)}
+		observed: map[string]*schemas.PodObserved{}, synced: map[string]bool{}, wake: make(chan struct{}, 1)}
 	d.initDRA()
 	return d
 }
 
-// Run restores the allocations from the bucket (the kubelet's
+// Run restores the allocations from its checkpoint (the kubelet's
 // readCheckpoint), serves the registration socket, and allocates and frees
 // as pods come and go, until ctx ends.
 func (d *Daemon) Run(ctx context.Context) error {
@@ -106,6 +115,19 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}),
 		bus.NewMirror(d.o.Bus, bus.BucketAdmission, ">", func(u bus.Update[schemas.AdmissionVerdict]) {
 			d.apply(bus.BucketAdmission, u.Kind, func() { bus.Apply(d.verdicts, u) })
+		}),
+		bus.NewMirror(d.o.Bus, bus.BucketObserved, ">", func(u bus.Update[schemas.PodObserved]) {
+			d.apply(bus.BucketObserved, u.Kind, func() { bus.Apply(d.observed, u) })
+		}),
+		bus.NewMirror(d.o.Bus, bus.BucketSources, bus.KeySourcesReady, func(u bus.Update[schemas.SourcesReady]) {
+			d.apply(bus.BucketSources, u.Kind, func() {
+				switch u.Kind {
+				case bus.Put:
+					d.sources = u.Value
+				case bus.Deleted, bus.Reset:
+					d.sources = nil
+				}
+			})
 		}),
 	)
 	d.o.SetHealth(true, "")
@@ -142,15 +164,29 @@ func (d *Daemon) apply(bucket string, kind bus.UpdateKind, f func()) {
 	d.wakeClaims()
 }
 
-// restore reads the bucket until the bus answers.
+// restore loads the allocations, until the bus answers: from
+// CheckpointFile, which every allocation reaches before the bucket does,
+// so that it holds at least what the bucket holds and outlives a wipe of
+// the bus's store; from the bucket when there is no file (or a corrupt
+// one: the kubelet then starts empty, the bucket is better). The bucket is
+// then made to say the same.
 func (d *Daemon) restore(ctx context.Context) error {
 	for {
 		res, pods, claims, err := d.load(ctx)
 		if err == nil {
+			from := bus.BucketDevices
+			switch cres, cpods, cerr := readCheckpoint(d.o.Dir); {
+			case cerr == nil:
+				res, pods, from = cres, cpods, CheckpointFile
+			case !errors.Is(cerr, errNoCheckpoint):
+				d.o.Log.Error("Reading the device manager checkpoint, using the devices bucket", "path", filepath.Join(d.o.Dir, CheckpointFile), "err", cerr)
+			}
 			d.m.restore(res, pods)
 			d.dra.claims.restore(claims)
-			d.o.Log.Info("Read allocations from the devices bucket", "pods", len(pods), "claimPods", len(claims))
-			return nil
+			if err = d.publishAll(ctx); err == nil {
+				d.o.Log.Info("Read allocations", "from", from, "pods", len(pods), "claimPods", len(claims))
+				return nil
+			}
 		}
 		d.o.Log.Warn("Cannot read the devices bucket, retrying", "bucket", bus.BucketDevices, "err", err)
 		select {
@@ -212,15 +248,31 @@ func errBadKey(key, uid string) error {
 func (d *Daemon) rewriteAll() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	return d.publishAll(ctx)
+}
+
+// publishAll makes the bucket hold the state: the resources, every pod's
+// record, and no record of a pod the state does not hold.
+func (d *Daemon) publishAll(ctx context.Context) error {
 	if _, _, err := d.w.Put(ctx, bus.KeyDevices, d.m.resources()); err != nil {
 		return err
 	}
-	d.m.mu.Lock()
-	pods := make([]*schemas.PodDevices, 0, len(d.m.pods))
-	for _, p := range d.m.pods {
-		pods = append(pods, p)
+	pods := d.m.allocations()
+	keys, err := d.w.Keys(ctx)
+	if err != nil {
+		return err
 	}
-	d.m.mu.Unlock()
+	held := map[string]bool{}
+	for _, p := range pods {
+		held[KeyPodPrefix+p.UID] = true
+	}
+	for _, k := range keys {
+		if strings.HasPrefix(k, KeyPodPrefix) && !held[k] {
+			if _, err := d.w.Delete(ctx, k); err != nil {
+				return err
+			}
+		}
+	}
 	for _, p := range pods {
 		if _, _, err := d.w.Put(ctx, KeyPodPrefix+p.UID, p); err != nil {
 			return err
@@ -236,10 +288,26 @@ func (d *Daemon) rewriteAll() error {
 	return nil
 }
 
-// reconcile publishes the resources, frees the devices of pods gone or
-// refused, and allocates for pods that need it, oldest first (admission's
-// order of arrival). Nothing is freed or allocated before the desired pods
-// and the verdicts are loaded: a pod not seen yet is not a pod gone.
+// saveCheckpoint writes CheckpointFile when the state changed since it
+// was last written: the kubelet's writeCheckpoint.
+func (d *Daemon) saveCheckpoint() error {
+	b, err := encodeCheckpoint(d.m.resources(), d.m.allocations())
+	if err != nil || bytes.Equal(b, d.checkpointed) {
+		return err
+	}
+	if err := writeFileAtomic(filepath.Join(d.o.Dir, CheckpointFile), b); err != nil {
+		return fmt.Errorf("writing the device manager checkpoint: %w", err)
+	}
+	d.checkpointed = b
+	return nil
+}
+
+// reconcile publishes the resources, frees the devices of pods no longer
+// active (gone, refused, or finished: the kubelet's UpdateAllocatedDevices
+// over its activePods), and allocates for pods that need it, oldest first
+// (admission's order of arrival). Nothing is freed or allocated before the
+// desired pods, the verdicts and the runtime's reports are loaded: a pod
+// not seen yet is not a pod gone.
 func (d *Daemon) reconcile(ctx context.Context) {
 	if _, _, err := d.w.Put(ctx, bus.KeyDevices, d.m.resources()); err != nil {
 		d.o.SetHealth(false, "writing "+bus.BucketDevices+": "+err.Error())
@@ -247,23 +315,25 @@ func (d *Daemon) reconcile(ctx context.Context) {
 		return
 	}
 	d.mu.Lock()
-	if !d.synced[bus.BucketDesired] || !d.synced[bus.BucketAdmission] {
+	if !d.synced[bus.BucketDesired] || !d.synced[bus.BucketAdmission] || !d.synced[bus.BucketObserved] {
 		d.mu.Unlock()
 		return
 	}
+	// The kubelet's UpdateAllocatedDevices frees nothing before every
+	// source delivered its pods (sourcesReady.AllReady): after a restart
+	// or a wipe of the bus's store the desired bucket fills again only
+	// then, and a running pod missing from it is not gone.
 	var gone []string
-	d.m.mu.Lock()
-	for uid := range d.m.pods {
-		v := d.verdicts[uid]
-		if d.desired[uid] == nil || (v != nil && !v.Admitted) {
-			gone = append(gone, uid)
+	if d.sources != nil && d.sources.AllReady {
+		for _, p := range d.m.allocations() {
+			if !d.active(p.UID) {
+				gone = append(gone, p.UID)
+			}
 		}
 	}
-	d.m.mu.Unlock()
 	var todo []*schemas.PodDesired
 	for uid, p := range d.desired {
-		v := d.verdicts[uid]
-		if p.Pod == nil || (v != nil && !v.Admitted) || d.m.allocation(uid) != nil || !wantsDevices(p.Pod) {
+		if !d.active(uid) || d.m.allocation(uid) != nil || !wantsDevices(p.Pod) {
 			continue
 		}
 		todo = append(todo, p)
@@ -277,17 +347,25 @@ func (d *Daemon) reconcile(ctx context.Context) {
 		return a.Pod.CreationTimestamp.Before(&b.Pod.CreationTimestamp)
 	})
 	for _, uid := range gone {
+		if !d.confirmGone(ctx, uid) {
+			continue
+		}
 		if _, err := d.w.Delete(ctx, KeyPodPrefix+uid); err != nil {
 			d.o.SetHealth(false, "writing "+bus.BucketDevices+": "+err.Error())
 			d.retryLater(ctx)
 			return
 		}
 		d.m.free(uid)
-		d.o.Log.Info("Freed the devices of a pod gone", "podUID", uid)
+		d.o.Log.Info("Freed the devices of a pod no longer active", "podUID", uid)
 	}
 	for _, p := range todo {
 		rec := d.m.allocatePod(ctx, p.Pod)
-		if _, _, err := d.w.Put(ctx, KeyPodPrefix+rec.UID, rec); err != nil {
+		// The checkpoint first: what admission may see is never lost.
+		err := d.saveCheckpoint()
+		if err == nil {
+			_, _, err = d.w.Put(ctx, KeyPodPrefix+rec.UID, rec)
+		}
+		if err != nil {
 			// Not stored, not held: allocated again at the next pass.
 			d.m.free(rec.UID)
 			d.o.SetHealth(false, "writing "+bus.BucketDevices+": "+err.Error())
@@ -298,7 +376,50 @@ func (d *Daemon) reconcile(ctx context.Context) {
 			d.o.Log.Info("Allocated devices", "pod", rec.Namespace+"/"+rec.Name, "podUID", rec.UID, "containers", len(rec.Containers))
 		}
 	}
+	if err := d.saveCheckpoint(); err != nil {
+		d.o.SetHealth(false, err.Error())
+		d.retryLater(ctx)
+		return
+	}
 	d.o.SetHealth(true, "")
+}
+
+// confirmGone reads the desired bucket itself before the devices of a pod
+// missing from the mirror are freed: the watches of the desired and
+// sources buckets run apart, so "sources ready" may be seen before the
+// pods the sources put just before it (as nodelet-runtime's confirmGone).
+// A pod still desired but no longer active is freed without asking.
+func (d *Daemon) confirmGone(ctx context.Context, uid string) bool {
+	d.mu.Lock()
+	seen := d.desired[uid] != nil
+	d.mu.Unlock()
+	if seen {
+		return true
+	}
+	p, _, err := bus.Get[schemas.PodDesired](ctx, d.o.Bus, bus.BucketDesired, uid)
+	if err != nil {
+		d.o.Log.Warn("Cannot read desired pod, not freeing its devices yet", "podUID", uid, "err", err)
+		d.retryLater(ctx)
+		return false
+	}
+	if p != nil {
+		d.retryLater(ctx)
+	}
+	return p == nil
+}
+
+// active is the kubelet's activePods for one pod: desired, not refused
+// and not finished (podutil.Inactive: a terminal phase, or every app
+// container done for good, or terminated by the runtime). Callers hold mu.
+func (d *Daemon) active(uid string) bool {
+	p := d.desired[uid]
+	if p == nil || p.Pod == nil {
+		return false
+	}
+	if v := d.verdicts[uid]; v != nil && !v.Admitted {
+		return false
+	}
+	return !podutil.Inactive(p.Pod, d.observed[uid])
 }
 
 func (d *Daemon) retryLater(ctx context.Context) {

@@ -250,6 +250,18 @@ func (m *manager) allocation(uid string) *schemas.PodDevices {
 	return m.pods[uid]
 }
 
+// allocations are the pods' records, by UID.
+func (m *manager) allocations() []*schemas.PodDevices {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]*schemas.PodDevices, 0, len(m.pods))
+	for _, p := range m.pods {
+		out = append(out, p)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].UID < out[j].UID })
+	return out
+}
+
 // free forgets a pod's allocation: the kubelet's UpdateAllocatedDevices
 // for a pod no longer active.
 func (m *manager) free(uid string) bool {

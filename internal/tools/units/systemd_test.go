@@ -529,7 +529,7 @@ func TestOwnUsers(t *testing.T) {
 			t.Errorf("%s: AmbientCapabilities=%v, bounding set %v", c.Name, got, u.words("Service", "CapabilityBoundingSet"))
 		}
 	}
-	if want := []string{"nodelet-bus", "nodelet-sources", "nodelet-admission", "nodelet-prober", "nodelet-status", "nodelet-server", "nodelet-gc"}; !slices.Equal(users, want) {
+	if want := []string{"nodelet-bus", "nodelet-sources", "nodelet-devices", "nodelet-admission", "nodelet-prober", "nodelet-status", "nodelet-server", "nodelet-gc"}; !slices.Equal(users, want) {
 		t.Errorf("own users %v, want %v", users, want)
 	}
 	var declared []string
