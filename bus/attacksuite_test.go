@@ -259,8 +259,22 @@ func squatID(producer, attacker string, i int) string {
 type state struct{ first, last, msgs uint64 }
 
 // states reads every stored target's stream state, once status's copies
-// have caught up with what they copy.
+// have caught up with what they copy: their sources report no lag and two
+// reads 100 ms apart agree (a source reports lag 0 before the copy of a
+// message just published has landed).
 func suiteStates(t *testing.T, tap, status *bus.Conn, targets []target) map[string]state {
+	prev := readStates(t, tap, status, targets)
+	for {
+		time.Sleep(100 * time.Millisecond)
+		cur := readStates(t, tap, status, targets)
+		if fmt.Sprint(cur) == fmt.Sprint(prev) {
+			return cur
+		}
+		prev = cur
+	}
+}
+
+func readStates(t *testing.T, tap, status *bus.Conn, targets []target) map[string]state {
 	ctx := ctxT(t)
 	for _, tg := range targets {
 		for tg.kind == "copy" {
