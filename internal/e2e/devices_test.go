@@ -150,8 +150,14 @@ func TestDevicePlugins(t *testing.T) {
 		rec, _, err := bus.Get[schemas.PodDevices](ctx, tap, bus.BucketDevices, "pods."+string(pod.UID))
 		return err == nil && rec != nil && rec.Error == "" && len(rec.Containers) == 1 && slices.Equal(rec.Containers[0].Resources[0].DeviceIDs, []string{"dev-1", "dev-2"})
 	})
+	// The wipe took gpu-b's verdict too: it is decided again, and refused
+	// either way the kubelet words it — before the plugin's ListAndWatch
+	// has said its devices are healthy again (the kubelet after a restart
+	// says the same), or after, with both devices gpu-a's.
+	unhealthy := "Pod was rejected: Allocate failed due to no healthy devices present; cannot allocate unhealthy devices example.com/dev, which is unexpected"
 	n.WaitPod("gpu-b-"+nodeName, 60*time.Second, "refused again", func(p *corev1.Pod) bool {
-		return p != nil && p.Status.Phase == corev1.PodFailed && p.Status.Message == want
+		return p != nil && p.Status.Phase == corev1.PodFailed && p.Status.Reason == "UnexpectedAdmissionError" &&
+			(p.Status.Message == want || p.Status.Message == unhealthy)
 	})
 	n.WaitPod("gpu-a-"+nodeName, 60*time.Second, "Running after the wipe", func(p *corev1.Pod) bool { return p != nil && p.Status.Phase == corev1.PodRunning })
 	if a := plugin.Allocations(); len(a) != 1 {

@@ -79,16 +79,6 @@ func Start(ctx context.Context, cfg Config) (*Plugin, error) {
 // Stop stops serving and removes the sockets.
 func (p *Plugin) Stop() { p.helper.Stop() }
 
-// Registered tells whether the node told the driver it is registered,
-// and the error it gave otherwise.
-func (p *Plugin) Registered() (bool, string) {
-	s := p.helper.RegistrationStatus()
-	if s == nil {
-		return false, ""
-	}
-	return s.PluginRegistered, s.Error
-}
-
 // Prepared and Unprepared are the claims named in each call so far.
 func (p *Plugin) Prepared() []string {
 	p.mu.Lock()
