@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/nodelet/nodelet/internal/testenv"
 	"github.com/nodelet/nodelet/schemas"
 )
 
@@ -69,7 +70,10 @@ func TestCredentialProviderServiceAccountTokens(t *testing.T) {
 		}
 	}
 
-	h := newHarness(t, harnessOptions{noStart: true})
+	// A containerd of its own: removing the pushed image below removes
+	// every tag of its ID, the shared containerd's busybox among them (the
+	// registry serves that image).
+	h := newHarness(t, harnessOptions{noStart: true, containerd: testenv.NewContainerd(t, testenv.ContainerdOptions{})})
 	reg := startRegistry(t, h)
 	cfgFile, binDir, calls := buildProvider(t, reg.host, saTokenAttributes)
 	h.cfg.Runtime.ImageCredentialProviderConfig, h.cfg.Runtime.ImageCredentialProviderBinDir = cfgFile, binDir
