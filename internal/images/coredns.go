@@ -87,6 +87,15 @@ func CoreDNSImageFrom(bin string) (v1.Image, error) {
 // is named after the binary's content, so a rebuilt coredns (another
 // version) makes a new one; the cache keeps only the latest.
 func BuildCoreDNS(ctx context.Context, bin, cacheDir string) (Tarball, error) {
+	return buildFromBinary(ctx, bin, cacheDir, CoreDNSImage, corednsRecipe, func() (v1.Image, error) { return CoreDNSImageFrom(bin) })
+}
+
+// buildFromBinary is the cache of an image made from one binary: the
+// tarball <recipe>-<digest of bin>-<ref's file name> in cacheDir
+// (DefaultCacheDir() when empty), built with build when absent. Tarballs of
+// other binaries or recipes are never read again and each holds a whole
+// binary, so they are removed.
+func buildFromBinary(ctx context.Context, bin, cacheDir, ref, recipe string, build func() (v1.Image, error)) (Tarball, error) {
 	if cacheDir == "" {
 		cacheDir = DefaultCacheDir()
 	}
@@ -94,24 +103,22 @@ func BuildCoreDNS(ctx context.Context, bin, cacheDir string) (Tarball, error) {
 	if err != nil {
 		return Tarball{}, err
 	}
-	suffix := "-" + CacheFileName(CoreDNSImage)
-	p := filepath.Join(cacheDir, corednsRecipe+"-"+sum[:12]+suffix)
-	if t, err := Load(p, CoreDNSImage); err == nil {
+	suffix := "-" + CacheFileName(ref)
+	p := filepath.Join(cacheDir, recipe+"-"+sum[:12]+suffix)
+	if t, err := Load(p, ref); err == nil {
 		return t, nil
 	}
 	if err := ctx.Err(); err != nil {
 		return Tarball{}, err
 	}
-	img, err := CoreDNSImageFrom(bin)
+	img, err := build()
 	if err != nil {
-		return Tarball{}, fmt.Errorf("build %s: %w", CoreDNSImage, err)
+		return Tarball{}, fmt.Errorf("build %s: %w", ref, err)
 	}
-	t, err := Write(img, CoreDNSImage, p)
+	t, err := Write(img, ref, p)
 	if err != nil {
 		return Tarball{}, err
 	}
-	// Tarballs of other binaries or recipes are never read again, and each
-	// holds a whole coredns.
 	stale, _ := filepath.Glob(filepath.Join(cacheDir, "*"+suffix))
 	for _, s := range stale {
 		if s != p {

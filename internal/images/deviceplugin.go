@@ -2,9 +2,6 @@ package images
 
 import (
 	"context"
-	"fmt"
-	"os"
-	"path/filepath"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 )
@@ -52,31 +49,6 @@ func SampleDevicePluginImageFrom(ctx context.Context, bin, busybox string) (v1.I
 // SampleDevicePluginImage, from cacheDir (DefaultCacheDir() when empty) or
 // built into it; named after the binary's content, as BuildCoreDNS's.
 func BuildSampleDevicePlugin(ctx context.Context, bin, cacheDir string) (Tarball, error) {
-	if cacheDir == "" {
-		cacheDir = DefaultCacheDir()
-	}
-	sum, err := fileDigest(bin)
-	if err != nil {
-		return Tarball{}, err
-	}
-	suffix := "-" + CacheFileName(SampleDevicePluginImage)
-	p := filepath.Join(cacheDir, sampleDevicePluginRecipe+"-"+sum[:12]+suffix)
-	if t, err := Load(p, SampleDevicePluginImage); err == nil {
-		return t, nil
-	}
-	img, err := SampleDevicePluginImageFrom(ctx, bin, "")
-	if err != nil {
-		return Tarball{}, fmt.Errorf("build %s: %w", SampleDevicePluginImage, err)
-	}
-	t, err := Write(img, SampleDevicePluginImage, p)
-	if err != nil {
-		return Tarball{}, err
-	}
-	stale, _ := filepath.Glob(filepath.Join(cacheDir, "*"+suffix))
-	for _, s := range stale {
-		if s != p {
-			_ = os.Remove(s)
-		}
-	}
-	return t, nil
+	return buildFromBinary(ctx, bin, cacheDir, SampleDevicePluginImage, sampleDevicePluginRecipe,
+		func() (v1.Image, error) { return SampleDevicePluginImageFrom(ctx, bin, "") })
 }
