@@ -5,7 +5,7 @@
 # whole suite a distribution is certified by). Long (an hour or more); not
 # part of scripts/test.sh.
 #
-# Usage: scripts/conformance.sh [--conformance] [--agent nodelet|kubelet]
+# Usage: scripts/conformance.sh [--conformance | --dra] [--agent nodelet|kubelet]
 #                               [--nodes N] [--containerd 1|2] [FOCUS-REGEX]
 #                               [-- extra e2e.test flags]
 #
@@ -15,6 +15,11 @@
 #   --conformance  every [Conformance] spec but Sonobuoy's certified-conformance
 #                  skips ([Disruptive], NoExecuteTaintManager): the non-[Serial]
 #                  ones in parallel, then the [Serial] ones one at a time.
+#   --dra          the suite's DRA specs ('\[DRA\]', the kubelet's included;
+#                  skipped: feature gates off by default, [Serial], [Slow]…)
+#                  on one node whose root dir is the host's /var/lib/kubelet
+#                  (the suite's driver pod mounts it by hostPath), on
+#                  containerd 2 (CDI) unless --containerd says otherwise.
 #   --agent        the node agent: nodelet (default), or the kubelet v1.37.2 on
 #                  the same nodes, to count it beside nodelet.
 #   --nodes        nodes of the cluster (default 2).
@@ -46,6 +51,7 @@ args=()
 while [[ $# -gt 0 ]]; do
 	case $1 in
 	--conformance) args+=(-conformance); shift ;;
+	--dra) args+=(-dra); shift ;;
 	--agent) args+=(-agent "$2"); shift 2 ;;
 	--agent=*) args+=(-agent "${1#*=}"); shift ;;
 	--nodes) args+=(-nodes "$2"); shift 2 ;;

@@ -17,6 +17,7 @@ func (c *Cluster) startNodelet(n *Node) error {
   name: %s
   address: %s
   stateDir: %s
+  rootDir: %s
   podLogsDir: %s
   resolvConf: %s
   kubeconfig: %s
@@ -38,7 +39,7 @@ server:
   authentication:
     x509:
       clientCAFile: %s
-`, n.Name, n.IP, filepath.Join(n.Dir, "state"), filepath.Join(n.Dir, "pods"), filepath.Join(n.Dir, "resolv.conf"),
+`, n.Name, n.IP, filepath.Join(n.Dir, "state"), n.RootDir, filepath.Join(n.Dir, "pods"), filepath.Join(n.Dir, "resolv.conf"),
 		c.CP.NodeKubeconfigs[n.Name], DNSServiceIP, ClusterDomain,
 		n.Containerd.Endpoint, n.Containerd.CNIConfDir, n.cgroupRoot, cniBridge, cgroupPrefix+n.Name, c.CP.ClientCAFile)
 	path := filepath.Join(n.Dir, "nodelet.yaml")
@@ -87,7 +88,7 @@ authorization:
 	}
 	cmd := n.Namespaces().Command(c.o.Bins.Kubelet, "--config", path,
 		"--kubeconfig", c.CP.NodeKubeconfigs[n.Name],
-		"--root-dir", filepath.Join(n.Dir, "root"),
+		"--root-dir", n.RootDir,
 		"--cert-dir", filepath.Join(n.Dir, "pki"),
 		"--hostname-override", n.Name,
 		"--node-ip", n.IP)

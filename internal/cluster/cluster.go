@@ -69,6 +69,13 @@ type Options struct {
 	// DNSImage is the cluster DNS image's reference (one of Images).
 	// Default: "" (no cluster DNS).
 	DNSImage string
+	// HostRootDir gives the node the host's /var/lib/kubelet as its root
+	// dir (the kubelet's --root-dir, nodelet's node.rootDir), where driver
+	// DaemonSets mount it by hostPath, as the e2e DRA specs' proxy does.
+	// Only with Nodes 1: nodes cannot share it. The directory is removed at
+	// Stop when the cluster made it. Default: false, every node has its own
+	// <Work>/<node>/root.
+	HostRootDir bool
 	// LockWait is how long to wait for another cluster on this machine to
 	// go (tests of packages run side by side). Default: 0 (fail at once).
 	LockWait time.Duration
@@ -109,11 +116,16 @@ type Node struct {
 	Containerd *scratch.Containerd
 	// PodCIDR is the range node IPAM gave the node.
 	PodCIDR string
+	// RootDir is the agent's root dir: the kubelet's --root-dir, nodelet's
+	// node.rootDir (device plugin, DRA and CSI sockets; the kubelet's pod
+	// volumes).
+	RootDir string
 
-	net        nodeNet
-	cgroupRoot string
-	agent      *process
-	proxy      *process
+	net           nodeNet
+	cgroupRoot    string
+	removeRootDir bool // RootDir is the host's and the cluster made it
+	agent         *process
+	proxy         *process
 }
 
 // Namespaces are the node's network and UTS namespaces, for a process that
@@ -121,6 +133,9 @@ type Node struct {
 func (n *Node) Namespaces() containerd.Namespaces {
 	return containerd.Namespaces{Net: n.net.netnsPath(), UTS: n.net.uts}
 }
+
+// HostRootDir is the kubelet's default --root-dir, Options.HostRootDir's.
+const HostRootDir = "/var/lib/kubelet"
 
 // AgentLog is the node agent's log file.
 func (n *Node) AgentLog() string { return filepath.Join(n.Dir, "agent.log") }
@@ -141,6 +156,9 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 	}
 	if o.Log == nil {
 		o.Log = func(string, ...any) {}
+	}
+	if o.HostRootDir && o.Nodes != 1 {
+		return nil, fmt.Errorf("HostRootDir: %s is one directory, so the cluster can have only one node, not %d", HostRootDir, o.Nodes)
 	}
 	if err := o.Bins.check(o.Agent); err != nil {
 		return nil, err

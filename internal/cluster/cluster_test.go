@@ -36,6 +36,15 @@ func TestTwoNodes(t *testing.T) {
 	}
 }
 
+// The host's root dir is one directory: a cluster of more nodes than one
+// cannot have it, and says so before it starts anything.
+func TestHostRootDirNeedsOneNode(t *testing.T) {
+	_, err := Start(context.Background(), Options{Nodes: 2, HostRootDir: true})
+	if err == nil || !strings.Contains(err.Error(), "only one node, not 2") {
+		t.Fatalf("Start(Nodes 2, HostRootDir) = %v, want a refusal naming the node count", err)
+	}
+}
+
 func twoNodes(t *testing.T, agent Agent, bins Binaries) {
 	work := filepath.Join(t.TempDir(), "work")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -67,6 +76,14 @@ func twoNodes(t *testing.T, agent Agent, bins Binaries) {
 			t.Fatalf("%s: ready %v (%s), pod CIDR %q (others %v)", n.Name, ok, why, node.Spec.PodCIDR, cidrs)
 		}
 		cidrs[node.Spec.PodCIDR] = true
+		// Each agent serves the device plugin Registration service in a
+		// root dir of its own: with one shared /var/lib/kubelet the second
+		// node's kubelet.sock replaced the first's.
+		if sock := filepath.Join(n.RootDir, "device-plugins", "kubelet.sock"); !strings.HasPrefix(sock, n.Dir+"/") {
+			t.Errorf("%s: root dir %s is not the node's own", n.Name, n.RootDir)
+		} else if _, err := os.Stat(sock); err != nil {
+			t.Errorf("%s: %v", n.Name, err)
+		}
 	}
 
 	ns := "two-nodes"

@@ -35,7 +35,7 @@ func (n *Node) NodeletConfig() string { return filepath.Join(n.Dir, "nodelet.yam
 func (n *Node) NodeletStateDir() string { return filepath.Join(n.Dir, "state") }
 
 // KubeletRootDir is the kubelet's --root-dir: the pods' volumes (pods/<uid>).
-func (n *Node) KubeletRootDir() string { return filepath.Join(n.Dir, "root") }
+func (n *Node) KubeletRootDir() string { return n.RootDir }
 
 // PodLogsDir is the agent's podLogsDir (<namespace>_<name>_<uid> per pod).
 func (n *Node) PodLogsDir() string { return filepath.Join(n.Dir, "pods") }

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -29,6 +30,13 @@ const (
 // range comes from node IPAM, and the routes after it.
 func (c *Cluster) startNode(ctx context.Context, i int, name string) (*Node, error) {
 	n := &Node{Name: name, Dir: filepath.Join(c.o.Work, name), cgroupRoot: "/" + cgroupPrefix + name}
+	n.RootDir = filepath.Join(n.Dir, "root")
+	if c.o.HostRootDir {
+		n.RootDir = HostRootDir
+		if _, err := os.Stat(HostRootDir); errors.Is(err, os.ErrNotExist) {
+			n.removeRootDir = true
+		}
+	}
 	var err error
 	if n.net, err = setUpNode(i, name); err != nil {
 		return nil, err
@@ -113,8 +121,13 @@ func (n *Node) stop() {
 	if n.Containerd != nil {
 		n.Containerd.Stop()
 	}
-	for _, m := range testenv.MountsUnder(n.Dir) {
-		_ = syscall.Unmount(m, syscall.MNT_DETACH)
+	for _, dir := range []string{n.Dir, n.RootDir} {
+		for _, m := range testenv.MountsUnder(dir) {
+			_ = syscall.Unmount(m, syscall.MNT_DETACH)
+		}
+	}
+	if n.removeRootDir {
+		_ = os.RemoveAll(n.RootDir)
 	}
 	removeCgroups(n.cgroupRoot)
 	tearDownNode(n.net)

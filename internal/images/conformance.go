@@ -59,7 +59,7 @@ const e2eRegistry = "registry.k8s.io/e2e-test-images/"
 
 // conformanceRecipe is bumped whenever a stand-in changes, so that tarballs
 // of an older recipe in the cache are not reused.
-const conformanceRecipe = "c6"
+const conformanceRecipe = "c7"
 
 // errNoInput marks a stand-in whose optional input is not there: it is left
 // out, and the harness lists its image among those without a stand-in.
@@ -87,6 +87,7 @@ func ConformanceImages() []ConformanceImage {
 		}},
 		{e2eRegistry + "sample-apiserver:1.29.2", sampleAPIServerImage},
 		{"registry.k8s.io/etcd:3.7.0-0", etcdImage},
+		{"registry.k8s.io/sig-storage/hostpathplugin:v1.17.1", hostpathpluginImage},
 		{"registry.k8s.io/pause:3.10.2", func(ctx context.Context, b *standIns) (v1.Image, error) {
 			p, err := b.pause(ctx)
 			if err != nil {

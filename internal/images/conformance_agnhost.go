@@ -100,6 +100,21 @@ func glibcDNSImage(ctx context.Context, b *standIns) (v1.Image, error) {
 	return b.onBusybox(ctx, l, "glibc-dns-testing: dig and getent over busybox", func(*v1.Config) {})
 }
 
+// hostpathpluginImage stands in for the CSI hostpath driver's image, which
+// the e2e DRA specs run only as a proxy between the node agent and the driver
+// inside e2e.test (e2etools' hostpathplugin), and as a shell for cat, mkdir,
+// rm and ls (busybox's) in the driver's directories.
+func hostpathpluginImage(ctx context.Context, b *standIns) (v1.Image, error) {
+	var l layer
+	if err := b.addTools(ctx, &l, []string{"hostpathplugin"}); err != nil {
+		return nil, err
+	}
+	l.symlink("hostpathplugin", "/usr/bin/hostpathplugin")
+	return b.onBusybox(ctx, l, "hostpathplugin: e2etools' proxy over busybox", func(c *v1.Config) {
+		c.Entrypoint = []string{"/hostpathplugin"}
+	})
+}
+
 // addTools puts e2etools in /usr/bin with a link for each of tools there,
 // ahead of busybox's applets of the same name in PATH and in place of those
 // in /usr/bin.

@@ -134,6 +134,18 @@ func TestConformanceImages(t *testing.T) {
 	link(hdrs, "usr/bin/dig", "e2etools")
 	link(hdrs, "usr/bin/getent", "e2etools")
 
+	// hostpathplugin: the DRA specs exec /hostpathplugin (the proxy) and
+	// busybox's cat, mkdir, rm and ls.
+	hdrs, _, entry, _ = image("registry.k8s.io/sig-storage/hostpathplugin:v1.17.1")
+	link(hdrs, "hostpathplugin", "/usr/bin/hostpathplugin")
+	link(hdrs, "usr/bin/hostpathplugin", "e2etools")
+	for _, applet := range []string{"bin/cat", "bin/mkdir", "bin/rm", "bin/ls", "bin/sleep"} {
+		link(hdrs, applet, "/bin/busybox")
+	}
+	if len(entry) != 1 || entry[0] != "/hostpathplugin" {
+		t.Errorf("hostpathplugin entrypoint %q", entry)
+	}
+
 	hdrs, _, entry, _ = image(e2eRegistry + "sample-apiserver:1.29.2")
 	if hdrs["sample-apiserver"] == nil || len(entry) != 1 || entry[0] != "/sample-apiserver" {
 		t.Errorf("sample-apiserver: %+v, entrypoint %q", hdrs["sample-apiserver"], entry)

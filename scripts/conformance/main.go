@@ -37,6 +37,11 @@ const (
 	conformanceSkip   = `\[Disruptive\]|NoExecuteTaintManager`
 	serialFocus       = `\[Conformance\].*\[Serial\]|\[Serial\].*\[Conformance\]`
 	serialSkipPattern = `\[Serial\]`
+	// What -dra runs: the suite's DRA specs, the kubelet's
+	// ([Feature:DynamicResourceAllocation]) included, but those of feature
+	// gates that are off by default and the usual skips.
+	draFocus = `\[DRA\]`
+	draSkip  = `\[Alpha\]|\[Feature:OffByDefault\]|\[Serial\]|\[Disruptive\]|\[Slow\]|\[Flaky\]`
 )
 
 type options struct {
@@ -50,6 +55,7 @@ type options struct {
 	agent        string // nodelet or kubelet
 	containerd   int    // every node's containerd major: 1 (Debian's 1.6) or 2
 	conformance  bool   // every [Conformance] spec, [Serial] ones apart
+	dra          bool   // the DRA specs: one node on the host's root dir, containerd 2
 	wait         time.Duration
 	timeout      time.Duration
 	procs        int // ginkgo processes; 1 runs e2e.test directly
@@ -70,10 +76,18 @@ func main() {
 	flag.IntVar(&o.containerd, "containerd", 1, "every node's containerd: 1 (Debian's 1.6) or 2 (2.x, built and cached by scripts/containerd2.sh)")
 	flag.DurationVar(&o.wait, "wait", 0, "how long to wait for another cluster on this machine to go (tests)")
 	flag.BoolVar(&o.conformance, "conformance", false, "run every [Conformance] spec (non-[Serial] in parallel, then [Serial] one at a time) instead of -focus/-skip")
+	flag.BoolVar(&o.dra, "dra", false, "run the DRA specs (focus "+draFocus+", skip "+draSkip+") on one node whose root dir is the host's /var/lib/kubelet (the suite's driver mounts it by hostPath), on containerd 2 (CDI); -focus, -skip and -containerd still apply when given")
 	flag.DurationVar(&o.timeout, "timeout", 4*time.Hour, "ginkgo timeout of the whole suite")
 	flag.IntVar(&o.procs, "procs", 4, "specs run at once (ginkgo processes; most specs wait on pods, not on the CPU); 1 runs e2e.test alone")
 	flag.Parse()
 	o.extraE2EArgs = flag.Args()
+	if o.dra {
+		o.draDefaults(setFlags())
+	}
+	if o.dra && o.conformance {
+		fmt.Fprintln(os.Stderr, "conformance: -dra and -conformance select different specs: give one")
+		os.Exit(2)
+	}
 	if o.containerd != 1 && o.containerd != 2 {
 		fmt.Fprintf(os.Stderr, "conformance: -containerd %d: want 1 (Debian's 1.6) or 2 (containerd 2.x)\n", o.containerd)
 		os.Exit(2)
@@ -104,6 +118,33 @@ func main() {
 		}
 	}
 	os.Exit(code)
+}
+
+// setFlags names the flags given on the command line.
+func setFlags() map[string]bool {
+	set := map[string]bool{}
+	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	return set
+}
+
+// draDefaults fills what -dra implies and the command line left unset: the
+// suite's DRA driver runs in a pod whose hostPaths are the kubelet's
+// default /var/lib/kubelet (test/e2e/testing-manifests/dra), so the node's
+// root dir must be that, and only one node can have it; the driver's CDI
+// devices need containerd 2 (1.6 has no CDI).
+func (o *options) draDefaults(set map[string]bool) {
+	if !set["focus"] {
+		o.focus = draFocus
+	}
+	if !set["skip"] {
+		o.skip = draSkip
+	}
+	if !set["containerd"] {
+		o.containerd = 2
+	}
+	if !set["nodes"] {
+		o.nodes = 1 // more is refused by the cluster (HostRootDir)
+	}
 }
 
 // lockDir holds the machine-wide lock of conformance runs.

@@ -28,10 +28,11 @@ import (
 type tool func(args []string, stdin io.Reader, stdout, stderr io.Writer) int
 
 var tools = map[string]tool{
-	"curl":   curl,
-	"nc":     nc,
-	"dig":    dig,
-	"getent": getent,
+	"curl":           curl,
+	"hostpathplugin": hostpathplugin,
+	"nc":             nc,
+	"dig":            dig,
+	"getent":         getent,
 }
 
 // names lists the tools, for the usage message.
