@@ -101,6 +101,13 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if d.o.Client == nil && d.o.Config != nil && d.o.Config.NodeKubeconfig() != "" {
 		go d.connectAPI(ctx)
 	}
+	if d.o.RegistryDir != "" && d.o.Config != nil && d.o.Config.Node.Name != "" {
+		w := newSliceWiper(ctx, d.o.Log.With("subsystem", "dra"), d.o.Config.Node.Name, d.apiClient, d.dra.plugins.usable)
+		d.dra.plugins.mu.Lock()
+		d.dra.plugins.wiper = w
+		d.dra.plugins.mu.Unlock()
+		w.start()
+	}
 	if d.o.RegistryDir != "" {
 		go pluginwatcher.New(pluginwatcher.Options{
 			Dirs:     []string{d.o.RegistryDir},

@@ -82,6 +82,14 @@ func (d *Daemon) connectAPI(ctx context.Context) {
 	}
 }
 
+// apiClient is the API client once there is one, else nil.
+func (d *Daemon) apiClient() kubernetes.Interface {
+	if c := d.dra.client.Load(); c != nil {
+		return *c
+	}
+	return nil
+}
+
 func (d *Daemon) wakeClaims() {
 	select {
 	case d.dra.wake <- struct{}{}:

@@ -12,6 +12,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	grpcstats "google.golang.org/grpc/stats"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 	drapbv1beta1 "k8s.io/kubelet/pkg/apis/dra/v1beta1"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
@@ -29,6 +30,46 @@ var servicesSupported = []string{drapb.DRAPluginService, drapbv1beta1.DRAPluginS
 type draDriver struct {
 	name, endpoint, socket, service string
 	conn                            *grpc.ClientConn
+	// connected: the plugin's gRPC connection is up (the kubelet's
+	// monitoredPlugin.connected); guarded by draPlugins.mu.
+	connected bool
+}
+
+// connMonitor is the kubelet's monitoredPlugin: gRPC's connection events
+// of one plugin, which say whether its driver is usable.
+type connMonitor struct {
+	p *draPlugins
+	d *draDriver
+}
+
+func (m *connMonitor) TagRPC(ctx context.Context, _ *grpcstats.RPCTagInfo) context.Context {
+	return ctx
+}
+func (m *connMonitor) HandleRPC(context.Context, grpcstats.RPCStats) {}
+func (m *connMonitor) TagConn(ctx context.Context, _ *grpcstats.ConnTagInfo) context.Context {
+	return ctx
+}
+
+func (m *connMonitor) HandleConn(_ context.Context, s grpcstats.ConnStats) {
+	var connected bool
+	switch s.(type) {
+	case *grpcstats.ConnBegin:
+		connected = true
+	case *grpcstats.ConnEnd:
+		// Ask for a reconnect, or gRPC would not notice the plugin come
+		// back; in a goroutine, as the kubelet does (gRPC holds a lock
+		// here when the connection goes idle).
+		go m.d.conn.Connect()
+	default:
+		return
+	}
+	m.p.mu.Lock()
+	defer m.p.mu.Unlock()
+	if m.p.drivers[m.d.name] != m.d {
+		return // replaced or deregistered: its connection says nothing now
+	}
+	m.d.connected = connected
+	m.p.syncLocked(m.d.name)
 }
 
 // client is the driver's DRAPlugin client in v1 terms, through the
@@ -47,6 +88,9 @@ type draPlugins struct {
 	mu      sync.Mutex
 	drivers map[string]*draDriver
 	changed chan struct{}
+	// wiper, when set, deletes the node's ResourceSlices of drivers that
+	// stay unusable.
+	wiper *sliceWiper
 }
 
 func newDRAPlugins(log *slog.Logger) *draPlugins {
@@ -76,15 +120,21 @@ func (p *draPlugins) Register(_ context.Context, socket string, info *registerap
 		return fmt.Errorf("invalid supported gRPC versions of DRA driver plugin %s at endpoint %s: %w", name, endpoint, err)
 	}
 	path := strings.TrimPrefix(strings.TrimPrefix(endpoint, "unix://"), "unix:")
-	conn, err := grpc.NewClient("unix://"+path, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	d := &draDriver{name: name, endpoint: endpoint, socket: socket, service: service}
+	conn, err := grpc.NewClient("unix://"+path, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithStatsHandler(&connMonitor{p: p, d: d}))
 	if err != nil {
 		return fmt.Errorf("create gRPC connection to DRA driver %s plugin at endpoint %s: %w", name, endpoint, err)
 	}
-	d := &draDriver{name: name, endpoint: endpoint, socket: socket, service: service, conn: conn}
+	d.conn = conn
 	p.mu.Lock()
 	old := p.drivers[name]
 	p.drivers[name] = d
+	p.syncLocked(name)
 	p.mu.Unlock()
+	// Connect now, not at the first call: the connection's state is what
+	// says whether the driver is usable (the kubelet's RegisterPlugin).
+	conn.Connect()
 	if old != nil {
 		_ = old.conn.Close()
 	}
@@ -102,6 +152,7 @@ func (p *draPlugins) Deregister(_ context.Context, socket string, info *register
 		return
 	}
 	delete(p.drivers, info.GetName())
+	p.syncLocked(d.name)
 	p.mu.Unlock()
 	_ = d.conn.Close()
 	p.log.Info("Deregistered DRA driver", "driver", d.name, "path", socket)
@@ -118,6 +169,32 @@ func (p *draPlugins) get(name string) (draClient, error) {
 	return nil, fmt.Errorf("DRA driver %s is not registered", name)
 }
 
+// syncLocked is the kubelet's sync: a driver with a connected plugin
+// keeps its ResourceSlices, one without loses them after wipingDelay.
+func (p *draPlugins) syncLocked(name string) {
+	if p.wiper == nil {
+		return
+	}
+	if d := p.drivers[name]; d != nil && d.connected {
+		p.wiper.cancel(name)
+		return
+	}
+	p.wiper.schedule(name)
+}
+
+// usable lists the drivers with a connected plugin.
+func (p *draPlugins) usable() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var names []string
+	for name, d := range p.drivers {
+		if d.connected {
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
 func (p *draPlugins) signal() {
 	select {
 	case p.changed <- struct{}{}:
@@ -127,9 +204,15 @@ func (p *draPlugins) signal() {
 
 func (p *draPlugins) close() {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, d := range p.drivers {
+	drivers := p.drivers
+	p.drivers = map[string]*draDriver{}
+	if p.wiper != nil {
+		p.wiper.stop()
+	}
+	p.wiper = nil
+	p.mu.Unlock()
+	// Outside the lock: closing may report the connection's end.
+	for _, d := range drivers {
 		_ = d.conn.Close()
 	}
-	clear(p.drivers)
 }
