@@ -120,6 +120,17 @@ type PodClaims struct {
 
 func (PodClaims) SchemaName() string { return "nodelet.v1.PodClaims" }
 
+// ClaimNamed is the ResourceClaim called name (that of the scheduler's
+// claim for extended resources, which has no pod claim name), or nil.
+func (p *PodClaims) ClaimNamed(name string) *PreparedClaim {
+	for i := range p.Claims {
+		if p.Claims[i].Name == name {
+			return &p.Claims[i]
+		}
+	}
+	return nil
+}
+
 // Claim is the claim the pod names podClaim (spec.resourceClaims[].name),
 // or nil.
 func (p *PodClaims) Claim(podClaim string) *PreparedClaim {

@@ -58,6 +58,11 @@ func TestResourceFit(t *testing.T) {
 		{name: "extended resource", pod: makePod("p", 0, withRequests("example.com/gpu", "2")),
 			others: infos(makePod("o", 0, withRequests("example.com/gpu", "1"))),
 			reason: "OutOfexample.com/gpu", message: "Node didn't have enough resource: example.com/gpu, requested: 2, used: 1, capacity: 2"},
+		{name: "extended resource the scheduler's DRA claim serves is not accounted, even by a device plugin's name",
+			pod: makePod("p", 0, withRequests("example.com/gpu", "3"), func(p *corev1.Pod) {
+				p.Status.ExtendedResourceClaimStatus = &corev1.PodExtendedResourceClaimStatus{ResourceClaimName: "p-ext",
+					RequestMappings: []corev1.ContainerExtendedResourceRequest{{ContainerName: p.Spec.Containers[0].Name, ResourceName: "example.com/gpu", RequestName: "r0"}}}
+			}), others: infos(makePod("o", 0, withRequests("example.com/gpu", "1")))},
 		{name: "extended resource the node does not have is not accounted", pod: makePod("p", 0, withRequests("other.io/fpga", "1"))},
 		{name: "hugepages the node does not have", pod: makePod("p", 0, withRequests("hugepages-2Mi", "4Mi", "memory", "4Mi")),
 			reason: "OutOfhugepages-2Mi", message: "Node didn't have enough resource: hugepages-2Mi, requested: 4194304, used: 0, capacity: 0"},

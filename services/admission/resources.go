@@ -6,6 +6,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourcehelper "k8s.io/component-helpers/resource"
+
+	"github.com/nodelet/nodelet/internal/podutil"
 )
 
 // resources is an amount of every resource the kubelet's fit check counts,
@@ -119,12 +121,36 @@ func NewPodInfo(pod *corev1.Pod) *PodInfo {
 }
 
 func newPodInfo(pod *corev1.Pod, useStatus bool) *PodInfo {
-	reqs := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{
+	reqs := resourcehelper.PodRequests(withoutDRAExtended(pod), resourcehelper.PodResourcesOptions{
 		// PodLevelResources is on by default since Kubernetes 1.34.
 		SkipPodLevelResources: false,
 		UseStatusResources:    useStatus,
 	})
 	return &PodInfo{Pod: pod, requests: newResources(reqs), hostPorts: hostPorts(pod)}
+}
+
+// withoutDRAExtended is pod without the extended resource requests the
+// scheduler's DRA claim serves (status.extendedResourceClaimStatus): the
+// node's allocatable does not count them, whatever their name, as in the
+// kubelet's removeMissingExtendedResources. pod itself is left alone.
+func withoutDRAExtended(pod *corev1.Pod) *corev1.Pod {
+	if pod.Status.ExtendedResourceClaimStatus == nil {
+		return pod
+	}
+	out := pod.DeepCopy()
+	strip := func(cs []corev1.Container) {
+		for i := range cs {
+			for name := range cs[i].Resources.Requests {
+				if podutil.IsDRAExtendedResourceName(name) && podutil.IsDRAExtendedResource(pod, cs[i].Name, string(name)) {
+					delete(cs[i].Resources.Requests, name)
+					delete(cs[i].Resources.Limits, name)
+				}
+			}
+		}
+	}
+	strip(out.Spec.InitContainers)
+	strip(out.Spec.Containers)
+	return out
 }
 
 // hostPorts lists the host ports of pod's containers and of its sidecars

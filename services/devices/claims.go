@@ -14,6 +14,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceclaim"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 
+	"github.com/nodelet/nodelet/internal/podutil"
 	"github.com/nodelet/nodelet/schemas"
 )
 
@@ -110,7 +111,7 @@ func (m *claimManager) usedElsewhere(podUID, claimUID string) bool {
 }
 
 // wantsClaims tells whether the pod has ResourceClaims to prepare.
-func wantsClaims(pod *corev1.Pod) bool { return len(pod.Spec.ResourceClaims) > 0 }
+func wantsClaims(pod *corev1.Pod) bool { return len(podutil.ResourceClaims(pod)) > 0 }
 
 // prepare is the kubelet's PrepareResources for pod: a validation pass
 // (each claim read, allocated, reserved for the pod, its drivers
@@ -181,8 +182,9 @@ func (m *claimManager) prepare(ctx context.Context, pod *corev1.Pod, store func(
 // validate is the validation pass of the kubelet's prepareResources.
 func (m *claimManager) validate(ctx context.Context, pod *corev1.Pod) ([]schemas.PreparedClaim, error) {
 	var out []schemas.PreparedClaim
-	for i := range pod.Spec.ResourceClaims {
-		podClaim := &pod.Spec.ResourceClaims[i]
+	podClaims := podutil.ResourceClaims(pod)
+	for i := range podClaims {
+		podClaim := &podClaims[i]
 		claimName, mustCheckOwner, err := resourceclaim.Name(pod, podClaim)
 		if err != nil {
 			return nil, err

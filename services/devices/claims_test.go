@@ -113,6 +113,11 @@ func TestPrepareClaims(t *testing.T) {
 	notOwned := claimFor("t-gpu-x", drv, templated)
 	unallocated := claimFor("c", drv, pod)
 	unallocated.Status.Allocation = nil
+	// Extended resources backed by DRA: the scheduler's claim, in the
+	// pod's status only.
+	extended := claimPod("e", "pod-3")
+	extended.Status.ExtendedResourceClaimStatus = &corev1.PodExtendedResourceClaimStatus{ResourceClaimName: "e-ext",
+		RequestMappings: []corev1.ContainerExtendedResourceRequest{{ContainerName: "c", ResourceName: "example.com/gpu", RequestName: "req"}}}
 	for _, tc := range []struct {
 		name     string
 		pod      *corev1.Pod
@@ -122,8 +127,11 @@ func TestPrepareClaims(t *testing.T) {
 		wantCDI  []string
 		tracked  int // claims kept in the record for unprepare
 		prepared []string
+		podClaim string // the claim's name in the pod; default gpu
 	}{
 		{name: "by name", pod: pod, claim: claimFor("c", drv, pod), wantCDI: []string{drv + "/dev=c"}, tracked: 1, prepared: []string{"c"}},
+		{name: "the scheduler's claim for extended resources", pod: extended, claim: claimFor("e-ext", drv, extended),
+			wantCDI: []string{drv + "/dev=e-ext"}, tracked: 1, prepared: []string{"e-ext"}, podClaim: "-"},
 		{name: "from a template", pod: templated, claim: generated, wantCDI: []string{drv + "/dev=t-gpu-x"}, tracked: 1, prepared: []string{"t-gpu-x"}},
 		{name: "generated claim not the pod's", pod: templated, claim: notOwned,
 			wantErr: "prepare dynamic resources: ResourceClaim ns/t-gpu-x was not created for Pod ns/t (Pod is not owner)"},
@@ -154,7 +162,11 @@ func TestPrepareClaims(t *testing.T) {
 				t.Fatalf("tracked claims %+v, want %d", rec.Claims, tc.tracked)
 			}
 			if tc.wantErr == "" {
-				if got := rec.Claim("gpu").CDIDevices("req"); !slices.Equal(got, tc.wantCDI) {
+				pc := rec.Claim("gpu")
+				if tc.podClaim == "-" {
+					pc = rec.ClaimNamed(tc.prepared[0])
+				}
+				if got := pc.CDIDevices("req"); !slices.Equal(got, tc.wantCDI) {
 					t.Fatalf("CDI devices %v, want %v", got, tc.wantCDI)
 				}
 				// Checkpointed before the driver was called, then prepared.

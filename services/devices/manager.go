@@ -344,7 +344,9 @@ func (m *manager) allocateContainer(ctx context.Context, pod *corev1.Pod, rec *s
 		m.mu.Lock()
 		isDP := m.isDevicePluginResource(resource)
 		m.mu.Unlock()
-		if !isDP || needed == 0 {
+		// A resource the scheduler's DRA claim serves is not a device
+		// plugin's, whatever its name (allocateContainerResources).
+		if !isDP || needed == 0 || podutil.IsDRAExtendedResource(pod, c.Name, resource) {
 			continue
 		}
 		devs, err := m.devicesToAllocate(ctx, resource, needed, held(rec, resource), reuse[resource])

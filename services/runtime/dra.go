@@ -11,6 +11,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceclaim"
 
 	"github.com/nodelet/nodelet/bus"
+	"github.com/nodelet/nodelet/internal/podutil"
 	"github.com/nodelet/nodelet/schemas"
 )
 
@@ -64,7 +65,7 @@ func (d *draClaims) get(uid string) *schemas.PodClaims {
 // emits FailedPrepareDynamicResources and does not start the pod. The
 // pod's worker is woken when the record changes.
 func (s *podSync) waitForClaims(ctx context.Context) *syncResult {
-	if len(s.pod.Spec.ResourceClaims) == 0 {
+	if len(podutil.ResourceClaims(s.pod)) == 0 {
 		return nil
 	}
 	d := s.m.store.claims
@@ -92,11 +93,28 @@ func (s *podSync) waitForClaims(ctx context.Context) *syncResult {
 // nodelet-devices prepared them. A claim not prepared is an error (the
 // sandbox waited for all of them; this is a restart race).
 func (d *draClaims) cdiDevices(pod *corev1.Pod, c *corev1.Container) ([]*runtimeapi.CDIDevice, error) {
-	if len(c.Resources.Claims) == 0 {
+	extClaim, extRequests := podutil.ExtendedResourceRequests(pod, c)
+	if len(c.Resources.Claims) == 0 && len(extRequests) == 0 {
 		return nil, nil
 	}
 	rec := d.get(string(pod.UID))
 	var out []*runtimeapi.CDIDevice
+	// The extended resources the scheduler's claim serves: its requests
+	// mapped to this container.
+	if len(extRequests) > 0 {
+		var pc *schemas.PreparedClaim
+		if rec != nil {
+			pc = rec.ClaimNamed(extClaim)
+		}
+		if pc == nil || !pc.Prepared {
+			return nil, fmt.Errorf("internal error: unable to get claim info for ResourceClaim %s in namespace %s", extClaim, pod.Namespace)
+		}
+		for _, r := range extRequests {
+			for _, id := range pc.CDIDevices(r) {
+				out = append(out, &runtimeapi.CDIDevice{Name: id})
+			}
+		}
+	}
 	for _, cc := range c.Resources.Claims {
 		var podClaim *corev1.PodResourceClaim
 		for i := range pod.Spec.ResourceClaims {

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -23,16 +24,26 @@ func TestClaimCDIDevices(t *testing.T) {
 			{Name: "nic", ResourceClaimTemplateName: ptr.To("tmpl")},
 		}}}
 	pod.Status.ResourceClaimStatuses = []corev1.PodResourceClaimStatus{{Name: "nic", ResourceClaimName: ptr.To("p-nic-x")}}
+	// The scheduler's claim for the extended resources backed by DRA.
+	pod.Status.ExtendedResourceClaimStatus = &corev1.PodExtendedResourceClaimStatus{ResourceClaimName: "p-ext-y",
+		RequestMappings: []corev1.ContainerExtendedResourceRequest{
+			{ContainerName: "c", ResourceName: "example.com/gpu", RequestName: "container-0-request-0"},
+			{ContainerName: "other", ResourceName: "example.com/gpu", RequestName: "container-1-request-0"}}}
 	rec := &schemas.PodClaims{UID: "u1", Namespace: "ns", Name: "p", Prepared: true, Claims: []schemas.PreparedClaim{
 		{PodClaimName: "gpu", Name: "c1", UID: "c1u", Prepared: true, Devices: []schemas.PreparedDevice{
 			{Driver: "d", Pool: "p", Device: "a", Requests: []string{"one"}, CDIDeviceIDs: []string{"v.com/gpu=a"}},
 			{Driver: "d", Pool: "p", Device: "b", Requests: []string{"two"}, CDIDeviceIDs: []string{"v.com/gpu=b"}}}},
 		{PodClaimName: "nic", Name: "p-nic-x", UID: "n1u", Prepared: true, Devices: []schemas.PreparedDevice{
 			{Driver: "n", Pool: "p", Device: "eth", CDIDeviceIDs: []string{"v.com/nic=eth"}}}},
+		{Name: "p-ext-y", UID: "e1u", Prepared: true, Devices: []schemas.PreparedDevice{
+			{Driver: "d", Pool: "p", Device: "c", Requests: []string{"container-0-request-0"}, CDIDeviceIDs: []string{"v.com/gpu=c"}},
+			{Driver: "d", Pool: "p", Device: "d", Requests: []string{"container-1-request-0"}, CDIDeviceIDs: []string{"v.com/gpu=d"}}}},
 	}}
+	gpu := corev1.ResourceList{"example.com/gpu": resource.MustParse("1")}
 	for _, tc := range []struct {
 		name    string
 		claims  []corev1.ResourceClaim
+		req     corev1.ResourceList
 		rec     *schemas.PodClaims
 		want    []string
 		wantErr string
@@ -44,13 +55,19 @@ func TestClaimCDIDevices(t *testing.T) {
 			want: []string{"v.com/nic=eth", "v.com/gpu=a"}},
 		{name: "not prepared", claims: []corev1.ResourceClaim{{Name: "gpu"}},
 			wantErr: "internal error: unable to get claim info for ResourceClaim c1 in namespace ns"},
+		{name: "extended resource: the request mapped to this container", req: gpu, rec: rec, want: []string{"v.com/gpu=c"}},
+		{name: "extended resource and a claim", req: gpu, claims: []corev1.ResourceClaim{{Name: "nic"}}, rec: rec,
+			want: []string{"v.com/gpu=c", "v.com/nic=eth"}},
+		{name: "extended resource not asked for by the container", rec: rec, want: nil},
+		{name: "extended resource not prepared", req: gpu,
+			wantErr: "internal error: unable to get claim info for ResourceClaim p-ext-y in namespace ns"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := newDRAClaims()
 			if tc.rec != nil {
 				d.onClaims(bus.Update[schemas.PodClaims]{Kind: bus.Put, Key: "claims.u1", Value: tc.rec})
 			}
-			c := &corev1.Container{Name: "c", Resources: corev1.ResourceRequirements{Claims: tc.claims}}
+			c := &corev1.Container{Name: "c", Resources: corev1.ResourceRequirements{Claims: tc.claims, Requests: tc.req, Limits: tc.req}}
 			got, err := d.cdiDevices(pod, c)
 			if tc.wantErr != "" {
 				if err == nil || err.Error() != tc.wantErr {
