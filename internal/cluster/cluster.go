@@ -76,6 +76,9 @@ type Options struct {
 	// Stop when the cluster made it. Default: false, every node has its own
 	// <Work>/<node>/root.
 	HostRootDir bool
+	// APIServerArgs are more kube-apiserver flags (testenv's
+	// ControlPlaneOptions.APIServerArgs). Default: none.
+	APIServerArgs []string
 	// LockWait is how long to wait for another cluster on this machine to
 	// go (tests of packages run side by side). Default: 0 (fail at once).
 	LockWait time.Duration
@@ -204,7 +207,7 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 	for i := range names {
 		names[i] = "node-" + strconv.Itoa(i+1)
 	}
-	cp, stopCP, err := testenv.StartControlPlaneWith(testenv.ControlPlaneOptions{Nodes: names, Address: HostIP})
+	cp, stopCP, err := testenv.StartControlPlaneWith(testenv.ControlPlaneOptions{Nodes: names, Address: HostIP, APIServerArgs: o.APIServerArgs})
 	if err != nil {
 		return nil, fmt.Errorf("control plane: %w", err)
 	}

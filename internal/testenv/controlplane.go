@@ -123,6 +123,10 @@ type ControlPlaneOptions struct {
 	Address string
 	// Port is the secure port. Default: a free one.
 	Port int
+	// APIServerArgs are more kube-apiserver flags, after the others (a
+	// flag given twice: the later wins), e.g. a --runtime-config that
+	// serves beta APIs. Default: none.
+	APIServerArgs []string
 }
 
 // StartControlPlaneWith is StartControlPlane with options.
@@ -557,6 +561,7 @@ func startControlPlane(bins BinaryPaths, o ControlPlaneOptions) (_ *ControlPlane
 		"--proxy-client-cert-file=" + filepath.Join(pki, "front-proxy-client.crt"),
 		"--proxy-client-key-file=" + filepath.Join(pki, "front-proxy-client.key"),
 	}
+	cp.apiserverCmd = append(cp.apiserverCmd, o.APIServerArgs...)
 	cp.apiserver, err = startProc(filepath.Join(dir, "kube-apiserver.log"), cp.apiserverCmd[0], cp.apiserverCmd[1:]...)
 	if err != nil {
 		return nil, err

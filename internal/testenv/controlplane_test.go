@@ -557,3 +557,29 @@ func TestWatchOfAQuietResource(t *testing.T) {
 		w.Stop()
 	}
 }
+
+// APIServerArgs reach kube-apiserver after its own flags: a runtime-config
+// serves the resource.k8s.io beta versions the default control plane does
+// not (the DRA specs' "with v1beta2 API" need it).
+func TestAPIServerArgs(t *testing.T) {
+	served := func(c kubernetes.Interface, gv string) bool {
+		t.Helper()
+		_, err := c.Discovery().ServerResourcesForGroupVersion(gv)
+		if err != nil && !apierrors.IsNotFound(err) {
+			t.Fatalf("discovery of %s: %v", gv, err)
+		}
+		return err == nil
+	}
+	if served(cp.AdminClient(t), "resource.k8s.io/v1beta2") {
+		t.Fatal("the default control plane already serves resource.k8s.io/v1beta2: the test proves nothing")
+	}
+	other, stop, err := testenv.StartControlPlaneWith(testenv.ControlPlaneOptions{
+		APIServerArgs: []string{"--runtime-config=resource.k8s.io/v1beta2=true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	if !served(other.AdminClient(t), "resource.k8s.io/v1beta2") {
+		t.Fatal("--runtime-config=resource.k8s.io/v1beta2=true did not reach kube-apiserver")
+	}
+}

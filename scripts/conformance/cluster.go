@@ -65,6 +65,7 @@ func startCluster(ctx context.Context, o options, undo *[]func()) (*harness, err
 	r.c, err = cluster.Start(ctx, cluster.Options{
 		Nodes:           o.nodes,
 		HostRootDir:     o.dra,
+		APIServerArgs:   o.apiServerArgs(),
 		Agent:           cluster.Agent(o.agent),
 		ContainerdMajor: o.containerd,
 		Work:            filepath.Join(o.work, "cluster"),

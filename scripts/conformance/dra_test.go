@@ -26,3 +26,12 @@ func TestDRADefaults(t *testing.T) {
 		})
 	}
 }
+
+func TestDRAServesBetaAPIs(t *testing.T) {
+	if got := (&options{}).apiServerArgs(); got != nil {
+		t.Errorf("without -dra: %q, want none", got)
+	}
+	if got := (&options{dra: true}).apiServerArgs(); len(got) != 1 || got[0] != draRuntimeConfig {
+		t.Errorf("with -dra: %q, want %q", got, draRuntimeConfig)
+	}
+}

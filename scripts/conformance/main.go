@@ -147,6 +147,22 @@ func (o *options) draDefaults(set map[string]bool) {
 	}
 }
 
+// draRuntimeConfig serves the resource.k8s.io beta versions beside v1, as
+// the DRA specs' own cluster does (test/e2e/dra/kind.yaml runtimeConfig;
+// v1alpha3 is left out: its specs need alpha feature gates, which -dra
+// skips). The "with v1beta1 API" and "v1beta2 API" specs create claims
+// through them.
+const draRuntimeConfig = "--runtime-config=resource.k8s.io/v1beta1=true,resource.k8s.io/v1beta2=true"
+
+// apiServerArgs are the kube-apiserver flags the run needs beyond the
+// harness's.
+func (o *options) apiServerArgs() []string {
+	if o.dra {
+		return []string{draRuntimeConfig}
+	}
+	return nil
+}
+
 // lockDir holds the machine-wide lock of conformance runs.
 const lockDir = "/run/nodelet-conformance"
 
