@@ -179,6 +179,12 @@ func newNode(t testing.TB, o nodeOptions) *node {
 		n.ReadOnly = fmt.Sprintf("127.0.0.1:%d", readOnlyPort)
 	}
 	nodeLines := o.Node
+	// A root dir of its own unless the test gives one: nodes side by side
+	// (and a cluster run on the host's /var/lib/kubelet) must not share
+	// device-plugins/kubelet.sock or plugins_registry.
+	if !strings.Contains(nodeLines, "rootDir:") {
+		nodeLines += "  rootDir: " + filepath.Join(dir, "root") + "\n"
+	}
 	if o.API {
 		nodeLines = "  kubeconfig: " + cp.NodeKubeconfig + "\n" + nodeLines
 	}
