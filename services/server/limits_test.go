@@ -175,3 +175,49 @@ func serving() int {
 		buf = make([]byte, 2*len(buf))
 	}
 }
+
+// TestStreamLimit: streams beyond MaxStreams get 429 with the words and
+// Retry-After of kube-apiserver's max-in-flight filter, while other
+// requests still pass; a freed slot is taken again. The default leaves
+// room for what real clients hold at once (the e2e DRA specs' driver
+// proxies held more than 100 port-forwards).
+func TestStreamLimit(t *testing.T) {
+	if got := (Limits{}).withDefaults().MaxStreams; got < 500 {
+		t.Fatalf("default MaxStreams %d: the DRA specs' proxies need hundreds", got)
+	}
+	release := make(chan struct{})
+	entered := make(chan struct{}, 4)
+	s := &Daemon{inflight: make(chan struct{}, 4), streamSlots: make(chan struct{}, 2)}
+	h := s.limited(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if isStream(r) {
+			entered <- struct{}{}
+			<-release
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	serve := func(path string) *httptest.ResponseRecorder {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, path, nil))
+		return rec
+	}
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() { defer wg.Done(); serve("/portForward/ns/pod") }()
+	}
+	<-entered
+	<-entered
+	rec := serve("/exec/ns/pod/c")
+	if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") != "1" ||
+		!strings.Contains(rec.Body.String(), "too many streams in flight (2), please try again later") {
+		t.Fatalf("third stream: %d %q %q", rec.Code, rec.Header(), rec.Body.String())
+	}
+	if rec := serve("/pods"); rec.Code != http.StatusOK {
+		t.Fatalf("a request beside full stream slots: %d", rec.Code)
+	}
+	close(release)
+	wg.Wait()
+	if rec := serve("/exec/ns/pod/c"); rec.Code != http.StatusOK {
+		t.Fatalf("a stream once the slots are free: %d", rec.Code)
+	}
+}

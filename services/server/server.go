@@ -84,7 +84,10 @@ type Limits struct {
 	// MaxInflight requests other than streams; more get 429. Default 200.
 	MaxInflight int
 	// MaxStreams: exec, attach, port-forward and followed logs at once;
-	// more get 429. Default 100.
+	// more get 429. Default 800: the kubelet has no such bound, and real
+	// clients hold many (the e2e DRA driver proxy keeps 10 port-forwards
+	// open per socket, two sockets per driver, and execs beside them); it
+	// leaves MaxConnections room for the rest.
 	MaxStreams int
 }
 
@@ -105,7 +108,7 @@ func (l Limits) withDefaults() Limits {
 	defInt(&l.MaxHeaderBytes, 1<<20)
 	defInt(&l.MaxConnections, 1000)
 	defInt(&l.MaxInflight, 200)
-	defInt(&l.MaxStreams, 100)
+	defInt(&l.MaxStreams, 800)
 	return l
 }
 
