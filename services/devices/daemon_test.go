@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/bus/bustest"
@@ -37,6 +38,10 @@ type harness struct {
 	daemon    testenv.Runner
 	// conn is the running daemon's: closed when it stops, as a process's.
 	conn *bus.Conn
+	// registry and client, when set, are the daemon's DRA plugin
+	// registry and its API client (ResourceClaims).
+	registry string
+	client   kubernetes.Interface
 }
 
 func newHarness(t *testing.T) *harness {
@@ -71,7 +76,7 @@ func (h *harness) start() {
 	cfg := config.Defaults()
 	cfg.Node.StateDir = h.b.StateDir
 	h.conn = h.b.Connect(bus.Devices)
-	d := New(Options{Deps: daemon.Deps{Config: cfg, Log: bustest.Logger(), Bus: h.conn}, Dir: h.dir})
+	d := New(Options{Deps: daemon.Deps{Config: cfg, Log: bustest.Logger(), Bus: h.conn}, Dir: h.dir, RegistryDir: h.registry, Client: h.client})
 	h.daemon.Start(h.t, d.Run)
 	// The socket is made anew at every start, as plugins expect.
 	sock := filepath.Join(h.dir, "kubelet.sock")

@@ -29,6 +29,18 @@ var servicesSupported = []string{drapb.DRAPluginService, drapbv1beta1.DRAPluginS
 type draDriver struct {
 	name, endpoint, socket, service string
 	conn                            *grpc.ClientConn
+	// healthService is the DRAResourceHealth service it offers, or "";
+	// stop ends the watch of its health stream.
+	healthService string
+	stop          context.CancelFunc
+}
+
+// close ends the driver's health watch and connection.
+func (d *draDriver) close() {
+	if d.stop != nil {
+		d.stop()
+	}
+	_ = d.conn.Close()
 }
 
 // client is the driver's DRAPlugin client in v1 terms, through the
@@ -43,7 +55,10 @@ func (d *draDriver) client() drapb.DRAPluginClient {
 // draPlugins is the kubelet's DRAPluginManager: the DRAPlugin handler of
 // the plugin watcher, and the drivers by name.
 type draPlugins struct {
-	log     *slog.Logger
+	log *slog.Logger
+	// health, when set, follows each driver's health stream
+	// (ResourceHealthStatus).
+	health  *healthCache
 	mu      sync.Mutex
 	drivers map[string]*draDriver
 	changed chan struct{}
@@ -80,15 +95,23 @@ func (p *draPlugins) Register(_ context.Context, socket string, info *registerap
 	if err != nil {
 		return fmt.Errorf("create gRPC connection to DRA driver %s plugin at endpoint %s: %w", name, endpoint, err)
 	}
-	d := &draDriver{name: name, endpoint: endpoint, socket: socket, service: service, conn: conn}
+	d := &draDriver{name: name, endpoint: endpoint, socket: socket, service: service, conn: conn,
+		healthService: pickHealthService(info.GetSupportedVersions())}
 	p.mu.Lock()
 	old := p.drivers[name]
 	p.drivers[name] = d
+	if p.health != nil && d.healthService != "" {
+		// Not the registration's context: the watch lasts as long as
+		// the driver stays registered.
+		ctx, cancel := context.WithCancel(context.Background())
+		d.stop = cancel
+		go p.health.watchHealth(ctx, name, conn, d.healthService)
+	}
 	p.mu.Unlock()
 	if old != nil {
-		_ = old.conn.Close()
+		old.close()
 	}
-	p.log.Info("Registered DRA driver", "driver", name, "endpoint", endpoint, "service", service)
+	p.log.Info("Registered DRA driver", "driver", name, "endpoint", endpoint, "service", service, "healthService", d.healthService)
 	p.signal()
 	return nil
 }
@@ -103,7 +126,7 @@ func (p *draPlugins) Deregister(_ context.Context, socket string, info *register
 	}
 	delete(p.drivers, info.GetName())
 	p.mu.Unlock()
-	_ = d.conn.Close()
+	d.close()
 	p.log.Info("Deregistered DRA driver", "driver", d.name, "path", socket)
 	p.signal()
 }
@@ -129,7 +152,7 @@ func (p *draPlugins) close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, d := range p.drivers {
-		_ = d.conn.Close()
+		d.close()
 	}
 	clear(p.drivers)
 }
