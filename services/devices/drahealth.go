@@ -80,11 +80,16 @@ type healthCache struct {
 	now     func() time.Time
 	mu      sync.Mutex
 	drivers map[string]map[string]deviceHealth
+	// streams: which watch of each driver reported last, so that the
+	// stream of a driver's replaced registration, ending after the new
+	// one began, does not clear what the new one reported.
+	streams map[string]uint64
+	lastID  uint64
 	changed chan struct{}
 }
 
 func newHealthCache(log *slog.Logger) *healthCache {
-	return &healthCache{log: log, now: time.Now, drivers: map[string]map[string]deviceHealth{}, changed: make(chan struct{}, 1)}
+	return &healthCache{log: log, now: time.Now, drivers: map[string]map[string]deviceHealth{}, streams: map[string]uint64{}, changed: make(chan struct{}, 1)}
 }
 
 func (c *healthCache) signal() {
@@ -118,9 +123,10 @@ func toResourceHealth(h drahealthv1.HealthStatus) corev1.ResourceHealthStatus {
 // report of driver: each reported device stamped now, with its timeout
 // (the driver's, else 30s; a negative one ignored); a device not reported
 // and expired goes. It tells whether anything changed.
-func (c *healthCache) update(driver string, devices []*drahealthv1.DeviceHealth) bool {
+func (c *healthCache) update(driver string, stream uint64, devices []*drahealthv1.DeviceHealth) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.streams[driver] = stream
 	now := c.now()
 	cur := c.drivers[driver]
 	if cur == nil {
@@ -164,11 +170,17 @@ func (c *healthCache) update(driver string, devices []*drahealthv1.DeviceHealth)
 }
 
 // clearDriver is the kubelet's: a driver whose stream ended says nothing
-// of its devices any more (Unknown).
-func (c *healthCache) clearDriver(driver string) {
+// of its devices any more (Unknown) — unless another stream of it
+// (a registration that replaced the one of this stream) reported since.
+func (c *healthCache) clearDriver(driver string, stream uint64) {
 	c.mu.Lock()
 	_, ok := c.drivers[driver]
-	delete(c.drivers, driver)
+	if s, seen := c.streams[driver]; seen && s != stream {
+		ok = false
+	} else {
+		delete(c.drivers, driver)
+		delete(c.streams, driver)
+	}
 	c.mu.Unlock()
 	if ok {
 		c.signal()
@@ -231,7 +243,11 @@ func (c *healthCache) watchHealth(ctx context.Context, driver string, conn *grpc
 		stream, err := watchResources(ctx, conn, service)
 		if err == nil {
 			log.Info("Successfully started WatchResources health stream")
-			err = c.handleStream(stream, driver)
+			c.mu.Lock()
+			c.lastID++
+			id := c.lastID
+			c.mu.Unlock()
+			err = c.handleStream(stream, driver, id)
 			log.Info("WatchResources health stream has ended", "err", err)
 		} else {
 			log.Debug("Failed to establish WatchResources stream, will retry", "err", err)
@@ -250,8 +266,8 @@ func (c *healthCache) watchHealth(ctx context.Context, driver string, conn *grpc
 
 // handleStream is the kubelet's HandleWatchResourcesStream: each report
 // into the cache; the driver's devices cleared when the stream ends.
-func (c *healthCache) handleStream(stream drahealthv1.DRAResourceHealth_NodeWatchResourcesClient, driver string) error {
-	defer c.clearDriver(driver)
+func (c *healthCache) handleStream(stream drahealthv1.DRAResourceHealth_NodeWatchResourcesClient, driver string, id uint64) error {
+	defer c.clearDriver(driver, id)
 	for {
 		resp, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -260,7 +276,7 @@ func (c *healthCache) handleStream(stream drahealthv1.DRAResourceHealth_NodeWatc
 		if err != nil {
 			return err
 		}
-		c.update(driver, resp.GetDevices())
+		c.update(driver, id, resp.GetDevices())
 	}
 }
 
