@@ -164,7 +164,9 @@ func TestDaemon(t *testing.T) {
 	// or not: capacity and allocatable 0, as the kubelet's readCheckpoint
 	// leaves them (empty device sets) for GetCapacity; a pod asking for it
 	// is refused in the kubelet's words, never handed a device.
-	h.resources(func(r schemas.DeviceResource) bool { return r.Endpoint == "" && len(r.Healthy) == 0 && len(r.Unhealthy) == 0 })
+	h.resources(func(r schemas.DeviceResource) bool {
+		return r.Endpoint == "" && len(r.Healthy) == 0 && len(r.Unhealthy) == 0
+	})
 	h.desire(devPod("early", wants("c", 1)))
 	if want := "no healthy devices present; cannot allocate unhealthy devices example.com/resource"; h.record("early", func(r *schemas.PodDevices) bool { return r != nil }).Error != want {
 		t.Fatalf("pod early was not refused with %q", want)
