@@ -63,6 +63,7 @@ const (
 	KeyNode         = "node"
 	KeyPressure     = "node"
 	KeyDevices      = "resources" // devices bucket: schemas.DeviceResources
+	KeyDRAHealth    = "drahealth" // devices bucket: schemas.DRAHealth
 )
 
 // BucketSpec describes a bucket: its writer and how much history it keeps.

@@ -186,3 +186,49 @@ type PreparedDevice struct {
 	Requests     []string `json:"requests,omitempty"`
 	CDIDeviceIDs []string `json:"cdiDeviceIDs,omitempty"`
 }
+
+// DRAHealth is the health of the DRA drivers' devices as their
+// DRAResourceHealth services (NodeWatchResources) report it: the devices
+// bucket, key "drahealth", written by nodelet-devices, read by
+// nodelet-status for the containers' allocatedResourcesStatus (the
+// kubelet's healthInfoCache, feature ResourceHealthStatus).
+type DRAHealth struct {
+	// Devices are sorted by driver, pool and device. A device a driver
+	// never reported, or whose driver's stream ended, is absent: its
+	// health is Unknown.
+	Devices []DRADeviceHealth `json:"devices"`
+}
+
+func (DRAHealth) SchemaName() string { return "nodelet.v1.DRAHealth" }
+
+// DRADeviceHealth is one device's health.
+type DRADeviceHealth struct {
+	Driver string `json:"driver"`
+	Pool   string `json:"pool"`
+	Device string `json:"device"`
+	// Health is Healthy, Unhealthy or Unknown (corev1.ResourceHealthStatus).
+	// It is Unknown once the driver has not reported the device for its
+	// timeout (the kubelet's getHealthInfo), nodelet-devices rewriting
+	// the record then.
+	Health string `json:"health"`
+	// Message is the driver's, cut to the API's 1024 bytes.
+	Message string `json:"message,omitempty"`
+	// LastUpdated is when nodelet-devices last received the device's
+	// report; Timeout how long the report holds (the driver's
+	// health_check_timeout_seconds, else the kubelet's 30 seconds).
+	LastUpdated time.Time     `json:"lastUpdated"`
+	Timeout     time.Duration `json:"timeout"`
+}
+
+// Device is the health of a driver's device, nil when not reported.
+func (h *DRAHealth) Device(driver, pool, device string) *DRADeviceHealth {
+	if h == nil {
+		return nil
+	}
+	for i := range h.Devices {
+		if d := &h.Devices[i]; d.Driver == driver && d.Pool == pool && d.Device == device {
+			return d
+		}
+	}
+	return nil
+}

@@ -192,5 +192,6 @@ func All() []Message {
 		ProbeResult{}, PodStatusRecord{}, RuntimeState{}, NodePressure{},
 		PodEviction{}, ImageRecord{}, NodeRecord{}, Event{}, Heartbeat{},
 		PodVolumeStats{}, VolumesInUse{}, DeviceResources{}, PodDevices{}, PodClaims{},
+		DRAHealth{},
 	}
 }

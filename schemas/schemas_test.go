@@ -80,6 +80,8 @@ func samples() []Message {
 			PodClaimName: "gpu", Name: "p-gpu", UID: "c1", Drivers: []string{"gpu.example.com"}, Prepared: true,
 			Devices: []PreparedDevice{{Driver: "gpu.example.com", Pool: "node-1", Device: "gpu-0", Requests: []string{"r"},
 				CDIDeviceIDs: []string{"example.com/gpu=gpu-0"}}}}}},
+		&DRAHealth{Devices: []DRADeviceHealth{{Driver: "gpu.example.com", Pool: "node-1", Device: "gpu-0", Health: "Unhealthy",
+			Message: "ECC errors", LastUpdated: now, Timeout: 30 * time.Second}}},
 		&RuntimeState{RuntimeReady: true, NetworkReady: false, Reason: "NetworkPluginNotReady", Message: "plugin foo missing"},
 		&PodVolumeStats{Time: now, Pods: map[string][]statsapi.VolumeStats{"u1": {{Name: "data",
 			PVCRef: &statsapi.PVCReference{Name: "data", Namespace: "default"}, FsStats: statsapi.FsStats{UsedBytes: &used}}}}},

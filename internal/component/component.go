@@ -51,7 +51,7 @@ const (
 	BucketPressure  = "nodelet_v1_pressure"       // key "node" → schemas.NodePressure
 	BucketEvictions = "nodelet_v1_evictions"      // key pod UID → schemas.PodEviction
 	BucketImages    = "nodelet_v1_images"         // key image ID (sanitised) → schemas.ImageRecord
-	BucketDevices   = "nodelet_v1_devices"        // key "resources" → schemas.DeviceResources, "pods.<uid>" → schemas.PodDevices, "claims.<uid>" → schemas.PodClaims
+	BucketDevices   = "nodelet_v1_devices"        // key "resources" → schemas.DeviceResources, "pods.<uid>" → schemas.PodDevices, "claims.<uid>" → schemas.PodClaims, "drahealth" → schemas.DRAHealth
 )
 
 // StatusEventsDurable is status's durable consumer of (its copy of) the

@@ -13,6 +13,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/internal/supervisor"
@@ -45,7 +46,8 @@ func TestDRA(t *testing.T) {
 	})
 	plugin, err := draplugin.Start(ctx, draplugin.Config{Driver: draDriver, NodeName: nodeName, Client: admin,
 		RegistryDir: filepath.Join(root, "plugins_registry"), DataDir: filepath.Join(root, "plugins", draDriver),
-		CDIDir: cdiDir, Fail: map[string]string{"broken": "the device is on fire"}})
+		CDIDir: cdiDir, Fail: map[string]string{"broken": "the device is on fire"},
+		Health: []kubeletplugin.DeviceHealth{{PoolName: nodeName, DeviceName: "dev-0", Health: kubeletplugin.HealthStatusUnhealthy, Message: "ECC errors"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,15 +78,17 @@ func TestDRA(t *testing.T) {
 		t.Fatalf("prepared CDI devices %v, want [%s]", got, want)
 	}
 	// The container's allocatedResourcesStatus names the claim's request
-	// and its device (ResourceHealthStatus, on by default in 1.37).
-	waitTrue(t, 60*time.Second, "allocatedResourcesStatus in the API", func() bool {
+	// and its device with the health the driver's DRAResourceHealth
+	// stream reports (ResourceHealthStatus, on by default in 1.37).
+	waitTrue(t, 60*time.Second, "allocatedResourcesStatus in the API, the device Unhealthy", func() bool {
 		p, err := pods.Get(ctx, good.Name, metav1.GetOptions{})
 		if err != nil || len(p.Status.ContainerStatuses) != 1 {
 			return false
 		}
 		rs := p.Status.ContainerStatuses[0].AllocatedResourcesStatus
 		return len(rs) == 1 && rs[0].Name == "claim:gpu/req" && len(rs[0].Resources) == 1 &&
-			rs[0].Resources[0].ResourceID == corev1.ResourceID(want) && rs[0].Resources[0].Health == corev1.ResourceHealthStatusUnknown
+			rs[0].Resources[0].ResourceID == corev1.ResourceID(want) && rs[0].Resources[0].Health == corev1.ResourceHealthStatusUnhealthy &&
+			rs[0].Resources[0].Message != nil && *rs[0].Resources[0].Message == "ECC errors"
 	})
 	cs := criContainers(t, string(good.UID))
 	if len(cs) != 1 {

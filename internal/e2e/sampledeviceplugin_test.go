@@ -202,28 +202,35 @@ func TestSampleDevicePlugin(t *testing.T) {
 		}
 		p := waitAPIPod(t, ctx, admin, ns, name, "Failed", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodFailed })
 		const want = "Pod was rejected: Allocate failed due to requested number of devices unavailable for example.com/resource. Requested: 1, Available: 0, which is unexpected"
-		// Right after a restart of nodelet-devices the plugin may not have
-		// said its devices are healthy yet (the restored resources key says
-		// they were): refused in the kubelet's other words, as a restarted
-		// kubelet refuses it. Either way no device is handed out.
-		const unhealthy = "Pod was rejected: Allocate failed due to no healthy devices present; cannot allocate unhealthy devices example.com/resource, which is unexpected"
-		if p.Status.Reason != "UnexpectedAdmissionError" || p.Status.Message != want && (refused == 1 || p.Status.Message != unhealthy) {
+		if p.Status.Reason != "UnexpectedAdmissionError" || p.Status.Message != want {
 			t.Fatalf("%s: %s: %s %q, want UnexpectedAdmissionError %q", why, name, p.Status.Reason, p.Status.Message, want)
 		}
 	}
 	refuse("at first")
 
+	// resourcesRev is the revision of the devices bucket's resources key.
+	resourcesRev := func() uint64 {
+		_, rev, err := bus.Get[schemas.DeviceResources](ctx, tap, bus.BucketDevices, bus.KeyDevices)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rev
+	}
 	// intact: pod two keeps its container (never restarted) and its
 	// allocation (the same record, not allocated again), and the Node
 	// advertises both devices again.
-	intact := func(after string) {
+	intact := func(after string, since uint64) {
 		t.Helper()
 		// Registered again (a restarted nodelet-devices knows the resource
 		// but none of its devices until then: a pod would be refused "no
-		// healthy devices present", as by a restarted kubelet).
+		// healthy devices present", as by a restarted kubelet). After a
+		// restart of nodelet-devices the key must be newer than before it:
+		// the process says READY once it reaches the bus, before it
+		// republishes the key, and the old one still says both devices
+		// are healthy.
 		waitTrue(t, 2*time.Minute, after+": the plugin registered, both devices healthy", func() bool {
-			r, _, err := bus.Get[schemas.DeviceResources](ctx, tap, bus.BucketDevices, bus.KeyDevices)
-			return err == nil && r != nil && len(r.Resources) == 1 && len(r.Resources[0].Healthy) == 2 && r.Resources[0].Endpoint != ""
+			r, rev, err := bus.Get[schemas.DeviceResources](ctx, tap, bus.BucketDevices, bus.KeyDevices)
+			return err == nil && r != nil && rev > since && len(r.Resources) == 1 && len(r.Resources[0].Healthy) == 2 && r.Resources[0].Endpoint != ""
 		})
 		waitTrue(t, 2*time.Minute, after+": "+sampleResource+" advertised again", advertised(2))
 		waitTrue(t, 2*time.Minute, after+": pod two Running with its container never restarted", func() bool {
@@ -265,13 +272,17 @@ func TestSampleDevicePlugin(t *testing.T) {
 	}
 	for _, d := range bus.Daemons {
 		began := time.Now()
+		var since uint64
+		if d == bus.Devices {
+			since = resourcesRev()
+		}
 		kill(d)
-		intact("SIGKILL of " + d)
+		intact("SIGKILL of "+d, since)
 		t.Logf("SIGKILL of %s: back, allocation intact, one more pod refused in %s", d, time.Since(began).Round(10*time.Millisecond))
 	}
 	began := time.Now()
 	kill("bus")
-	intact("SIGKILL of the bus")
+	intact("SIGKILL of the bus", 0)
 	t.Logf("SIGKILL of the bus: back, allocation intact, one more pod refused in %s", time.Since(began).Round(10*time.Millisecond))
 	if p := plugin(); p == nil || p.UID != pluginBefore.UID || p.Status.ContainerStatuses[0].RestartCount != 0 {
 		t.Fatalf("the plugin's pod restarted while nodelet's daemons did: %+v", p)
@@ -284,6 +295,7 @@ func TestSampleDevicePlugin(t *testing.T) {
 		t.Fatalf("the plugin's containers: %+v", pcs)
 	}
 	began = time.Now()
+	since := resourcesRev()
 	pid := containerPID(t, pcs[0].Id)
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -293,15 +305,16 @@ func TestSampleDevicePlugin(t *testing.T) {
 		return p != nil && p.Status.Phase == corev1.PodRunning && len(p.Status.ContainerStatuses) == 1 &&
 			p.Status.ContainerStatuses[0].RestartCount == 1 && p.Status.ContainerStatuses[0].State.Running != nil
 	})
-	intact("SIGKILL of the plugin's container")
+	intact("SIGKILL of the plugin's container", since)
 	t.Logf("SIGKILL of the plugin's container: restarted, registered again, allocation intact, one more pod refused in %s", time.Since(began).Round(10*time.Millisecond))
 
 	// The whole agent.
 	began = time.Now()
+	since = resourcesRev()
 	n.Stop()
 	n.start()
 	n.WaitReady()
-	intact("a restart of the agent")
+	intact("a restart of the agent", since)
 	t.Logf("the agent stopped and started: allocation intact, one more pod refused in %s", time.Since(began).Round(10*time.Millisecond))
 	t.Logf("%d pods refused as the kubelet refuses them, pod two's container %s never restarted", refused, id[:12])
 }

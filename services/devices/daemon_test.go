@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/bus/bustest"
@@ -37,6 +38,10 @@ type harness struct {
 	daemon    testenv.Runner
 	// conn is the running daemon's: closed when it stops, as a process's.
 	conn *bus.Conn
+	// registry and client, when set, are the daemon's DRA plugin
+	// registry and its API client (ResourceClaims).
+	registry string
+	client   kubernetes.Interface
 }
 
 func newHarness(t *testing.T) *harness {
@@ -71,7 +76,7 @@ func (h *harness) start() {
 	cfg := config.Defaults()
 	cfg.Node.StateDir = h.b.StateDir
 	h.conn = h.b.Connect(bus.Devices)
-	d := New(Options{Deps: daemon.Deps{Config: cfg, Log: bustest.Logger(), Bus: h.conn}, Dir: h.dir})
+	d := New(Options{Deps: daemon.Deps{Config: cfg, Log: bustest.Logger(), Bus: h.conn}, Dir: h.dir, RegistryDir: h.registry, Client: h.client})
 	h.daemon.Start(h.t, d.Run)
 	// The socket is made anew at every start, as plugins expect.
 	sock := filepath.Join(h.dir, "kubelet.sock")
@@ -155,7 +160,17 @@ func TestDaemon(t *testing.T) {
 	h.stop()
 	p.stop()
 	h.start()
-	h.resources(func(r schemas.DeviceResource) bool { return r.Endpoint == "" && len(r.Healthy) == 0 })
+	// Until the plugin registers again the resource has no device, healthy
+	// or not: capacity and allocatable 0, as the kubelet's readCheckpoint
+	// leaves them (empty device sets) for GetCapacity; a pod asking for it
+	// is refused in the kubelet's words, never handed a device.
+	h.resources(func(r schemas.DeviceResource) bool {
+		return r.Endpoint == "" && len(r.Healthy) == 0 && len(r.Unhealthy) == 0
+	})
+	h.desire(devPod("early", wants("c", 1)))
+	if want := "no healthy devices present; cannot allocate unhealthy devices example.com/resource"; h.record("early", func(r *schemas.PodDevices) bool { return r != nil }).Error != want {
+		t.Fatalf("pod early was not refused with %q", want)
+	}
 	p = newFakePlugin(t, h.dir, res, "Dev-1", "Dev-2")
 	p.start()
 	h.resources(func(r schemas.DeviceResource) bool { return len(r.Healthy) == 2 && r.Endpoint != "" })

@@ -116,6 +116,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}).Run(ctx)
 	}
 	go d.runClaims(ctx)
+	go d.runHealth(ctx)
 	go bus.RunAll(ctx,
 		bus.NewMirror(d.o.Bus, bus.BucketDesired, ">", func(u bus.Update[schemas.PodDesired]) {
 			d.apply(bus.BucketDesired, u.Kind, func() { bus.Apply(d.desired, u) })
@@ -188,10 +189,22 @@ func (d *Daemon) restore(ctx context.Context) error {
 			case !errors.Is(cerr, errNoCheckpoint):
 				d.o.Log.Error("Reading the device manager checkpoint, using the devices bucket", "path", filepath.Join(d.o.Dir, CheckpointFile), "err", cerr)
 			}
+			claimsFrom := bus.BucketDevices
+			switch crecs, cerr := readDRACheckpoint(d.o.Dir); {
+			case cerr == nil:
+				claims, claimsFrom = crecs, DRACheckpointFile
+			case !errors.Is(cerr, errNoCheckpoint):
+				d.o.Log.Error("Reading the DRA manager checkpoint, using the devices bucket", "path", filepath.Join(d.o.Dir, DRACheckpointFile), "err", cerr)
+			}
 			d.m.restore(res, pods)
 			d.dra.claims.restore(claims)
-			if err = d.publishAll(ctx); err == nil {
-				d.o.Log.Info("Read allocations", "from", from, "pods", len(pods), "claimPods", len(claims))
+			// The file says what the bucket says from now on (the
+			// bucket's records when there was no file).
+			if err = d.saveClaimsCheckpoint(nil, ""); err == nil {
+				err = d.publishAll(ctx)
+			}
+			if err == nil {
+				d.o.Log.Info("Read allocations", "from", from, "pods", len(pods), "claimsFrom", claimsFrom, "claimPods", len(claims))
 				return nil
 			}
 		}
@@ -273,8 +286,11 @@ func (d *Daemon) publishAll(ctx context.Context) error {
 	for _, p := range pods {
 		held[KeyPodPrefix+p.UID] = true
 	}
+	for _, uid := range d.dra.claims.uids() {
+		held[KeyClaimsPrefix+uid] = true
+	}
 	for _, k := range keys {
-		if strings.HasPrefix(k, KeyPodPrefix) && !held[k] {
+		if (strings.HasPrefix(k, KeyPodPrefix) || strings.HasPrefix(k, KeyClaimsPrefix)) && !held[k] {
 			if _, err := d.w.Delete(ctx, k); err != nil {
 				return err
 			}
@@ -282,6 +298,11 @@ func (d *Daemon) publishAll(ctx context.Context) error {
 	}
 	for _, p := range pods {
 		if _, _, err := d.w.Put(ctx, KeyPodPrefix+p.UID, p); err != nil {
+			return err
+		}
+	}
+	if h, _ := d.dra.health.snapshot(); h != nil {
+		if _, _, err := d.w.Put(ctx, bus.KeyDRAHealth, h); err != nil {
 			return err
 		}
 	}

@@ -1,9 +1,14 @@
 package devices
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -32,10 +37,16 @@ const (
 type draState struct {
 	plugins *draPlugins
 	claims  *claimManager
+	health  *healthCache
 	client  atomic.Pointer[kubernetes.Interface]
 	wake    chan struct{}
 	// retry: when each pod not prepared (or not unprepared) is due again.
 	retry map[string]retryState
+
+	// fileMu guards checkpointed, the content of DRACheckpointFile as
+	// last written.
+	fileMu       sync.Mutex
+	checkpointed []byte
 }
 
 type retryState struct {
@@ -44,7 +55,9 @@ type retryState struct {
 }
 
 func (d *Daemon) initDRA() {
-	s := &draState{plugins: newDRAPlugins(d.o.Log.With("subsystem", "dra")), wake: make(chan struct{}, 1), retry: map[string]retryState{}}
+	s := &draState{plugins: newDRAPlugins(d.o.Log.With("subsystem", "dra")), health: newHealthCache(d.o.Log.With("subsystem", "dra-health")),
+		wake: make(chan struct{}, 1), retry: map[string]retryState{}}
+	s.plugins.health = s.health
 	if d.o.Client != nil {
 		s.client.Store(&d.o.Client)
 	}
@@ -118,28 +131,47 @@ func (d *Daemon) runClaims(ctx context.Context) {
 	}
 }
 
-// reconcileClaims unprepares the claims of pods gone or refused (the
-// kubelet's UnprepareResources when a pod terminated) and prepares those
-// of admitted pods (PrepareResources, which the kubelet calls in SyncPod
-// right before the sandbox). It returns when it wants to run again.
+// reconcileClaims unprepares the claims of pods no longer active and
+// prepares those of admitted pods (PrepareResources, which the kubelet
+// calls in SyncPod right before the sandbox). It returns when it wants to
+// run again.
+//
+// A pod is unprepared once it is terminated, not only once it is gone:
+// the kubelet calls UnprepareDynamicResources in SyncTerminatingPod, after
+// every container stopped and before the pod's terminal status is
+// reported, and podResourcesAreReclaimed holds the pod's deletion until
+// then (PodMightNeedToUnprepareResources). Terminated is the device
+// manager's rule too (podutil.Inactive: the runtime reports it
+// terminated, or a terminal phase, or every app container done for good
+// under its restart policy); a pod refused by admission holds nothing
+// either. A pod missing from the desired bucket is unprepared only once
+// the sources are ready (the kubelet's reconcileLoop over activePods waits
+// for sourcesReady.AllReady): after a restart or a wipe of the bus's store
+// the bucket fills again only then. A claim another pod's record still
+// names stays prepared (unprepare skips it).
 func (d *Daemon) reconcileClaims(ctx context.Context) time.Time {
 	d.mu.Lock()
-	if !d.synced[bus.BucketDesired] || !d.synced[bus.BucketAdmission] {
+	if !d.synced[bus.BucketDesired] || !d.synced[bus.BucketAdmission] || !d.synced[bus.BucketObserved] {
 		d.mu.Unlock()
 		return time.Time{}
 	}
-	var gone []string
+	var gone, missing []string
 	for _, uid := range d.dra.claims.uids() {
-		v := d.verdicts[uid]
-		if d.desired[uid] == nil || d.desired[uid].Pod == nil || (v != nil && !v.Admitted) {
+		p := d.desired[uid]
+		if p == nil || p.Pod == nil {
+			if d.sources != nil && d.sources.AllReady {
+				missing = append(missing, uid)
+			}
+			continue
+		}
+		if !d.active(uid) {
 			gone = append(gone, uid)
 		}
 	}
 	var todo []*corev1.Pod
 	for uid, p := range d.desired {
 		v := d.verdicts[uid]
-		if p.Pod == nil || v == nil || !v.Admitted || !wantsClaims(p.Pod) || p.Pod.DeletionTimestamp != nil ||
-			p.Pod.Status.Phase == corev1.PodSucceeded || p.Pod.Status.Phase == corev1.PodFailed {
+		if p.Pod == nil || v == nil || !v.Admitted || !wantsClaims(p.Pod) || p.Pod.DeletionTimestamp != nil || !d.active(uid) {
 			continue
 		}
 		if r := d.dra.claims.record(uid); r != nil && r.Prepared {
@@ -149,6 +181,16 @@ func (d *Daemon) reconcileClaims(ctx context.Context) time.Time {
 	}
 	d.mu.Unlock()
 	now := time.Now()
+	for _, uid := range missing {
+		if !d.due(uid, now) {
+			continue
+		}
+		if !d.confirmGone(ctx, uid) {
+			d.failed(uid, now)
+			continue
+		}
+		gone = append(gone, uid)
+	}
 	for _, uid := range gone {
 		if !d.due(uid, now) {
 			continue
@@ -158,13 +200,13 @@ func (d *Daemon) reconcileClaims(ctx context.Context) time.Time {
 			d.failed(uid, now)
 			continue
 		}
-		if _, err := d.w.Delete(ctx, KeyClaimsPrefix+uid); err != nil {
+		if err := d.dropClaims(ctx, uid); err != nil {
+			d.o.Log.Error("Failed to checkpoint ResourceClaim state", "podUID", uid, "err", err)
 			d.failed(uid, now)
 			continue
 		}
-		d.dra.claims.forget(uid)
 		delete(d.dra.retry, uid)
-		d.o.Log.Info("Unprepared the resource claims of a pod gone", "podUID", uid)
+		d.o.Log.Info("Unprepared the resource claims of a pod no longer active", "podUID", uid)
 	}
 	for _, pod := range todo {
 		uid := string(pod.UID)
@@ -172,8 +214,7 @@ func (d *Daemon) reconcileClaims(ctx context.Context) time.Time {
 			continue
 		}
 		rec := d.dra.claims.prepare(ctx, pod, func(r *schemas.PodClaims) error {
-			_, _, err := d.w.Put(ctx, KeyClaimsPrefix+uid, r)
-			return err
+			return d.storeClaims(ctx, r)
 		})
 		podRef := pod.Namespace + "/" + pod.Name
 		if rec.Prepared {
@@ -215,4 +256,69 @@ func decodeClaims(key string, data []byte) (*schemas.PodClaims, error) {
 		return nil, errBadKey(key, p.UID)
 	}
 	return &p, nil
+}
+
+// saveClaimsCheckpoint writes DRACheckpointFile with the records the claim
+// manager holds, rec in place of its pod's (when not nil) and without pod
+// drop's (when not ""): the kubelet's syncToCheckpoint. Nothing is written
+// when the content did not change.
+func (d *Daemon) saveClaimsCheckpoint(rec *schemas.PodClaims, drop string) error {
+	var recs []*schemas.PodClaims
+	for _, uid := range d.dra.claims.uids() {
+		if uid == drop || rec != nil && uid == rec.UID {
+			continue
+		}
+		if r := d.dra.claims.record(uid); r != nil {
+			recs = append(recs, r)
+		}
+	}
+	if rec != nil {
+		recs = append(recs, rec)
+	}
+	b, err := encodeDRACheckpoint(recs)
+	if err != nil {
+		return err
+	}
+	s := d.dra
+	s.fileMu.Lock()
+	defer s.fileMu.Unlock()
+	if bytes.Equal(b, s.checkpointed) {
+		return nil
+	}
+	// At start the directory may not be there yet (the registrar makes
+	// it, as the Registration socket's).
+	if err := os.MkdirAll(d.o.Dir, 0o750); err != nil {
+		return fmt.Errorf("writing the DRA manager checkpoint: %w", err)
+	}
+	if err := writeFileAtomic(filepath.Join(d.o.Dir, DRACheckpointFile), b); err != nil {
+		return fmt.Errorf("writing the DRA manager checkpoint: %w", err)
+	}
+	s.checkpointed = b
+	return nil
+}
+
+// storeClaims checkpoints a pod's record: the file first, then the bucket
+// (what nodelet-runtime may act on is never missing from the file).
+func (d *Daemon) storeClaims(ctx context.Context, rec *schemas.PodClaims) error {
+	if err := d.saveClaimsCheckpoint(rec, ""); err != nil {
+		return err
+	}
+	_, _, err := d.w.Put(ctx, KeyClaimsPrefix+rec.UID, rec)
+	return err
+}
+
+// dropClaims forgets a pod whose claims are unprepared: out of the file,
+// then out of the bucket, then out of the claim manager. A crash in
+// between leaves the record in the bucket alone, which the file (read
+// first at start) overrules; or in both, and the pod is unprepared again
+// (NodeUnprepareResources is idempotent).
+func (d *Daemon) dropClaims(ctx context.Context, uid string) error {
+	if err := d.saveClaimsCheckpoint(nil, uid); err != nil {
+		return err
+	}
+	if _, err := d.w.Delete(ctx, KeyClaimsPrefix+uid); err != nil {
+		return err
+	}
+	d.dra.claims.forget(uid)
+	return nil
 }

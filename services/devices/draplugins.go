@@ -33,6 +33,18 @@ type draDriver struct {
 	// connected: the plugin's gRPC connection is up (the kubelet's
 	// monitoredPlugin.connected); guarded by draPlugins.mu.
 	connected bool
+	// healthService is the DRAResourceHealth service it offers, or "";
+	// stop ends the watch of its health stream.
+	healthService string
+	stop          context.CancelFunc
+}
+
+// close ends the driver's health watch and connection.
+func (d *draDriver) close() {
+	if d.stop != nil {
+		d.stop()
+	}
+	_ = d.conn.Close()
 }
 
 // connMonitor is the kubelet's monitoredPlugin: gRPC's connection events
@@ -84,7 +96,10 @@ func (d *draDriver) client() drapb.DRAPluginClient {
 // draPlugins is the kubelet's DRAPluginManager: the DRAPlugin handler of
 // the plugin watcher, and the drivers by name.
 type draPlugins struct {
-	log     *slog.Logger
+	log *slog.Logger
+	// health, when set, follows each driver's health stream
+	// (ResourceHealthStatus).
+	health  *healthCache
 	mu      sync.Mutex
 	drivers map[string]*draDriver
 	changed chan struct{}
@@ -127,18 +142,26 @@ func (p *draPlugins) Register(_ context.Context, socket string, info *registerap
 		return fmt.Errorf("create gRPC connection to DRA driver %s plugin at endpoint %s: %w", name, endpoint, err)
 	}
 	d.conn = conn
+	d.healthService = pickHealthService(info.GetSupportedVersions())
 	p.mu.Lock()
 	old := p.drivers[name]
 	p.drivers[name] = d
 	p.syncLocked(name)
+	if p.health != nil && d.healthService != "" {
+		// Not the registration's context: the watch lasts as long as
+		// the driver stays registered.
+		ctx, cancel := context.WithCancel(context.Background())
+		d.stop = cancel
+		go p.health.watchHealth(ctx, name, conn, d.healthService)
+	}
 	p.mu.Unlock()
 	// Connect now, not at the first call: the connection's state is what
 	// says whether the driver is usable (the kubelet's RegisterPlugin).
 	conn.Connect()
 	if old != nil {
-		_ = old.conn.Close()
+		old.close()
 	}
-	p.log.Info("Registered DRA driver", "driver", name, "endpoint", endpoint, "service", service)
+	p.log.Info("Registered DRA driver", "driver", name, "endpoint", endpoint, "service", service, "healthService", d.healthService)
 	p.signal()
 	return nil
 }
@@ -154,7 +177,7 @@ func (p *draPlugins) Deregister(_ context.Context, socket string, info *register
 	delete(p.drivers, info.GetName())
 	p.syncLocked(d.name)
 	p.mu.Unlock()
-	_ = d.conn.Close()
+	d.close()
 	p.log.Info("Deregistered DRA driver", "driver", d.name, "path", socket)
 	p.signal()
 }
@@ -213,6 +236,6 @@ func (p *draPlugins) close() {
 	p.mu.Unlock()
 	// Outside the lock: closing may report the connection's end.
 	for _, d := range drivers {
-		_ = d.conn.Close()
+		d.close()
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/dynamic-resource-allocation/resourceclaim"
+	"k8s.io/utils/ptr"
 
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/schemas"
@@ -34,16 +35,37 @@ func (s *store) claimsUpdate(u bus.Update[schemas.PodClaims]) {
 	}
 }
 
+// draHealthUpdate keeps nodelet-devices' drahealth record; a change makes
+// the status of every pod with claims computed again (the kubelet's
+// HandleWatchResourcesStream asks for the pods using a changed device).
+func (s *store) draHealthUpdate(u bus.Update[schemas.DRAHealth]) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch u.Kind {
+	case bus.Put:
+		s.draHealth = u.Value
+	case bus.Deleted, bus.Reset:
+		s.draHealth = nil
+	default:
+		return
+	}
+	for uid := range s.claims {
+		s.markDirty(uid)
+	}
+}
+
 // setClaimsResourcesStatus is the DRA manager's
 // UpdateAllocatedResourcesStatus (ResourceHealthStatus, beta and on by
 // default since 1.36): each app container that names claims in
 // resources.claims reports, per "claim:<name>" or "claim:<name>/<request>",
 // the claim's prepared devices of that request, each by its first CDI
-// device ID (else driver/pool/device) with health Unknown — nodelet
-// follows no driver's health service. Entries without devices are left
-// out, as the kubelet does; they are sorted by name (the kubelet's order
-// is its map's).
-func setClaimsResourcesStatus(pod *corev1.Pod, statuses []corev1.ContainerStatus, rec *schemas.PodClaims) {
+// device ID (else driver/pool/device) with the health its driver's
+// DRAResourceHealth stream last reported (nodelet-devices' drahealth
+// record: Unknown when not reported or not refreshed within its timeout,
+// the kubelet's getHealthInfo) and its message (ResourceHealthStatusMessage,
+// beta and on by default). Entries without devices are left out, as the
+// kubelet does; they are sorted by name (the kubelet's order is its map's).
+func setClaimsResourcesStatus(pod *corev1.Pod, statuses []corev1.ContainerStatus, rec *schemas.PodClaims, health *schemas.DRAHealth) {
 	if rec == nil {
 		return
 	}
@@ -82,7 +104,14 @@ func setClaimsResourcesStatus(pod *corev1.Pod, statuses []corev1.ContainerStatus
 					continue
 				}
 				seen[id] = true
-				rs.Resources = append(rs.Resources, corev1.ResourceHealth{ResourceID: id, Health: corev1.ResourceHealthStatusUnknown})
+				rh := corev1.ResourceHealth{ResourceID: id, Health: corev1.ResourceHealthStatusUnknown}
+				if h := health.Device(d.Driver, d.Pool, d.Device); h != nil && h.Health != "" {
+					rh.Health = corev1.ResourceHealthStatus(h.Health)
+					if h.Message != "" {
+						rh.Message = ptr.To(h.Message)
+					}
+				}
+				rs.Resources = append(rs.Resources, rh)
 			}
 			if len(rs.Resources) > 0 {
 				out = append(out, rs)

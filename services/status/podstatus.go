@@ -52,6 +52,9 @@ type PodInputs struct {
 	Now     time.Time
 	// Claims are the pod's prepared ResourceClaims (nodelet-devices).
 	Claims *schemas.PodClaims
+	// DRAHealth is the health of the DRA drivers' devices
+	// (nodelet-devices), nil when none reported.
+	DRAHealth *schemas.DRAHealth
 }
 
 // ComputePodStatus is nodelet's generateAPIPodStatus: the v1.PodStatus of
@@ -124,7 +127,7 @@ func generateStatus(in PodInputs, old *corev1.PodStatus) corev1.PodStatus {
 	}
 	c := containerInputs{pod: pod, known: obs != nil, anyAppCreated: anyCreated(obsApp), rro: obs != nil && obs.RecursiveReadOnlyMounts}
 	s.ContainerStatuses = c.statuses(pod.Spec.Containers, obsApp, old.ContainerStatuses, hasInit, false)
-	setClaimsResourcesStatus(pod, s.ContainerStatuses, in.Claims)
+	setClaimsResourcesStatus(pod, s.ContainerStatuses, in.Claims, in.DRAHealth)
 	s.InitContainerStatuses = c.statuses(pod.Spec.InitContainers, obsInit, old.InitContainerStatuses, hasInit, true)
 	s.EphemeralContainerStatuses = c.ephemeralStatuses(obs, old)
 	setProbeResults(pod, &s, in.Probes, old)

@@ -33,6 +33,8 @@ type store struct {
 	// claims are nodelet-devices' prepared ResourceClaims by pod UID
 	// (containers' allocatedResourcesStatus).
 	claims map[string]*schemas.PodClaims
+	// draHealth is nodelet-devices' health of the DRA drivers' devices.
+	draHealth *schemas.DRAHealth
 	// records are the statuses last written to the status bucket.
 	records map[string]*schemas.PodStatusRecord
 	// names remembers namespace/name of every pod seen in the desired
@@ -151,6 +153,9 @@ func (s *store) podInputsLocked(uid string) (PodInputs, bool) {
 		Eviction: s.evictions[uid],
 		Claims:   s.claims[uid],
 	}
+	if in.Claims != nil {
+		in.DRAHealth = s.draHealth
+	}
 	if r := s.records[uid]; r != nil {
 		in.Old = &r.Status
 	}
@@ -181,6 +186,7 @@ func (s *store) watchAll(ctx context.Context, c *bus.Conn) {
 		bus.NewMirror(c, bus.BucketPressure, bus.KeyPressure, nodeValue(s, &s.pressure, true)),
 		bus.NewMirror(c, bus.BucketDevices, bus.KeyDevices, nodeValue(s, &s.devices, true)),
 		bus.NewMirror(c, bus.BucketDevices, "claims.>", s.claimsUpdate),
+		bus.NewMirror(c, bus.BucketDevices, bus.KeyDRAHealth, s.draHealthUpdate),
 	)
 }
 

@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -43,6 +44,10 @@ type Config struct {
 	CDIDir string
 	// Fail maps a claim name to the error its preparation reports.
 	Fail map[string]string
+	// Health, when set, is what the driver's DRAResourceHealth service
+	// reports (the library's WatchHealthStatus), again every 10s; when
+	// nil the service is off.
+	Health []kubeletplugin.DeviceHealth
 }
 
 // Plugin is a running driver.
@@ -68,7 +73,7 @@ func Start(ctx context.Context, cfg Config) (*Plugin, error) {
 	h, err := kubeletplugin.Start(ctx, p,
 		kubeletplugin.DriverName(cfg.Driver), kubeletplugin.NodeName(cfg.NodeName), kubeletplugin.KubeClient(cfg.Client),
 		kubeletplugin.RegistrarDirectoryPath(cfg.RegistryDir), kubeletplugin.PluginDataDirectoryPath(cfg.DataDir),
-		kubeletplugin.HealthService(false))
+		kubeletplugin.HealthService(cfg.Health != nil))
 	if err != nil {
 		return nil, err
 	}
@@ -165,7 +170,26 @@ func (p *Plugin) HandleError(_ context.Context, err error, _ string) {
 	p.mu.Unlock()
 }
 
-// WatchHealthStatus: no health reporting.
-func (p *Plugin) WatchHealthStatus(context.Context, chan<- kubeletplugin.DeviceHealthReport) error {
-	return kubeletplugin.ErrHealthNotSupported
+// WatchHealthStatus reports Config.Health, stamped now, at once and every
+// 10s (within the kubelet's 30s timeout), until ctx ends.
+func (p *Plugin) WatchHealthStatus(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
+	if p.cfg.Health == nil {
+		return kubeletplugin.ErrHealthNotSupported
+	}
+	for {
+		r := kubeletplugin.DeviceHealthReport{Devices: slices.Clone(p.cfg.Health)}
+		for i := range r.Devices {
+			r.Devices[i].LastUpdated = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case reports <- r:
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(10 * time.Second):
+		}
+	}
 }
