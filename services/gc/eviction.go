@@ -198,6 +198,8 @@ type evictionManager struct {
 	loaded             bool
 	// shuttingDown: the shutdown manager handles a node shutdown.
 	shuttingDown bool
+	// prevPass is when the pass before the current one began.
+	prevPass, thisPass time.Time
 }
 
 // evictionPods is what the eviction manager asks of the pod state: the
@@ -217,6 +219,8 @@ type evictionWriter interface {
 // reclaim uses it (the kubelet's ContainerGC.DeleteAllUnusedContainers).
 type containerReclaimer interface {
 	garbageCollect(ctx context.Context, evictNonDeletedPods bool) (containerGCResult, error)
+	// lastRemovalAt is when any container GC pass last removed a container.
+	lastRemovalAt() time.Time
 }
 
 // imageReclaimer is image GC as the eviction manager's node-level reclaim
@@ -258,6 +262,7 @@ func (m *evictionManager) synchronize(ctx context.Context) ([]*corev1.Pod, error
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.clock.Now()
+	m.prevPass, m.thisPass = m.thisPass, now
 	if err := m.loadPressure(ctx, now); err != nil {
 		return nil, err
 	}
@@ -376,7 +381,8 @@ func (m *evictionManager) reclaimNodeLevelResources(ctx context.Context, signal 
 	if !disk || (withImageFs && nodefs) {
 		return false
 	}
-	if _, err := m.containers.garbageCollect(ctx, true); err != nil {
+	cres, err := m.containers.garbageCollect(ctx, true)
+	if err != nil {
 		m.log.Info("Eviction manager: unexpected error when attempting to reduce resource pressure", "resourceName", res, "err", err)
 	}
 	if _, err := m.images.deleteUnusedImages(ctx); err != nil {
@@ -389,6 +395,18 @@ func (m *evictionManager) reclaimNodeLevelResources(ctx context.Context, signal 
 	}
 	if len(thresholdsMet(m.thresholds, makeObservations(ns))) == 0 {
 		m.log.Info("Eviction manager: able to reduce resource pressure without evicting pods.", "resourceName", res)
+		return true
+	}
+	if n := len(cres.Containers); n > 0 || m.containers.lastRemovalAt().After(m.prevPass) {
+		// Unlike the kubelet, which evicts at once: containerd removes a
+		// container's writable layer from disk in its own garbage
+		// collection, after CRI RemoveContainer returned (a second or more
+		// later, at its gc scheduler's pace), so statfs does not yet show
+		// what a removal since the last pass freed — typically the layer
+		// of the pod evicted the pass before, which this reclaim or the
+		// container GC loop removed. Evicting now would take a second pod
+		// for space that is about to return; the next pass measures again.
+		m.log.Info("Eviction manager: dead containers removed since the last pass, measuring again before evicting", "resourceName", res, "containers", n)
 		return true
 	}
 	return false
