@@ -276,7 +276,7 @@ done`, imageFsHogLeaves)}
 			t.Errorf("%s: not the same running container after the pressure: %+v, %v", name, p.Status.ContainerStatuses, err)
 		}
 	}
-	for _, reason := range []string{"NodeHasDiskPressure", "NodeHasNoDiskPressure", "EvictionThresholdMet", "FreeDiskSpaceFailed"} {
+	for _, reason := range []string{"NodeHasDiskPressure", "NodeHasNoDiskPressure", "EvictionThresholdMet", "FreeDiskSpaceFailed", "ImageGCFailed"} {
 		if ev := nodeEventSince(ctx, t, admin, reason, began); ev == nil {
 			t.Errorf("no %s node event", reason)
 		} else if reason == "FreeDiskSpaceFailed" && !strings.HasPrefix(ev.Message, "Insufficient free disk space on the node's image filesystem (") {
