@@ -200,7 +200,15 @@ type evictionManager struct {
 	shuttingDown bool
 	// prevPass is when the pass before the current one began.
 	prevPass, thisPass time.Time
+	// deferred counts the passes in a row that evicted nothing because
+	// containers had been removed since the previous pass.
+	deferred int
 }
+
+// maxDeferredEvictions bounds the passes in a row that wait for removed
+// containers' space instead of evicting: dead containers removed on every
+// pass (a pod crash-looping under pressure) must not hold eviction off.
+const maxDeferredEvictions = 2
 
 // evictionPods is what the eviction manager asks of the pod state: the
 // kubelet's activePodsFunc and podCleanedUpFunc.
@@ -395,21 +403,26 @@ func (m *evictionManager) reclaimNodeLevelResources(ctx context.Context, signal 
 	}
 	if len(thresholdsMet(m.thresholds, makeObservations(ns))) == 0 {
 		m.log.Info("Eviction manager: able to reduce resource pressure without evicting pods.", "resourceName", res)
+		m.deferred = 0
 		return true
 	}
-	if n := len(cres.Containers); n > 0 || m.containers.lastRemovalAt().After(m.prevPass) {
-		// Unlike the kubelet, which evicts at once: containerd removes a
-		// container's writable layer from disk in its own garbage
-		// collection, after CRI RemoveContainer returned (a second or more
-		// later, at its gc scheduler's pace), so statfs does not yet show
-		// what a removal since the last pass freed — typically the layer
-		// of the pod evicted the pass before, which this reclaim or the
-		// container GC loop removed. Evicting now would take a second pod
-		// for space that is about to return; the next pass measures again.
-		m.log.Info("Eviction manager: dead containers removed since the last pass, measuring again before evicting", "resourceName", res, "containers", n)
-		return true
+	// Unlike the kubelet, which evicts at once: containerd removes a
+	// container's writable layer from disk in its own garbage collection,
+	// after CRI RemoveContainer returned (a second or more later, at its gc
+	// scheduler's pace), so statfs does not yet show what a removal since
+	// the last pass freed — typically the layer of the pod evicted the pass
+	// before, which this reclaim or the container GC loop removed. Evicting
+	// now would take a second pod for space that is about to return; the
+	// next pass measures again (at most maxDeferredEvictions in a row).
+	removed := len(cres.Containers) > 0 || m.containers.lastRemovalAt().After(m.prevPass)
+	if !removed || m.deferred >= maxDeferredEvictions {
+		m.deferred = 0
+		return false
 	}
-	return false
+	m.deferred++
+	m.log.Info("Eviction manager: dead containers removed since the last pass, measuring again before evicting",
+		"resourceName", res, "containers", len(cres.Containers), "deferred", m.deferred)
+	return true
 }
 
 // evictPod asks the runtime to kill pod and status to fail it: a record in

@@ -409,4 +409,35 @@ func TestNoEvictionWhileRemovedContainersFree(t *testing.T) {
 	if evicted := pass(); len(evicted) != 1 || evicted[0].UID != pod.UID {
 		t.Fatalf("evicted %v, want the hog once no container was removed since the last pass", evicted)
 	}
+
+	// Containers removed before every pass (a pod crash-looping under
+	// pressure) hold eviction off for maxDeferredEvictions passes only.
+	other := newPod("other", corev1.Container{Name: "app"})
+	fm.pods[string(other.UID)] = &PodUsage{Containers: map[string]*ContainerUsage{"app": {Name: "app", RootfsBytes: 10 << 20}}}
+	mustPut(t, b.Connect(bus.Sources), bus.BucketDesired, string(other.UID), &schemas.PodDesired{Pod: other})
+	mustPut(t, b.Connect(bus.Runtime), bus.BucketObserved, string(other.UID), &schemas.PodObserved{UID: string(other.UID)})
+	waitFor(t, "the other pod", func() bool {
+		for _, p := range g.state.activePods() {
+			if p.UID == other.UID {
+				return true
+			}
+		}
+		return false
+	})
+	for i := 0; ; i++ {
+		g.containers.mu.Lock()
+		g.containers.lastRemoval = clk.Now().Add(time.Second) // after the last pass began
+		g.containers.mu.Unlock()
+		evicted := pass()
+		if len(evicted) == 0 {
+			if i >= maxDeferredEvictions {
+				t.Fatalf("pass %d with removals evicted nothing, want eviction after %d deferred passes", i, maxDeferredEvictions)
+			}
+			continue
+		}
+		if i != maxDeferredEvictions || evicted[0].UID != other.UID {
+			t.Fatalf("pass %d evicted %v, want %s after %d deferred passes", i, evicted, other.Name, maxDeferredEvictions)
+		}
+		break
+	}
 }
