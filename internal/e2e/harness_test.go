@@ -111,6 +111,8 @@ type nodeOptions struct {
 	// NoReadOnlyPort leaves server.readOnlyPort at its default, 0 (off);
 	// otherwise the harness turns it on (node.ReadOnly) for node.Pods.
 	NoReadOnlyPort bool
+	// Containerd is the node's runtime; nil is the test binary's shared one.
+	Containerd *testenv.Containerd
 }
 
 // node is one `nodelet up` under test.
@@ -131,11 +133,13 @@ type node struct {
 	HealthzPort int
 	// CgroupRoot is the node's runtime.cgroupRoot.
 	CgroupRoot string
-	cmd        *exec.Cmd
-	out        *testenv.Buffer
-	exited     chan error
-	stopped    bool
-	opts       nodeOptions
+	// ctrd is the node's containerd (nodeOptions.Containerd or the shared one).
+	ctrd    *testenv.Containerd
+	cmd     *exec.Cmd
+	out     *testenv.Buffer
+	exited  chan error
+	stopped bool
+	opts    nodeOptions
 }
 
 func newNode(t testing.TB, o nodeOptions) *node {
@@ -144,7 +148,10 @@ func newNode(t testing.TB, o nodeOptions) *node {
 	dir := t.TempDir()
 	n := &node{t: t, dir: dir, StateDir: filepath.Join(dir, "state"), StaticDir: filepath.Join(dir, "manifests"),
 		Config: filepath.Join(dir, "nodelet.yaml"), opts: o,
-		BusListen: fmt.Sprintf("127.0.0.1:%d", freePort(t)), ServerPort: freePort(t), HealthzPort: freePort(t)}
+		BusListen: fmt.Sprintf("127.0.0.1:%d", freePort(t)), ServerPort: freePort(t), HealthzPort: freePort(t), ctrd: ctrd}
+	if o.Containerd != nil {
+		n.ctrd = o.Containerd
+	}
 	if err := os.MkdirAll(n.StaticDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -222,8 +229,8 @@ runtime:
   healthzPort: %d
 %sgc:
   containerGCPeriod: 5s
-%s%s`, name, n.StateDir, filepath.Join(dir, "logs"), ctrd.Subnet, nodeLines, n.BusListen, ctrd.Endpoint, ctrd.CNIConfDir,
-		cgroupRoot, ctrd.BridgeName, ctrd.NetworkName, o.Runtime,
+%s%s`, name, n.StateDir, filepath.Join(dir, "logs"), n.ctrd.Subnet, nodeLines, n.BusListen, n.ctrd.Endpoint, n.ctrd.CNIConfDir,
+		cgroupRoot, n.ctrd.BridgeName, n.ctrd.NetworkName, o.Runtime,
 		n.StaticDir, "", o.Status, serverAddress, n.ServerPort, readOnlyPort, n.HealthzPort, o.Server, o.GC, o.Extra)
 	if err := os.WriteFile(n.Config, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
@@ -283,9 +290,9 @@ func (n *node) Stop() {
 	}
 }
 
-// cleanupPods removes the sandboxes the node left in the shared containerd.
+// cleanupPods removes the sandboxes the node left in its containerd.
 func (n *node) cleanupPods() {
-	c := ctrd.RuntimeClient(n.t)
+	c := n.ctrd.RuntimeClient(n.t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	resp, err := c.Runtime.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})

@@ -35,6 +35,8 @@ type containerGC struct {
 	evictions  staleEvictions
 
 	mu sync.Mutex
+	// lastRemoval is when a container was last removed, by any pass.
+	lastRemoval time.Time
 }
 
 // containerRuntime is the part of CRI container GC uses.
@@ -239,8 +241,16 @@ func (cg *containerGC) removeOldestN(ctx context.Context, containers []container
 			continue
 		}
 		res.Containers = append(res.Containers, c.id)
+		cg.lastRemoval = cg.clock.Now()
 	}
 	return containers[:max(numToKeep, 0)]
+}
+
+// lastRemovalAt is when a pass last removed a container (zero: never).
+func (cg *containerGC) lastRemovalAt() time.Time {
+	cg.mu.Lock()
+	defer cg.mu.Unlock()
+	return cg.lastRemoval
 }
 
 // removeContainer removes the container's log files (rotated ones too), then

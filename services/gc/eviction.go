@@ -198,7 +198,17 @@ type evictionManager struct {
 	loaded             bool
 	// shuttingDown: the shutdown manager handles a node shutdown.
 	shuttingDown bool
+	// prevPass is when the pass before the current one began.
+	prevPass, thisPass time.Time
+	// deferred counts the passes in a row that evicted nothing because
+	// containers had been removed since the previous pass.
+	deferred int
 }
+
+// maxDeferredEvictions bounds the passes in a row that wait for removed
+// containers' space instead of evicting: dead containers removed on every
+// pass (a pod crash-looping under pressure) must not hold eviction off.
+const maxDeferredEvictions = 2
 
 // evictionPods is what the eviction manager asks of the pod state: the
 // kubelet's activePodsFunc and podCleanedUpFunc.
@@ -217,6 +227,8 @@ type evictionWriter interface {
 // reclaim uses it (the kubelet's ContainerGC.DeleteAllUnusedContainers).
 type containerReclaimer interface {
 	garbageCollect(ctx context.Context, evictNonDeletedPods bool) (containerGCResult, error)
+	// lastRemovalAt is when any container GC pass last removed a container.
+	lastRemovalAt() time.Time
 }
 
 // imageReclaimer is image GC as the eviction manager's node-level reclaim
@@ -258,6 +270,7 @@ func (m *evictionManager) synchronize(ctx context.Context) ([]*corev1.Pod, error
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.clock.Now()
+	m.prevPass, m.thisPass = m.thisPass, now
 	if err := m.loadPressure(ctx, now); err != nil {
 		return nil, err
 	}
@@ -376,7 +389,8 @@ func (m *evictionManager) reclaimNodeLevelResources(ctx context.Context, signal 
 	if !disk || (withImageFs && nodefs) {
 		return false
 	}
-	if _, err := m.containers.garbageCollect(ctx, true); err != nil {
+	cres, err := m.containers.garbageCollect(ctx, true)
+	if err != nil {
 		m.log.Info("Eviction manager: unexpected error when attempting to reduce resource pressure", "resourceName", res, "err", err)
 	}
 	if _, err := m.images.deleteUnusedImages(ctx); err != nil {
@@ -389,9 +403,26 @@ func (m *evictionManager) reclaimNodeLevelResources(ctx context.Context, signal 
 	}
 	if len(thresholdsMet(m.thresholds, makeObservations(ns))) == 0 {
 		m.log.Info("Eviction manager: able to reduce resource pressure without evicting pods.", "resourceName", res)
+		m.deferred = 0
 		return true
 	}
-	return false
+	// Unlike the kubelet, which evicts at once: containerd removes a
+	// container's writable layer from disk in its own garbage collection,
+	// after CRI RemoveContainer returned (a second or more later, at its gc
+	// scheduler's pace), so statfs does not yet show what a removal since
+	// the last pass freed — typically the layer of the pod evicted the pass
+	// before, which this reclaim or the container GC loop removed. Evicting
+	// now would take a second pod for space that is about to return; the
+	// next pass measures again (at most maxDeferredEvictions in a row).
+	removed := len(cres.Containers) > 0 || m.containers.lastRemovalAt().After(m.prevPass)
+	if !removed || m.deferred >= maxDeferredEvictions {
+		m.deferred = 0
+		return false
+	}
+	m.deferred++
+	m.log.Info("Eviction manager: dead containers removed since the last pass, measuring again before evicting",
+		"resourceName", res, "containers", len(cres.Containers), "deferred", m.deferred)
+	return true
 }
 
 // evictPod asks the runtime to kill pod and status to fail it: a record in

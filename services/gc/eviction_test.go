@@ -369,3 +369,75 @@ func TestPodsMeasuredOnlyWhenNeeded(t *testing.T) {
 		})
 	}
 }
+
+// A container removed since the last pass (by container GC, or by this
+// pass's reclaim) still holds its writable layer on disk until containerd's
+// own garbage collection frees it: the pass measures again next time
+// rather than evict a pod for space that is about to return. Once a pass
+// has gone by without removals, the pod is evicted.
+func TestNoEvictionWhileRemovedContainersFree(t *testing.T) {
+	b, cfg, clk, fm := newUnitEnv(t)
+	fm.node = func(ns *NodeStats) {
+		ns.ImageFs = &FsStats{Device: 2, Capacity: 100 << 20, Available: 5 << 20, Inodes: 1000, InodesFree: 900}
+		ns.NodeFs = &FsStats{Device: 1, Capacity: 100 << 20, Available: 90 << 20, Inodes: 1000, InodesFree: 900}
+	}
+	pod := newPod("hog", corev1.Container{Name: "app"})
+	fm.pods = map[string]*PodUsage{string(pod.UID): {Containers: map[string]*ContainerUsage{"app": {Name: "app", RootfsBytes: 80 << 20}}}}
+	mustPut(t, b.Connect(bus.Sources), bus.BucketDesired, string(pod.UID), &schemas.PodDesired{Pod: pod})
+	mustPut(t, b.Connect(bus.Runtime), bus.BucketObserved, string(pod.UID), &schemas.PodObserved{UID: string(pod.UID)})
+	g := newUnitGC(t, b, cfg, clk, fm)
+	waitFor(t, "the pod", func() bool { return len(g.state.activePods()) == 1 })
+
+	pass := func() []*corev1.Pod {
+		t.Helper()
+		clk.Step(10 * time.Second)
+		evicted, err := g.eviction.synchronize(testCtx(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return evicted
+	}
+	// The container GC loop removes a container while a pass runs.
+	g.containers.mu.Lock()
+	g.containers.lastRemoval = clk.Now().Add(10*time.Second + time.Millisecond)
+	g.containers.mu.Unlock()
+	for i := range 2 { // the pass it ran in, and the next
+		if evicted := pass(); len(evicted) != 0 {
+			t.Fatalf("pass %d evicted %v, want none while a removed container's space may still return", i, evicted)
+		}
+	}
+	if evicted := pass(); len(evicted) != 1 || evicted[0].UID != pod.UID {
+		t.Fatalf("evicted %v, want the hog once no container was removed since the last pass", evicted)
+	}
+
+	// Containers removed before every pass (a pod crash-looping under
+	// pressure) hold eviction off for maxDeferredEvictions passes only.
+	other := newPod("other", corev1.Container{Name: "app"})
+	fm.pods[string(other.UID)] = &PodUsage{Containers: map[string]*ContainerUsage{"app": {Name: "app", RootfsBytes: 10 << 20}}}
+	mustPut(t, b.Connect(bus.Sources), bus.BucketDesired, string(other.UID), &schemas.PodDesired{Pod: other})
+	mustPut(t, b.Connect(bus.Runtime), bus.BucketObserved, string(other.UID), &schemas.PodObserved{UID: string(other.UID)})
+	waitFor(t, "the other pod", func() bool {
+		for _, p := range g.state.activePods() {
+			if p.UID == other.UID {
+				return true
+			}
+		}
+		return false
+	})
+	for i := 0; ; i++ {
+		g.containers.mu.Lock()
+		g.containers.lastRemoval = clk.Now().Add(time.Second) // after the last pass began
+		g.containers.mu.Unlock()
+		evicted := pass()
+		if len(evicted) == 0 {
+			if i >= maxDeferredEvictions {
+				t.Fatalf("pass %d with removals evicted nothing, want eviction after %d deferred passes", i, maxDeferredEvictions)
+			}
+			continue
+		}
+		if i != maxDeferredEvictions || evicted[0].UID != other.UID {
+			t.Fatalf("pass %d evicted %v, want %s after %d deferred passes", i, evicted, other.Name, maxDeferredEvictions)
+		}
+		break
+	}
+}

@@ -311,11 +311,42 @@ func (ig *imageGC) garbageCollectLocked(ctx context.Context) (imageGCResult, err
 		return res, err
 	}
 	if freed < amountToFree {
-		msg := fmt.Sprintf("Failed to garbage collect required amount of images. Attempted to free %d bytes, but only found %d bytes eligible to free.", amountToFree, freed)
+		// The disk is full of something other than unused images (writable
+		// layers, logs, images in use): v1.37's wording, which replaced
+		// "Failed to garbage collect required amount of images. Attempted
+		// to free X bytes, but only found Y bytes eligible to free."
+		msg := fmt.Sprintf("Insufficient free disk space on the node's image filesystem (%d%% of %s used). "+
+			"Failed to free sufficient space by deleting unused images (freed %d bytes). "+
+			"Investigate disk usage, as it could be used by active images, logs, volumes, or other data.",
+			usagePercent, formatSize(capacity), freed)
 		ig.events.nodeEvent(corev1.EventTypeWarning, "FreeDiskSpaceFailed", msg)
 		return res, errors.New(msg)
 	}
 	return res, nil
+}
+
+// formatSize is the kubelet's formatSize (image_gc_manager.go): bytes in
+// binary units with one decimal.
+func formatSize(sizeBytes int64) string {
+	const (
+		kib = 1024
+		mib = 1024 * kib
+		gib = 1024 * mib
+		tib = 1024 * gib
+	)
+	size := float64(sizeBytes)
+	switch {
+	case size < kib:
+		return fmt.Sprintf("%d B", sizeBytes)
+	case size < mib:
+		return fmt.Sprintf("%.1f KiB", size/kib)
+	case size < gib:
+		return fmt.Sprintf("%.1f MiB", size/mib)
+	case size < tib:
+		return fmt.Sprintf("%.1f GiB", size/gib)
+	default:
+		return fmt.Sprintf("%.1f TiB", size/tib)
+	}
 }
 
 // deleteUnusedImages removes every unused image old enough: the eviction

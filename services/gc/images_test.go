@@ -2,8 +2,8 @@ package gc
 
 import (
 	"context"
+	"regexp"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -32,6 +32,22 @@ func seedImageRecord(t *testing.T, c *bus.Conn, id string, firstSeen, lastUsed t
 // With thresholds high 1 % / low 0 %, every unused imported image goes,
 // least recently used first by the records an earlier gc left in the
 // bucket; the image a container uses and the pause image stay.
+// freeDiskSpaceFailed is the kubelet's (v1.37) FreeDiskSpaceFailed message.
+var freeDiskSpaceFailed = regexp.MustCompile(`^Insufficient free disk space on the node's image filesystem \(\d+% of \d+\.\d [KMGT]iB used\)\. ` +
+	`Failed to free sufficient space by deleting unused images \(freed \d+ bytes\)\. ` +
+	`Investigate disk usage, as it could be used by active images, logs, volumes, or other data\.$`)
+
+func TestFormatSize(t *testing.T) {
+	for _, tt := range []struct {
+		in   int64
+		want string
+	}{{0, "0 B"}, {1023, "1023 B"}, {1024, "1.0 KiB"}, {1536, "1.5 KiB"}, {300 << 20, "300.0 MiB"}, {252 << 30, "252.0 GiB"}, {3 << 40, "3.0 TiB"}} {
+		if got := formatSize(tt.in); got != tt.want {
+			t.Errorf("formatSize(%d) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
 func TestImageGCRemovesLeastRecentlyUsedFirst(t *testing.T) {
 	e := newTestEnv(t)
 	e.cfg.GC.ImageGCHighThresholdPercent, e.cfg.GC.ImageGCLowThresholdPercent = 1, 0
@@ -54,7 +70,7 @@ func TestImageGCRemovesLeastRecentlyUsedFirst(t *testing.T) {
 	res, err := g.images.garbageCollect(testCtx(t))
 	// The whole filesystem is "over 0 %": the kubelet reports what it could
 	// not free.
-	if err == nil || !strings.Contains(err.Error(), "Failed to garbage collect required amount of images") {
+	if err == nil || !freeDiskSpaceFailed.MatchString(err.Error()) {
 		t.Errorf("err = %v, want the kubelet's FreeDiskSpaceFailed message", err)
 	}
 	if want := []string{b, c, a}; !slices.Equal(res.Removed, want) {
@@ -72,7 +88,7 @@ func TestImageGCRemovesLeastRecentlyUsedFirst(t *testing.T) {
 		}
 	}
 	ev := events.wait(t, "FreeDiskSpaceFailed")
-	if ev.Type != corev1.EventTypeWarning || ev.Object.Kind != "Node" {
+	if ev.Type != corev1.EventTypeWarning || ev.Object.Kind != "Node" || !freeDiskSpaceFailed.MatchString(ev.Message) {
 		t.Errorf("FreeDiskSpaceFailed event = %+v", ev)
 	}
 

@@ -86,6 +86,9 @@ type Options struct {
 	// SystemdCgroup; needs systemd as PID 1, e.g. inside a systemd-nspawn
 	// machine). Default: false (cgroupfs).
 	SystemdCgroup bool
+	// StatsCollectPeriod is containerd's CRI stats_collect_period in
+	// seconds (see containerd.Config). Default: 0 (containerd's, 10).
+	StatsCollectPeriod int
 }
 
 // Containerd is a private containerd for one test binary (or one test): its
@@ -205,6 +208,8 @@ func Start(opts Options) (_ *Containerd, err error) {
 		Binary:         binary,
 		CDISpecDirs:    opts.CDISpecDirs,
 		SystemdCgroup:  opts.SystemdCgroup,
+
+		StatsCollectPeriod: opts.StatsCollectPeriod,
 
 		RegistryConfigPath: opts.RegistryConfigPath,
 	}, c.LogFile)
