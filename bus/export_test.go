@@ -117,3 +117,26 @@ func KeyMessages(ctx context.Context, s *Server, bucket, key string) (uint64, er
 	}
 	return info.State.Subjects[subj], nil
 }
+
+// ProxyWorkers is how many goroutines serve the consumer proxy's queues
+// now, all components together.
+func ProxyWorkers(s *Server) int {
+	s.mu.Lock()
+	p := s.proxy
+	s.mu.Unlock()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, w := range p.workers {
+		n += w
+	}
+	return n
+}
+
+// StoreConnections is how many store-account JetStream contexts the bus
+// holds (the proxy and the sweeper share them).
+func StoreConnections(s *Server) (proxy, sweeper map[string]jetstream.JetStream) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.proxy.store, s.sweeper.store
+}

@@ -41,7 +41,9 @@ const (
 	// proxyQueue bounds the requests of one credential waiting for the
 	// proxy; more are refused at once, so a flood of requests delays only
 	// the credential that sends it. proxyWorkers serve each credential's
-	// queue (a daemon starting makes a consumer per bucket at once).
+	// queue (a daemon starting makes a consumer per bucket at once); they
+	// start with the requests and end when the queue is empty, so that a
+	// bus at rest holds no goroutine per component for them.
 	proxyQueue   = 64
 	proxyWorkers = 8
 )
@@ -186,9 +188,12 @@ type proxy struct {
 	store map[string]jetstream.JetStream
 
 	mu     sync.Mutex
-	queues map[string]chan wireMsg // by component: one worker each
-	w      *wire
-	closed bool
+	queues map[string]chan wireMsg // by component
+	// workers are the goroutines serving each component's queue now, at
+	// most proxyWorkers.
+	workers map[string]int
+	w       *wire
+	closed  bool
 	// creators and held are the proxy's count: who made each consumer,
 	// how many each credential holds. Every consumer the proxy makes is
 	// added; the ones that went are found when a credential reaches its
@@ -277,18 +282,39 @@ func (p *proxy) dispatch(m wireMsg) {
 	if !ok {
 		q = make(chan wireMsg, proxyQueue)
 		p.queues[component] = q
-		for range proxyWorkers {
-			go func() {
-				for m := range q {
-					p.handle(component, m)
-				}
-			}()
-		}
 	}
 	select {
 	case q <- m:
 	default:
 		p.refuse(m, fmt.Sprintf("%s has %d consumer requests waiting already", component, proxyQueue))
+		return
+	}
+	if p.workers[component] < proxyWorkers {
+		p.workers[component]++
+		go p.serve(component, q)
+	}
+}
+
+// serve handles component's queued requests until the queue is empty or
+// closed. A worker decides to end holding p.mu, under which dispatch
+// queues and counts the workers: a request queued after that finds the
+// count lowered and starts a worker of its own.
+func (p *proxy) serve(component string, q chan wireMsg) {
+	for {
+		p.mu.Lock()
+		select {
+		case m, ok := <-q:
+			p.mu.Unlock()
+			if !ok {
+				return
+			}
+			p.handle(component, m)
+			continue
+		default:
+		}
+		p.workers[component]--
+		p.mu.Unlock()
+		return
 	}
 }
 

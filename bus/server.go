@@ -143,6 +143,9 @@ type Server struct {
 	mu    sync.Mutex
 	conns []*nats.Conn
 	proxy *proxy
+	// store is the bus's JetStream context in each store account, which
+	// the proxy and the sweeper share (storeJetStreams).
+	store map[string]jetstream.JetStream
 
 	sweeper    *sweeper
 	stopSweep  context.CancelFunc
@@ -321,7 +324,7 @@ func (s *Server) closeConns() {
 	for _, nc := range s.conns {
 		nc.Close()
 	}
-	s.conns = nil
+	s.conns, s.store = nil, nil
 }
 
 func (s *Server) startProxy() error {
@@ -334,7 +337,7 @@ func (s *Server) startProxy() error {
 		return err
 	}
 	p := &proxy{nc: nc, log: s.log.With("bus", "consumer-proxy"), limits: s.limits,
-		queues:   map[string]chan wireMsg{},
+		queues: map[string]chan wireMsg{}, workers: map[string]int{},
 		creators: map[consumerKey]string{}, held: map[string]int{}, inflight: map[string]int{}}
 	p.dial = func() (*wire, error) {
 		conn, err := inProcess(s.ns)
@@ -362,9 +365,18 @@ func (s *Server) startProxy() error {
 	return p.run()
 }
 
-// storeJetStreams opens a connection of the bus's own to every store
-// account and returns their JetStream contexts, by account.
+// storeJetStreams returns the bus's JetStream context in every store
+// account, by account, opening a connection of the bus's own to each at
+// the first call. The consumer proxy and the sweeper share them (one
+// JetStream context serves concurrent callers): an in-process connection
+// costs a nats.go reader and writer of 32 KiB each, the server's client
+// and four goroutines, and there are a dozen store accounts
+// (docs/performance.md, memory at rest). Called from StartServer's
+// goroutine only, one start-up step after the other.
 func (s *Server) storeJetStreams() (map[string]jetstream.JetStream, error) {
+	if s.store != nil {
+		return s.store, nil
+	}
 	out := map[string]jetstream.JetStream{}
 	for _, acct := range declared.storeAccounts() {
 		nc, err := s.connectAs(acct)
@@ -375,11 +387,12 @@ func (s *Server) storeJetStreams() (map[string]jetstream.JetStream, error) {
 			return nil, err
 		}
 	}
+	s.store = out
 	return out, nil
 }
 
 // startSweeper starts dropping the history of keys deleted longer ago
-// than the retention (retention.go), over connections of its own.
+// than the retention (retention.go), over the bus's store connections.
 func (s *Server) startSweeper(clk clock.WithTicker) error {
 	if clk == nil {
 		clk = clock.RealClock{}

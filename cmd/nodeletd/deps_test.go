@@ -55,3 +55,24 @@ func TestLinkRules(t *testing.T) {
 		}
 	}
 }
+
+// initHeavy are packages whose initialisers build large tables on the heap
+// (compiled regular expressions, registries) that nodelet has moved off:
+// nodeletd is one executable, so every process of the node runs the
+// initialisers of every package it links and keeps what they build, ten
+// times over (docs/performance.md, "Memory at rest"). Each entry says what
+// it cost per process and what replaced it; one linked again puts that
+// back into every process.
+var initHeavy = map[string]string{
+	// 0.2 MiB of live heap per process (its grammar's regexps);
+	// podutil.ParseImage parses with go-containerregistry instead.
+	"github.com/distribution/reference": "podutil.ParseImage",
+}
+
+func TestNoInitHeavyPackages(t *testing.T) {
+	for _, p := range deps(t, module+"cmd/nodeletd") {
+		if instead, ok := initHeavy[p]; ok {
+			t.Errorf("nodeletd links %s, whose initialisers every nodelet process would run and keep; use %s", p, instead)
+		}
+	}
+}

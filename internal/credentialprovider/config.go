@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -25,8 +26,22 @@ import (
 )
 
 var (
-	scheme = runtime.NewScheme()
-	codecs = serializer.NewCodecFactory(scheme, serializer.EnableStrict)
+	// codecs decode the provider configs and the plugins' answers. Built at
+	// first use, not in an initialiser: every nodelet process (one
+	// executable) would build and keep the scheme, and only the runtime
+	// ever decodes with it.
+	codecs = sync.OnceValue(func() serializer.CodecFactory {
+		scheme := runtime.NewScheme()
+		for _, add := range []func(*runtime.Scheme) error{
+			kubeletv1alpha1.AddToScheme, kubeletv1beta1.AddToScheme, kubeletv1.AddToScheme,
+			credentialproviderv1alpha1.AddToScheme, credentialproviderv1beta1.AddToScheme, credentialproviderv1.AddToScheme,
+		} {
+			if err := add(scheme); err != nil {
+				panic(err)
+			}
+		}
+		return serializer.NewCodecFactory(scheme, serializer.EnableStrict)
+	})
 
 	// apiVersions are the exec protocol's versions a provider may name,
 	// the kubelet's.
@@ -36,17 +51,6 @@ var (
 		credentialproviderv1.SchemeGroupVersion.String():       credentialproviderv1.SchemeGroupVersion,
 	}
 )
-
-func init() {
-	for _, add := range []func(*runtime.Scheme) error{
-		kubeletv1alpha1.AddToScheme, kubeletv1beta1.AddToScheme, kubeletv1.AddToScheme,
-		credentialproviderv1alpha1.AddToScheme, credentialproviderv1beta1.AddToScheme, credentialproviderv1.AddToScheme,
-	} {
-		if err := add(scheme); err != nil {
-			panic(err)
-		}
-	}
-}
 
 // ReadConfig reads a CredentialProviderConfig file, or a directory of
 // them (*.json, *.yaml, *.yml in lexical order, merged; a provider name
@@ -111,7 +115,7 @@ func ReadConfig(path string) (*kubeletv1.CredentialProviderConfig, string, error
 
 // decodeConfig is the kubelet's decode: strict, Kind and Group checked.
 func decodeConfig(data []byte) (*kubeletv1.CredentialProviderConfig, error) {
-	obj, gvk, err := codecs.UniversalDeserializer().Decode(data, nil, nil)
+	obj, gvk, err := codecs().UniversalDeserializer().Decode(data, nil, nil)
 	if err != nil {
 		return nil, err
 	}

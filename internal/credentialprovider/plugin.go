@@ -310,7 +310,7 @@ func decodeResponse(data []byte, apiVersion string) (*credentialproviderv1.Crede
 	if gvk.GroupVersion().String() != apiVersion {
 		return nil, fmt.Errorf("apiVersion from credential plugin response did not match expected apiVersion:%s, actual apiVersion:%s", apiVersion, gvk.GroupVersion().String())
 	}
-	obj, gvk, err := codecs.UniversalDeserializer().Decode(data, nil, nil)
+	obj, gvk, err := codecs().UniversalDeserializer().Decode(data, nil, nil)
 	if err != nil || gvk.Kind != "CredentialProviderResponse" || gvk.Group != credentialproviderv1.GroupName {
 		return nil, errors.New("error decoding credential provider plugin response from stdout")
 	}

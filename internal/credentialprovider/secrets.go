@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/distribution/reference"
+	"github.com/google/go-containerregistry/pkg/name"
+
+	"github.com/nodelet/nodelet/internal/podutil"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -42,14 +44,25 @@ func SecretsKeyring(secrets []corev1.Secret) (Keyring, error) {
 
 // RepoToPull is the name the keyring is asked about: image normalised
 // (docker.io/library/ for short names) without tag or digest, the kubelet's
-// parsers.ParseImageName.
+// parsers.ParseImageName. Parsed by podutil.ParseImage (go-containerregistry,
+// not distribution/reference: see there), which calls Docker Hub
+// index.docker.io where the kubelet's normalisation says docker.io.
 func RepoToPull(image string) (string, error) {
-	named, err := reference.ParseNormalizedNamed(image)
+	ref, err := podutil.ParseImage(image)
 	if err != nil {
 		return "", fmt.Errorf("couldn't parse image name %q: %v", image, err)
 	}
-	return named.Name(), nil
+	repo := ref.Context()
+	host := repo.RegistryStr()
+	if host == name.DefaultRegistry {
+		host = dockerHub
+	}
+	return host + "/" + repo.RepositoryStr(), nil
 }
+
+// dockerHub is the registry of a short image name, as the kubelet's
+// normalisation (distribution/reference's ParseNormalizedNamed) names it.
+const dockerHub = "docker.io"
 
 // Credentials are the credentials image may be pulled with for a pod: its
 // pull secrets' first, then the node's (plugins), as the kubelet's

@@ -17,8 +17,9 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/distribution/reference"
 	"k8s.io/apimachinery/pkg/util/sets"
+
+	"github.com/nodelet/nodelet/internal/podutil"
 )
 
 // The policies, KubeletConfiguration imagePullCredentialsVerificationPolicy.
@@ -133,30 +134,17 @@ func allowlistPattern(pattern string) (string, bool, error) {
 }
 
 // TrimImageTagDigest is the kubelet's trimImageTagDigest: image as written
-// (not normalised) without its tag and digest.
+// (not normalised) without its tag and digest. A digest follows the first
+// "@"; a tag is after the last ":" past the last "/" (one before it is a
+// registry's port). The reference is validated by podutil.ParseImage, not
+// distribution/reference (see there for why).
 func TrimImageTagDigest(image string) (string, error) {
-	parsed, err := reference.Parse(image)
-	if err != nil {
+	if _, err := podutil.ParseImage(image); err != nil {
 		return "", err
 	}
-	var tag, digest string
-	if t, ok := parsed.(reference.Tagged); ok {
-		tag = t.Tag()
+	base, _, _ := strings.Cut(image, "@")
+	if i := strings.LastIndexByte(base, ':'); i > strings.LastIndexByte(base, '/') {
+		base = base[:i]
 	}
-	if d, ok := parsed.(reference.Digested); ok {
-		digest = d.Digest().String()
-	}
-	if digest != "" {
-		var found bool
-		if image, found = strings.CutSuffix(image, "@"+digest); !found {
-			return "", fmt.Errorf("digest was not specified last, this does not appear to be a valid image spec: %q", image)
-		}
-	}
-	if tag != "" {
-		var found bool
-		if image, found = strings.CutSuffix(image, ":"+tag); !found {
-			return "", fmt.Errorf("tag %q was not specified last (or before the digest), this does not appear to be a valid image spec: %q", tag, image)
-		}
-	}
-	return image, nil
+	return base, nil
 }
