@@ -43,6 +43,7 @@ func parse(args []string) (bench.Options, error) {
 	fs.StringVar(&o.BinDir, "bin-dir", "bin", "directory of nodelet and the nodelet-* daemons")
 	fs.StringVar(&o.Out, "out", bench.DefaultOut, "JSON result file")
 	fs.DurationVar(&o.Idle, "idle", bench.DefaultIdle, "idle measurement with the largest burst running (0 skips it)")
+	fs.IntVar(&o.SummaryRequests, "summary-requests", bench.DefaultSummaryRequests, "GETs of each agent's /stats/summary timed with the burst running (0 skips them)")
 	fs.DurationVar(&o.Settle, "settle", bench.DefaultSettle, "pause between the node being ready and the burst")
 	fs.DurationVar(&o.Timeout, "timeout", bench.DefaultTimeout, "bound on each burst and each teardown")
 	fs.StringVar(&o.WorkDir, "work-dir", "", "directory for the nodes' state and logs (default: a temporary one)")

@@ -264,6 +264,9 @@ func (b *bencher) runKubelet(ctx context.Context, n, round int, idle time.Durati
 		}
 	}
 	if err == nil {
+		run.Summary, err = measureSummary(ctx, addr, b.o.SummaryRequests, want, cpuOfFunc([]int{cmd.Process.Pid}), b.runtimeCPU)
+	}
+	if err == nil {
 		run.ExitToStatus, err = b.measureExits(ctx, readOnlyPods(addr), ids)
 	}
 	if err != nil {

@@ -56,6 +56,10 @@ type Options struct {
 	Settle time.Duration
 	// Timeout bounds each burst and each teardown. Default: DefaultTimeout.
 	Timeout time.Duration
+	// SummaryRequests is how many GETs of /stats/summary each agent run
+	// times with its burst running (after the idle window). Default:
+	// DefaultSummaryRequests (set by the command); 0 skips it.
+	SummaryRequests int
 	// KubeletBin is a kubelet binary to run as a third contender (bound
 	// "unbounded" only: it has no such bound); empty skips it.
 	KubeletBin string
@@ -115,8 +119,8 @@ func (o *Options) Validate() error {
 			return fmt.Errorf("-bounds: %d: want 0 (unbounded) or more", b)
 		}
 	}
-	if o.Idle < 0 || o.Settle < 0 || o.Timeout < 0 {
-		return errors.New("-idle, -settle and -timeout must not be negative")
+	if o.Idle < 0 || o.Settle < 0 || o.Timeout < 0 || o.SummaryRequests < 0 {
+		return errors.New("-idle, -settle, -timeout and -summary-requests must not be negative")
 	}
 	abs, err := filepath.Abs(o.BinDir)
 	if err != nil {
