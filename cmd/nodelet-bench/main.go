@@ -45,7 +45,7 @@ func parse(args []string) (bench.Options, error) {
 	fs.DurationVar(&o.Idle, "idle", bench.DefaultIdle, "idle measurement with the largest burst running (0 skips it)")
 	fs.IntVar(&o.SummaryRequests, "summary-requests", bench.DefaultSummaryRequests, "GETs of each agent's /stats/summary timed with the burst running (0 skips them)")
 	fs.DurationVar(&o.Settle, "settle", bench.DefaultSettle, "pause between the node being ready and the burst")
-	fs.DurationVar(&o.Timeout, "timeout", bench.DefaultTimeout, "bound on each burst and each teardown")
+	fs.DurationVar(&o.Timeout, "timeout", 0, "bound on each burst and each teardown (0: 5m or 3s per pod, whichever is longer)")
 	fs.StringVar(&o.WorkDir, "work-dir", "", "directory for the nodes' state and logs (default: a temporary one)")
 	fs.BoolVar(&o.KeepWorkDir, "keep", false, "keep the work directory (node logs) at the end")
 	fs.BoolVar(&o.Timelines, "timelines", false, "include every pod's moments in the JSON result")

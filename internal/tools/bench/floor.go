@@ -247,7 +247,7 @@ func (b *bencher) runFloor(ctx context.Context, bound, n, round int) (run Run) {
 		pods = append(pods, p)
 		want[p.ref()] = true
 	}
-	bctx, cancel := context.WithTimeout(ctx, b.o.Timeout)
+	bctx, cancel := context.WithTimeout(ctx, b.o.timeoutFor(run.N))
 	defer cancel()
 	run.Load = LoadAvg()
 	rt0 := b.runtimeCPU()
@@ -293,7 +293,7 @@ func (b *bencher) runFloor(ctx context.Context, bound, n, round int) (run Run) {
 // teardown times remove and the wait until no container or sandbox of the
 // bench is left, bounded by -timeout; the first error goes to run.Error.
 func (b *bencher) teardown(ctx context.Context, run *Run, remove func(context.Context) error) {
-	tctx, cancel := context.WithTimeout(ctx, b.o.Timeout)
+	tctx, cancel := context.WithTimeout(ctx, b.o.timeoutFor(run.N))
 	defer cancel()
 	t1 := time.Now()
 	if err := remove(tctx); err != nil && run.Error == "" {

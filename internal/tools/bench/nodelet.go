@@ -157,7 +157,7 @@ func (b *bencher) nodeletBurst(ctx context.Context, nd *node, run *Run, idle tim
 		sampler.Stop()
 		return err
 	}
-	bctx, cancel := context.WithTimeout(ctx, b.o.Timeout)
+	bctx, cancel := context.WithTimeout(ctx, b.o.timeoutFor(run.N))
 	defer cancel()
 	ids, err := b.cri.waitRunning(bctx, want)
 	if err != nil {
