@@ -20,10 +20,15 @@ import (
 const (
 	containerName = "sleep"
 	graceSeconds  = 2
-	// CgroupRoot is the parent of every bench pod's cgroup, nodelet's
-	// (runtime.cgroupRoot) and the floor's alike.
-	CgroupRoot = "/nodelet-bench"
 )
+
+// CgroupRoot is the parent of every bench pod's cgroup, nodelet's
+// (runtime.cgroupRoot) and the floor's alike: one per bench process. A
+// shared one let a second bench (another test binary on the machine) and
+// its nodelet-runtime's orphaned-pod-cgroup cleanup kill this bench's
+// pods and remove their cgroups mid-burst (the 110-pod run of 2026-12-05:
+// 114 sandboxes recreated in one round, a floor round failed).
+var CgroupRoot = fmt.Sprintf("/nodelet-bench-%d", os.Getpid())
 
 var podCommand = []string{"sleep", "3600"}
 
