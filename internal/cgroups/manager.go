@@ -30,6 +30,9 @@ type Manager struct {
 	// controller (v1, cgroupfs), found once (libManager).
 	libOnce  sync.Once
 	libRoots map[string]string
+	// unified is the v2 mount: unifiedRoot unless a test points it at a
+	// tree of its own.
+	unified string
 }
 
 // NewManager is the kubelet's NewCgroupManager for driver (cgroupfs or
@@ -88,7 +91,11 @@ func (m *Manager) V2() bool { return m.v2 }
 // Dir is n's directory for controller (v1; "" for any on v2).
 func (m *Manager) Dir(n Name, controller string) string {
 	if m.v2 {
-		return filepath.Join(unifiedRoot, n.Path(m.driver))
+		root := unifiedRoot
+		if m.unified != "" {
+			root = m.unified
+		}
+		return filepath.Join(root, n.Path(m.driver))
 	}
 	mp := m.mounts[controller]
 	if mp == "" {

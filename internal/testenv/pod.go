@@ -21,6 +21,13 @@ import (
 // It returns the container's ID; failures fail t.
 func RunBusyboxPod(ctx context.Context, t testing.TB, rs internalapi.RuntimeService, podLogsDir, ns, name, uid string) string {
 	t.Helper()
+	return RunBusyboxPodIn(ctx, t, rs, podLogsDir, ns, name, uid, "")
+}
+
+// RunBusyboxPodIn is RunBusyboxPod with the sandbox's CgroupParent (a pod
+// cgroup the test made; "" leaves it to the runtime).
+func RunBusyboxPodIn(ctx context.Context, t testing.TB, rs internalapi.RuntimeService, podLogsDir, ns, name, uid, cgroupParent string) string {
+	t.Helper()
 	logDir := filepath.Join(podLogsDir, ns+"_"+name+"_"+uid)
 	podLabels := map[string]string{cri.LabelPodName: name, cri.LabelPodNamespace: ns, cri.LabelPodUID: uid}
 	sbConfig := &runtimeapi.PodSandboxConfig{
@@ -28,7 +35,7 @@ func RunBusyboxPod(ctx context.Context, t testing.TB, rs internalapi.RuntimeServ
 		Hostname:     name,
 		LogDirectory: logDir,
 		Labels:       podLabels,
-		Linux:        &runtimeapi.LinuxPodSandboxConfig{},
+		Linux:        &runtimeapi.LinuxPodSandboxConfig{CgroupParent: cgroupParent},
 	}
 	sb, err := rs.RunPodSandbox(ctx, sbConfig, "")
 	if err != nil {

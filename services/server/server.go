@@ -177,7 +177,8 @@ func New(o Options) (*Daemon, error) {
 	}
 	s.inflight, s.streamSlots = make(chan struct{}, s.limits.MaxInflight), make(chan struct{}, s.limits.MaxStreams)
 	s.stats = &statsProvider{nodeName: s.nodeName, stateDir: o.Config.Node.StateDir, podLogsDir: o.Config.Node.PodLogsDir,
-		hostIPs: ips, cri: o.CRI, machine: s.machine, clock: o.Clock, volumes: s.view.volumeStats}
+		hostIPs: ips, cri: o.CRI, machine: s.machine, clock: o.Clock, volumes: s.view.volumeStats,
+		cgroups: podCgroupsOf(o.Config, o.Log)}
 	s.readOnly = &readOnlyAPI{log: o.Log, clock: o.Clock, started: o.Clock.Now(),
 		staleAfter: o.Config.Status.HeartbeatStaleAfter, daemons: o.Daemons, bus: o.Bus,
 		view: s.view, pods: s.pods, stats: s.stats, machine: s.machineInfo, rt: o.CRI.Runtime,

@@ -551,10 +551,16 @@ func TestContainerdReadOnlyAPI(t *testing.T) {
 	}
 }
 
-// countingRuntime counts ListPodSandboxStats calls.
+// countingRuntime counts ListPodSandboxStats and PodSandboxStatus calls.
 type countingRuntime struct {
 	internalapi.RuntimeService
-	sandboxStats atomic.Int32
+	sandboxStats  atomic.Int32
+	sandboxStatus atomic.Int32
+}
+
+func (r *countingRuntime) PodSandboxStatus(ctx context.Context, id string, verbose bool) (*runtimeapi.PodSandboxStatusResponse, error) {
+	r.sandboxStatus.Add(1)
+	return r.RuntimeService.PodSandboxStatus(ctx, id, verbose)
 }
 
 func (r *countingRuntime) ListPodSandboxStats(ctx context.Context, f *runtimeapi.PodSandboxStatsFilter) ([]*runtimeapi.PodSandboxStats, error) {

@@ -19,6 +19,7 @@ import (
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	"k8s.io/utils/clock"
 
+	"github.com/nodelet/nodelet/internal/cgroups"
 	"github.com/nodelet/nodelet/internal/cri"
 	"github.com/nodelet/nodelet/internal/hostinfo"
 	"github.com/nodelet/nodelet/schemas"
@@ -44,6 +45,9 @@ type statsProvider struct {
 	clock      clock.PassiveClock
 	// volumes returns the pods' volume stats (nil: none).
 	volumes func() *schemas.PodVolumeStats
+	// cgroups finds and reads the pod cgroups (runtime.cgroupRoot); nil
+	// when this host's cgroups cannot be read: ListPodSandboxStats then.
+	cgroups *cgroups.Pods
 
 	mu sync.Mutex
 	// cpu remembers the last cumulative CPU reading per container (and ""
@@ -215,15 +219,19 @@ func fsStatsOf(f hostinfo.FsStats, now metav1.Time) *statsapi.FsStats {
 }
 
 // podStats lists the pods of the ready sandboxes with their running
-// containers, from ListPodSandbox, ListContainers, ListContainerStats and,
-// where the runtime implements it, ListPodSandboxStats (network, pod
-// cgroup, processes). Without full (/metrics/resource, the summary's
-// only_cpu_and_memory) it skips ListPodSandboxStats, the pods' network and
-// the log sizes: a pod's CPU and memory are then its containers' sums. On
-// containerd 1.6 ListPodSandboxStats costs containerd and its shims about
-// 12 ms of CPU per pod, at every scrape of metrics-server; the kubelet
-// calls it only with the PodAndContainerStatsFromCRI feature gate and
-// reads the pod cgroups through cAdvisor.
+// containers, from ListPodSandbox, ListContainers and ListContainerStats.
+// A pod's CPU, memory and process count come from its pod cgroup and its
+// network from /proc/<pid>/net/dev of a process in it, as the kubelet's
+// CRI stats provider takes them from cAdvisor (cri_stats_provider.go
+// addPodCPUMemoryStats, addProcessStats, addPodNetworkStats). Only a pod
+// without a pod cgroup under runtime.cgroupRoot (or a host whose cgroups
+// cannot be read) needs ListPodSandboxStats, which on containerd 1.6 costs
+// containerd about 12 ms of CPU per pod: at 110 pods it made a full
+// summary take 3 s (issue 37, the 110-pod bench); the kubelet calls it
+// only with the PodAndContainerStatsFromCRI feature gate. Without full
+// (/metrics/resource, the summary's only_cpu_and_memory) it skips
+// ListPodSandboxStats, the pods' network and the log sizes: a pod without
+// a cgroup then has its containers' sums.
 func (p *statsProvider) podStats(ctx context.Context, node statsapi.NodeStats, full bool) ([]statsapi.PodStats, error) {
 	out := []statsapi.PodStats{}
 	if p.cri == nil {
@@ -251,10 +259,6 @@ func (p *statsProvider) podStats(ctx context.Context, node statsapi.NodeStats, f
 	for _, c := range cstats {
 		byID[c.GetAttributes().GetId()] = c
 	}
-	psByID := map[string]*runtimeapi.PodSandboxStats{}
-	if full {
-		psByID = p.sandboxStats(ctx)
-	}
 	var imageFs *statsapi.FsStats
 	if node.Runtime != nil {
 		imageFs = node.Runtime.ImageFs
@@ -265,6 +269,19 @@ func (p *statsProvider) podStats(ctx context.Context, node statsapi.NodeStats, f
 		uid := sb.GetMetadata().GetUid()
 		if cur, ok := latest[uid]; !ok || sb.CreatedAt > cur.CreatedAt {
 			latest[uid] = sb
+		}
+	}
+	var podCgroups map[string]cgroups.Name
+	if p.cgroups != nil {
+		podCgroups = p.cgroups.OnDisk()
+	}
+	psByID := map[string]*runtimeapi.PodSandboxStats{}
+	if full {
+		for uid := range latest {
+			if _, ok := podCgroups[uid]; !ok {
+				psByID = p.sandboxStats(ctx)
+				break
+			}
 		}
 	}
 	now := metav1.NewTime(p.clock.Now())
@@ -326,7 +343,10 @@ func (p *statsProvider) podStats(ctx context.Context, node statsapi.NodeStats, f
 			ps.Containers = append(ps.Containers, cs)
 		}
 		sort.Slice(ps.Containers, func(i, j int) bool { return ps.Containers[i].Name < ps.Containers[j].Name })
-		if x := psByID[sb.Id]; x != nil && x.GetLinux() != nil {
+		if n, ok := podCgroups[md.GetUid()]; ok {
+			p.addCgroupStats(&ps, sb.Id, n, full, now)
+		}
+		if x := psByID[sb.Id]; x != nil && x.GetLinux() != nil && ps.CPU == nil {
 			l := x.GetLinux()
 			ps.CPU, ps.Memory = p.containerCPUMem("pod/"+sb.Id, &runtimeapi.ContainerStats{Cpu: l.GetCpu(), Memory: l.GetMemory()}, now)
 			ps.Network = criNetwork(l.GetNetwork(), now)
@@ -426,7 +446,13 @@ func (p *statsProvider) sandboxNetwork(ctx context.Context, id string, now metav
 	if err := json.Unmarshal([]byte(resp.GetInfo()["info"]), &info); err != nil || info.Pid <= 0 {
 		return nil
 	}
-	proc, err := procfs.NewProc(info.Pid)
+	return netDevOf(info.Pid, now)
+}
+
+// netDevOf is the network of pid's namespace from /proc/<pid>/net/dev, as
+// cAdvisor reads a container's: every interface but lo, eth0 the default.
+func netDevOf(pid int, now metav1.Time) *statsapi.NetworkStats {
+	proc, err := procfs.NewProc(pid)
 	if err != nil {
 		return nil
 	}

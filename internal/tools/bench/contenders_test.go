@@ -73,7 +73,7 @@ func measureSmall(t *testing.T, kubelet string, idle time.Duration) *Result {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	res, err := Measure(ctx, Options{Ns: []int{2}, Rounds: 1, Bounds: []int{0}, BinDir: benchBinaries(t),
-		Out: filepath.Join(t.TempDir(), "result.json"), Idle: idle, Settle: time.Second, KubeletBin: kubelet,
+		Out: filepath.Join(t.TempDir(), "result.json"), Idle: idle, Settle: time.Second, KubeletBin: kubelet, SummaryRequests: 3,
 		Log: io.Discard, WorkDir: t.TempDir()}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -112,6 +112,10 @@ func TestMeasureBesideKubelet(t *testing.T) {
 		}
 		if s.Idle == nil || s.Idle.PSS == 0 || s.Idle.RSS < s.Idle.PSS {
 			t.Errorf("%s: idle memory %+v", c, s.Idle)
+		}
+		// /stats/summary answered three times, listing both pods each time.
+		if m := s.Summary; m == nil || m.Latency.N != 3 || m.Latency.P50 <= 0 || m.Pods != 2 || m.Bytes == 0 {
+			t.Errorf("%s: /stats/summary %+v, want 3 answers listing both pods", c, m)
 		}
 	}
 	// The coverage step: the kubelet's families on the same static pods,

@@ -20,10 +20,15 @@ import (
 const (
 	containerName = "sleep"
 	graceSeconds  = 2
-	// CgroupRoot is the parent of every bench pod's cgroup, nodelet's
-	// (runtime.cgroupRoot) and the floor's alike.
-	CgroupRoot = "/nodelet-bench"
 )
+
+// CgroupRoot is the parent of every bench pod's cgroup, nodelet's
+// (runtime.cgroupRoot) and the floor's alike: one per bench process. A
+// shared one let a second bench (another test binary on the machine) and
+// its nodelet-runtime's orphaned-pod-cgroup cleanup kill this bench's
+// pods and remove their cgroups mid-burst (the 110-pod run of 2026-12-05:
+// 114 sandboxes recreated in one round, a floor round failed).
+var CgroupRoot = fmt.Sprintf("/nodelet-bench-%d", os.Getpid())
 
 var podCommand = []string{"sleep", "3600"}
 
@@ -247,7 +252,7 @@ func (b *bencher) runFloor(ctx context.Context, bound, n, round int) (run Run) {
 		pods = append(pods, p)
 		want[p.ref()] = true
 	}
-	bctx, cancel := context.WithTimeout(ctx, b.o.Timeout)
+	bctx, cancel := context.WithTimeout(ctx, b.o.timeoutFor(run.N))
 	defer cancel()
 	run.Load = LoadAvg()
 	rt0 := b.runtimeCPU()
@@ -293,7 +298,7 @@ func (b *bencher) runFloor(ctx context.Context, bound, n, round int) (run Run) {
 // teardown times remove and the wait until no container or sandbox of the
 // bench is left, bounded by -timeout; the first error goes to run.Error.
 func (b *bencher) teardown(ctx context.Context, run *Run, remove func(context.Context) error) {
-	tctx, cancel := context.WithTimeout(ctx, b.o.Timeout)
+	tctx, cancel := context.WithTimeout(ctx, b.o.timeoutFor(run.N))
 	defer cancel()
 	t1 := time.Now()
 	if err := remove(tctx); err != nil && run.Error == "" {

@@ -204,7 +204,7 @@ func (b *bencher) runKubelet(ctx context.Context, n, round int, idle time.Durati
 	rt0 := b.runtimeCPU()
 	cpu0, _ := ReadCPU(cmd.Process.Pid)
 	sampler := sampleRSS(ctx, []int{cmd.Process.Pid}, 200*time.Millisecond)
-	bctx, cancel := context.WithTimeout(ctx, b.o.Timeout)
+	bctx, cancel := context.WithTimeout(ctx, b.o.timeoutFor(run.N))
 	defer cancel()
 	t0 := time.Now()
 	err = nd.publish(names)
@@ -262,6 +262,9 @@ func (b *bencher) runKubelet(ctx context.Context, n, round int, idle time.Durati
 			c1, _ := ReadCPU(cmd.Process.Pid)
 			run.Idle = idleCost(n, idle, c1.Total()-c0.Total(), pids)
 		}
+	}
+	if err == nil {
+		run.Summary, err = measureSummary(ctx, addr, b.o.SummaryRequests, want, cpuOfFunc([]int{cmd.Process.Pid}), b.runtimeCPU)
 	}
 	if err == nil {
 		run.ExitToStatus, err = b.measureExits(ctx, readOnlyPods(addr), ids)

@@ -157,7 +157,7 @@ func (b *bencher) nodeletBurst(ctx context.Context, nd *node, run *Run, idle tim
 		sampler.Stop()
 		return err
 	}
-	bctx, cancel := context.WithTimeout(ctx, b.o.Timeout)
+	bctx, cancel := context.WithTimeout(ctx, b.o.timeoutFor(run.N))
 	defer cancel()
 	ids, err := b.cri.waitRunning(bctx, want)
 	if err != nil {
@@ -239,6 +239,9 @@ func (b *bencher) nodeletBurst(ctx context.Context, nd *node, run *Run, idle tim
 		cpu := c1.Total() - c0.Total()
 		run.Idle = idleCost(run.N, idle, cpu, pids)
 	}
+	if run.Summary, err = measureSummary(ctx, nd.readOnly, b.o.SummaryRequests, want, cpuOfFunc(pidList), b.runtimeCPU); err != nil {
+		return err
+	}
 	exits, err := b.measureExits(ctx, readOnlyPods(nd.readOnly), ids)
 	run.ExitToStatus = exits
 	return err
@@ -249,6 +252,15 @@ func idleCost(pods int, window, cpu time.Duration, pids map[string]int) *IdleCos
 	c := emptyCost(pids)
 	c.Pods, c.Window, c.CPU, c.CPUPercent = pods, Dur(window), Dur(cpu), 100*cpu.Seconds()/window.Seconds()
 	return c
+}
+
+// cpuOfFunc reads the summed CPU of pids (0 once one is gone: the run
+// fails on that elsewhere).
+func cpuOfFunc(pids []int) func() time.Duration {
+	return func() time.Duration {
+		c, _ := CPUOf(pids)
+		return c.Total()
+	}
 }
 
 // emptyCost is the agent's memory at rest on a node with no pods.

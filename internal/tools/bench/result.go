@@ -68,10 +68,13 @@ type Run struct {
 	Idle         *IdleCost    `json:"idle,omitempty"`
 	// Empty is the agent's memory on the settled node before the burst,
 	// no pod running (measured with Idle).
-	Empty     *IdleCost  `json:"empty,omitempty"`
-	Bus       *BusCost   `json:"bus,omitempty"`
-	Breakdown *Breakdown `json:"breakdown,omitempty"`
-	Timelines []Timeline `json:"timelines,omitempty"`
+	Empty *IdleCost `json:"empty,omitempty"`
+	// Summary is /stats/summary timed with the burst running, after the
+	// idle window (agents only).
+	Summary   *SummaryLatency `json:"summary,omitempty"`
+	Bus       *BusCost        `json:"bus,omitempty"`
+	Breakdown *Breakdown      `json:"breakdown,omitempty"`
+	Timelines []Timeline      `json:"timelines,omitempty"`
 	// Leftovers counts sandboxes of an earlier round that had to be removed
 	// before this one (0 when every teardown finished).
 	Leftovers int `json:"leftovers,omitempty"`
@@ -156,6 +159,8 @@ type Summary struct {
 	BusBytes   float64   `json:"busBytesPerPod,omitempty"`
 	Idle       *IdleCost `json:"idle,omitempty"`
 	Empty      *IdleCost `json:"empty,omitempty"`
+	// Summary is /stats/summary with the burst running (agents only).
+	Summary *SummaryStats `json:"summary,omitempty"`
 	// Breakdown over every pod of every round.
 	Breakdown *Breakdown `json:"breakdown,omitempty"`
 }
@@ -217,6 +222,7 @@ func Summarize(runs []Run, tolerance float64) []Summary {
 		var running, ready, exits []time.Duration
 		var msgs, bytes []float64
 		var tls []Timeline
+		var summaries []*SummaryLatency
 		for _, r := range groups[k] {
 			if r.Error != "" {
 				s.Failed++
@@ -249,6 +255,7 @@ func Summarize(runs []Run, tolerance float64) []Summary {
 				s.Empty = r.Empty
 			}
 			tls = append(tls, r.Timelines...)
+			summaries = append(summaries, r.Summary)
 			if k.c != Floor {
 				rk := [3]int{r.Bound, r.N, r.Round}
 				if fw, ok := floorWall[rk]; ok {
@@ -270,6 +277,7 @@ func Summarize(runs []Run, tolerance float64) []Summary {
 		s.Ratio, s.P50Ratio = Median(s.Ratios), Median(s.P50Ratios)
 		s.AgentCPU, s.RuntimeCPU = Dur(Median(cpus)), Dur(Median(rtcpus))
 		s.BusMsgs, s.BusBytes = Median(msgs), Median(bytes)
+		s.Summary = summarizeSummary(summaries)
 		if len(tls) > 0 {
 			b := ComputeBreakdown(tls, tolerance)
 			s.Breakdown = &b

@@ -123,6 +123,8 @@ func TestWriteTable(t *testing.T) {
 		"runtime": {RSS: 100 << 20, PSS: 90 << 20, PSSAnon: 50 << 20, HWM: 110 << 20}}}
 	runs[0].ExitToStatus = []Dur{Dur(120 * time.Millisecond), Dur(80 * time.Millisecond), Dur(900 * time.Millisecond)}
 	runs[0].Bus = &BusCost{PerPodMessages: 8, PerPodBytes: 6570}
+	runs[0].Summary = &SummaryLatency{Requests: []Dur{Dur(12 * time.Millisecond), Dur(16 * time.Millisecond)}, Pods: 20, Bytes: 40960,
+		AgentCPU: Dur(5 * time.Millisecond), RuntimeCPU: Dur(50 * time.Millisecond)}
 	runs[0].Timelines = []Timeline{{Written: at(0), Desired: at(100), Admitted: at(110), SandboxReady: at(500), Started: at(800),
 		Observed: at(810), Status: at(820), Measured: at(2000)}} // the stages miss most of the start
 	res := &Result{Machine: Machine{Hostname: "vm", CPUs: 2, LoadStart: "1.00 1.00 1.00"}, Command: "nodelet-bench -n 20",
@@ -150,6 +152,8 @@ func TestWriteTable(t *testing.T) {
 		"(on the settled node before the burst, no pod running)",
 		"runtime  100.0MiB / 90.0MiB (50.0MiB) / 110.0MiB",
 		"recommended runtime.maxConcurrentSandboxCreations: 2",
+		"== at rest with the burst running",
+		"2  20    nodelet  2.5% of a core (0.00s)  270.0MiB             2  12.0ms / 16.0ms / 16.0ms        20/20        40KiB          2.5ms           25.0ms",
 	} {
 		if !strings.Contains(s, want) {
 			t.Errorf("table lacks %q:\n%s", want, s)
@@ -168,7 +172,8 @@ func TestWriteTable(t *testing.T) {
 	if err := json.Unmarshal(b, &back); err != nil {
 		t.Fatal(err)
 	}
-	if len(back.Summaries) != 4 || back.Summaries[0].Running.P50 != res.Summaries[0].Running.P50 {
+	if len(back.Summaries) != 4 || back.Summaries[0].Running.P50 != res.Summaries[0].Running.P50 ||
+		back.Summaries[0].Summary == nil || back.Summaries[0].Summary.Latency.P99 != Dur(16*time.Millisecond) {
 		t.Fatalf("JSON round trip lost the summaries: %+v", back.Summaries)
 	}
 }

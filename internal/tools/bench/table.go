@@ -146,6 +146,7 @@ func WriteTable(w io.Writer, r *Result) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	writeAtRest(ew, r.Summaries)
 	writeIdleMemory(ew, r.Summaries)
 	if rec := r.Recommendation; rec != nil {
 		ew.printf("\nrecommended runtime.maxConcurrentSandboxCreations: %d (%s)\n", rec.Bound, rec.Reason)
@@ -225,6 +226,40 @@ func find(sums []Summary, contender string, bound, n int) *Summary {
 	return nil
 }
 
+// writeAtRest puts the agents side by side with their bursts running: CPU
+// in the idle window and the latency of /stats/summary after it.
+func writeAtRest(ew *errWriter, sums []Summary) {
+	var rows []Summary
+	for _, s := range sums {
+		if s.Contender != Floor && s.Rounds > 0 && (s.Idle != nil || s.Summary != nil) {
+			rows = append(rows, s)
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	ew.printf("\n== at rest with the burst running: agent CPU in the idle window, then /stats/summary (sequential GETs on the read-only port) ==\n")
+	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "bound\tN\tcontender\tidle agent CPU\tidle PSS\tsummary GETs\tsummary p50 / p99 / max\tpods listed\tanswer size\tagent CPU/GET\truntime CPU/GET\t")
+	for _, s := range rows {
+		idleCPU, idlePSS := "-", "-"
+		if s.Idle != nil {
+			idleCPU, idlePSS = fmt.Sprintf("%.1f%% of a core (%s)", s.Idle.CPUPercent, s.Idle.Window), mib(s.Idle.PSS)
+		}
+		gets, lat, pods, size, agent, rt := "-", "-", "-", "-", "-", "-"
+		if m := s.Summary; m != nil {
+			gets = fmt.Sprint(m.Latency.N)
+			lat = fmt.Sprintf("%s / %s / %s", msec1(m.Latency.P50), msec1(m.Latency.P99), msec1(m.Latency.Max))
+			pods = fmt.Sprintf("%d/%d", m.Pods, s.N)
+			size = fmt.Sprintf("%.0fKiB", float64(m.Bytes)/1024)
+			agent, rt = msec1(m.AgentCPU), msec1(m.RuntimeCPU)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", boundName(s.Bound), s.N, s.Contender, idleCPU, idlePSS,
+			gets, lat, pods, size, agent, rt)
+	}
+	ew.err = errors.Join(ew.err, tw.Flush())
+}
+
 // writeIdleMemory prints each agent process's memory at rest, on the
 // empty node and in the idle window with the largest burst running: RSS,
 // PSS with its anonymous part (heap, stacks; the rest is the process's
@@ -297,3 +332,6 @@ func writeMemoryTable(ew *errWriter, sums []Summary, title string, at func(Summa
 }
 
 func msec(d Dur) string { return fmt.Sprintf("%dms", d.D().Milliseconds()) }
+
+// msec1 is milliseconds with a decimal: the summary's figures are short.
+func msec1(d Dur) string { return fmt.Sprintf("%.1fms", float64(d.D().Microseconds())/1000) }
