@@ -63,8 +63,9 @@ func Compose(s component.Set, o Options) ([]byte, error) {
 		w("      dockerfile: deploy/Dockerfile")
 		w("    command: [%q, \"--config\", %q]", c.Binary(), o.ConfigPath)
 		w("    network_mode: host")
-		if ct.Privileged {
-			w("    privileged: true")
+		if len(ct.CapAdd) > 0 {
+			w("    cap_add: [%s]", strings.Join(ct.CapAdd, ", "))
+			w("    security_opt: [\"apparmor=unconfined\"]")
 		}
 		if ct.CgroupHost {
 			w("    cgroup: host")

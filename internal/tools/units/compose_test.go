@@ -33,6 +33,8 @@ type composeService struct {
 	Command         []string `json:"command"`
 	NetworkMode     string   `json:"network_mode"`
 	Privileged      bool     `json:"privileged"`
+	CapAdd          []string `json:"cap_add"`
+	SecurityOpt     []string `json:"security_opt"`
 	Cgroup          string   `json:"cgroup"`
 	Restart         string   `json:"restart"`
 	StopGracePeriod string   `json:"stop_grace_period"`
@@ -110,8 +112,11 @@ func TestComposeMatchesGraph(t *testing.T) {
 		if !slices.Equal(deps, req) {
 			t.Errorf("%s: depends_on %v, the declaration requires %v", c.Name, deps, req)
 		}
-		if s.Privileged != (c.Name == "runtime") {
-			t.Errorf("%s: privileged = %v; only the runtime (mounts) needs it", c.Name, s.Privileged)
+		if s.Privileged {
+			t.Errorf("%s: privileged; cap_add names what a service needs", c.Name)
+		}
+		if mounts := slices.Equal(s.CapAdd, []string{"SYS_ADMIN"}) && slices.Equal(s.SecurityOpt, []string{"apparmor=unconfined"}); mounts != (c.Name == "runtime") {
+			t.Errorf("%s: cap_add %v, security_opt %v; only the runtime (mounts) needs SYS_ADMIN, unconfined", c.Name, s.CapAdd, s.SecurityOpt)
 		}
 		fromCompose = append(fromCompose, component.Component{Name: c.Name, Process: true, Requires: deps})
 	}

@@ -1,0 +1,779 @@
+package composerun
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodelet/nodelet/internal/cni"
+	"github.com/nodelet/nodelet/internal/containerd"
+	"github.com/nodelet/nodelet/internal/images"
+	"github.com/nodelet/nodelet/internal/testenv"
+	"github.com/nodelet/nodelet/internal/testenv/eventually"
+)
+
+const (
+	// Debian's docker.io: the engine and its CLI (20.10). The CLI of the
+	// package, not whatever docker comes first in PATH: a newer CLI builds
+	// with BuildKit only through the buildx plugin, which Debian 12 lacks.
+	dockerd   = "/usr/sbin/dockerd"
+	dockerCLI = "/usr/bin/docker"
+	// pluginDir is where scripts/setup.sh installs the compose plugin
+	// (scripts/compose.sh) and Debian's CLI looks for it.
+	pluginDir = "/usr/libexec/docker/cli-plugins"
+
+	// image is what docker-compose.yml runs; baseImage the Debian 12 root
+	// it is built on here, imported from the debootstrap root the
+	// systemd-nspawn tests use (testenv.NspawnRoot).
+	image      = "nodelet.local/nodelet:dev"
+	baseImage  = "nodelet.local/debian-nspawn-root:bookworm"
+	baseRecipe = "org.nodelet.base=" + "nspawn-debian12"
+
+	// testRoot holds each run's scratch tree (short: sockets live there).
+	testRoot = "/var/lib/nodelet-compose-test"
+)
+
+// hostPaths are the host paths docker-compose.yml and the node's containerd
+// use; the test's mount namespace binds each to <run>/root<path>, so that
+// the file runs unchanged without touching the machine's own.
+var hostPaths = []string{
+	"/etc/nodelet",     // the manifests, containerd's config, the CNI conflist
+	"/var/lib/nodelet", // nodelet's state, containerd's root
+	"/run/nodelet",     // containerd's state and socket
+	"/var/log/pods",    // pod logs
+	"/var/lib/kubelet", // device plugins, plugin registry
+	"/var/lib/cni",     // host-local IPAM leases
+	"/run/containerd",  // runc's state; hides a system containerd from dockerd
+	"/opt",             // /opt/cni/bin, which compose mounts
+	"/etc/docker",      // dockerd's trust key
+}
+
+// requireDocker skips the test, loudly, only where Debian's engine cannot
+// be installed; the compose plugin is built when missing.
+func requireDocker(t *testing.T) {
+	t.Helper()
+	testenv.RequiresRoot(t)
+	missing := !exists(dockerd) || !exists(dockerCLI)
+	if missing {
+		out, err := exec.Command("bash", "-c", installDockerScript).CombinedOutput()
+		if err != nil || !exists(dockerd) || !exists(dockerCLI) {
+			t.Skipf("SKIPPED: docker-compose.yml was NOT run: Debian's docker.io (dockerd, docker) could not be installed (scripts/setup.sh installs it): %v\n%s", err, out)
+		}
+	}
+	if !exists(filepath.Join(pluginDir, "docker-compose")) {
+		root := repoRoot(t)
+		out, err := exec.Command(filepath.Join(root, "scripts", "compose.sh"), "install", pluginDir).CombinedOutput()
+		if err != nil {
+			t.Fatalf("scripts/compose.sh install %s: %v\n%s", pluginDir, err, out)
+		}
+	}
+}
+
+// installDockerScript is what scripts/setup.sh does for the engine: the
+// daemon's config first (no iptables rules, no bridge: the FORWARD policy
+// stays ACCEPT), then the package.
+const installDockerScript = `set -e
+mkdir -p /etc/docker
+[ -e /etc/docker/daemon.json ] || echo '{"iptables": false, "ip6tables": false, "bridge": "none"}' >/etc/docker/daemon.json
+export DEBIAN_FRONTEND=noninteractive
+apt-get install -y -qq --no-install-recommends docker.io || { apt-get update -qq && apt-get install -y -qq --no-install-recommends docker.io; }`
+
+func exists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+func repoRoot(t testing.TB) string {
+	t.Helper()
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+func cacheDir() string {
+	if d := os.Getenv("NODELET_CACHE"); d != "" {
+		return d
+	}
+	home := os.Getenv("HOME")
+	if home == "" {
+		home = "/root"
+	}
+	return filepath.Join(home, ".cache", "nodelet")
+}
+
+// TestComposeQuickLook brings a node up with docker-compose.yml as README's
+// quick look says, from a copy of the repository's files: the image built
+// from deploy/Dockerfile, `docker compose up -d --wait`, a static pod
+// dropped into the manifest dir running in the node's containerd, `docker
+// compose restart runtime` leaving the pod's container as it was (the same
+// container, never restarted), then the pod deleted and `docker compose
+// down`, after which no container, network, volume, mount, sandbox or
+// process of the run is left.
+func TestComposeQuickLook(t *testing.T) {
+	requireDocker(t)
+	began := time.Now()
+	root := repoRoot(t)
+
+	// One run at a time: the engine's data dir (images, build cache) is
+	// shared by the runs, so that a second run builds nothing.
+	dataRoot := filepath.Join(cacheDir(), "compose-docker")
+	if err := os.MkdirAll(dataRoot, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	lock, err := os.OpenFile(dataRoot+".lock", os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lock.Close() })
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+
+	// The host's FORWARD policy (other tests' rules come and go).
+	forwardBefore := forwardPolicy(t)
+	hostMountsBefore := hostMounts(t)
+
+	// The binaries first (the slow part when the build cache is cold), on
+	// the host as scripts/setup.sh builds them (go build, cgo as the host
+	// has it: the image's base is the host's Debian 12, so the libc
+	// matches, and the build cache is the one setup.sh and the other tests
+	// fill).
+	bin := t.TempDir()
+	if err := testenv.BuildBinaries(bin); err != nil {
+		t.Fatal(err)
+	}
+	phase := func(what string) { t.Logf("%6.1fs %s", time.Since(began).Seconds(), what) }
+	phase("binaries built")
+
+	n := startNode(t, dataRoot)
+	phase("engine and containerd up in the test's namespaces")
+
+	// A clean copy of the repository's files, the binaries in its
+	// bin/image/ (what BINARIES=prebuilt takes).
+	src := filepath.Join(n.dir, "repo")
+	copyRepo(t, root, src)
+	entries, err := os.ReadDir(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if err := copyFile(filepath.Join(bin, e.Name()), filepath.Join(src, "bin", "image", e.Name())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The copy's config is the node's, as an operator edits it; only the
+	// cgroup root differs from the file's, so that the run's pod cgroups
+	// never meet those of a node of the machine (cgroups are not namespaced).
+	editConfig(t, filepath.Join(src, "deploy", "nodelet.yaml"), "cgroupRoot: /nodelet ", "cgroupRoot: /nodelet-compose ")
+	if ls, err := os.ReadDir(filepath.Join(src, "bin", "image")); err != nil || len(ls) < 2 {
+		t.Fatalf("bin/ of the copy: %v, %d entries (built: %d)", err, len(ls), len(entries))
+	}
+	phase("repository copied")
+
+	n.baseImage(t)
+	phase("base image present")
+	n.docker(t, []string{"DOCKER_BUILDKIT=1"}, "build", "-q", "-f", filepath.Join(src, "deploy", "Dockerfile"),
+		"--build-arg", "BINARIES=prebuilt", "--build-arg", "BASE_IMAGE="+baseImage, "-t", image, src)
+	phase("image built")
+
+	compose := func(args ...string) string {
+		t.Helper()
+		return n.docker(t, nil, append([]string{"compose", "--project-directory", src, "-f", filepath.Join(src, "docker-compose.yml")}, args...)...)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, s := range []string{"bus", "sources", "admission", "runtime", "status"} {
+				out, _ := n.dockerOut(nil, "compose", "--project-directory", src, "logs", "--tail", "30", s)
+				t.Logf("compose logs %s:\n%s", s, out)
+			}
+		}
+		_, _ = n.dockerOut(nil, "compose", "--project-directory", src, "down", "--timeout", "10")
+	})
+	networksBefore := n.docker(t, nil, "network", "ls", "-q")
+	volumesBefore := n.docker(t, nil, "volume", "ls", "-q")
+
+	compose("up", "-d", "--wait", "--no-build")
+	phase("compose up: every service healthy")
+
+	cri := n.cri(t)
+	ctx := t.Context()
+	manifest := filepath.Join(n.path("/etc/nodelet/manifests"), "quick.yaml")
+	if err := os.WriteFile(manifest, []byte(staticPod), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var ctrID, sandboxID string
+	eventually.State(t, 90*time.Second, "the static pod's container running", func() (bool, string) {
+		cs, err := cri.Runtime.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{
+			LabelSelector: map[string]string{"io.kubernetes.container.name": "sleep"},
+		}})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, c := range cs.Containers {
+			if strings.HasPrefix(c.Labels["io.kubernetes.pod.name"], "quick-") && c.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
+				ctrID, sandboxID = c.Id, c.PodSandboxId
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("containers: %v", cs.Containers)
+	})
+	phase("static pod running (CRI)")
+
+	// One service restarted alone: the runtime, which owns the pod's
+	// containers. It comes back, finds the pod's container running and
+	// leaves it so (the kubelet's restart semantics: containers outlive it).
+	started := n.docker(t, nil, "inspect", "-f", "{{.State.StartedAt}}", "nodelet-runtime-1")
+	compose("restart", "runtime")
+	eventually.State(t, 90*time.Second, "nodelet-runtime restarted and healthy", func() (bool, string) {
+		out, err := n.dockerOut(nil, "inspect", "-f", "{{.State.StartedAt}} {{.State.Health.Status}}", "nodelet-runtime-1")
+		if err != nil {
+			return false, out
+		}
+		f := strings.Fields(out)
+		return len(f) == 2 && f[0] != started && f[1] == "healthy", out
+	})
+	phase("runtime restarted and healthy")
+	// Healthy is its heartbeat on the bus; that it has synced the pod
+	// since is in its log: the pod's state as it reads it now.
+	checkPodKept := func() (bool, string) {
+		cs, err := cri.Runtime.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{PodSandboxId: sandboxID}})
+		if err != nil {
+			return false, err.Error()
+		}
+		if len(cs.Containers) != 1 || cs.Containers[0].Id != ctrID || cs.Containers[0].State != runtimeapi.ContainerState_CONTAINER_RUNNING ||
+			cs.Containers[0].Metadata.Attempt != 0 {
+			return false, fmt.Sprintf("want only %s running, attempt 0; have %v", ctrID, cs.Containers)
+		}
+		sbs, err := cri.Runtime.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
+		if err != nil {
+			return false, err.Error()
+		}
+		if len(sbs.Items) != 1 || sbs.Items[0].Id != sandboxID || sbs.Items[0].State != runtimeapi.PodSandboxState_SANDBOX_READY {
+			return false, fmt.Sprintf("want only sandbox %s ready; have %v", sandboxID, sbs.Items)
+		}
+		return true, ""
+	}
+	if ok, state := checkPodKept(); !ok {
+		t.Fatalf("after `docker compose restart runtime`: %s", state)
+	}
+	// nodelet pods (through the bus, in the restarted runtime's container)
+	// reports the pod Running with its container not restarted.
+	eventually.State(t, 60*time.Second, "nodelet pods: the static pod Running, 0 restarts", func() (bool, string) {
+		out, err := n.dockerOut(nil, "compose", "--project-directory", src, "exec", "-T", "runtime",
+			"nodelet", "pods", "--config", "/etc/nodelet/nodelet.yaml")
+		for _, l := range strings.Split(out, "\n") {
+			// NAME READY STATUS RESTARTS AGE
+			if f := strings.Fields(l); len(f) >= 4 && strings.HasPrefix(f[0], "quick-") && f[1] == "1/1" && f[2] == "Running" && f[3] == "0" {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%v: %s", err, out)
+	})
+	if ok, state := checkPodKept(); !ok {
+		t.Fatalf("after the restarted runtime synced: %s", state)
+	}
+	phase("pod kept across the restart (same container, attempt 0)")
+
+	// The pod goes first (the node's workload outlives its agent, as with
+	// the kubelet: `down` alone would leave it running), then the node.
+	if err := os.Remove(manifest); err != nil {
+		t.Fatal(err)
+	}
+	eventually.State(t, 90*time.Second, "the static pod's sandbox removed", func() (bool, string) {
+		sbs, err := cri.Runtime.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(sbs.Items) == 0, fmt.Sprintf("sandboxes: %v", sbs.Items)
+	})
+	phase("pod deleted")
+	compose("down")
+	phase("compose down")
+
+	// Nothing of the run is left: no container, network or volume of the
+	// engine, no container or sandbox in the node's containerd, no mount in
+	// the namespace beyond the test's own binds, none on the host.
+	if out := n.docker(t, nil, "ps", "-aq"); out != "" {
+		t.Errorf("containers left after down: %s", out)
+	}
+	if out := n.docker(t, nil, "network", "ls", "-q"); out != networksBefore {
+		t.Errorf("networks after down %q, before up %q", out, networksBefore)
+	}
+	if out := n.docker(t, nil, "volume", "ls", "-q"); out != volumesBefore {
+		t.Errorf("volumes after down %q, before up %q", out, volumesBefore)
+	}
+	cs, err := cri.Runtime.ListContainers(ctx, &runtimeapi.ListContainersRequest{})
+	if err != nil || len(cs.Containers) != 0 {
+		t.Errorf("containerd containers after down: %v %v", cs, err)
+	}
+	if left := n.mountsLeft(t); len(left) > 0 {
+		t.Errorf("mounts left in the node's namespace after down: %s", strings.Join(left, "\n"))
+	}
+	if after := hostMounts(t); !slices.Equal(after, hostMountsBefore) {
+		t.Errorf("the host's mounts changed: before %v, after %v", hostMountsBefore, after)
+	}
+	if after := forwardPolicy(t); after != forwardBefore {
+		t.Errorf("the host's FORWARD policy changed: before %q, after %q", forwardBefore, after)
+	}
+	if rules := run(t, "iptables-save"); strings.Contains(strings.ToLower(rules), "docker") {
+		t.Errorf("the host has iptables rules of docker:\n%s", rules)
+	}
+	phase("nothing left behind")
+}
+
+// staticPod is the manifest dropped into the static pod dir; its image is
+// one scripts/setup.sh imports (nodelet.local/busybox).
+const staticPod = `apiVersion: v1
+kind: Pod
+metadata:
+  name: quick
+  namespace: default
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: sleep
+    image: nodelet.local/busybox:1.35
+    imagePullPolicy: Never
+    command: ["sleep", "3600"]
+`
+
+// node is the test's namespaces: the engine and the node's containerd run
+// in a mount and a network namespace held by one process.
+type node struct {
+	dir       string // <testRoot>/<pid>: this run's scratch tree
+	holder    *exec.Cmd
+	pid       int
+	dataRoot  string
+	sock      string // the engine's socket (a host path)
+	criSock   string // the node's containerd socket (a host path)
+	dockerEnv []string
+	procs     []*exec.Cmd
+}
+
+// path is where p of the namespace is on the host.
+func (n *node) path(p string) string { return filepath.Join(n.dir, "root", p) }
+
+// enter runs name in the namespaces.
+func (n *node) enter(name string, args ...string) *exec.Cmd {
+	return exec.Command("nsenter", append([]string{"--target", strconv.Itoa(n.pid), "--mount", "--net", "--", name}, args...)...)
+}
+
+func startNode(t *testing.T, dataRoot string) *node {
+	t.Helper()
+	n := &node{dir: filepath.Join(testRoot, strconv.Itoa(os.Getpid())), dataRoot: dataRoot}
+	_ = os.RemoveAll(n.dir) // a crashed run of the same pid; its namespace died with it
+	for _, p := range hostPaths {
+		if err := os.MkdirAll(n.path(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(n.dir) })
+
+	n.holder = exec.Command("unshare", "--mount", "--net", "--propagation", "private", "sleep", "infinity")
+	n.holder.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := containerd.StartOnLockedThread(n.holder); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		n.stop(t)
+	})
+	eventually.True(t, 10*time.Second, "unshare's namespaces", func() bool {
+		self, _ := os.Readlink("/proc/self/ns/mnt")
+		its, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", n.holder.Process.Pid))
+		return err == nil && its != self
+	})
+	n.pid = n.holder.Process.Pid
+
+	var script strings.Builder
+	script.WriteString("set -e\n")
+	for _, p := range hostPaths {
+		fmt.Fprintf(&script, "mkdir -p %s && mount --bind %s %s\n", p, n.path(p), p)
+	}
+	// Shared within the namespace: the runtime's container binds
+	// /var/lib/nodelet rshared, so that containerd sees its tmpfs mounts.
+	script.WriteString("mount --make-rshared /\nip link set lo up\n")
+	n.mustRun(t, nil, "nsenter", "--target", strconv.Itoa(n.pid), "--mount", "--net", "--", "sh", "-c", script.String())
+
+	n.startContainerd(t)
+	n.startDockerd(t)
+	return n
+}
+
+// startContainerd starts the node's containerd as scripts/setup.sh
+// configures it (its paths, the conflist of bridge nodelet0 for
+// 10.88.0.0/16, the local images), in the namespaces.
+func (n *node) startContainerd(t *testing.T) {
+	t.Helper()
+	cfg := containerd.Config{ConfigFile: "/etc/nodelet/containerd/config.toml"}.WithDefaults()
+	if err := containerd.WriteConfig(cfg, n.path(cfg.ConfigFile)); err != nil {
+		t.Fatal(err)
+	}
+	conf, err := cni.Render(cni.Options{BridgeName: "nodelet0", Subnet: "10.88.0.0/16"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cni.WriteAtomic(n.path(cfg.CNIConfDir), cni.DefaultFileName, conf); err != nil {
+		t.Fatal(err)
+	}
+	n.criSock = n.path(cfg.Socket)
+	n.start(t, "containerd", cfg.Binary, "--config", cfg.ConfigFile)
+	conn, err := containerd.Dial(n.criSock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	eventually.Nil(t, 30*time.Second, "the node's containerd ready", func() error {
+		return containerd.RuntimeReady(t.Context(), conn)
+	})
+	tars, err := images.EnsureImages(t.Context(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tar := range tars {
+		if err := images.Import(t.Context(), n.criSock, "k8s.io", tar.Path); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// startDockerd starts the engine in the namespaces with a config of its
+// own: no iptables rules, no bridge (every service uses the host's
+// network, here the namespace's), its data in the cache.
+func (n *node) startDockerd(t *testing.T) {
+	t.Helper()
+	n.sock = filepath.Join(n.dir, "docker.sock")
+	cfg := map[string]any{
+		"iptables":       false,
+		"ip6tables":      false,
+		"bridge":         "none",
+		"data-root":      n.dataRoot,
+		"exec-root":      filepath.Join(n.dir, "dx"),
+		"pidfile":        filepath.Join(n.dir, "docker.pid"),
+		"hosts":          []string{"unix://" + n.sock},
+		"log-level":      "warn",
+		"storage-driver": "overlay2",
+	}
+	b, _ := json.Marshal(cfg)
+	cfgFile := filepath.Join(n.dir, "daemon.json")
+	if err := os.WriteFile(cfgFile, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n.dockerEnv = []string{"DOCKER_HOST=unix://" + n.sock, "DOCKER_CONFIG=" + filepath.Join(n.dir, "docker-config")}
+	n.start(t, "dockerd", dockerd, "--config-file", cfgFile)
+	eventually.Nil(t, 60*time.Second, "dockerd answering", func() error {
+		out, err := n.dockerOut(nil, "version", "-f", "{{.Server.Version}}")
+		if err != nil {
+			return fmt.Errorf("%w: %s", err, out)
+		}
+		return nil
+	})
+	// What a crashed earlier run left in the shared data dir.
+	if ids, _ := n.dockerOut(nil, "ps", "-aq"); ids != "" {
+		_, _ = n.dockerOut(nil, append([]string{"rm", "-f"}, strings.Fields(ids)...)...)
+	}
+}
+
+// start runs a daemon in the namespaces, its output in <dir>/<name>.log.
+func (n *node) start(t *testing.T, name, bin string, args ...string) {
+	t.Helper()
+	log, err := os.Create(filepath.Join(n.dir, name+".log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := n.enter(bin, args...)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.Env = append(os.Environ(), "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := containerd.StartOnLockedThread(cmd); err != nil {
+		t.Fatal(err)
+	}
+	n.procs = append(n.procs, cmd)
+	t.Cleanup(func() {
+		if t.Failed() {
+			b, _ := os.ReadFile(log.Name())
+			if len(b) > 4000 {
+				b = b[len(b)-4000:]
+			}
+			t.Logf("%s log (tail):\n%s", name, b)
+		}
+		log.Close()
+	})
+}
+
+// stop stops dockerd and containerd (the last started first), kills what
+// is left in the namespace (nothing, when the test passed) and the holder.
+func (n *node) stop(t *testing.T) {
+	for i := len(n.procs) - 1; i >= 0; i-- {
+		p := n.procs[i]
+		_ = p.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = p.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			_ = p.Process.Kill()
+			<-done
+		}
+	}
+	if n.holder == nil || n.holder.Process == nil {
+		return
+	}
+	if n.pid != 0 {
+		mine, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", n.pid))
+		for _, pid := range pidsInNamespace(mine) {
+			if pid != n.pid {
+				t.Logf("killing process %d left in the test's namespace", pid)
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	}
+	_ = n.holder.Process.Kill()
+	_ = n.holder.Wait()
+}
+
+func pidsInNamespace(ns string) []int {
+	if ns == "" {
+		return nil
+	}
+	var out []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if l, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", pid)); err == nil && l == ns {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+func (n *node) dockerOut(env []string, args ...string) (string, error) {
+	cmd := exec.Command(dockerCLI, args...)
+	cmd.Env = append(append(os.Environ(), n.dockerEnv...), env...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	return strings.TrimSpace(out.String()), err
+}
+
+func (n *node) docker(t *testing.T, env []string, args ...string) string {
+	t.Helper()
+	out, err := n.dockerOut(env, args...)
+	if err != nil {
+		t.Fatalf("docker %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+func (n *node) mustRun(t *testing.T, env []string, name string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+func run(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// forwardPolicy is the host's FORWARD policy line (-P FORWARD ACCEPT).
+func forwardPolicy(t *testing.T) string {
+	t.Helper()
+	for _, l := range strings.Split(run(t, "iptables", "-S", "FORWARD"), "\n") {
+		if strings.HasPrefix(l, "-P ") {
+			return l
+		}
+	}
+	t.Fatal("iptables -S FORWARD printed no policy")
+	return ""
+}
+
+// baseImage imports the Debian 12 root the systemd-nspawn tests make with
+// debootstrap (cached) as baseImage, once per data dir.
+func (n *node) baseImage(t *testing.T) {
+	t.Helper()
+	if out, err := n.dockerOut(nil, "image", "inspect", "-f", "{{index .Config.Labels \"org.nodelet.base\"}}", baseImage); err == nil &&
+		"org.nodelet.base="+out == baseRecipe {
+		return
+	}
+	rootfs, err := testenv.NspawnRoot()
+	if err != nil {
+		t.Skipf("SKIPPED: docker-compose.yml was NOT run: no Debian 12 root for the base image (debootstrap): %v", err)
+	}
+	tar := exec.Command("tar", "-C", rootfs, "--exclude=./.nodelet-recipe", "-c", ".")
+	imp := exec.Command(dockerCLI, "import", "--change", "LABEL "+baseRecipe, "-", baseImage)
+	imp.Env = append(os.Environ(), n.dockerEnv...)
+	pipe, err := tar.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	imp.Stdin = pipe
+	var out bytes.Buffer
+	imp.Stdout, imp.Stderr = &out, &out
+	if err := tar.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := imp.Run(); err != nil {
+		t.Fatalf("docker import %s: %v\n%s", rootfs, err, out.String())
+	}
+	if err := tar.Wait(); err != nil {
+		t.Fatalf("tar %s: %v", rootfs, err)
+	}
+}
+
+func (n *node) cri(t *testing.T) *testenv.CRI {
+	t.Helper()
+	conn, err := containerd.Dial(n.criSock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return &testenv.CRI{
+		Runtime: runtimeapi.NewRuntimeServiceClient(conn),
+		Image:   runtimeapi.NewImageServiceClient(conn),
+		Conn:    conn,
+	}
+}
+
+// mountsLeft lists the namespace's mounts other than its binds of
+// hostPaths and what was there before the test: the containers' rootfs,
+// the runtime's tmpfs volumes, the pods' netns and shm, if any.
+func (n *node) mountsLeft(t *testing.T) []string {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", n.pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 5 {
+			continue
+		}
+		mp := f[4]
+		if slices.Contains(hostPaths, mp) {
+			continue
+		}
+		for _, p := range append(slices.Clone(hostPaths), n.dataRoot, n.dir) {
+			if strings.HasPrefix(mp, p+"/") {
+				left = append(left, mp)
+				break
+			}
+		}
+	}
+	return left
+}
+
+// hostMounts are the host's mounts under the paths the run uses.
+func hostMounts(t *testing.T) []string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 5 {
+			continue
+		}
+		for _, p := range append(slices.Clone(hostPaths), testRoot) {
+			if f[4] == p || strings.HasPrefix(f[4], p+"/") {
+				out = append(out, f[4])
+				break
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// copyRepo copies the files git tracks (as they are in the work tree) to
+// dst: what a fresh clone has.
+func copyRepo(t *testing.T, root, dst string) {
+	t.Helper()
+	cmd := exec.Command("git", "-C", root, "ls-files", "-z")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("git ls-files: %v", err)
+	}
+	for _, f := range strings.Split(strings.TrimRight(string(out), "\x00"), "\x00") {
+		if f == "" {
+			continue
+		}
+		if err := copyFile(filepath.Join(root, f), filepath.Join(dst, f)); err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				continue // deleted in the work tree
+			}
+			t.Fatal(err)
+		}
+	}
+}
+
+func copyFile(src, dst string) error {
+	fi, err := os.Lstat(src)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	if fi.Mode()&os.ModeSymlink != 0 {
+		target, err := os.Readlink(src)
+		if err != nil {
+			return err
+		}
+		return os.Symlink(target, dst)
+	}
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	o, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, fi.Mode().Perm())
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(o, in); err != nil {
+		o.Close()
+		return err
+	}
+	return o.Close()
+}
+
+func editConfig(t *testing.T, path, old, new string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(b, []byte(old)) {
+		t.Fatalf("%s has no %q", path, old)
+	}
+	if err := os.WriteFile(path, bytes.Replace(b, []byte(old), []byte(new), 1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
