@@ -202,6 +202,7 @@ func TestComposeQuickLook(t *testing.T) {
 		_, _ = n.dockerOut(nil, "compose", "--project-directory", src, "down", "--timeout", "10")
 	})
 	networksBefore := n.docker(t, nil, "network", "ls", "-q")
+	mountsBefore := n.mounts(t)
 	volumesBefore := n.docker(t, nil, "volume", "ls", "-q")
 
 	compose("up", "-d", "--wait", "--no-build")
@@ -318,8 +319,8 @@ func TestComposeQuickLook(t *testing.T) {
 	if err != nil || len(cs.Containers) != 0 {
 		t.Errorf("containerd containers after down: %v %v", cs, err)
 	}
-	if left := n.mountsLeft(t); len(left) > 0 {
-		t.Errorf("mounts left in the node's namespace after down: %s", strings.Join(left, "\n"))
+	if after := n.mounts(t); !slices.Equal(after, mountsBefore) {
+		t.Errorf("the namespace's mounts after down differ from before up:\nbefore %v\nafter  %v", mountsBefore, after)
 	}
 	if after := hostMounts(t); !slices.Equal(after, hostMountsBefore) {
 		t.Errorf("the host's mounts changed: before %v, after %v", hostMountsBefore, after)
@@ -404,6 +405,9 @@ func startNode(t *testing.T, dataRoot string) *node {
 	// Shared within the namespace: the runtime's container binds
 	// /var/lib/nodelet rshared, so that containerd sees its tmpfs mounts.
 	script.WriteString("mount --make-rshared /\nip link set lo up\n")
+	// The node's own address (node status reports it; a host has one): a
+	// veth pair of the namespace's, in TEST-NET-2.
+	script.WriteString("ip link add eth0 type veth peer name eth0-peer && ip addr add 198.51.100.10/24 dev eth0 && ip link set eth0-peer up && ip link set eth0 up\n")
 	n.mustRun(t, nil, "nsenter", "--target", strconv.Itoa(n.pid), "--mount", "--net", "--", "sh", "-c", script.String())
 
 	n.startContainerd(t)
@@ -658,33 +662,36 @@ func (n *node) cri(t *testing.T) *testenv.CRI {
 	}
 }
 
-// mountsLeft lists the namespace's mounts other than its binds of
-// hostPaths and what was there before the test: the containers' rootfs,
-// the runtime's tmpfs volumes, the pods' netns and shm, if any.
-func (n *node) mountsLeft(t *testing.T) []string {
+// mounts lists the namespace's mounts under the host paths, the engine's
+// data and the run's dir (beyond the binds themselves): the containers'
+// rootfs, the runtime's tmpfs volumes, the pods' netns and shm, if any.
+func (n *node) mounts(t *testing.T) []string {
 	t.Helper()
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", n.pid))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var left []string
+	var out []string
 	for _, l := range strings.Split(string(b), "\n") {
 		f := strings.Fields(l)
 		if len(f) < 5 {
 			continue
 		}
 		mp := f[4]
-		if slices.Contains(hostPaths, mp) {
+		if mp == filepath.Join(n.dir, "dx", "netns", "default") {
+			// dockerd's handle on its own network namespace, made with the
+			// first container of network_mode host, kept while dockerd runs.
 			continue
 		}
 		for _, p := range append(slices.Clone(hostPaths), n.dataRoot, n.dir) {
 			if strings.HasPrefix(mp, p+"/") {
-				left = append(left, mp)
+				out = append(out, mp)
 				break
 			}
 		}
 	}
-	return left
+	slices.Sort(out)
+	return out
 }
 
 // hostMounts are the host's mounts under the paths the run uses.
