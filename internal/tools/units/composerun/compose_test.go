@@ -34,6 +34,9 @@ const (
 	baseImage  = "nodelet.local/debian-nspawn-root:bookworm"
 	baseRecipe = "org.nodelet.base=" + "nspawn-debian12"
 
+	// cgroupRoot is the run's runtime.cgroupRoot (without the slash).
+	cgroupRoot = "nodelet-compose"
+
 	// testRoot holds each run's scratch tree (short: sockets live there).
 	testRoot = "/var/lib/nodelet-compose-test"
 )
@@ -168,7 +171,7 @@ func TestComposeQuickLook(t *testing.T) {
 	// The copy's config is the node's, as an operator edits it; only the
 	// cgroup root differs from the file's, so that the run's pod cgroups
 	// never meet those of a node of the machine (cgroups are not namespaced).
-	editConfig(t, filepath.Join(src, "deploy", "nodelet.yaml"), "cgroupRoot: /nodelet ", "cgroupRoot: /nodelet-compose ")
+	editConfig(t, filepath.Join(src, "deploy", "nodelet.yaml"), "cgroupRoot: /nodelet ", "cgroupRoot: /"+cgroupRoot+" ")
 	if ls, err := os.ReadDir(filepath.Join(src, "bin", "image")); err != nil || len(ls) < 2 {
 		t.Fatalf("bin/ of the copy: %v, %d entries (built: %d)", err, len(ls), len(entries))
 	}

@@ -220,6 +220,18 @@ func (n *node) stop(t *testing.T) {
 	}
 	_ = n.holder.Process.Kill()
 	_ = n.holder.Wait()
+	// Cgroups are not namespaced: the node's cgroup root with its QoS
+	// levels (which outlive the agent, as the kubelet's kubepods do) and
+	// the engine's /docker parent, both empty now; rmdir leaves any that
+	// is not.
+	dirs, _ := filepath.Glob("/sys/fs/cgroup/*/" + cgroupRoot + "/*")
+	more, _ := filepath.Glob("/sys/fs/cgroup/*/" + cgroupRoot)
+	docker, _ := filepath.Glob("/sys/fs/cgroup/*/docker")
+	for _, d := range append(append(dirs, more...), docker...) {
+		if fi, err := os.Stat(d); err == nil && fi.IsDir() {
+			_ = syscall.Rmdir(d)
+		}
+	}
 }
 
 func pidsInNamespace(ns string) []int {
