@@ -184,8 +184,15 @@ type Systemd struct {
 // Compose is what one compose service needs beyond the bus, the state dir
 // and the configuration, with the reason.
 type Compose struct {
-	Why        []string
-	Privileged bool
+	Why []string
+	// CapAdd are capabilities beyond the engine's default set (compose
+	// cap_add, names without CAP_), with AppArmor unconfined (Docker's
+	// default profile denies mount(2) whatever the capabilities). Not
+	// `privileged`: that gives every capability the engine knows of, and
+	// Debian's Docker 20.10 then fails to start the container where the
+	// host's bounding set lacks one (runc: "unable to apply caps"). Default:
+	// none (the engine's defaults, confined).
+	CapAdd []string
 	// CgroupHost shows the host's cgroup tree instead of the container's.
 	CgroupHost bool
 	// StateDirShared makes the state dir mount rshared, so mounts made in

@@ -154,14 +154,14 @@ var Declared = Set{
 		},
 		Compose: Compose{
 			Why: []string{
-				"Privileged, with the host's cgroups and a shared state dir: it mounts",
-				"tmpfs emptyDirs that containerd on the host must see (the host's",
-				"/var/lib/nodelet must be on a shared mount, as / is under systemd),",
-				"writes pod logs and the CNI conflist containerd reads, validates the",
-				"host's CNI plugins and removes pod cgroups. hostPath volumes are checked",
-				"inside this container; for those, use deploy/systemd.",
+				"CAP_SYS_ADMIN and AppArmor unconfined (mounts), with the host's cgroups",
+				"and a shared state dir: it mounts tmpfs emptyDirs that containerd on the",
+				"host must see (the host's /var/lib/nodelet must be on a shared mount, as",
+				"/ is under systemd), writes pod logs and the CNI conflist containerd",
+				"reads, validates the host's CNI plugins and removes pod cgroups. hostPath",
+				"volumes are checked inside this container; for those, use deploy/systemd.",
 			},
-			Privileged: true, CgroupHost: true, StateDirShared: true,
+			CapAdd: []string{"SYS_ADMIN"}, CgroupHost: true, StateDirShared: true,
 			Volumes: []string{
 				ComposePodLogs + ":" + ComposePodLogs,
 				ComposeCNIConf + ":" + ComposeCNIConf,

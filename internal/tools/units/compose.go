@@ -32,7 +32,8 @@ func Compose(s component.Set, o Options) ([]byte, error) {
 		"The host provides containerd with the config scripts/setup.sh writes",
 		"(socket " + component.ComposeCRIDir + "/containerd.sock, e.g. through",
 		"deploy/systemd/" + ContainerdDropIn + "), the CNI plugins and the",
-		"nodelet.local images. Then: docker compose up -d --build",
+		"nodelet.local images. Then: docker compose up -d --wait --build (without",
+		"a registry: docs/install.md, \"A quick look with docker compose\").",
 		"",
 		"Every service uses the host's network: the bus listens on loopback only",
 		"(bus.listen), and the runtime, prober and status work with the node's own",
@@ -63,8 +64,9 @@ func Compose(s component.Set, o Options) ([]byte, error) {
 		w("      dockerfile: deploy/Dockerfile")
 		w("    command: [%q, \"--config\", %q]", c.Binary(), o.ConfigPath)
 		w("    network_mode: host")
-		if ct.Privileged {
-			w("    privileged: true")
+		if len(ct.CapAdd) > 0 {
+			w("    cap_add: [%s]", strings.Join(ct.CapAdd, ", "))
+			w("    security_opt: [\"apparmor=unconfined\"]")
 		}
 		if ct.CgroupHost {
 			w("    cgroup: host")
@@ -86,10 +88,16 @@ func Compose(s component.Set, o Options) ([]byte, error) {
 		}
 		w("    healthcheck:")
 		w("      test: [\"CMD\", \"nodelet\", \"health\", %q, \"--config\", %q]", c.Name, o.ConfigPath)
-		w("      interval: 10s")
+		// The first check runs one interval after the start, and the
+		// services start one level of depends_on after another (six
+		// levels): 5s keeps `up --wait` near half a minute on engines
+		// before Docker 25, which ignore start_interval; later ones check
+		// every second until the first success.
+		w("      interval: 5s")
 		w("      timeout: 20s")
 		w("      retries: 3")
 		w("      start_period: 60s")
+		w("      start_interval: 1s")
 		if len(c.Requires) > 0 {
 			w("    depends_on:")
 			for _, r := range c.Requires {

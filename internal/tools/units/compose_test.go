@@ -33,16 +33,19 @@ type composeService struct {
 	Command         []string `json:"command"`
 	NetworkMode     string   `json:"network_mode"`
 	Privileged      bool     `json:"privileged"`
+	CapAdd          []string `json:"cap_add"`
+	SecurityOpt     []string `json:"security_opt"`
 	Cgroup          string   `json:"cgroup"`
 	Restart         string   `json:"restart"`
 	StopGracePeriod string   `json:"stop_grace_period"`
 	Volumes         []string `json:"volumes"`
 	Healthcheck     struct {
-		Test        []string `json:"test"`
-		Interval    string   `json:"interval"`
-		Timeout     string   `json:"timeout"`
-		Retries     int      `json:"retries"`
-		StartPeriod string   `json:"start_period"`
+		Test          []string `json:"test"`
+		Interval      string   `json:"interval"`
+		Timeout       string   `json:"timeout"`
+		Retries       int      `json:"retries"`
+		StartPeriod   string   `json:"start_period"`
+		StartInterval string   `json:"start_interval"`
 	} `json:"healthcheck"`
 	DependsOn map[string]struct {
 		Condition string `json:"condition"`
@@ -110,8 +113,11 @@ func TestComposeMatchesGraph(t *testing.T) {
 		if !slices.Equal(deps, req) {
 			t.Errorf("%s: depends_on %v, the declaration requires %v", c.Name, deps, req)
 		}
-		if s.Privileged != (c.Name == "runtime") {
-			t.Errorf("%s: privileged = %v; only the runtime (mounts) needs it", c.Name, s.Privileged)
+		if s.Privileged {
+			t.Errorf("%s: privileged; cap_add names what a service needs", c.Name)
+		}
+		if mounts := slices.Equal(s.CapAdd, []string{"SYS_ADMIN"}) && slices.Equal(s.SecurityOpt, []string{"apparmor=unconfined"}); mounts != (c.Name == "runtime") {
+			t.Errorf("%s: cap_add %v, security_opt %v; only the runtime (mounts) needs SYS_ADMIN, unconfined", c.Name, s.CapAdd, s.SecurityOpt)
 		}
 		fromCompose = append(fromCompose, component.Component{Name: c.Name, Process: true, Requires: deps})
 	}
@@ -196,21 +202,31 @@ func TestComposeMountsMatchNodeConfig(t *testing.T) {
 
 // TestDockerfileBuildsEveryBinary checks the image has what the compose
 // services run: every nodelet-<name> and nodelet (the health checks), in
-// /usr/local/bin.
+// /usr/local/bin, built in stage "build" or taken from bin/image/
+// (BINARIES=prebuilt), and that the last stage builds without a network.
+// internal/tools/units/composerun builds and runs it.
 func TestDockerfileBuildsEveryBinary(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join(repoRoot, "deploy", "Dockerfile"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	df := string(b)
-	if !regexp.MustCompile(`(?m)^RUN .*go build .*-o /out/ \./cmd/\.\.\. && /out/nodeletd link /out$`).MatchString(df) {
-		t.Error("deploy/Dockerfile does not build ./cmd/... into /out/ and link the daemons to nodeletd")
+	if !regexp.MustCompile(`(?m)^RUN .*go build .*-o /out/usr/local/bin/ \./cmd/\.\.\. \\\n && /out/usr/local/bin/nodeletd link /out/usr/local/bin`).MatchString(df) {
+		t.Error("deploy/Dockerfile does not build ./cmd/... into /out/usr/local/bin and link the daemons to nodeletd")
 	}
-	if !strings.Contains(df, "COPY --from=build /out/ /usr/local/bin/") {
-		t.Error("deploy/Dockerfile does not copy the binaries into /usr/local/bin")
+	if !strings.Contains(df, "\nFROM scratch AS prebuilt\nCOPY bin/image/ /out/usr/local/bin/\n") {
+		t.Error("deploy/Dockerfile's prebuilt stage does not take bin/image/")
 	}
-	if n := len(regexp.MustCompile(`(?m)^FROM `).FindAllString(df, -1)); n != 2 {
-		t.Errorf("deploy/Dockerfile has %d stages, want 2 (build, run)", n)
+	froms := regexp.MustCompile(`(?m)^FROM .*$`).FindAllStringIndex(df, -1)
+	if len(froms) != 4 {
+		t.Fatalf("deploy/Dockerfile has %d stages, want 4 (build, prebuilt, binaries, run)", len(froms))
+	}
+	last := df[froms[3][0]:]
+	if !strings.Contains(last, "COPY --from=binaries /out/ /") {
+		t.Error("deploy/Dockerfile's last stage does not copy the binaries")
+	}
+	if regexp.MustCompile(`(?m)^RUN `).MatchString(last) {
+		t.Error("deploy/Dockerfile's last stage has a RUN: it must build without a network")
 	}
 	// nodelet, and nodeletd with every component (cmd/nodeletd's own test
 	// holds it to the declaration).
