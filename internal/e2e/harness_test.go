@@ -111,6 +111,10 @@ type nodeOptions struct {
 	// NoReadOnlyPort leaves server.readOnlyPort at its default, 0 (off);
 	// otherwise the harness turns it on (node.ReadOnly) for node.Pods.
 	NoReadOnlyPort bool
+	// Containerd is the node's containerd; nil is the package's shared one
+	// (ctrd). A test that needs containerd 2.x whatever
+	// NODELET_TEST_CONTAINERD says starts one of its own.
+	Containerd *testenv.Containerd
 }
 
 // node is one `nodelet up` under test.
@@ -186,6 +190,7 @@ func newNode(t testing.TB, o nodeOptions) *node {
 	if name == "" {
 		name = nodeName
 	}
+	ctrd := n.containerd()
 	cfg := fmt.Sprintf(`node:
   name: %s
   stateDir: %s
@@ -277,9 +282,17 @@ func (n *node) Stop() {
 	}
 }
 
-// cleanupPods removes the sandboxes the node left in the shared containerd.
+// containerd is the node's containerd (nodeOptions.Containerd).
+func (n *node) containerd() *testenv.Containerd {
+	if n.opts.Containerd != nil {
+		return n.opts.Containerd
+	}
+	return ctrd
+}
+
+// cleanupPods removes the sandboxes the node left in its containerd.
 func (n *node) cleanupPods() {
-	c := ctrd.RuntimeClient(n.t)
+	c := n.containerd().RuntimeClient(n.t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	resp, err := c.Runtime.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
