@@ -222,10 +222,45 @@ func TestDRATestDriver(t *testing.T) {
 	admin := cp.AdminClient(t)
 	ns := cp.Namespace(t)
 	t.Logf("tools, image, containerd 2, controllers and node ready in %s", time.Since(began).Round(10*time.Millisecond))
+	// Before the node stops: the driver's pod torn down, its token volume
+	// (a tmpfs) unmounted by the node (a stopped node leaves its pods and
+	// their mounts; the temp dir would not go). No garbage collector runs:
+	// the DaemonSet's pod is deleted by hand.
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = admin.AppsV1().DaemonSets(ns).Delete(ctx, "dra-test-driver", metav1.DeleteOptions{})
+		_ = admin.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
+		waitTrue(t, time.Minute, "the namespace's pods gone", func() bool {
+			l, err := admin.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+			return err == nil && len(l.Items) == 0
+		})
+	})
 	t.Cleanup(func() {
 		if t.Failed() {
 			dumpNamespace(t, admin, ns, filepath.Join(n.dir, "logs"))
 		}
+	})
+
+	// kube-apiserver's TaintNodesByCondition admission gives a new Node
+	// node.kubernetes.io/not-ready:NoSchedule, which the node lifecycle
+	// controller removes once the Node is Ready; that controller does not
+	// run here (it would taint and evict the shared control plane's other
+	// tests' Nodes), so the test removes it as the controller would.
+	waitTrue(t, time.Minute, "the Node Ready, its not-ready taint removed", func() bool {
+		node, err := admin.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+		if err != nil || !slices.ContainsFunc(node.Status.Conditions, func(c corev1.NodeCondition) bool {
+			return c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue
+		}) {
+			return false
+		}
+		taints := slices.DeleteFunc(slices.Clone(node.Spec.Taints), func(t corev1.Taint) bool { return t.Key == corev1.TaintNodeNotReady })
+		if len(taints) == len(node.Spec.Taints) {
+			return true
+		}
+		node.Spec.Taints = taints
+		_, err = admin.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{})
+		return false
 	})
 
 	// The driver, its permissions and the example DeviceClass (named
@@ -525,15 +560,16 @@ func TestDRATestDriver(t *testing.T) {
 
 	// The inline pod deleted: nodelet-devices unprepares its claim with
 	// the restarted driver (which forgot what it prepared: the test driver
-	// keeps that in memory, and so leaves the CDI spec behind), and the
-	// resourceclaim controller deletes the generated claim.
+	// keeps that in memory, and so leaves that CDI spec behind), and the
+	// resourceclaim controller releases the generated claim (deleting it
+	// is the garbage collector's, which does not run here).
 	if err := pods.Delete(ctx, inline.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitTrue(t, time.Minute, "the inline pod's claims record gone", func() bool { return record(inline) == nil })
-	waitTrue(t, time.Minute, "the inline pod's generated claim deleted", func() bool {
-		_, err := claims.Get(ctx, inlineClaim, metav1.GetOptions{})
-		return err != nil
+	waitTrue(t, time.Minute, "the inline pod's generated claim released", func() bool {
+		cl, err := claims.Get(ctx, inlineClaim, metav1.GetOptions{})
+		return err != nil || len(cl.Status.ReservedFor) == 0
 	})
 	t.Logf("TestDRATestDriver took %s", time.Since(began).Round(10*time.Millisecond))
 }
