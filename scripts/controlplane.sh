@@ -17,7 +17,8 @@
 #           build only the named ones of those (tests of the harness), or
 #           kube-proxy (any command of k8s.io/kubernetes/cmd), coredns
 #           (static, from the tools module scripts/coredns) or
-#           sample-device-plugin (test/images/sample-device-plugin, static).
+#           sample-device-plugin (test/images/sample-device-plugin, static)
+#           or dra-test-driver (test/e2e/dra/test-driver, static).
 #   start   build if needed, then start etcd and kube-apiserver on free
 #           127.0.0.1 ports under STATE_DIR, write admin.kubeconfig and
 #           node.kubeconfig there and print how to use them. Idempotent.
@@ -111,7 +112,7 @@ build_bins() {
 	start=$SECONDS
 	for n in "${missing[@]}"; do
 		case $n in
-		agnhost | nnp | sample-apiserver | sample-device-plugin | etcd-static | e2e.test | ginkgo | coredns) ;;
+		agnhost | nnp | sample-apiserver | sample-device-plugin | dra-test-driver | etcd-static | e2e.test | ginkgo | coredns) ;;
 		*) cmds+=("k8s.io/kubernetes/cmd/$n") ;;
 		esac
 	done
@@ -150,6 +151,12 @@ build_bins() {
 			# (test/images/sample-device-plugin), static for its image.
 			CGO_ENABLED=0 "$gobin" build -mod=readonly -trimpath -ldflags "-s -w" -o "$tmp/sample-device-plugin" \
 				k8s.io/kubernetes/test/images/sample-device-plugin
+		fi
+		if [[ " ${missing[*]} " == *" dra-test-driver "* ]]; then
+			# The DRA driver the e2e suite's DRA specs run (test/e2e/dra/
+			# test-driver: its kubelet-plugin subcommand), static for its image.
+			CGO_ENABLED=0 "$gobin" build -mod=readonly -trimpath -ldflags "-s -w" -o "$tmp/dra-test-driver" \
+				k8s.io/kubernetes/test/e2e/dra/test-driver
 		fi
 		if [[ " ${missing[*]} " == *" etcd-static "* ]]; then
 			# The etcd beside it (registry.k8s.io/etcd's /usr/local/bin/etcd), at

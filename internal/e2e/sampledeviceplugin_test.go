@@ -335,7 +335,13 @@ func waitAPIPod(t *testing.T, ctx context.Context, c kubernetes.Interface, ns, n
 // verbose status (containerd's info.pid).
 func containerPID(t *testing.T, id string) int {
 	t.Helper()
-	c := ctrd.RuntimeClient(t)
+	return containerPIDIn(t, ctrd, id)
+}
+
+// containerPIDIn is containerPID on containerd ctr.
+func containerPIDIn(t *testing.T, ctr *testenv.Containerd, id string) int {
+	t.Helper()
+	c := ctr.RuntimeClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	resp, err := c.Runtime.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id, Verbose: true})
