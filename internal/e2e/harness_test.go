@@ -290,10 +290,6 @@ func (n *node) Stop() {
 	}
 }
 
-// containerd is the node's containerd (nodeOptions.Containerd, or the
-// package's shared one).
-func (n *node) containerd() *testenv.Containerd { return n.ctrd }
-
 // cleanupPods removes the sandboxes the node left in its containerd.
 func (n *node) cleanupPods() {
 	c := n.ctrd.RuntimeClient(n.t)
