@@ -19,20 +19,13 @@
 #   1. apt-get install what is missing of: containerd runc
 #      containernetworking-plugins busybox-static bash-static iproute2 iptables
 #      etcd-server openssl util-linux procps dbus-daemon systemd
-#      systemd-container debootstrap docker.io (apt-get update only when
-#      something must be installed; dbus-daemon: the graceful node shutdown
-#      tests run a private D-Bus; systemd for systemd-analyze and
-#      systemd-sysusers, systemd-container and debootstrap for the test that
-#      boots the units under systemd; docker.io for the test that runs
-#      docker-compose.yml, which starts and stops a dockerd of its own. Before
-#      docker.io is first installed, /etc/docker/daemon.json, if there is
-#      none, says iptables false, ip6tables false, bridge none: a dockerd
-#      started by the package or by hand then leaves the FORWARD policy
-#      ACCEPT, which the pods' networking and the cluster harness need);
+#      systemd-container debootstrap (apt-get update only when something
+#      must be installed; dbus-daemon: the graceful node shutdown tests run a
+#      private D-Bus; systemd for systemd-analyze and systemd-sysusers,
+#      systemd-container and debootstrap for the test that boots the units
+#      under systemd);
 #   2. go build -o bin/ ./cmd/... (every nodelet binary, nodelet-pause
 #      included) and bin/setuptool (this script's helper, scripts/setuptool);
-#      the docker compose v2 plugin (scripts/compose.sh: built from its Go
-#      module once, cached) in /usr/libexec/docker/cli-plugins;
 #      then the users the daemons run as (deploy/systemd/sysusers.d/nodelet.conf
 #      installed in /etc/sysusers.d, systemd-sysusers: group nodelet and
 #      nodelet-bus, nodelet-sources, nodelet-admission);
@@ -70,7 +63,7 @@ CNI_BIN_DIR=/usr/lib/cni
 SUBNET=${NODELET_SUBNET:-10.88.0.0/16}
 BRIDGE=nodelet0
 PACKAGES=(containerd runc containernetworking-plugins busybox-static bash-static iproute2 iptables
-  etcd-server openssl util-linux procps dbus-daemon systemd systemd-container debootstrap docker.io)
+  etcd-server openssl util-linux procps dbus-daemon systemd systemd-container debootstrap)
 
 step() { echo "setup: $*"; }
 die() { echo "setup: error: $*" >&2; exit 1; }
@@ -104,11 +97,6 @@ for p in "${PACKAGES[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
-  if [[ " ${missing[*]} " == *" docker.io "* && ! -e /etc/docker/daemon.json ]]; then
-    mkdir -p /etc/docker
-    echo '{"iptables": false, "ip6tables": false, "bridge": "none"}' >/etc/docker/daemon.json
-    step "wrote /etc/docker/daemon.json (no iptables rules, no bridge) before installing docker.io"
-  fi
   step "installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
@@ -127,8 +115,6 @@ step "built ${build[*]} and setuptool into bin/"
 install -D -m 0644 deploy/systemd/sysusers.d/nodelet.conf /etc/sysusers.d/nodelet.conf
 systemd-sysusers /etc/sysusers.d/nodelet.conf
 step "users and group of /etc/sysusers.d/nodelet.conf made (systemd-sysusers)"
-scripts/compose.sh install /usr/libexec/docker/cli-plugins >/dev/null
-step "docker compose $(scripts/compose.sh version) in /usr/libexec/docker/cli-plugins (built by scripts/compose.sh)"
 if [ "$CONTAINERD_MAJOR" = 2 ]; then
   scripts/containerd2.sh install "$CONTAINERD2_DIR" >/dev/null
   step "containerd $(scripts/containerd2.sh version) installed in $CONTAINERD2_DIR (built by scripts/containerd2.sh)"

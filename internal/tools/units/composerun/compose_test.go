@@ -23,7 +23,7 @@ const (
 	// with BuildKit only through the buildx plugin, which Debian 12 lacks.
 	dockerd   = "/usr/sbin/dockerd"
 	dockerCLI = "/usr/bin/docker"
-	// pluginDir is where scripts/setup.sh installs the compose plugin
+	// pluginDir is where requireDocker installs the compose plugin
 	// (scripts/compose.sh) and Debian's CLI looks for it.
 	pluginDir = "/usr/libexec/docker/cli-plugins"
 
@@ -65,7 +65,7 @@ func requireDocker(t *testing.T) {
 	if missing {
 		out, err := exec.Command("bash", "-c", installDockerScript).CombinedOutput()
 		if err != nil || !exists(dockerd) || !exists(dockerCLI) {
-			t.Skipf("SKIPPED: docker-compose.yml was NOT run: Debian's docker.io (dockerd, docker) could not be installed (scripts/setup.sh installs it): %v\n%s", err, out)
+			t.Skipf("SKIPPED: docker-compose.yml was NOT run: Debian's docker.io (dockerd, docker) could not be installed: %v\n%s", err, out)
 		}
 	}
 	if !exists(filepath.Join(pluginDir, "docker-compose")) {
@@ -77,7 +77,7 @@ func requireDocker(t *testing.T) {
 	}
 }
 
-// installDockerScript is what scripts/setup.sh does for the engine: the
+// installDockerScript installs the engine as docs/install.md says: the
 // daemon's config first (no iptables rules, no bridge: the FORWARD policy
 // stays ACCEPT), then the package.
 const installDockerScript = `set -e
