@@ -87,11 +87,14 @@ func prepared(r *schemas.PodClaims) bool { return r != nil && r.Prepared }
 func none(r *schemas.PodClaims) bool     { return r == nil }
 
 // driverCalls waits until the driver was asked to prepare and unprepare
-// exactly these claims.
+// exactly these claims, in any order (pods admitted together are
+// prepared in the order the daemon sees them), each as often as listed.
 func driverCalls(t *testing.T, d *grpcDriver, prep, unp []string) {
 	t.Helper()
+	prep, unp = slices.Sorted(slices.Values(prep)), slices.Sorted(slices.Values(unp))
 	eventually.State(t, waitFor, "the driver's calls", func() (bool, string) {
 		p, u := d.calls()
+		p, u = slices.Sorted(slices.Values(p)), slices.Sorted(slices.Values(u))
 		return slices.Equal(p, prep) && slices.Equal(u, unp), fmt.Sprintf("prepared %v, unprepared %v; want %v, %v", p, u, prep, unp)
 	})
 }

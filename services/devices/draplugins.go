@@ -77,8 +77,8 @@ func (m *connMonitor) HandleConn(_ context.Context, s grpcstats.ConnStats) {
 	}
 	m.p.mu.Lock()
 	defer m.p.mu.Unlock()
-	if m.p.drivers[m.d.name] != m.d {
-		return // replaced or deregistered: its connection says nothing now
+	if !slices.Contains(m.p.drivers[m.d.name], m.d) {
+		return // deregistered: its connection says nothing now
 	}
 	m.d.connected = connected
 	m.p.syncLocked(m.d.name)
@@ -94,14 +94,16 @@ func (d *draDriver) client() drapb.DRAPluginClient {
 }
 
 // draPlugins is the kubelet's DRAPluginManager: the DRAPlugin handler of
-// the plugin watcher, and the drivers by name.
+// the plugin watcher, and every registered plugin of each driver, oldest
+// first (a rolling update runs two, on different sockets, and a failed
+// new one leaves the old in use).
 type draPlugins struct {
 	log *slog.Logger
 	// health, when set, follows each driver's health stream
 	// (ResourceHealthStatus).
 	health  *healthCache
 	mu      sync.Mutex
-	drivers map[string]*draDriver
+	drivers map[string][]*draDriver
 	changed chan struct{}
 	// wiper, when set, deletes the node's ResourceSlices of drivers that
 	// stay unusable.
@@ -109,7 +111,7 @@ type draPlugins struct {
 }
 
 func newDRAPlugins(log *slog.Logger) *draPlugins {
-	return &draPlugins{log: log, drivers: map[string]*draDriver{}, changed: make(chan struct{}, 1)}
+	return &draPlugins{log: log, drivers: map[string][]*draDriver{}, changed: make(chan struct{}, 1)}
 }
 
 // validateSupportedServices is the kubelet's: the most recent service
@@ -126,14 +128,28 @@ func validateSupportedServices(services []string) (string, error) {
 	return "", fmt.Errorf("none of services supported by the plugin (%q) are supported by the kubelet (%q)", services, servicesSupported)
 }
 
-// Register is the kubelet's ValidatePlugin and RegisterPlugin: a driver
-// registering again (a new pod of its DaemonSet) replaces the old one.
+// Register is the kubelet's ValidatePlugin and RegisterPlugin: one more
+// plugin of the driver. The kubelet refuses an endpoint another plugin of
+// the driver already has; the same registration socket registering again
+// (nodelet's watcher after a restart of the plugin) replaces its entry.
 func (p *draPlugins) Register(_ context.Context, socket string, info *registerapi.PluginInfo) error {
 	name, endpoint := info.GetName(), info.GetEndpoint()
 	service, err := validateSupportedServices(info.GetSupportedVersions())
 	if err != nil {
 		return fmt.Errorf("invalid supported gRPC versions of DRA driver plugin %s at endpoint %s: %w", name, endpoint, err)
 	}
+	p.mu.Lock()
+	var old *draDriver
+	for _, o := range p.drivers[name] {
+		switch {
+		case o.socket == socket:
+			old = o
+		case o.endpoint == endpoint:
+			p.mu.Unlock()
+			return fmt.Errorf("endpoint %s already registered for DRA driver plugin %s", endpoint, name)
+		}
+	}
+	p.mu.Unlock()
 	path := strings.TrimPrefix(strings.TrimPrefix(endpoint, "unix://"), "unix:")
 	d := &draDriver{name: name, endpoint: endpoint, socket: socket, service: service}
 	conn, err := grpc.NewClient("unix://"+path, grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -144,12 +160,12 @@ func (p *draPlugins) Register(_ context.Context, socket string, info *registerap
 	d.conn = conn
 	d.healthService = pickHealthService(info.GetSupportedVersions())
 	p.mu.Lock()
-	old := p.drivers[name]
-	p.drivers[name] = d
+	list := slices.DeleteFunc(slices.Clone(p.drivers[name]), func(o *draDriver) bool { return o == old })
+	p.drivers[name] = append(list, d)
 	p.syncLocked(name)
 	if p.health != nil && d.healthService != "" {
 		// Not the registration's context: the watch lasts as long as
-		// the driver stays registered.
+		// the plugin stays registered.
 		ctx, cancel := context.WithCancel(context.Background())
 		d.stop = cancel
 		go p.health.watchHealth(ctx, name, conn, d.healthService)
@@ -166,28 +182,41 @@ func (p *draPlugins) Register(_ context.Context, socket string, info *registerap
 	return nil
 }
 
-// Deregister is DeRegisterPlugin: the driver of a socket that went.
+// Deregister is DeRegisterPlugin: the plugin of a socket that went; the
+// driver's other plugins stay in use.
 func (p *draPlugins) Deregister(_ context.Context, socket string, info *registerapi.PluginInfo) {
+	name := info.GetName()
 	p.mu.Lock()
-	d := p.drivers[info.GetName()]
-	if d == nil || d.socket != socket {
+	i := slices.IndexFunc(p.drivers[name], func(d *draDriver) bool { return d.socket == socket })
+	if i < 0 {
 		p.mu.Unlock()
 		return
 	}
-	delete(p.drivers, info.GetName())
-	p.syncLocked(d.name)
+	d := p.drivers[name][i]
+	p.drivers[name] = slices.Delete(slices.Clone(p.drivers[name]), i, i+1)
+	if len(p.drivers[name]) == 0 {
+		delete(p.drivers, name)
+	}
+	p.syncLocked(name)
 	p.mu.Unlock()
 	d.close()
-	p.log.Info("Deregistered DRA driver", "driver", d.name, "path", socket)
+	p.log.Info("Deregistered DRA driver", "driver", name, "path", socket, "remaining", len(p.drivers[name]))
 	p.signal()
 }
 
-// get is the kubelet's GetPlugin.
+// get is the kubelet's GetPlugin: the newest connected plugin of the
+// driver, else its newest.
 func (p *draPlugins) get(name string) (draClient, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if d := p.drivers[name]; d != nil {
-		return d.client(), nil
+	list := p.drivers[name]
+	for i := len(list) - 1; i >= 0; i-- {
+		if list[i].connected {
+			return list[i].client(), nil
+		}
+	}
+	if len(list) > 0 {
+		return list[len(list)-1].client(), nil
 	}
 	return nil, fmt.Errorf("DRA driver %s is not registered", name)
 }
@@ -198,7 +227,7 @@ func (p *draPlugins) syncLocked(name string) {
 	if p.wiper == nil {
 		return
 	}
-	if d := p.drivers[name]; d != nil && d.connected {
+	if slices.ContainsFunc(p.drivers[name], func(d *draDriver) bool { return d.connected }) {
 		p.wiper.cancel(name)
 		return
 	}
@@ -210,8 +239,8 @@ func (p *draPlugins) usable() []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var names []string
-	for name, d := range p.drivers {
-		if d.connected {
+	for name, list := range p.drivers {
+		if slices.ContainsFunc(list, func(d *draDriver) bool { return d.connected }) {
 			names = append(names, name)
 		}
 	}
@@ -228,14 +257,16 @@ func (p *draPlugins) signal() {
 func (p *draPlugins) close() {
 	p.mu.Lock()
 	drivers := p.drivers
-	p.drivers = map[string]*draDriver{}
+	p.drivers = map[string][]*draDriver{}
 	if p.wiper != nil {
 		p.wiper.stop()
 	}
 	p.wiper = nil
 	p.mu.Unlock()
 	// Outside the lock: closing may report the connection's end.
-	for _, d := range drivers {
-		d.close()
+	for _, list := range drivers {
+		for _, d := range list {
+			d.close()
+		}
 	}
 }
