@@ -290,9 +290,19 @@ func (n *node) Stop() {
 	}
 }
 
+// containerd is the node's containerd: nodeOptions.Containerd, else the
+// package's shared one (also for a node value made outside newNode, as
+// the kubeadm tests' cleanup makes).
+func (n *node) containerd() *testenv.Containerd {
+	if n.ctrd != nil {
+		return n.ctrd
+	}
+	return ctrd
+}
+
 // cleanupPods removes the sandboxes the node left in its containerd.
 func (n *node) cleanupPods() {
-	c := n.ctrd.RuntimeClient(n.t)
+	c := n.containerd().RuntimeClient(n.t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	resp, err := c.Runtime.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
