@@ -23,6 +23,12 @@ const sampleDevicePluginRecipe = "d1"
 // "-alsologtostderr"]), over the busybox image instead of alpine: a shell
 // and /tmp, where the plugin creates its fake device files.
 func SampleDevicePluginImageFrom(ctx context.Context, bin, busybox string) (v1.Image, error) {
+	return binaryOnBusybox(ctx, bin, busybox, "sampledeviceplugin", SampleDevicePluginImage, "-alsologtostderr")
+}
+
+// binaryOnBusybox is the busybox image with the static binary at bin as
+// /name, its entrypoint (with args), tagged ref.
+func binaryOnBusybox(ctx context.Context, bin, busybox, name, ref string, args ...string) (v1.Image, error) {
 	data, err := readStatic(bin)
 	if err != nil {
 		return nil, err
@@ -32,15 +38,15 @@ func SampleDevicePluginImageFrom(ctx context.Context, bin, busybox string) (v1.I
 		return nil, err
 	}
 	var l layer
-	l.file("sampledeviceplugin", 0o755, data)
-	img, err := withLayer(base, l, "ADD sampledeviceplugin /sampledeviceplugin", func(c *v1.Config) {
+	l.file(name, 0o755, data)
+	img, err := withLayer(base, l, "ADD "+name+" /"+name, func(c *v1.Config) {
 		c.Cmd = nil
-		c.Entrypoint = []string{"/sampledeviceplugin", "-alsologtostderr"}
+		c.Entrypoint = append([]string{"/" + name}, args...)
 	})
 	if err != nil {
 		return nil, err
 	}
-	return withVersion(img, SampleDevicePluginImage)
+	return withVersion(img, ref)
 }
 
 // BuildSampleDevicePlugin returns the sample device plugin's image tarball

@@ -22,24 +22,7 @@ const draTestDriverRecipe = "t1"
 // kubelet-plugin subcommand and its flags), over the busybox image (a
 // shell, for a test's exec into the driver's container).
 func DRATestDriverImageFrom(ctx context.Context, bin, busybox string) (v1.Image, error) {
-	data, err := readStatic(bin)
-	if err != nil {
-		return nil, err
-	}
-	base, err := BusyboxImageFrom(ctx, busybox)
-	if err != nil {
-		return nil, err
-	}
-	var l layer
-	l.file("dra-test-driver", 0o755, data)
-	img, err := withLayer(base, l, "ADD dra-test-driver /dra-test-driver", func(c *v1.Config) {
-		c.Cmd = nil
-		c.Entrypoint = []string{"/dra-test-driver"}
-	})
-	if err != nil {
-		return nil, err
-	}
-	return withVersion(img, DRATestDriverImage)
+	return binaryOnBusybox(ctx, bin, busybox, "dra-test-driver", DRATestDriverImage)
 }
 
 // BuildDRATestDriver returns the DRA test driver's image tarball for the
