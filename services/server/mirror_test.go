@@ -1,6 +1,7 @@
 package server
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/internal/cri"
+	"github.com/nodelet/nodelet/internal/testenv/eventually"
 	"github.com/nodelet/nodelet/schemas"
 )
 
@@ -27,25 +29,29 @@ func TestHealthzFailsWhileTheServersMirrorsAreLost(t *testing.T) {
 	})
 
 	ts.b.Server.Shutdown()
-	var body string
-	// "ok" above may have come before the runtime's state reached the
-	// server (a missing state is not a failure at first), so the runtime's
-	// check can fail here on its own; wait for the mirrors' outage.
-	waitFor(t, 20*time.Second, "healthz to fail on nodelet-server", func() bool {
-		var code int
-		code, body = ts.get(http.MethodGet, "", "/healthz")
-		return code == http.StatusInternalServerError && strings.Contains(body, "[-]nodelet-server failed")
-	})
-	for _, want := range []string{
+	want := []string{
 		"[-]nodelet-server failed: bus watch of " + bus.BucketDesired + " lost since ",
 		"bus watch of " + bus.BucketStatus + " lost since ",
 		"bus watch of " + bus.BucketRuntime + " (" + bus.KeyRuntimeState + ") lost since ",
 		"disconnected from the bus",
-	} {
-		if !strings.Contains(body, want) {
-			t.Errorf("healthz body lacks %q:\n%s", want, body)
-		}
 	}
+	// "ok" above may have come before the runtime's state reached the
+	// server (a missing state is not a failure at first), so the runtime's
+	// check can fail here on its own. Each mirror reports its outage when
+	// its own grace passes, so the first failing body may name only some:
+	// wait until every mirror is named.
+	eventually.State(t, 20*time.Second, "healthz to fail naming each of nodelet-server's mirrors", func() (bool, string) {
+		code, body := ts.get(http.MethodGet, "", "/healthz")
+		if code != http.StatusInternalServerError {
+			return false, fmt.Sprintf("healthz %d: %s", code, body)
+		}
+		for _, w := range want {
+			if !strings.Contains(body, w) {
+				return false, fmt.Sprintf("healthz body lacks %q:\n%s", w, body)
+			}
+		}
+		return true, ""
+	})
 
 	ts.b.Restart(false)
 	waitFor(t, 20*time.Second, "healthz ok after the bus came back", func() bool {
