@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -33,28 +32,17 @@ import (
 // dnsCP is the control plane of the DNS tests: started by the first test
 // that asks for it (the cluster tests start their own), stopped by
 // TestMain.
-var dnsCP struct {
-	once sync.Once
-	cp   *testenv.ControlPlane
-	stop func()
-	err  error
-}
+var dnsCP testenv.SharedControlPlane
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if dnsCP.stop != nil {
-		dnsCP.stop()
-	}
+	dnsCP.Stop()
 	os.Exit(code)
 }
 
 func controlPlane(t *testing.T) *testenv.ControlPlane {
 	t.Helper()
-	dnsCP.once.Do(func() { dnsCP.cp, dnsCP.stop, dnsCP.err = testenv.StartControlPlane("") })
-	if dnsCP.err != nil {
-		t.Fatal(dnsCP.err)
-	}
-	return dnsCP.cp
+	return dnsCP.Get(t)
 }
 
 // The objects are kubeadm's (phases/addons/dns/manifests.go) with the

@@ -9,7 +9,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,30 +24,18 @@ import (
 	"github.com/nodelet/nodelet/internal/testenv/eventually"
 )
 
-var controlPlaneOnce struct {
-	sync.Once
-	cp   *testenv.ControlPlane
-	stop func()
-	err  error
-}
+// sharedControlPlane is kube-apiserver and etcd, started once for the
+// package with the node identity node-a.
+var sharedControlPlane = testenv.SharedControlPlane{NodeName: "node-a"}
 
-// controlPlane is kube-apiserver and etcd, started once for the package
-// with the node identity node-a.
 func controlPlane(t *testing.T) *testenv.ControlPlane {
 	t.Helper()
-	c := &controlPlaneOnce
-	c.Do(func() { c.cp, c.stop, c.err = testenv.StartControlPlane("node-a") })
-	if c.err != nil {
-		t.Fatalf("control plane: %v", c.err)
-	}
-	return c.cp
+	return sharedControlPlane.Get(t)
 }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if controlPlaneOnce.stop != nil {
-		controlPlaneOnce.stop()
-	}
+	sharedControlPlane.Stop()
 	os.Exit(code)
 }
 

@@ -44,12 +44,7 @@ var (
 
 // The control plane (etcd + kube-apiserver) is started by the first test
 // that needs it.
-var (
-	cpOnce sync.Once
-	cp     *testenv.ControlPlane
-	cpStop func()
-	cpErr  error
-)
+var controlPlane = testenv.SharedControlPlane{NodeName: "node-1"}
 
 // testCgroupRoot is this test process's runtime.cgroupRoot: a runtime
 // removes the pod cgroups under its root that it does not know, so test
@@ -86,19 +81,13 @@ func TestMain(m *testing.M) {
 	if ctl != nil {
 		ctl.Stop()
 	}
-	if cpStop != nil {
-		cpStop()
-	}
+	controlPlane.Stop()
 	os.Exit(code)
 }
 
 func sharedControlPlane(t *testing.T) *testenv.ControlPlane {
 	t.Helper()
-	cpOnce.Do(func() { cp, cpStop, cpErr = testenv.StartControlPlane("node-1") })
-	if cpErr != nil {
-		t.Fatalf("control plane: %v", cpErr)
-	}
-	return cp
+	return controlPlane.Get(t)
 }
 
 func sharedContainerd(t *testing.T) *testenv.Containerd {

@@ -42,28 +42,16 @@ func discardLogger() *slog.Logger {
 
 // The control plane is started once, by the first test that needs it, and
 // stopped by TestMain.
-var controlPlaneOnce struct {
-	sync.Once
-	cp   *testenv.ControlPlane
-	stop func()
-	err  error
-}
+var sharedControlPlane = testenv.SharedControlPlane{NodeName: "node-1"}
 
 func controlPlane(t *testing.T) *testenv.ControlPlane {
 	t.Helper()
-	c := &controlPlaneOnce
-	c.Do(func() { c.cp, c.stop, c.err = testenv.StartControlPlane("node-1") })
-	if c.err != nil {
-		t.Fatalf("control plane: %v", c.err)
-	}
-	return c.cp
+	return sharedControlPlane.Get(t)
 }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if controlPlaneOnce.stop != nil {
-		controlPlaneOnce.stop()
-	}
+	sharedControlPlane.Stop()
 	os.Exit(code)
 }
 
