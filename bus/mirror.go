@@ -173,10 +173,19 @@ func (m *Mirror[T, PT]) wait(ctx context.Context, d time.Duration) bool {
 	}
 }
 
+// errDisconnected is the cause of an outage while the bus connection is
+// down.
+var errDisconnected = errors.New("disconnected from the bus")
+
 // lost starts an outage (or updates its cause).
 func (m *Mirror[T, PT]) lost(err error) {
 	if err == nil {
 		err = errors.New("watch lost")
+	}
+	if m.c.NC != nil && !m.c.NC.IsConnected() && err.Error() != errDisconnected.Error() {
+		// What failed while the connection is down (a stream info or a
+		// watch timing out) is a symptom: name the cause first.
+		err = fmt.Errorf("%w: %w", errDisconnected, err)
 	}
 	if m.downSince.IsZero() {
 		m.downSince = m.Clock.Now()
@@ -284,7 +293,7 @@ func (m *Mirror[T, PT]) session(ctx context.Context, reconnected, disconnected <
 			// The watch resumes after the reconnect; until then it is
 			// down. A reconnect that already happened is on its way.
 			if !m.c.NC.IsConnected() {
-				m.lost(errors.New("disconnected from the bus"))
+				m.lost(errDisconnected)
 				if g == nil {
 					g = m.graceTimer()
 				}

@@ -349,3 +349,33 @@ func TestMirrorReloadsAfterALongOutage(t *testing.T) {
 	cp.next(t, bus.Reset, "")
 	cp.load(t, "a")
 }
+
+// A watch that cannot be established while the connection is down names
+// the disconnect as the outage's cause, whatever its own attempt failed
+// on (a stream info or a KV lookup timing out); CI once saw nodelet-server's
+// /healthz blame "context deadline exceeded" instead.
+func TestMirrorNamesTheDisconnectAsTheCause(t *testing.T) {
+	b := bustest.Start(t)
+	conn := b.Connect(bus.Admission)
+	b.Server.Shutdown()
+	eventually.True(t, 20*time.Second, "the connection down", func() bool { return !conn.NC.IsConnected() })
+
+	clk := testingclock.NewFakeClock(time.Now())
+	cp := newPodCopy()
+	m := bus.NewMirror(conn, bus.BucketDesired, ">", cp.apply)
+	m.Clock, m.Grace = clk, 3*time.Second
+	runMirror(t, m)
+	// The first attempt failed (on its own timeout) and the mirror waits
+	// to retry on its clock: step past the grace.
+	eventually.State(t, 30*time.Second, "the outage reported", func() (bool, string) {
+		if clk.HasWaiters() {
+			clk.Step(3 * time.Second)
+		}
+		out := conn.Outages()
+		return len(out) == 1, strings.Join(out, "; ")
+	})
+	out := conn.Outages()
+	if !strings.Contains(out[0], bus.BucketDesired+" lost since ") || !strings.Contains(out[0], "re-establishing: disconnected from the bus: ") {
+		t.Fatalf("outage %q; want it to name %s and the disconnect as the cause", out[0], bus.BucketDesired)
+	}
+}
