@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -40,11 +41,14 @@ import (
 // daemon-reexec: from then on it realizes slices in the cpu, memory and
 // pids hierarchies. A probe slice with a memory limit proves it, or the
 // test fails.
+//
+// It holds LockSystemdDriver until the test ends.
 func BootSystemdDriverMachine(t testing.TB, root string, bind, bindRO []string) *Machine {
 	t.Helper()
 	if _, err := os.Stat("/sys/fs/cgroup/memory"); err != nil {
 		t.Skip("the systemd driver machine remounts cgroup v1 hierarchies; this host runs cgroup v2")
 	}
+	LockSystemdDriver(t)
 	cache := images.DefaultCacheDir()
 	// Shared with the host's test containerds: slots (bridges, subnets)
 	// are taken under the same locks, roots sit on a real file system
@@ -121,6 +125,53 @@ func BootSystemdDriverMachine(t testing.TB, root string, bind, bindRO []string) 
 	}
 	m.MustRun(t, "systemctl", "stop", "nodelet-probe.service", "probe.slice")
 	return m
+}
+
+var systemdDriverLocks struct {
+	sync.Mutex
+	held map[testing.TB]bool
+}
+
+// LockSystemdDriver makes the test the host's only user of the systemd
+// driver's names until it ends (a flock on <DefaultSlotDir>/systemd-driver.lock,
+// waited for): the machines' cgroup hierarchies are the host's (cpu, pids
+// and the rest; memory below the test's own cgroup), so two machines would
+// share kubepods.slice, and one's runtime would take the other's pod
+// slices for orphans and kill what runs in them. A test that checks the
+// host after its machine is gone calls it first, so that the check runs
+// under the lock too; a second call in the same test does nothing.
+func LockSystemdDriver(t testing.TB) {
+	t.Helper()
+	systemdDriverLocks.Lock()
+	defer systemdDriverLocks.Unlock()
+	if systemdDriverLocks.held[t] {
+		return
+	}
+	if err := os.MkdirAll(DefaultSlotDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(filepath.Join(DefaultSlotDir, "systemd-driver.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		t.Fatal(err)
+	}
+	if d := time.Since(began); d > time.Second {
+		t.Logf("waited %s for another systemd driver test", d.Round(time.Second))
+	}
+	if systemdDriverLocks.held == nil {
+		systemdDriverLocks.held = map[testing.TB]bool{}
+	}
+	systemdDriverLocks.held[t] = true
+	t.Cleanup(func() {
+		systemdDriverLocks.Lock()
+		delete(systemdDriverLocks.held, t)
+		systemdDriverLocks.Unlock()
+		f.Close()
+	})
 }
 
 // RootPath is the machine's root seen from the host (/proc/<leader>/root).
