@@ -530,7 +530,7 @@ func shareSocket(t *testing.T, path string, gid int) {
 }
 
 // sweepNspawnDirs removes the state and log dirs of earlier runs of
-// TestUnitsUnderSystemd and TestKubeadmJoin whose test binary died before
+// TestUnitsUnderSystemd, TestNodeUnderSystemdDriver and TestKubeadmJoin whose test binary died before
 // its cleanup (the pid in the name is gone).
 func sweepNspawnDirs() {
 	for _, pat := range []string{"/var/lib/nodelet-nspawn-*", "/var/log/nodelet-nspawn-*-pods",
