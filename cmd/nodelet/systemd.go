@@ -35,6 +35,7 @@ func runSystemdUnits(args []string) int {
 	flags.StringVar(&o.StateDir, "state-dir", o.StateDir, "the configuration's node.stateDir (below /var/lib)")
 	flags.StringVar(&o.PodLogsDir, "pod-logs-dir", o.PodLogsDir, "the configuration's node.podLogsDir (below /var/log)")
 	flags.StringVar(&o.CgroupRoot, "cgroup-root", o.CgroupRoot, "the configuration's runtime.cgroupRoot")
+	flags.StringVar(&o.CgroupDriver, "cgroup-driver", o.CgroupDriver, "the configuration's runtime.cgroupDriver (cgroupfs or systemd)")
 	flags.StringVar(&o.RootDir, "root-dir", o.RootDir, "the configuration's node.rootDir")
 	if err := flags.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {

@@ -41,8 +41,10 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	// A CSI test driver started by csitest.Start is this binary too.
+	// A CSI test driver started by csitest.Start is this binary too, and
+	// so is a machine's containerd (testenv.StartMachineContainerd).
 	csitest.MainIfDriver()
+	testenv.MainIfMachineContainerd()
 	os.Exit(run(m))
 }
 

@@ -236,26 +236,7 @@ server:
 
 	o := units.Defaults()
 	o.StateDir, o.PodLogsDir, o.CgroupRoot = stateDir, logsDir, "/nodelet-e2e"
-	files, err := units.SystemdUnits(component.Declared, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range files {
-		switch {
-		case f.Name == units.SysusersFile:
-			m.WriteFile(t, "/etc/sysusers.d/nodelet.conf", f.Data, 0o644)
-		case strings.HasSuffix(f.Name, ".service") || strings.HasSuffix(f.Name, ".target"):
-			m.WriteFile(t, "/etc/systemd/system/"+f.Name, f.Data, 0o644)
-		}
-	}
-	m.MustRun(t, "systemd-sysusers")
-	// The CRI socket as containerd's [grpc] gid leaves it (the managed
-	// containerd and scripts/setup.sh's config set it to nodelet-cri's gid):
-	// 0660, that group's, in directories others may pass through.
-	criGID, err := strconv.Atoi(strings.Split(m.MustRun(t, "getent", "group", component.CRIGroup), ":")[2])
-	if err != nil {
-		t.Fatal(err)
-	}
+	criGID := installUnits(t, m, o)
 	shareSocket(t, ctrd.Address, criGID)
 	// The machine stands for a host, whose cgroup controllers the runtime
 	// writes (pod cgroups, node allocatable); nspawn mounts them read-only.
@@ -496,6 +477,34 @@ server:
 	}
 }
 
+// installUnits writes the generated users and units for o into the
+// machine, makes the users (systemd-sysusers) and returns the gid of
+// group nodelet-cri, the CRI socket's group (shareSocket).
+func installUnits(t *testing.T, m *testenv.Machine, o units.Options) int {
+	t.Helper()
+	files, err := units.SystemdUnits(component.Declared, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		switch {
+		case f.Name == units.SysusersFile:
+			m.WriteFile(t, "/etc/sysusers.d/nodelet.conf", f.Data, 0o644)
+		case strings.HasSuffix(f.Name, ".service") || strings.HasSuffix(f.Name, ".target"):
+			m.WriteFile(t, "/etc/systemd/system/"+f.Name, f.Data, 0o644)
+		}
+	}
+	m.MustRun(t, "systemd-sysusers")
+	// The CRI socket as containerd's [grpc] gid leaves it (the managed
+	// containerd and scripts/setup.sh's config set it to nodelet-cri's gid):
+	// 0660, that group's, in directories others may pass through.
+	criGID, err := strconv.Atoi(strings.Split(m.MustRun(t, "getent", "group", component.CRIGroup), ":")[2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return criGID
+}
+
 // shareSocket gives the CRI socket at path to group gid, 0660, as
 // containerd does with [grpc] gid, and lets others pass through the
 // directories above it (the test containerd's slot dir is 0700 or 0755).
@@ -521,7 +530,7 @@ func shareSocket(t *testing.T, path string, gid int) {
 }
 
 // sweepNspawnDirs removes the state and log dirs of earlier runs of
-// TestUnitsUnderSystemd and TestKubeadmJoin whose test binary died before
+// TestUnitsUnderSystemd, TestNodeUnderSystemdDriver and TestKubeadmJoin whose test binary died before
 // its cleanup (the pid in the name is gone).
 func sweepNspawnDirs() {
 	for _, pat := range []string{"/var/lib/nodelet-nspawn-*", "/var/log/nodelet-nspawn-*-pods",

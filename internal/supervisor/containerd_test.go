@@ -44,6 +44,28 @@ func TestManagedContainerdConfigPerSocket(t *testing.T) {
 	}
 }
 
+// TestManagedContainerdFollowsTheCgroupDriver: the managed containerd's
+// runc uses the node's cgroup driver (SystemdCgroup = true for
+// runtime.cgroupDriver systemd), on both majors, so nodelet-runtime's
+// start-up check of the two agrees (the kubelet leaves this to the
+// operator; a mismatch is refused at start).
+func TestManagedContainerdFollowsTheCgroupDriver(t *testing.T) {
+	for _, tc := range []struct {
+		driver string
+		major  int
+		want   bool
+	}{
+		{"cgroupfs", 1, false}, {"systemd", 1, true}, {"cgroupfs", 2, false}, {"systemd", 2, true},
+	} {
+		cfg := config.Defaults()
+		cfg.Runtime.CgroupDriver, cfg.Runtime.ContainerdVersion = tc.driver, tc.major
+		c := managedContainerd(cfg).WithDefaults()
+		if c.SystemdCgroup != tc.want || !strings.Contains(c.Render(), fmt.Sprintf("SystemdCgroup = %v\n", tc.want)) {
+			t.Errorf("%s on %d.x: SystemdCgroup %v, want %v:\n%s", tc.driver, tc.major, c.SystemdCgroup, tc.want, c.Render())
+		}
+	}
+}
+
 // TestRootHeldNamesTheHolder: a root whose metadata another process holds
 // is reported with that process's pid.
 func TestRootHeldNamesTheHolder(t *testing.T) {

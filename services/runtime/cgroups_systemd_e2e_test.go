@@ -1,11 +1,8 @@
 package runtime
 
 import (
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -42,16 +39,8 @@ var cgroupTests = []string{
 // through systemd's D-Bus API by libcontainer's systemd manager (as the
 // kubelet's), and the tests read their limits from the cgroup files.
 //
-// The host boots cgroup v1, where systemd-nspawn (252) mounts every
-// controller hierarchy read-only in the container (only name=systemd is
-// writable; SYSTEMD_NSPAWN_API_VFS_WRITABLE=1 leaves them read-only,
-// SYSTEMD_NSPAWN_UNIFIED_HIERARCHY=1 gives a cgroup2 without a single
-// controller, all of them being bound to v1 on the host, and
-// --property=Delegate=yes needs a systemd on the host to register the
-// machine with). The machine's root remounts them read-write, and its
-// systemd, which found them unusable at boot, re-examines them on
-// daemon-reexec: from then on it realizes slices in the cpu, memory and
-// pids hierarchies.
+// The machine (testenv.BootSystemdDriverMachine) says how its systemd
+// comes to use the cgroup v1 controllers.
 func TestCgroupsUnderSystemdDriver(t *testing.T) {
 	if testCgroupDriver == cgroups.DriverSystemd {
 		t.Skip("already under the systemd driver (the inner run)")
@@ -66,95 +55,21 @@ func TestCgroupsUnderSystemdDriver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cache := images.DefaultCacheDir()
-	// Shared with the host's test containerds: slots (bridges, subnets)
-	// are taken under the same locks, roots sit on a real file system
-	// (not the machine's overlay, which overlayfs snapshots cannot stack on).
-	for _, d := range []string{testenv.DefaultSlotDir, testenv.DefaultRootDir, cache} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
 	// The inner run's output, in a file it is kept in should it hang.
 	outDir := t.TempDir()
 	outFile := filepath.Join(outDir, "inner.log")
-	// The whole cache: the images and, for NODELET_TEST_CONTAINERD=2, the
-	// containerd 2.x build.
-	binds := []string{testenv.DefaultSlotDir, testenv.DefaultRootDir, filepath.Dir(cache), outDir}
-	bindRO := []string{filepath.Dir(self), wd, "/usr/lib/cni"}
-	// The host's containerd, runc, and what the CNI bridge plugin and the
-	// test containerd's cleanup run (iptables-nft, ip), which the
-	// machine's minimal root lacks, with their libraries it lacks too.
-	libs := map[string]bool{}
-	for _, b := range []struct{ host, in string }{
-		{"/usr/bin/containerd", ""}, {"/usr/bin/containerd-shim-runc-v2", ""}, {"/usr/bin/ctr", ""}, {"/usr/sbin/runc", ""},
-		{"/usr/sbin/ip", ""},
-		{"/usr/sbin/iptables", ""}, {"/usr/sbin/iptables", "/usr/sbin/iptables-save"}, {"/usr/sbin/iptables", "/usr/sbin/iptables-restore"},
-		{"/usr/sbin/iptables", "/usr/sbin/ip6tables"}, {"/usr/sbin/iptables", "/usr/sbin/ip6tables-save"}, {"/usr/sbin/iptables", "/usr/sbin/ip6tables-restore"},
-	} {
-		real, err := filepath.EvalSymlinks(b.host)
-		if err != nil {
-			t.Fatalf("%s (needed in the machine): %v", b.host, err)
-		}
-		in := b.in
-		if in == "" {
-			in = b.host
-		}
-		bindRO = append(bindRO, real+":"+in)
-		out, err := exec.Command("ldd", real).Output()
-		if err != nil {
-			continue // static
-		}
-		for _, m := range regexp.MustCompile(`=> (/\S+)`).FindAllStringSubmatch(string(out), -1) {
-			dst := filepath.Join("/usr/lib/x86_64-linux-gnu", filepath.Base(m[1]))
-			if _, err := os.Stat(filepath.Join(root, dst)); err == nil || libs[dst] {
-				continue
-			}
-			lib, err := filepath.EvalSymlinks(m[1])
-			if err != nil {
-				t.Fatal(err)
-			}
-			libs[dst] = true
-			bindRO = append(bindRO, lib+":"+dst)
-		}
-	}
-	if _, err := os.Stat("/usr/lib/x86_64-linux-gnu/xtables"); err == nil {
-		bindRO = append(bindRO, "/usr/lib/x86_64-linux-gnu/xtables")
-	}
-
-	began := time.Now()
-	// containerd there makes network namespaces, the pods' bridge and
-	// iptables rules: CAP_NET_ADMIN, which nspawn drops by default (the
-	// machine shares the host's network, as a node's containerd); runc
-	// gives each container a session keyring (keyctl), which nspawn's
-	// system call filter refuses unless @keyring is allowed.
-	m := testenv.BootMachineArgs(t, root, binds, bindRO, "--capability=CAP_NET_ADMIN", "--system-call-filter=@keyring")
-	t.Logf("machine booted in %s", time.Since(began).Round(time.Millisecond))
-	// debootstrap's minbase has no /etc/hosts; containerd copies it into
-	// every sandbox.
-	m.WriteFile(t, "/etc/hosts", []byte("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"), 0o644)
-	m.MustRun(t, "sh", "-c", `for d in /sys/fs/cgroup/*; do
-		case $d in */systemd|*/unified) continue;; esac
-		[ -L "$d" ] || mount -o remount,bind,rw "$d" || exit 1
-	done`)
-	m.MustRun(t, "systemctl", "daemon-reexec")
-	// The machine's systemd now puts a slice's limits in the v1 files.
-	m.MustRun(t, "systemd-run", "--unit=nodelet-probe", "--slice=probe.slice", "-p", "MemoryLimit=64M", "sleep", "60")
-	if b, err := os.ReadFile(filepath.Join(fmt.Sprintf("/proc/%d/root", m.Leader), "/sys/fs/cgroup/memory/probe.slice/nodelet-probe.service/memory.limit_in_bytes")); err != nil || strings.TrimSpace(string(b)) != fmt.Sprint(64<<20) {
-		t.Fatalf("the machine's systemd does not use the memory controller: %q %v", b, err)
-	}
-	m.MustRun(t, "systemctl", "stop", "nodelet-probe.service", "probe.slice")
+	m := testenv.BootSystemdDriverMachine(t, root, []string{outDir}, []string{filepath.Dir(self), wd})
 
 	args := []string{"systemd-run", "--unit=nodelet-cgroup-tests", "--wait", "--collect", "--quiet",
 		"-p", "WorkingDirectory=" + wd, "-p", "StandardOutput=file:" + outFile, "-p", "StandardError=inherit",
 		"-E", "NODELET_TEST_CGROUP_DRIVER=systemd",
-		"-E", "NODELET_CACHE=" + filepath.Dir(cache),
+		"-E", "NODELET_CACHE=" + filepath.Dir(images.DefaultCacheDir()),
 		"-E", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 	if v := os.Getenv("NODELET_TEST_CONTAINERD"); v != "" {
 		args = append(args, "-E", "NODELET_TEST_CONTAINERD="+v)
 	}
 	args = append(args, self, "-test.run", "^("+strings.Join(cgroupTests, "|")+")$", "-test.v", "-test.count=1", "-test.timeout=12m")
-	began = time.Now()
+	began := time.Now()
 	res, err := m.RunFor(15*time.Minute, args...)
 	b, _ := os.ReadFile(outFile)
 	out2 := string(b)

@@ -306,6 +306,41 @@ func (c *Containerd) Stop() {
 	})
 }
 
+// Leftovers lists what a stopped instance left behind on this machine: its
+// dirs, its bridge, shims of its socket, nat rules tagged with its network.
+// It looks only while it holds the slot's lock (ok true): a slot another
+// instance took since holds that one's things.
+func (c *Containerd) Leftovers(slotDir string) (left []string, ok bool) {
+	if slotDir == "" {
+		slotDir = DefaultSlotDir
+	}
+	_, lock, err := acquireSlot(slotDir, c.Slot)
+	if err != nil {
+		return nil, false
+	}
+	defer lock.Close()
+	for _, d := range []string{c.Dir, c.Root} {
+		if _, err := os.Stat(d); err == nil {
+			left = append(left, "dir "+d)
+		}
+	}
+	if exec.Command("ip", "link", "show", c.BridgeName).Run() == nil {
+		left = append(left, "bridge "+c.BridgeName)
+	}
+	for _, pid := range ShimPIDs(c.Address) {
+		left = append(left, "shim pid "+strconv.Itoa(pid))
+	}
+	if out, err := exec.Command("iptables-save", "-t", "nat").Output(); err == nil {
+		tag := fmt.Sprintf(`name: \"%s\" `, c.NetworkName)
+		for _, line := range strings.Split(string(out), "\n") {
+			if strings.HasPrefix(line, "-A ") && strings.Contains(line, tag) {
+				left = append(left, "nat rule "+line)
+			}
+		}
+	}
+	return left, true
+}
+
 // slotInstance describes the instance of slot n (nothing started).
 func slotInstance(opts Options, n int) *Containerd {
 	c := &Containerd{

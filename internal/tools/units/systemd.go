@@ -6,6 +6,7 @@ import (
 	"strings"
 	"unicode"
 
+	"github.com/nodelet/nodelet/internal/cgroups"
 	"github.com/nodelet/nodelet/internal/component"
 )
 
@@ -85,15 +86,31 @@ func (o Options) checkPaths() error {
 		}) >= 0 {
 		return fmt.Errorf("units: cgroup root (runtime.cgroupRoot) %q must be a clean absolute path below / of letters, digits and . _ -", r)
 	}
+	if err := cgroups.ValidateDriver(o.CgroupDriver); err != nil {
+		return fmt.Errorf("units: runtime.cgroupDriver: %w", err)
+	}
+	// The systemd form turns "-" into "_", which a name must not hold
+	// (the kubelet's NewCgroupName).
+	if _, err := cgroups.NewName(nil, cgroups.ParseCgroupfs(r)...); o.CgroupDriver == cgroups.DriverSystemd && err != nil {
+		return fmt.Errorf("units: cgroup root (runtime.cgroupRoot) %q under the systemd driver: %w", r, err)
+	}
 	return nil
 }
 
 // cgroupRootCommand makes root in every cgroup hierarchy: the unified one
 // on cgroup v2, each controller's (and named) hierarchy on v1. Systemd
-// reads "$$" as "$".
-func cgroupRootCommand(root string) string {
+// reads "$$" as "$". With the systemd driver it makes root's slice
+// directories (/kubepods.slice) on v1 only: there libcontainer's systemd
+// manager (the kubelet's) makes a slice's directory itself in every
+// hierarchy systemd leaves alone (cpuset, freezer, net_cls, ...: its
+// LegacyManager.joinCgroups), while on v2 systemd makes them all.
+func cgroupRootCommand(root, driver string) string {
+	v2 := "mkdir -p /sys/fs/cgroup" + root
+	if driver == cgroups.DriverSystemd {
+		root, v2 = cgroups.ParseCgroupfs(root).ToSystemd(), ":"
+	}
 	rel := strings.TrimPrefix(root, "/")
-	return "/bin/sh -c 'if [ -e /sys/fs/cgroup/cgroup.controllers ]; then mkdir -p /sys/fs/cgroup/" + rel +
+	return "/bin/sh -c 'if [ -e /sys/fs/cgroup/cgroup.controllers ]; then " + v2 +
 		"; else for h in /sys/fs/cgroup/*/; do if [ -e \"$${h}cgroup.procs\" ]; then mkdir -p \"$${h}" + rel + "\"; fi; done; fi'"
 }
 
@@ -309,10 +326,19 @@ func service(c component.Component, o Options) string {
 		u.set("ReadWritePaths", "-"+pr)
 	}
 	if sb.CgroupRoot {
-		u.comment(o.CgroupRoot+" (runtime.cgroupRoot) in every cgroup hierarchy (cgroup v2: the one),",
-			"made as root before it starts: a hierarchy's root is 0555, writable only",
-			"with the CAP_DAC_OVERRIDE this unit drops.")
-		u.set("ExecStartPre", "+"+cgroupRootCommand(o.CgroupRoot))
+		if o.CgroupDriver == cgroups.DriverSystemd {
+			u.comment(cgroups.ParseCgroupfs(o.CgroupRoot).ToSystemd()+" (runtime.cgroupRoot "+o.CgroupRoot+" as the systemd driver",
+				"names it) in every cgroup v1 hierarchy, made as root before it starts:",
+				"the systemd driver makes the slice's directory itself in the",
+				"hierarchies systemd leaves alone (cpuset, freezer, ...), and a",
+				"hierarchy's root is 0555, writable only with the CAP_DAC_OVERRIDE",
+				"this unit drops. On cgroup v2 systemd makes every directory.")
+		} else {
+			u.comment(o.CgroupRoot+" (runtime.cgroupRoot) in every cgroup hierarchy (cgroup v2: the one),",
+				"made as root before it starts: a hierarchy's root is 0555, writable only",
+				"with the CAP_DAC_OVERRIDE this unit drops.")
+		}
+		u.set("ExecStartPre", "+"+cgroupRootCommand(o.CgroupRoot, o.CgroupDriver))
 	}
 	if !sb.HostMounts {
 		u.comment("Read-only /usr, /etc and the rest, but for what it owns in the state")

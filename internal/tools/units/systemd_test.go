@@ -576,22 +576,43 @@ func TestStateDirElsewhere(t *testing.T) {
 }
 
 // TestCgroupRoot: the runtime's unit makes runtime.cgroupRoot, as root,
-// before the runtime (without CAP_DAC_OVERRIDE) starts; no other unit
+// before the runtime (without CAP_DAC_OVERRIDE) starts, in the driver's
+// form (the systemd driver's slices on cgroup v1 only); no other unit
 // does; a root that is no plain path is refused, as it goes into a shell
-// command. TestUnitsUnderSystemd runs the command on a booted machine.
+// command. TestUnitsUnderSystemd runs the cgroupfs command on a booted
+// machine, TestNodeUnderSystemdDriver the systemd one.
 func TestCgroupRoot(t *testing.T) {
-	o := Defaults()
-	o.CgroupRoot = "/node-a/pods"
-	files, err := SystemdUnits(component.Declared, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range files {
-		has := strings.Contains(string(f.Data), "\nExecStartPre=+/bin/sh -c 'if [ -e /sys/fs/cgroup/cgroup.controllers ]; then mkdir -p /sys/fs/cgroup/node-a/pods;")
-		if has != (f.Name == "nodelet-runtime.service") {
-			t.Errorf("%s: makes the cgroup root %v", f.Name, has)
+	for _, tc := range []struct {
+		driver, root, cmd string
+	}{
+		{"cgroupfs", "/node-a/pods", `/bin/sh -c 'if [ -e /sys/fs/cgroup/cgroup.controllers ]; then mkdir -p /sys/fs/cgroup/node-a/pods; else for h in /sys/fs/cgroup/*/; do if [ -e "$${h}cgroup.procs" ]; then mkdir -p "$${h}node-a/pods"; fi; done; fi'`},
+		{"systemd", "/node-a/pods", `/bin/sh -c 'if [ -e /sys/fs/cgroup/cgroup.controllers ]; then :; else for h in /sys/fs/cgroup/*/; do if [ -e "$${h}cgroup.procs" ]; then mkdir -p "$${h}node_a.slice/node_a-pods.slice"; fi; done; fi'`},
+		{"systemd", "/kubepods", `/bin/sh -c 'if [ -e /sys/fs/cgroup/cgroup.controllers ]; then :; else for h in /sys/fs/cgroup/*/; do if [ -e "$${h}cgroup.procs" ]; then mkdir -p "$${h}kubepods.slice"; fi; done; fi'`},
+	} {
+		o := Defaults()
+		o.CgroupRoot, o.CgroupDriver = tc.root, tc.driver
+		files, err := SystemdUnits(component.Declared, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range files {
+			has := strings.Contains(string(f.Data), "\nExecStartPre=+"+tc.cmd+"\n")
+			if has != (f.Name == "nodelet-runtime.service") {
+				t.Errorf("%s %s: %s makes the cgroup root %v", tc.driver, tc.root, f.Name, has)
+			}
 		}
 	}
+	o := Defaults()
+	o.CgroupDriver = "systemd"
+	o.CgroupRoot = "/a_b"
+	if _, err := SystemdUnits(component.Declared, o); err == nil || !strings.Contains(err.Error(), "runtime.cgroupRoot") {
+		t.Errorf("cgroup root /a_b under systemd: err = %v", err)
+	}
+	o.CgroupRoot, o.CgroupDriver = "/nodelet", "cgroupv2"
+	if _, err := SystemdUnits(component.Declared, o); err == nil || !strings.Contains(err.Error(), "runtime.cgroupDriver") {
+		t.Errorf("cgroup driver cgroupv2: err = %v", err)
+	}
+	o.CgroupDriver = "cgroupfs"
 	for _, bad := range []string{"", "/", "nodelet", "/a/../b", "/a b", "/a';reboot;'", "/a$b"} {
 		o.CgroupRoot = bad
 		if _, err := SystemdUnits(component.Declared, o); err == nil || !strings.Contains(err.Error(), "runtime.cgroupRoot") {

@@ -18,6 +18,8 @@ import (
 	"path/filepath"
 	"sort"
 	"time"
+
+	"github.com/nodelet/nodelet/internal/cgroups"
 )
 
 // Where a node installs nodelet; the units and the compose file use the
@@ -52,8 +54,11 @@ type Options struct {
 	StateDir string
 	// PodLogsDir is its node.podLogsDir, under /var/log (LogsDirectory=).
 	PodLogsDir string
-	// CgroupRoot is its runtime.cgroupRoot (cgroupfs driver).
+	// CgroupRoot is its runtime.cgroupRoot, in cgroupfs form (/nodelet).
 	CgroupRoot string
+	// CgroupDriver is its runtime.cgroupDriver: cgroupfs or systemd. It
+	// decides which directories the runtime's unit makes for the root.
+	CgroupDriver string
 	// RootDir is its node.rootDir (the kubelet's --root-dir).
 	RootDir string
 	// WatchdogSec is systemd's WatchdogSec=. The daemons pet the watchdog
@@ -69,15 +74,16 @@ type Options struct {
 // Defaults are the options the checked-in files are rendered with.
 func Defaults() Options {
 	return Options{
-		BinDir:      DefaultBinDir,
-		ConfigPath:  DefaultConfigPath,
-		StateDir:    DefaultStateDir,
-		PodLogsDir:  DefaultPodLogsDir,
-		CgroupRoot:  DefaultCgroupRoot,
-		RootDir:     DefaultRootDir,
-		WatchdogSec: 30 * time.Second,
-		RestartSec:  2 * time.Second,
-		Image:       "nodelet.local/nodelet:dev",
+		BinDir:       DefaultBinDir,
+		ConfigPath:   DefaultConfigPath,
+		StateDir:     DefaultStateDir,
+		PodLogsDir:   DefaultPodLogsDir,
+		CgroupRoot:   DefaultCgroupRoot,
+		CgroupDriver: cgroups.DriverCgroupfs,
+		RootDir:      DefaultRootDir,
+		WatchdogSec:  30 * time.Second,
+		RestartSec:   2 * time.Second,
+		Image:        "nodelet.local/nodelet:dev",
 	}
 }
 
