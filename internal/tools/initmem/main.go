@@ -6,9 +6,11 @@
 // executable run as ten processes, so each of them pays this
 // (docs/performance.md, "Memory at rest"). Run it with
 // GODEBUG=inittrace=1 to see each package's initialiser allocations on
-// stderr; -sum adds them up from stdin:
+// stderr; -sum adds them up from stdin; -memprofile writes what stays
+// live:
 //
 //	GODEBUG=inittrace=1 go run ./internal/tools/initmem 2>&1 | go run ./internal/tools/initmem -sum
+//	GODEBUG=memprofilerate=1 go run ./internal/tools/initmem -memprofile heap.pb.gz
 package main
 
 import (
@@ -19,6 +21,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
@@ -42,6 +45,7 @@ import (
 func main() {
 	sum := flag.Bool("sum", false, "sum GODEBUG=inittrace=1 lines read from stdin and list the largest")
 	top := flag.Int("top", 25, "with -sum, how many packages to list")
+	profile := flag.String("memprofile", "", "write the heap profile after the collections here (run with GODEBUG=memprofilerate=1 to see every allocation of the initialisers)")
 	flag.Parse()
 	if *sum {
 		sumTrace(*top)
@@ -50,6 +54,17 @@ func main() {
 	runtime.GC()
 	runtime.GC()
 	debug.FreeOSMemory()
+	if *profile != "" {
+		f, err := os.Create(*profile)
+		if err == nil {
+			err = pprof.Lookup("heap").WriteTo(f, 0)
+			f.Close()
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	}
 	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}, {Name: "/memory/classes/total:bytes"}}
 	metrics.Read(s)
 	fmt.Printf("live heap %.2f MiB, runtime total %.2f MiB, anonymous %.2f MiB\n",
