@@ -20,6 +20,8 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/nodelet/nodelet/internal/config"
@@ -211,5 +213,62 @@ func revoke(t *testing.T, c kubernetes.Interface, userName, sub string) {
 	t.Helper()
 	if err := c.RbacV1().ClusterRoleBindings().Delete(t.Context(), strings.ToLower(userName+"-"+sub), metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestReviewRetriesAndAnswers: the webhook plugins' handling of what the
+// API server answers, on a stand-in server (the real one cannot be made
+// to fail on cue): transient failures are retried within the backoff,
+// others are not; the SAR's status maps to the decision as
+// WebhookAuthorizer.Authorize maps it; a TokenReview's error is the
+// authenticator's.
+func TestReviewRetriesAndAnswers(t *testing.T) {
+	type answer struct {
+		code int
+		body string
+	}
+	for _, tc := range []struct {
+		name     string
+		answers  []answer
+		calls    int
+		decision authorizer.Decision
+		reason   string
+		err      bool
+	}{
+		{"allowed", []answer{{200, `{"status":{"allowed":true,"reason":"rbac"}}`}}, 1, authorizer.DecisionAllow, "rbac", false},
+		{"denied", []answer{{200, `{"status":{"denied":true,"reason":"no"}}`}}, 1, authorizer.DecisionDeny, "no", false},
+		{"no opinion", []answer{{200, `{"status":{}}`}}, 1, authorizer.DecisionNoOpinion, "", false},
+		{"both", []answer{{200, `{"status":{"allowed":true,"denied":true}}`}}, 1, authorizer.DecisionDeny, "", true},
+		{"500 then allowed", []answer{{500, `{}`}, {200, `{"status":{"allowed":true}}`}}, 2, authorizer.DecisionAllow, "", false},
+		{"429 then allowed", []answer{{429, `{}`}, {200, `{"status":{"allowed":true}}`}}, 2, authorizer.DecisionAllow, "", false},
+		{"403 is not retried", []answer{{403, `{}`}, {200, `{"status":{"allowed":true}}`}}, 1, authorizer.DecisionNoOpinion, "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			calls := 0
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path != "/apis/authorization.k8s.io/v1/subjectaccessreviews" || r.Method != http.MethodPost {
+					http.NotFound(w, r)
+					return
+				}
+				a := tc.answers[min(calls, len(tc.answers)-1)]
+				calls++
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(a.code)
+				_, _ = io.WriteString(w, a.body)
+			}))
+			defer srv.Close()
+			kube, err := kubernetes.NewForConfig(&rest.Config{Host: srv.URL})
+			if err != nil {
+				t.Fatal(err)
+			}
+			z := newSARAuthorizer(kube.AuthorizationV1().RESTClient(), time.Minute, time.Minute, clock.RealClock{},
+				slog.New(slog.NewTextHandler(io.Discard, nil)))
+			a := requestAttributes("node-a", &user.DefaultInfo{Name: "alice"}, httptest.NewRequest("GET", "/pods", nil), false)[0]
+			d, reason, err := z.Authorize(t.Context(), a)
+			if d != tc.decision || reason != tc.reason || (err != nil) != tc.err || calls != tc.calls {
+				t.Errorf("decision %v reason %q err %v after %d calls, want %v %q err=%v after %d",
+					d, reason, err, calls, tc.decision, tc.reason, tc.err, tc.calls)
+			}
+		})
 	}
 }
