@@ -67,12 +67,59 @@ var initHeavy = map[string]string{
 	// 0.2 MiB of live heap per process (its grammar's regexps);
 	// podutil.ParseImage parses with go-containerregistry instead.
 	"github.com/distribution/reference": "podutil.ParseImage",
+	// k8s.io/apiserver's delegating factories link the webhook plugins
+	// and through them CEL, kube-openapi's strfmt and govalidator, the
+	// egress selector, apiserver's config scheme and the OpenTelemetry
+	// SDK: 1.1 MB of initialiser allocations and 1.2 MiB of anonymous
+	// memory per process. nodelet-server builds the same authentication
+	// and authorisation from apiserver's small pieces
+	// (services/server/webhookauth.go).
+	"k8s.io/apiserver/pkg/authentication/authenticatorfactory": "services/server buildAuthn",
+	"k8s.io/apiserver/pkg/authorization/authorizerfactory":     "services/server buildAuthz",
+	"k8s.io/apiserver/plugin/pkg/authenticator/token/webhook":  "services/server tokenReviewAuthenticator",
+	"k8s.io/apiserver/plugin/pkg/authorizer/webhook":           "services/server sarAuthorizer",
+	"k8s.io/apiserver/pkg/util/webhook":                        "services/server withExponentialBackoff",
+	"k8s.io/apiserver/pkg/apis/apiserver/install":              "nothing: apiserver's own configuration",
+	"k8s.io/apiserver/pkg/server/egressselector":               "nothing: apiserver's egress to its webhooks",
+	"github.com/google/cel-go/cel":                             "nothing: CEL is for apiserver's match conditions",
+	"k8s.io/kube-openapi/pkg/validation/strfmt":                "nothing: OpenAPI validation is apiserver's",
+	"go.opentelemetry.io/otel/sdk/trace":                       "nothing: nodelet does not trace",
 }
 
 func TestNoInitHeavyPackages(t *testing.T) {
 	for _, p := range deps(t, module+"cmd/nodeletd") {
 		if instead, ok := initHeavy[p]; ok {
 			t.Errorf("nodeletd links %s, whose initialisers every nodelet process would run and keep; use %s", p, instead)
+		}
+	}
+}
+
+// internal/tools/initmem measures what nodeletd's initialisers cost each
+// process (docs/performance.md); it is only right while it links what
+// nodeletd links.
+func TestInitmemLinksWhatNodeletdLinks(t *testing.T) {
+	nonStd := func(pkg string) map[string]bool {
+		out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", pkg).Output()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v", pkg, err)
+		}
+		set := map[string]bool{}
+		for _, p := range strings.Fields(string(out)) {
+			set[p] = true
+		}
+		return set
+	}
+	nodeletd, initmem := nonStd(module+"cmd/nodeletd"), nonStd(module+"internal/tools/initmem")
+	delete(nodeletd, module+"cmd/nodeletd")
+	delete(initmem, module+"internal/tools/initmem")
+	for p := range nodeletd {
+		if !initmem[p] {
+			t.Errorf("nodeletd links %s, internal/tools/initmem does not: import what cmd/nodeletd imports", p)
+		}
+	}
+	for p := range initmem {
+		if !nodeletd[p] {
+			t.Errorf("internal/tools/initmem links %s, nodeletd does not", p)
 		}
 	}
 }

@@ -9,14 +9,18 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
-	apiserverapi "k8s.io/apiserver/pkg/apis/apiserver"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
-	"k8s.io/apiserver/pkg/authentication/authenticatorfactory"
+	"k8s.io/apiserver/pkg/authentication/group"
+	"k8s.io/apiserver/pkg/authentication/request/bearertoken"
+	"k8s.io/apiserver/pkg/authentication/request/union"
+	"k8s.io/apiserver/pkg/authentication/request/websocket"
+	x509request "k8s.io/apiserver/pkg/authentication/request/x509"
+	tokencache "k8s.io/apiserver/pkg/authentication/token/cache"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
-	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/internal/config"
 )
@@ -27,17 +31,18 @@ func webhookRetryBackoff() *wait.Backoff {
 	return &wait.Backoff{Duration: 500 * time.Millisecond, Factor: 1.5, Jitter: 0.2, Steps: 5}
 }
 
-// buildAuthn mirrors the kubelet's BuildAuthn (cmd/kubelet/app/auth.go):
-// x509 client certificates against clientCAFile (reloaded when it changes),
-// bearer tokens through a cached TokenReview, anonymous as configured. The
-// returned function runs the CA file's reloader until ctx ends. The
-// node-local admin's certificate is not among them: localAdmin alone
-// knows it.
+// buildAuthn mirrors the kubelet's BuildAuthn (cmd/kubelet/app/auth.go)
+// and the DelegatingAuthenticatorConfig.New it calls
+// (k8s.io/apiserver/pkg/authentication/authenticatorfactory), piece by
+// piece (webhookauth.go says why): x509 client certificates against
+// clientCAFile (reloaded when it changes), bearer tokens (the header and
+// the WebSocket protocol) through a TokenReview cached for
+// webhook.cacheTTL, successes and failures alike, the authenticated group
+// added, anonymous as configured. The returned function runs the CA
+// file's reloader until ctx ends. The node-local admin's certificate is
+// not among them: localAdmin alone knows it.
 func buildAuthn(c config.ServerAuthenticationConfig, kube kubernetes.Interface, log *slog.Logger) (authenticator.Request, func(context.Context), error) {
-	cfg := authenticatorfactory.DelegatingAuthenticatorConfig{
-		Anonymous: &apiserverapi.AnonymousAuthConfig{Enabled: c.Anonymous.Enabled},
-		CacheTTL:  c.Webhook.CacheTTL,
-	}
+	var authenticators []authenticator.Request
 	var ca *dynamiccertificates.DynamicFileCAContent
 	if c.X509.ClientCAFile != "" {
 		var err error
@@ -45,7 +50,7 @@ func buildAuthn(c config.ServerAuthenticationConfig, kube kubernetes.Interface, 
 		if err != nil {
 			return nil, nil, fmt.Errorf("server.authentication.x509.clientCAFile: %w", err)
 		}
-		cfg.ClientCertificateCAContentProvider = ca
+		authenticators = append(authenticators, x509request.NewDynamic(ca.VerifyOptions, x509request.CommonNameUserConversion))
 	}
 	if c.Webhook.Enabled {
 		if kube == nil {
@@ -53,8 +58,10 @@ func buildAuthn(c config.ServerAuthenticationConfig, kube kubernetes.Interface, 
 			// API server to ask, so nodelet serves with certificates only.
 			log.Warn("No kubeconfig: bearer tokens are not accepted (server.authentication.webhook needs server.kubeconfig or node.kubeconfig)")
 		} else {
-			cfg.TokenAccessReviewClient = kube.AuthenticationV1()
-			cfg.WebhookRetryBackoff = webhookRetryBackoff()
+			registerDelegatedMetrics()
+			tokens := tokencache.New(&tokenReviewAuthenticator{client: kube.AuthenticationV1().RESTClient(),
+				backoff: *webhookRetryBackoff(), log: log}, false, c.Webhook.CacheTTL, c.Webhook.CacheTTL)
+			authenticators = append(authenticators, bearertoken.New(tokens), websocket.NewProtocolAuthenticator(tokens))
 		}
 	}
 	run := func(ctx context.Context) {
@@ -62,7 +69,11 @@ func buildAuthn(c config.ServerAuthenticationConfig, kube kubernetes.Interface, 
 			ca.Run(ctx, 1)
 		}
 	}
-	if cfg.ClientCertificateCAContentProvider == nil && cfg.TokenAccessReviewClient == nil && !c.Anonymous.Enabled {
+	anon := anonymousAuthenticator{}
+	switch {
+	case len(authenticators) == 0 && c.Anonymous.Enabled:
+		return anon, run, nil
+	case len(authenticators) == 0:
 		// Nothing to authenticate with (a standalone node with no client CA):
 		// the delegating authenticator refuses to be built; every request
 		// but the node-local admin's is 401 instead.
@@ -71,35 +82,48 @@ func buildAuthn(c config.ServerAuthenticationConfig, kube kubernetes.Interface, 
 			return nil, false, nil
 		}), run, nil
 	}
-	a, _, err := cfg.New()
-	if err != nil {
-		return nil, nil, fmt.Errorf("server.authentication: %w", err)
+	a := group.NewAuthenticatedGroupAdder(union.New(authenticators...))
+	if c.Anonymous.Enabled {
+		a = union.NewFailOnError(a, anon)
 	}
 	return a, run, nil
 }
 
+// anonymousAuthenticator is k8s.io/apiserver's anonymous.Authenticator
+// with no conditions, as the kubelet makes it: every request is
+// system:anonymous in system:unauthenticated. (That package links
+// apiserver's config API for its conditions.)
+type anonymousAuthenticator struct{}
+
+func (anonymousAuthenticator) AuthenticateRequest(r *http.Request) (*authenticator.Response, bool, error) {
+	auds, _ := authenticator.AudiencesFrom(r.Context())
+	return &authenticator.Response{
+		User:      &user.DefaultInfo{Name: user.Anonymous, Groups: []string{user.AllUnauthenticated}},
+		Audiences: auds,
+	}, true, nil
+}
+
 // buildAuthz mirrors the kubelet's BuildAuthz: AlwaysAllow, or Webhook
-// through a cached SubjectAccessReview.
-func buildAuthz(c config.ServerAuthorizationConfig, kube kubernetes.Interface) (authorizer.UnconditionalAuthorizer, error) {
+// through a SubjectAccessReview cached for cacheAuthorizedTTL when
+// allowed and cacheUnauthorizedTTL otherwise (sarAuthorizer).
+func buildAuthz(c config.ServerAuthorizationConfig, kube kubernetes.Interface, clk clock.Clock, log *slog.Logger) (authorizer.UnconditionalAuthorizer, error) {
 	switch c.Mode {
 	case "AlwaysAllow":
-		return authorizerfactory.NewAlwaysAllowAuthorizer(), nil
+		return alwaysAllow{}, nil
 	case "Webhook":
 		if kube == nil {
 			return noWebhook{}, nil
 		}
-		a, err := authorizerfactory.DelegatingAuthorizerConfig{
-			SubjectAccessReviewClient: kube.AuthorizationV1(),
-			AllowCacheTTL:             c.Webhook.CacheAuthorizedTTL,
-			DenyCacheTTL:              c.Webhook.CacheUnauthorizedTTL,
-			WebhookRetryBackoff:       webhookRetryBackoff(),
-		}.New()
-		if err != nil {
-			return nil, fmt.Errorf("server.authorization: %w", err)
-		}
-		return a, nil
+		return newSARAuthorizer(kube.AuthorizationV1().RESTClient(), c.Webhook.CacheAuthorizedTTL, c.Webhook.CacheUnauthorizedTTL, clk, log), nil
 	}
 	return nil, fmt.Errorf("server.authorization.mode: unknown mode %q", c.Mode)
+}
+
+// alwaysAllow is authorizerfactory's alwaysAllowAuthorizer.
+type alwaysAllow struct{}
+
+func (alwaysAllow) Authorize(context.Context, authorizer.Attributes) (authorizer.Decision, string, error) {
+	return authorizer.DecisionAllow, "", nil
 }
 
 // noWebhook denies everything: mode Webhook with no API server to ask.

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/internal/config"
 )
@@ -132,7 +133,7 @@ func TestWithAuth(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			authz, err := buildAuthz(config.ServerAuthorizationConfig{Mode: tc.mode}, nil)
+			authz, err := buildAuthz(config.ServerAuthorizationConfig{Mode: tc.mode}, nil, clock.RealClock{}, log)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -201,7 +201,7 @@ func New(o Options) (*Daemon, error) {
 	if s.auth.authn, s.runAuthn, err = buildAuthn(o.Config.Server.Authentication, o.Kube, o.Log); err != nil {
 		return nil, err
 	}
-	if s.auth.authz, err = buildAuthz(o.Config.Server.Authorization, o.Kube); err != nil {
+	if s.auth.authz, err = buildAuthz(o.Config.Server.Authorization, o.Kube, o.Clock, o.Log); err != nil {
 		return nil, err
 	}
 	return s, nil
