@@ -317,6 +317,11 @@ func (s *store) onProbeResult(u bus.Update[schemas.ProbeResult]) {
 			s.probes[uid][rest] = u.Value
 		} else {
 			delete(s.probes[uid], rest)
+			// A pod's last result gone is the pod gone from the map: a
+			// pod's empty map must not outlive it.
+			if len(s.probes[uid]) == 0 {
+				delete(s.probes, uid)
+			}
 		}
 		s.mu.Unlock()
 		if u.Kind == bus.Put && (u.Value.Probe == schemas.ProbeLiveness || u.Value.Probe == schemas.ProbeStartup) {

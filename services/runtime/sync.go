@@ -145,9 +145,14 @@ func (s *podSync) syncGone(ctx context.Context) syncResult {
 }
 
 // forgetPod drops what the runtime remembers of a pod that is gone: its
-// worker's memory, back-off, pulls and bus record.
+// worker's memory, back-off, pulls, resize state and bus record. The
+// resize state is forgotten here as well as with the pod cgroup: a pod
+// deleted before it had a sandbox has no cgroup to remove.
 func (m *Daemon) forgetPod(uid string) {
 	m.pods.forget(uid)
+	if m.resources != nil {
+		m.resources.forgetResize(uid)
+	}
 	m.backoff.Forget(uid + "_")
 	m.images.forgetPod(uid)
 	m.store.forget(uid)
