@@ -65,6 +65,20 @@ func (a *apiSync) enqueueObj(obj any) {
 	}
 }
 
+// onDelete forgets the last patch response of a pod gone from the API and
+// queues its key. Pods leave without nodelet's deletePod too: a terminal
+// pod's deletion is immediate (a Job's pods collected after it finished),
+// and a force delete; their responses stayed, one pod object per such pod.
+func (a *apiSync) onDelete(obj any) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	if p, ok := obj.(*corev1.Pod); ok {
+		a.forget(p.UID)
+	}
+	a.enqueueObj(obj)
+}
+
 func (a *apiSync) run(ctx context.Context) {
 	defer a.queue.ShutDown()
 	factory := informers.NewSharedInformerFactoryWithOptions(a.kube, 30*time.Second,
@@ -77,7 +91,7 @@ func (a *apiSync) run(ctx context.Context) {
 	_, _ = inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    a.enqueueObj,
 		UpdateFunc: func(_, n any) { a.enqueueObj(n) },
-		DeleteFunc: a.enqueueObj,
+		DeleteFunc: a.onDelete,
 	})
 	factory.Start(ctx.Done())
 	if !cache.WaitForCacheSync(ctx.Done(), a.synced) {
@@ -164,6 +178,10 @@ func (a *apiSync) sync(ctx context.Context, key string) error {
 	apiPod, err := a.lister.Pods(ns).Get(name)
 	if apierrors.IsNotFound(err) {
 		apiPod = nil
+		// A patch answered after the informer saw the delete (onDelete).
+		for _, i := range infos {
+			a.forget(i.d.Pod.UID)
+		}
 	} else if err != nil {
 		return err
 	}
