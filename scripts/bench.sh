@@ -6,8 +6,9 @@
 #
 #   scripts/bench.sh                                   # N=1,20,50, 3 rounds, bounds 1,2,4,0
 #   scripts/bench.sh -n 1,5 -rounds 2 -bounds 0,2      # a quick look
-#   scripts/bench.sh -containerd 2 -n 20               # on containerd 2.x (built and
-#                                                      # cached by scripts/containerd2.sh)
+#   scripts/bench.sh -containerd 1 -n 20               # on Debian's containerd 1.6 (the
+#                                                      # default is containerd 2.x, built
+#                                                      # and cached by scripts/containerd2.sh)
 #   KUBELET_BIN=/path/to/kubelet scripts/bench.sh      # another kubelet binary
 #   NODELET_BENCH_KUBELET=0 scripts/bench.sh           # no kubelet contender
 #
@@ -31,7 +32,7 @@ if [[ -z "${KUBELET_BIN:-}" && "${NODELET_BENCH_KUBELET:-1}" != 0 ]]; then
 	KUBELET_BIN=$(scripts/controlplane.sh tools kubelet | sed -n 's/^KUBELET=//p')
 	export KUBELET_BIN
 fi
-if [[ " $* " == *" -containerd 2 "* || " $* " == *" -containerd=2 "* ]]; then
+if [[ " $* " != *" -containerd 1 "* && " $* " != *" -containerd=1 "* ]]; then
 	echo "== bench: containerd 2.x (cached after the first build)" >&2
 	scripts/containerd2.sh build >/dev/null
 fi

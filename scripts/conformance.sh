@@ -23,8 +23,8 @@
 #   --agent        the node agent: nodelet (default), or the kubelet v1.37.2 on
 #                  the same nodes, to count it beside nodelet.
 #   --nodes        nodes of the cluster (default 2).
-#   --containerd   every node's containerd: 1, Debian's 1.6 (default), or 2,
-#                  containerd 2.x (built and cached by scripts/containerd2.sh).
+#   --containerd   every node's containerd: 2, containerd 2.x (default; built
+#                  and cached by scripts/containerd2.sh), or 1, Debian's 1.6.
 #   NODELET_CONFORMANCE_PROCS  specs run at once (default 4; 1 runs e2e.test
 #                  alone, without the ginkgo runner).
 #

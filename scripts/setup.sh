@@ -4,16 +4,18 @@
 #
 # Usage: scripts/setup.sh [--containerd=1|2]   (as root, from anywhere in the tree)
 #
-#   --containerd=1  Debian's containerd 1.6 (the default, what the steps
-#                   below describe).
-#   --containerd=2  containerd 2.x instead (docs/runtimes.md): built from its Go
-#                   module and cached by scripts/containerd2.sh, installed in
-#                   /usr/local/libexec/nodelet/containerd2 (containerd,
-#                   containerd-shim-runc-v2, ctr); step 3 writes its version-3
-#                   config with root /var/lib/nodelet/containerd2 (1.6's root
-#                   stays as it is, so going back is one run without the flag);
+#   --containerd=2  containerd 2.x (the default; docs/runtimes.md): built from
+#                   its Go module and cached by scripts/containerd2.sh,
+#                   installed in /usr/local/libexec/nodelet/containerd2
+#                   (containerd, containerd-shim-runc-v2, ctr); step 3 writes
+#                   its version-3 config with root /var/lib/nodelet/containerd2;
 #                   step 6 imports into it. A 1.x that answers on the socket
 #                   is refused before step 3. Debian's runc serves both.
+#   --containerd=1  Debian's containerd 1.6 instead (/usr/bin/containerd,
+#                   config version 2, root /var/lib/nodelet/containerd; the
+#                   two roots are kept apart, so switching back and forth is
+#                   one run with the other flag). Set runtime.containerdVersion
+#                   to 1 in the node's config to match.
 #
 # Steps, one line of output each:
 #   1. apt-get install what is missing of: containerd runc
@@ -30,7 +32,7 @@
 #      installed in /etc/sysusers.d, systemd-sysusers: group nodelet and
 #      nodelet-bus, nodelet-sources, nodelet-admission);
 #   3. the node's containerd config: /etc/nodelet/containerd/config.toml
-#      (root /var/lib/nodelet/containerd, state /run/nodelet/containerd,
+#      (root /var/lib/nodelet/containerd2, state /run/nodelet/containerd,
 #      socket /run/nodelet/containerd/containerd.sock, CNI conf dir
 #      /etc/nodelet/cni/net.d, CNI bin dir /usr/lib/cni, sandbox image
 #      nodelet.local/pause:3.10);
@@ -68,7 +70,7 @@ PACKAGES=(containerd runc containernetworking-plugins busybox-static bash-static
 step() { echo "setup: $*"; }
 die() { echo "setup: error: $*" >&2; exit 1; }
 
-CONTAINERD_MAJOR=1
+CONTAINERD_MAJOR=2
 for arg in "$@"; do
   case $arg in
   --containerd=1 | --containerd=1.6) CONTAINERD_MAJOR=1 ;;
@@ -121,13 +123,15 @@ if [ "$CONTAINERD_MAJOR" = 2 ]; then
 fi
 
 containerd_up() { [ -S "$CONTAINERD_SOCKET" ] && "$CTR" --connect-timeout 1s --address "$CONTAINERD_SOCKET" version >/dev/null 2>&1; }
-if [ "$CONTAINERD_MAJOR" = 2 ] && containerd_up; then
-  # The config about to be written is 2.x's: a 1.x answering there would
-  # run on with its config replaced, and import into the wrong root.
+if containerd_up; then
+  # The config about to be written is for one major only: a containerd of
+  # the other answering there would run on with its config replaced, and
+  # the images would go into the wrong root.
   server=$("$CTR" --address "$CONTAINERD_SOCKET" version 2>/dev/null | awk '/^Server:/ { s = 1 } s && $1 == "Version:" { print $2; exit }')
-  case $server in
-  v2.* | 2.*) ;;
-  *) die "a containerd ${server:-of unknown version} answers on $CONTAINERD_SOCKET; stop it, then run setup --containerd=2 again" ;;
+  case $CONTAINERD_MAJOR:$server in
+  2:v2.* | 2:2.* | 1:v1.* | 1:1.*) ;;
+  2:*) die "a containerd ${server:-of unknown version} answers on $CONTAINERD_SOCKET; stop it, then run setup again (or setup --containerd=1 to keep it)" ;;
+  *) die "a containerd ${server:-of unknown version} answers on $CONTAINERD_SOCKET; stop it, then run setup --containerd=1 again (or setup without it to keep it)" ;;
   esac
 fi
 

@@ -49,7 +49,7 @@ func parse(args []string) (bench.Options, error) {
 	fs.StringVar(&o.WorkDir, "work-dir", "", "directory for the nodes' state and logs (default: a temporary one)")
 	fs.BoolVar(&o.KeepWorkDir, "keep", false, "keep the work directory (node logs) at the end")
 	fs.BoolVar(&o.Timelines, "timelines", false, "include every pod's moments in the JSON result")
-	fs.IntVar(&o.ContainerdMajor, "containerd", 1, "the private containerd: 1 (Debian's 1.6) or 2 (containerd 2.x, built by scripts/containerd2.sh)")
+	fs.IntVar(&o.ContainerdMajor, "containerd", 2, "the private containerd: 2 (containerd 2.x, built by scripts/containerd2.sh) or 1 (Debian's 1.6)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}

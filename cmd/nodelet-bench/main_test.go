@@ -37,6 +37,9 @@ func TestParse(t *testing.T) {
 			if !slices.Equal(o.Ns, tc.ns) || !slices.Equal(o.Bounds, tc.bounds) || o.Rounds != tc.rounds || o.Idle != tc.idle {
 				t.Fatalf("options %+v", o)
 			}
+			if o.ContainerdMajor != 2 {
+				t.Fatalf("containerd %d, want 2 (containerd 2.x, the default)", o.ContainerdMajor)
+			}
 		})
 	}
 }

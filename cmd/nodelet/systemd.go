@@ -37,6 +37,7 @@ func runSystemdUnits(args []string) int {
 	flags.StringVar(&o.CgroupRoot, "cgroup-root", o.CgroupRoot, "the configuration's runtime.cgroupRoot")
 	flags.StringVar(&o.CgroupDriver, "cgroup-driver", o.CgroupDriver, "the configuration's runtime.cgroupDriver (cgroupfs or systemd)")
 	flags.StringVar(&o.RootDir, "root-dir", o.RootDir, "the configuration's node.rootDir")
+	flags.IntVar(&o.ContainerdVersion, "containerd-version", o.ContainerdVersion, "the configuration's runtime.containerdVersion: the containerd the containerd.service drop-in runs (2: the 2.x scripts/setup.sh installs, 1: Debian's 1.6)")
 	if err := flags.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return 0

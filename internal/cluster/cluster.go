@@ -54,9 +54,10 @@ type Options struct {
 	// Images are imported into every node's containerd (the cluster DNS
 	// image among them when Bins.CoreDNS is empty).
 	Images []images.Tarball
-	// ContainerdMajor is every node's containerd: 1 (Debian's 1.6) or 2
-	// (containerd 2.x, built and cached by scripts/containerd2.sh on first
-	// use). Default: 1.
+	// ContainerdMajor is every node's containerd: 2 (containerd 2.x, built
+	// and cached by scripts/containerd2.sh on first use) or 1 (Debian's
+	// 1.6). Default: NODELET_TEST_CONTAINERD's (testenv.ContainerdMajor),
+	// 2 when it is unset.
 	ContainerdMajor int
 	// RegistryConfigPath is every containerd's registry hosts directory
 	// (e.g. registry.k8s.io sent to a stand-in registry). Default: none.

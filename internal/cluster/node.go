@@ -57,7 +57,14 @@ func (c *Cluster) startNode(ctx context.Context, i int, name string) (*Node, err
 		NoCNIConfig:        true,
 		RegistryConfigPath: c.o.RegistryConfigPath,
 	}
-	if c.o.ContainerdMajor >= 2 {
+	major := c.o.ContainerdMajor
+	if major == 0 {
+		if major, err = testenv.ContainerdMajor(); err != nil {
+			n.stop()
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	if major >= 2 {
 		bins, err := testenv.Containerd2()
 		if err != nil {
 			n.stop()

@@ -154,7 +154,7 @@ type RuntimeConfig struct {
 	ManageContainerd bool `mapstructure:"manageContainerd"`
 	// ContainerdConfig is the config file scripts/setup.sh wrote. Default: /etc/nodelet/containerd/config.toml.
 	ContainerdConfig string `mapstructure:"containerdConfig"`
-	// ContainerdVersion is the major version of the containerd manageContainerd starts: 1, Debian's 1.6 (/usr/bin/containerd, root /var/lib/nodelet/containerd, config version 2), or 2, the containerd 2.x scripts/setup.sh --containerd=2 installs (/usr/local/libexec/nodelet/containerd2/containerd, root /var/lib/nodelet/containerd2, config version 3). Default: 1.
+	// ContainerdVersion is the major version of the containerd manageContainerd starts: 2, the containerd 2.x scripts/setup.sh installs (/usr/local/libexec/nodelet/containerd2/containerd, root /var/lib/nodelet/containerd2, config version 3), or 1, Debian's 1.6 that scripts/setup.sh --containerd=1 configures (/usr/bin/containerd, root /var/lib/nodelet/containerd, config version 2). Default: 2.
 	ContainerdVersion int `mapstructure:"containerdVersion"`
 	// ContainerdBinary is the containerd manageContainerd runs (for version 2 its runc shim is the containerd-shim-runc-v2 beside it); empty is the version's. Default: "".
 	ContainerdBinary string `mapstructure:"containerdBinary"`

@@ -60,7 +60,7 @@ func Defaults() *Config {
 		Runtime: RuntimeConfig{
 			Endpoint:                      "unix:///run/containerd/containerd.sock",
 			ContainerdConfig:              "/etc/nodelet/containerd/config.toml",
-			ContainerdVersion:             1,
+			ContainerdVersion:             2,
 			SandboxImage:                  "nodelet.local/pause:3.10",
 			RelistPeriod:                  time.Second,
 			RuntimeRequestTimeout:         2 * time.Minute,

@@ -146,7 +146,7 @@ const (
 	// never share content, snapshots or metadata and a node can go back and
 	// forth between them.
 	DefaultRoot2 = "/var/lib/nodelet/containerd2"
-	// DefaultBinary2 is where scripts/setup.sh --containerd=2 installs the
+	// DefaultBinary2 is where scripts/setup.sh (by default) installs the
 	// containerd 2.x it built (with containerd-shim-runc-v2 and ctr beside it).
 	DefaultBinary2 = "/usr/local/libexec/nodelet/containerd2/containerd"
 	// Version2 is the containerd 2.x that scripts/containerd2.sh builds

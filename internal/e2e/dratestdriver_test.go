@@ -200,8 +200,8 @@ func TestDRATestDriver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// CDI needs containerd 2: the package's when NODELET_TEST_CONTAINERD=2,
-	// else one of the test's own with a CDI spec dir of its own.
+	// CDI needs containerd 2: the package's unless NODELET_TEST_CONTAINERD=1,
+	// then one of the test's own with a CDI spec dir of its own.
 	ctr, cdi := ctrd, cdiDir
 	if major, _ := testenv.ContainerdMajor(); major < 2 {
 		cdi = t.TempDir()

@@ -42,8 +42,8 @@ spec:
 // TestNodeUnderSystemdDriver runs a whole node under the systemd cgroup
 // driver: Debian 12 with its own systemd as PID 1 (systemd-nspawn, the
 // machine testenv.BootSystemdDriverMachine makes), a containerd of its
-// own there as containerd.service with SystemdCgroup = true (1.6, or 2.x
-// with NODELET_TEST_CONTAINERD=2), and every daemon as its generated unit
+// own there as containerd.service with SystemdCgroup = true (2.x, or 1.6
+// with NODELET_TEST_CONTAINERD=1), and every daemon as its generated unit
 // (nodelet.target) with runtime.cgroupDriver systemd under the kubelet's
 // root, kubepods. A Burstable static pod runs: its pod cgroup is the slice
 // kubepods-burstable-pod<uid, "-" as "_">.slice under

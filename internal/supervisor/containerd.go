@@ -19,9 +19,11 @@ import (
 // Its state dir is the socket's, and only setup.sh's socket
 // (/run/nodelet/containerd/containerd.sock) writes setup.sh's config file;
 // any other socket renders its config into its own state dir, so two
-// configurations never overwrite each other's config.toml. The root stays
-// the one root nodelet has always used: moving it would hide the running
-// pods from the new containerd and restart them. Two containerds on that
+// configurations never overwrite each other's config.toml. Each major
+// keeps the root it has always had (2.x, the default, its own; 1.6 the one
+// nodelet used before): moving it would hide the running pods from the new
+// containerd and restart them, so a node set up on 1.6 keeps
+// runtime.containerdVersion 1 until it is drained. Two containerds on that
 // root are refused instead (rootHeld, here and in scripts/setup.sh): the
 // second would wait on the root's lock, fail, and on exit remove the
 // socket it made.

@@ -19,7 +19,7 @@ func TestManagedContainerdConfigPerSocket(t *testing.T) {
 	cfg := config.Defaults()
 	cfg.Runtime.Endpoint = "unix://" + containerd.DefaultState + "/containerd.sock"
 	c := managedContainerd(cfg)
-	if c.Root != containerd.DefaultRoot || c.ConfigFile != cfg.Runtime.ContainerdConfig {
+	if c.Root != containerd.DefaultRoot2 || c.ConfigFile != cfg.Runtime.ContainerdConfig {
 		t.Fatalf("setup.sh's socket: root %s, config %s", c.Root, c.ConfigFile)
 	}
 	cfg.Runtime.Endpoint = "unix:///run/containerd/containerd.sock"
@@ -27,20 +27,22 @@ func TestManagedContainerdConfigPerSocket(t *testing.T) {
 	if c.ConfigFile != "/run/containerd/config.toml" || c.State != "/run/containerd" {
 		t.Fatalf("another socket: %+v", c)
 	}
-	if c.Major != 1 || c.Binary != containerd.DefaultBinary || !strings.Contains(c.Render(), "version = 2\n") {
-		t.Fatalf("default: Debian's 1.6 with a version-2 config: %+v", c)
-	}
-	// runtime.containerdVersion 2: setup.sh --containerd=2's build, its own
-	// root, a version-3 config; runtime.containerdBinary another build.
-	cfg.Runtime.ContainerdVersion = 2
-	c = managedContainerd(cfg).WithDefaults()
+	// The default: setup.sh's containerd 2.x build, its own root, a
+	// version-3 config; runtime.containerdBinary another build.
 	if c.Major != 2 || c.Root != containerd.DefaultRoot2 || c.Binary != containerd.DefaultBinary2 ||
 		c.ShimBinary != filepath.Join(filepath.Dir(containerd.DefaultBinary2), "containerd-shim-runc-v2") || !strings.Contains(c.Render(), "version = 3\n") {
-		t.Fatalf("containerdVersion 2: %+v", c)
+		t.Fatalf("default: containerd 2.x with a version-3 config: %+v", c)
 	}
 	cfg.Runtime.ContainerdBinary = "/opt/containerd/bin/containerd"
 	if c = managedContainerd(cfg).WithDefaults(); c.Binary != "/opt/containerd/bin/containerd" || c.ShimBinary != "/opt/containerd/bin/containerd-shim-runc-v2" {
 		t.Fatalf("containerdBinary: %+v", c)
+	}
+	// runtime.containerdVersion 1: Debian's 1.6 on 1.6's root with a
+	// version-2 config (setup.sh --containerd=1).
+	cfg.Runtime.ContainerdVersion, cfg.Runtime.ContainerdBinary = 1, ""
+	c = managedContainerd(cfg).WithDefaults()
+	if c.Major != 1 || c.Root != containerd.DefaultRoot || c.Binary != containerd.DefaultBinary || !strings.Contains(c.Render(), "version = 2\n") {
+		t.Fatalf("containerdVersion 1: Debian's 1.6 with a version-2 config: %+v", c)
 	}
 }
 

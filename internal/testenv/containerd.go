@@ -28,10 +28,11 @@ type Containerd struct{ *scratch.Containerd }
 // imported and a CNI bridge network of its own (scratch.Start). Call it from
 // TestMain (and Stop after m.Run), or use NewContainerd in a test.
 //
-// Which containerd: opts.Major when set, else NODELET_TEST_CONTAINERD ("2"
-// for containerd 2.x, built and cached by scripts/containerd2.sh on first
-// use; "" or "1" for Debian's 1.6, the default). So every runtime-facing
-// package runs against 2.x with NODELET_TEST_CONTAINERD=2 go test ./pkg/.
+// Which containerd: opts.Major when set, else NODELET_TEST_CONTAINERD (""
+// or "2" for containerd 2.x, the default, built and cached by
+// scripts/containerd2.sh on first use; "1" for Debian's 1.6). So every
+// runtime-facing package runs against 1.6 with NODELET_TEST_CONTAINERD=1
+// go test ./pkg/.
 func StartContainerd(opts ContainerdOptions) (*Containerd, error) {
 	if opts.Major == 0 {
 		m, err := ContainerdMajor()

@@ -13,17 +13,18 @@ import (
 	"github.com/nodelet/nodelet/internal/containerd"
 )
 
-// ContainerdEnv names the variable that picks the tests' containerd: "2"
-// for containerd 2.x, "" or "1" for Debian's 1.6 (the default).
+// ContainerdEnv names the variable that picks the tests' containerd: "1"
+// for Debian's 1.6, "" or "2" for containerd 2.x (the default, as
+// scripts/setup.sh's).
 const ContainerdEnv = "NODELET_TEST_CONTAINERD"
 
 // ContainerdMajor is the containerd major version the tests run against,
-// from NODELET_TEST_CONTAINERD: 1 (Debian's 1.6) unless it says 2.
+// from NODELET_TEST_CONTAINERD: 2 (containerd 2.x) unless it says 1.
 func ContainerdMajor() (int, error) {
 	switch v := strings.TrimSpace(os.Getenv(ContainerdEnv)); v {
-	case "", "1", "1.6":
+	case "1", "1.6":
 		return 1, nil
-	case "2", "2.x", containerd.Version2, strings.TrimPrefix(containerd.Version2, "v"):
+	case "", "2", "2.x", containerd.Version2, strings.TrimPrefix(containerd.Version2, "v"):
 		return 2, nil
 	default:
 		return 0, fmt.Errorf("testenv: %s=%q: want 1 (Debian's containerd 1.6) or 2 (containerd %s)", ContainerdEnv, v, containerd.Version2)

@@ -58,7 +58,7 @@ func BootSystemdDriverMachine(t testing.TB, root string, bind, bindRO []string) 
 			t.Fatal(err)
 		}
 	}
-	// The whole cache: the images and, for NODELET_TEST_CONTAINERD=2, the
+	// The whole cache: the images and, unless NODELET_TEST_CONTAINERD=1, the
 	// containerd 2.x build.
 	bind = append([]string{DefaultSlotDir, DefaultRootDir, filepath.Dir(cache)}, bind...)
 	bindRO = append([]string{"/usr/lib/cni"}, bindRO...)

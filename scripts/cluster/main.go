@@ -97,7 +97,7 @@ func parse(args []string) (flags, error) {
 	fs := flag.NewFlagSet("cluster", flag.ContinueOnError)
 	fs.IntVar(&f.nodes, "nodes", 2, "number of nodes")
 	fs.StringVar(&f.agent, "agent", "nodelet", "node agent: nodelet or kubelet")
-	fs.IntVar(&f.containerd, "containerd", 1, "every node's containerd: 1 (Debian's 1.6) or 2 (2.x, built and cached by scripts/containerd2.sh)")
+	fs.IntVar(&f.containerd, "containerd", 2, "every node's containerd: 2 (2.x, built and cached by scripts/containerd2.sh) or 1 (Debian's 1.6)")
 	fs.StringVar(&f.k8sBin, "k8s-bin", "", "directory of kube-controller-manager, kube-scheduler, kube-proxy, kubelet and coredns")
 	fs.StringVar(&f.nodeletBin, "nodelet-bin", "", "directory of the nodelet binaries (default: next to this one)")
 	fs.StringVar(&f.work, "work", defaultWork, "the cluster's scratch directory (removed by down)")

@@ -12,9 +12,9 @@ func TestParse(t *testing.T) {
 		want    flags
 		wantErr string
 	}{
-		{args: []string{"-k8s-bin", "/k", "-nodelet-bin", "/n"}, want: flags{nodes: 2, agent: "nodelet", containerd: 1, k8sBin: "/k", nodeletBin: "/n", work: defaultWork}},
-		{args: []string{"-k8s-bin", "/k", "-nodelet-bin", "/n", "-containerd", "2", "-agent", "kubelet", "-nodes", "3"},
-			want: flags{nodes: 3, agent: "kubelet", containerd: 2, k8sBin: "/k", nodeletBin: "/n", work: defaultWork}},
+		{args: []string{"-k8s-bin", "/k", "-nodelet-bin", "/n"}, want: flags{nodes: 2, agent: "nodelet", containerd: 2, k8sBin: "/k", nodeletBin: "/n", work: defaultWork}},
+		{args: []string{"-k8s-bin", "/k", "-nodelet-bin", "/n", "-containerd", "1", "-agent", "kubelet", "-nodes", "3"},
+			want: flags{nodes: 3, agent: "kubelet", containerd: 1, k8sBin: "/k", nodeletBin: "/n", work: defaultWork}},
 		{args: []string{"-k8s-bin", "/k", "-containerd", "3"}, wantErr: "-containerd 3: want 1 or 2"},
 		{args: []string{"-k8s-bin", "/k", "-agent", "crio"}, wantErr: `-agent "crio": want nodelet or kubelet`},
 		{args: []string{"-k8s-bin", "/k", "-nodes", "0"}, wantErr: "-nodes 0: want 1 or more"},

@@ -73,7 +73,7 @@ func main() {
 	flag.StringVar(&o.e2e, "e2e", "", "the e2e suite binary (default <k8s-bin>/e2e.test)")
 	flag.IntVar(&o.nodes, "nodes", 2, "nodes of the cluster (the scheduling and DaemonSet specs need two)")
 	flag.StringVar(&o.agent, "agent", "nodelet", "node agent: nodelet, or kubelet to count the kubelet on the same harness")
-	flag.IntVar(&o.containerd, "containerd", 1, "every node's containerd: 1 (Debian's 1.6) or 2 (2.x, built and cached by scripts/containerd2.sh)")
+	flag.IntVar(&o.containerd, "containerd", 2, "every node's containerd: 2 (2.x, built and cached by scripts/containerd2.sh) or 1 (Debian's 1.6)")
 	flag.DurationVar(&o.wait, "wait", 0, "how long to wait for another cluster on this machine to go (tests)")
 	flag.BoolVar(&o.conformance, "conformance", false, "run every [Conformance] spec (non-[Serial] in parallel, then [Serial] one at a time) instead of -focus/-skip")
 	flag.BoolVar(&o.dra, "dra", false, "run the DRA specs (focus "+draFocus+", skip "+draSkip+") on one node whose root dir is the host's /var/lib/kubelet (the suite's driver mounts it by hostPath), on containerd 2 (CDI); -focus, -skip and -containerd still apply when given")

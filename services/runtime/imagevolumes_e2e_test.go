@@ -31,7 +31,7 @@ func (h *harness) awaitRuntimeState(what string, cond func(*schemas.RuntimeState
 // runtime reports that it has image volumes; containerd 1.6 reports it
 // has none (admission then refuses such pods: TestImageVolumeByRuntime).
 func TestImageVolume(t *testing.T) {
-	t.Run("the shared containerd (1.6 unless NODELET_TEST_CONTAINERD=2)", func(t *testing.T) {
+	t.Run("the shared containerd (2.x unless NODELET_TEST_CONTAINERD=1)", func(t *testing.T) {
 		h := newHarness(t, harnessOptions{})
 		rs := h.awaitRuntimeState("runtime state with its version", func(rs *schemas.RuntimeState) bool { return rs.RuntimeVersion != "" })
 		if major := majorVersion(rs.RuntimeVersion); rs.ImageVolumes != (major >= 2) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nodelet/nodelet/internal/cgroups"
 	"github.com/nodelet/nodelet/internal/component"
+	"github.com/nodelet/nodelet/internal/containerd"
 )
 
 // SysusersFile declares the users and the group for systemd-sysusers.
@@ -62,7 +63,7 @@ func SystemdUnits(s component.Set, o Options) ([]File, error) {
 		files = append(files, File{Name: UnitName(c), Data: []byte(service(c, o))})
 	}
 	files = append(files, File{Name: Target, Data: []byte(target(order))})
-	files = append(files, File{Name: ContainerdDropIn, Data: []byte(containerdDropIn())})
+	files = append(files, File{Name: ContainerdDropIn, Data: []byte(containerdDropIn(o.ContainerdVersion))})
 	files = append(files, File{Name: SysusersFile, Data: []byte(sysusers(order))})
 	return files, nil
 }
@@ -88,6 +89,9 @@ func (o Options) checkPaths() error {
 	}
 	if err := cgroups.ValidateDriver(o.CgroupDriver); err != nil {
 		return fmt.Errorf("units: runtime.cgroupDriver: %w", err)
+	}
+	if o.ContainerdVersion != 1 && o.ContainerdVersion != 2 {
+		return fmt.Errorf("units: runtime.containerdVersion %d must be 1 (Debian's containerd 1.6) or 2 (containerd 2.x)", o.ContainerdVersion)
 	}
 	// The systemd form turns "-" into "_", which a name must not hold
 	// (the kubelet's NewCgroupName).
@@ -425,12 +429,17 @@ func target(order []component.Component) string {
 	return u.b.String()
 }
 
-func containerdDropIn() string {
+func containerdDropIn(major int) string {
 	u := &unitFile{}
+	binary, what, root := containerd.DefaultBinary2, "the containerd "+containerd.Version2+" scripts/setup.sh installs", containerd.DefaultRoot2
+	if major == 1 {
+		binary, what, root = containerd.DefaultBinary, "Debian's containerd 1.6", containerd.DefaultRoot
+	}
 	u.comment(
-		"containerd.service.d/10-nodelet.conf: Debian's containerd with the config",
+		"containerd.service.d/10-nodelet.conf: Debian's containerd.service running",
+		what+" with the config",
 		"scripts/setup.sh writes (/etc/nodelet/containerd/config.toml: socket",
-		"/run/nodelet/containerd/containerd.sock, root /var/lib/nodelet/containerd,",
+		"/run/nodelet/containerd/containerd.sock, root "+root+",",
 		"CNI conf dir /etc/nodelet/cni/net.d, sandbox image nodelet.local/pause:3.10),",
 		"the one runtime.endpoint in deploy/nodelet.yaml points at.",
 		"",
@@ -439,6 +448,6 @@ func containerdDropIn() string {
 	u.section("Service")
 	u.comment("An empty ExecStart= clears Debian's before setting ours.")
 	u.set("ExecStart", "")
-	u.set("ExecStart", "/usr/bin/containerd --config /etc/nodelet/containerd/config.toml")
+	u.set("ExecStart", binary+" --config /etc/nodelet/containerd/config.toml")
 	return u.b.String()
 }

@@ -620,3 +620,41 @@ func TestCgroupRoot(t *testing.T) {
 		}
 	}
 }
+
+// TestContainerdDropIn: the drop-in runs the containerd of
+// runtime.containerdVersion (2.x by default, as scripts/setup.sh installs
+// it; Debian's 1.6 with 1) on the config setup.sh writes; another version
+// is refused by its key.
+func TestContainerdDropIn(t *testing.T) {
+	for _, tc := range []struct {
+		version int
+		exec    string
+	}{
+		{2, "/usr/local/libexec/nodelet/containerd2/containerd --config /etc/nodelet/containerd/config.toml"},
+		{1, "/usr/bin/containerd --config /etc/nodelet/containerd/config.toml"},
+	} {
+		o := Defaults()
+		o.ContainerdVersion = tc.version
+		files, err := SystemdUnits(component.Declared, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, f := range files {
+			if f.Name == ContainerdDropIn {
+				got = parse(t, f.Name, f.Data)["Service"]["ExecStart"]
+			}
+		}
+		if want := []string{"", tc.exec}; !slices.Equal(got, want) {
+			t.Errorf("containerd %d: ExecStart = %q, want %q", tc.version, got, want)
+		}
+	}
+	if Defaults().ContainerdVersion != 2 {
+		t.Errorf("default containerd version %d, want 2 (what scripts/setup.sh installs)", Defaults().ContainerdVersion)
+	}
+	o := Defaults()
+	o.ContainerdVersion = 3
+	if _, err := SystemdUnits(component.Declared, o); err == nil || !strings.Contains(err.Error(), "runtime.containerdVersion") {
+		t.Errorf("containerd version 3: err = %v", err)
+	}
+}

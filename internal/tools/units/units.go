@@ -61,6 +61,10 @@ type Options struct {
 	CgroupDriver string
 	// RootDir is its node.rootDir (the kubelet's --root-dir).
 	RootDir string
+	// ContainerdVersion is its runtime.containerdVersion: which containerd
+	// the containerd.service drop-in runs (2: the 2.x scripts/setup.sh
+	// installs; 1: Debian's 1.6), with the config setup.sh wrote for it.
+	ContainerdVersion int
 	// WatchdogSec is systemd's WatchdogSec=. The daemons pet the watchdog
 	// every bus.heartbeatInterval (5s by default) or every half of it,
 	// whichever is shorter, so it must be well above the interval.
@@ -74,16 +78,17 @@ type Options struct {
 // Defaults are the options the checked-in files are rendered with.
 func Defaults() Options {
 	return Options{
-		BinDir:       DefaultBinDir,
-		ConfigPath:   DefaultConfigPath,
-		StateDir:     DefaultStateDir,
-		PodLogsDir:   DefaultPodLogsDir,
-		CgroupRoot:   DefaultCgroupRoot,
-		CgroupDriver: cgroups.DriverCgroupfs,
-		RootDir:      DefaultRootDir,
-		WatchdogSec:  30 * time.Second,
-		RestartSec:   2 * time.Second,
-		Image:        "nodelet.local/nodelet:dev",
+		BinDir:            DefaultBinDir,
+		ConfigPath:        DefaultConfigPath,
+		StateDir:          DefaultStateDir,
+		PodLogsDir:        DefaultPodLogsDir,
+		CgroupRoot:        DefaultCgroupRoot,
+		CgroupDriver:      cgroups.DriverCgroupfs,
+		RootDir:           DefaultRootDir,
+		ContainerdVersion: 2,
+		WatchdogSec:       30 * time.Second,
+		RestartSec:        2 * time.Second,
+		Image:             "nodelet.local/nodelet:dev",
 	}
 }
 

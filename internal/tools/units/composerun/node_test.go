@@ -90,7 +90,7 @@ func startNode(t *testing.T, dataRoot string) *node {
 	return n
 }
 
-// startContainerd starts the node's containerd as scripts/setup.sh
+// startContainerd starts the node's containerd as scripts/setup.sh --containerd=1
 // configures it (its paths, the conflist of bridge nodelet0 for
 // 10.88.0.0/16, the local images), in the namespaces.
 func (n *node) startContainerd(t *testing.T) {
