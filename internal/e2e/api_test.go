@@ -2,43 +2,16 @@ package e2e_test
 
 import (
 	"context"
+	"github.com/nodelet/nodelet/internal/e2e"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/ptr"
 )
-
-func apiPod(ns, name string, cpu string) *corev1.Pod {
-	c := corev1.Container{
-		Name: "app", Image: "nodelet.local/busybox:1.35", ImagePullPolicy: corev1.PullNever,
-		Command: []string{"sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"},
-	}
-	if cpu != "" {
-		c.Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)}
-	}
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: corev1.PodSpec{
-			NodeName: nodeName, Containers: []corev1.Container{c},
-			TerminationGracePeriodSeconds: ptr.To[int64](5),
-			AutomountServiceAccountToken:  ptr.To(false),
-		},
-	}
-}
-
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
 
 // TestClusterNode covers what a control plane sees of a nodelet node: the
 // Node registered Ready with its capacity, the Lease renewed, an API pod
@@ -82,7 +55,7 @@ func TestClusterNode(t *testing.T) {
 
 	ns := cp.Namespace(t)
 	pods := admin.CoreV1().Pods(ns)
-	created, err := pods.Create(ctx, apiPod(ns, "app", ""), metav1.CreateOptions{})
+	created, err := pods.Create(ctx, e2e.APIPod(nodeName, ns, "app", ""), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +63,7 @@ func TestClusterNode(t *testing.T) {
 	waitTrue(t, 90*time.Second, "API pod Running and Ready", func() bool {
 		p, err := pods.Get(ctx, "app", metav1.GetOptions{})
 		running = p
-		return err == nil && p.Status.Phase == corev1.PodRunning && podReady(p) && p.Status.PodIP != ""
+		return err == nil && p.Status.Phase == corev1.PodRunning && e2e.PodReady(p) && p.Status.PodIP != ""
 	})
 	if len(running.Status.ContainerStatuses) != 1 || running.Status.ContainerStatuses[0].State.Running == nil ||
 		running.Status.ContainerStatuses[0].ContainerID == "" || running.Status.QOSClass != corev1.PodQOSBestEffort ||
@@ -106,14 +79,14 @@ func TestClusterNode(t *testing.T) {
 		_, err := pods.Get(ctx, "app", metav1.GetOptions{})
 		return apierrors.IsNotFound(err)
 	})
-	for _, c := range criContainers(t, string(created.UID)) {
+	for _, c := range e2e.CRIContainers(t, ctrd, string(created.UID)) {
 		if c.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
 			t.Fatalf("container %s still running after the pod object was deleted", c.Id)
 		}
 	}
 
 	// A pod that cannot fit is Failed with admission's reason.
-	if _, err := pods.Create(ctx, apiPod(ns, "huge", "1000"), metav1.CreateOptions{}); err != nil {
+	if _, err := pods.Create(ctx, e2e.APIPod(nodeName, ns, "huge", "1000"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitTrue(t, 60*time.Second, "huge pod Failed OutOfcpu in the API", func() bool {
@@ -131,7 +104,7 @@ func TestClusterNode(t *testing.T) {
 	mirrors := admin.CoreV1().Pods("default")
 	waitTrue(t, 90*time.Second, "mirror pod Running", func() bool {
 		p, err := mirrors.Get(ctx, mirrorName, metav1.GetOptions{})
-		return err == nil && p.Annotations["kubernetes.io/config.mirror"] != "" && p.Status.Phase == corev1.PodRunning && podReady(p)
+		return err == nil && p.Annotations["kubernetes.io/config.mirror"] != "" && p.Status.Phase == corev1.PodRunning && e2e.PodReady(p)
 	})
 	first, _ := mirrors.Get(ctx, mirrorName, metav1.GetOptions{})
 	if err := mirrors.Delete(ctx, mirrorName, metav1.DeleteOptions{}); err != nil {

@@ -5,8 +5,8 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/pem"
 	"fmt"
+	"github.com/nodelet/nodelet/internal/e2e"
 	"io"
 	"net"
 	"net/http"
@@ -59,27 +59,6 @@ func bootstrapNode(t *testing.T, name string, signingDuration time.Duration, nod
 	return n, kubeconfig
 }
 
-// nodeReadyFresh waits until the node is Ready and its Lease was renewed
-// after since: the node's own client works now (nothing else writes them).
-func nodeReadyFresh(ctx context.Context, t *testing.T, admin kubernetes.Interface, name string, since time.Time, timeout time.Duration) {
-	t.Helper()
-	defer func(begin time.Time) {
-		t.Logf("node %s Ready and fresh %s after asking", name, time.Since(begin).Round(time.Second))
-	}(time.Now())
-	waitTrue(t, timeout, fmt.Sprintf("node %s Ready with its Lease renewed after %s", name, since.Format(time.TimeOnly)), func() bool {
-		node, err := admin.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false
-		}
-		ready := false
-		for _, c := range node.Status.Conditions {
-			ready = ready || (c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue)
-		}
-		l, err := admin.CoordinationV1().Leases("kube-node-lease").Get(ctx, name, metav1.GetOptions{})
-		return ready && err == nil && l.Spec.RenewTime != nil && l.Spec.RenewTime.After(since)
-	})
-}
-
 // configPod is an API pod on node name that mounts a ConfigMap: running it
 // takes sources (the pod), runtime (the ConfigMap, which the Node
 // authorizer lets the node read only for its own pods) and status.
@@ -90,7 +69,7 @@ func configPod(ctx context.Context, t *testing.T, admin kubernetes.Interface, ns
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	p := apiPod(ns, name, "")
+	p := e2e.APIPod(nodeName, ns, name, "")
 	p.Spec.NodeName = node
 	p.Spec.Volumes = []corev1.Volume{{Name: "cfg", VolumeSource: corev1.VolumeSource{
 		ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: name}}}}}
@@ -100,51 +79,8 @@ func configPod(ctx context.Context, t *testing.T, admin kubernetes.Interface, ns
 	}
 	waitTrue(t, 90*time.Second, "pod "+name+" Running and Ready in the API", func() bool {
 		p, err := admin.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-		return err == nil && p.Status.Phase == corev1.PodRunning && podReady(p) && p.Status.PodIP != ""
+		return err == nil && p.Status.Phase == corev1.PodRunning && e2e.PodReady(p) && p.Status.PodIP != ""
 	})
-}
-
-// pemCert reads the certificate of a PEM pair file and its mode.
-func pemCert(t *testing.T, path string) (*x509.Certificate, os.FileMode) {
-	t.Helper()
-	real, err := filepath.EvalSymlinks(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := os.Stat(real)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(real)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		var blk *pem.Block
-		if blk, b = pem.Decode(b); blk == nil {
-			t.Fatalf("%s holds no certificate", path)
-		}
-		if blk.Type == "CERTIFICATE" {
-			c, err := x509.ParseCertificate(blk.Bytes)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return c, st.Mode().Perm()
-		}
-	}
-}
-
-// checkNodeCert checks a certificate is the node's, issued by the cluster CA.
-func checkNodeCert(t *testing.T, c *x509.Certificate, name string, usage x509.ExtKeyUsage) {
-	t.Helper()
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(cp.CAData)
-	if _, err := c.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{usage}}); err != nil {
-		t.Fatalf("certificate %s not issued by the cluster CA for %v: %v", c.Subject, usage, err)
-	}
-	if c.Subject.CommonName != "system:node:"+name || len(c.Subject.Organization) != 1 || c.Subject.Organization[0] != "system:nodes" {
-		t.Fatalf("certificate subject %s, want CN=system:node:%s, O=system:nodes", c.Subject, name)
-	}
 }
 
 // servedCert is the certificate nodelet-server presents on port.
@@ -248,13 +184,13 @@ func TestTLSBootstrapRotation(t *testing.T) {
 	n, kubeconfig := bootstrapNode(t, name, 3*time.Minute, "  rotateCertificates: true\n", "  serverTLSBootstrap: true\n")
 	start := time.Now()
 
-	nodeReadyFresh(ctx, t, admin, name, start, 90*time.Second)
+	e2e.NodeReadyFresh(ctx, t, admin, name, start, 90*time.Second)
 	if b, _ := clientCSRs(ctx, t, admin, name); b < 1 {
 		t.Fatalf("no issued client CSR from the bootstrap token")
 	}
 	clientPath := kubeclient.ClientCertPath(n.StateDir)
-	first, mode := pemCert(t, clientPath)
-	checkNodeCert(t, first, name, x509.ExtKeyUsageClientAuth)
+	first, mode := e2e.PEMCert(t, clientPath)
+	e2e.CheckNodeCert(t, cp.CAData, first, name, x509.ExtKeyUsageClientAuth)
 	if mode != 0o600 {
 		t.Fatalf("client certificate file mode %v, want 0600", mode)
 	}
@@ -279,7 +215,7 @@ func TestTLSBootstrapRotation(t *testing.T) {
 		served = c
 		return true
 	})
-	checkNodeCert(t, served, name, x509.ExtKeyUsageServerAuth)
+	e2e.CheckNodeCert(t, cp.CAData, served, name, x509.ExtKeyUsageServerAuth)
 	if len(served.IPAddresses) == 0 {
 		t.Fatalf("serving certificate has no IP SANs: %v %v", served.DNSNames, served.IPAddresses)
 	}
@@ -301,7 +237,7 @@ func TestTLSBootstrapRotation(t *testing.T) {
 			}
 		}
 	}
-	sf, smode := pemCert(t, kubeclient.ServingCertPath(n.StateDir))
+	sf, smode := e2e.PEMCert(t, kubeclient.ServingCertPath(n.StateDir))
 	if sf.SerialNumber.Cmp(served.SerialNumber) != 0 || smode != 0o600 {
 		t.Fatalf("serving certificate file: serial %s mode %v, served serial %s", sf.SerialNumber, smode, served.SerialNumber)
 	}
@@ -309,14 +245,14 @@ func TestTLSBootstrapRotation(t *testing.T) {
 	// Renewal, before the first certificate expires.
 	var second *x509.Certificate
 	waitTrue(t, first.NotAfter.Sub(time.Now())+10*time.Second, "client certificate renewed", func() bool {
-		c, _ := pemCert(t, clientPath)
+		c, _ := e2e.PEMCert(t, clientPath)
 		second = c
 		return c.SerialNumber.Cmp(first.SerialNumber) != 0
 	})
 	if !time.Now().Before(first.NotAfter) {
 		t.Fatalf("renewed at %s, after the first certificate expired (%s)", time.Now().Format(time.TimeOnly), first.NotAfter.Format(time.TimeOnly))
 	}
-	checkNodeCert(t, second, name, x509.ExtKeyUsageClientAuth)
+	e2e.CheckNodeCert(t, cp.CAData, second, name, x509.ExtKeyUsageClientAuth)
 	if _, r := clientCSRs(ctx, t, admin, name); r < 1 {
 		t.Fatal("client certificate renewed without a CSR of the node's own identity")
 	}
@@ -334,7 +270,7 @@ func TestTLSBootstrapRotation(t *testing.T) {
 			t.Fatal(ctx.Err())
 		}
 	}
-	nodeReadyFresh(ctx, t, admin, name, first.NotAfter, 60*time.Second)
+	e2e.NodeReadyFresh(ctx, t, admin, name, first.NotAfter, 60*time.Second)
 	configPod(ctx, t, admin, ns, "after", name)
 	waitTrue(t, 30*time.Second, "logs of the new pod through kube-apiserver", func() bool {
 		_, err := admin.CoreV1().Pods(ns).GetLogs("after", &corev1.PodLogOptions{}).DoRaw(ctx)
@@ -374,9 +310,9 @@ func TestTLSBootstrapWithoutRotation(t *testing.T) {
 	defer cancel()
 	start := time.Now()
 	n, kubeconfig := bootstrapNode(t, name, 0, "", "")
-	nodeReadyFresh(ctx, t, admin, name, start, 90*time.Second)
-	c, mode := pemCert(t, kubeclient.ClientCertPath(n.StateDir))
-	checkNodeCert(t, c, name, x509.ExtKeyUsageClientAuth)
+	e2e.NodeReadyFresh(ctx, t, admin, name, start, 90*time.Second)
+	c, mode := e2e.PEMCert(t, kubeclient.ClientCertPath(n.StateDir))
+	e2e.CheckNodeCert(t, cp.CAData, c, name, x509.ExtKeyUsageClientAuth)
 	if mode != 0o600 {
 		t.Fatalf("client certificate file mode %v, want 0600", mode)
 	}

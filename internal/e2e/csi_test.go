@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/nodelet/nodelet/internal/e2e"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -107,7 +108,7 @@ func TestCSIOnAWholeNode(t *testing.T) {
 	}
 	pods := admin.CoreV1().Pods(ns)
 	withClaim := func(name, claim, script string) *corev1.Pod {
-		p := apiPod(ns, name, "")
+		p := e2e.APIPod(nodeName, ns, name, "")
 		p.Spec.Containers[0].Command = []string{"sh", "-c", script}
 		p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}
 		p.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
@@ -120,7 +121,7 @@ func TestCSIOnAWholeNode(t *testing.T) {
 	}
 	waitTrue(t, 2*time.Minute, "first pod Running", func() bool {
 		p, err := pods.Get(ctx, "first", metav1.GetOptions{})
-		return err == nil && p.Status.Phase == corev1.PodRunning && podReady(p)
+		return err == nil && p.Status.Phase == corev1.PodRunning && e2e.PodReady(p)
 	})
 	waitTrue(t, 30*time.Second, "the file in the volume", func() bool {
 		b, _ := os.ReadFile(filepath.Join(data, "volumes", "vol-one", "f"))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/nodelet/nodelet/internal/e2e"
 	"os"
 	"path/filepath"
 	"slices"
@@ -75,7 +76,7 @@ func TestDevicePlugins(t *testing.T) {
 
 	n.WriteManifest("gpu-a.yaml", deviceManifest("gpu-a", 2))
 	pod := n.WaitPod("gpu-a-"+nodeName, 90*time.Second, "Running", func(p *corev1.Pod) bool { return p != nil && p.Status.Phase == corev1.PodRunning })
-	cs := criContainers(t, string(pod.UID))
+	cs := e2e.CRIContainers(t, ctrd, string(pod.UID))
 	if len(cs) != 1 {
 		t.Fatalf("containers of gpu-a: %+v", cs)
 	}
@@ -131,7 +132,7 @@ func TestDevicePlugins(t *testing.T) {
 	if ps := plugin.PreStarts(); len(ps) != 1 {
 		t.Fatalf("PreStartContainer calls %+v after the restart, want the one (no container started again)", ps)
 	}
-	if cs := criContainers(t, string(pod.UID)); len(cs) != 1 || cs[0].Id != id || cs[0].State != runtimeapi.ContainerState_CONTAINER_RUNNING {
+	if cs := e2e.CRIContainers(t, ctrd, string(pod.UID)); len(cs) != 1 || cs[0].Id != id || cs[0].State != runtimeapi.ContainerState_CONTAINER_RUNNING {
 		t.Fatalf("gpu-a's container after the restart: %+v (was %s)", cs, id)
 	}
 
@@ -163,7 +164,7 @@ func TestDevicePlugins(t *testing.T) {
 	if a := plugin.Allocations(); len(a) != 1 {
 		t.Fatalf("Allocate calls %v after the wipe, want the first alone", a)
 	}
-	if cs := criContainers(t, string(pod.UID)); len(cs) != 1 || cs[0].Id != id || cs[0].State != runtimeapi.ContainerState_CONTAINER_RUNNING {
+	if cs := e2e.CRIContainers(t, ctrd, string(pod.UID)); len(cs) != 1 || cs[0].Id != id || cs[0].State != runtimeapi.ContainerState_CONTAINER_RUNNING {
 		t.Fatalf("gpu-a's container after the wipe: %+v (was %s)", cs, id)
 	}
 
@@ -188,7 +189,7 @@ func TestDevicePlugins(t *testing.T) {
 	})
 	plugin.SetPreStartError(nil)
 	c := n.WaitPod("gpu-c-"+nodeName, 90*time.Second, "Running", func(p *corev1.Pod) bool { return p != nil && p.Status.Phase == corev1.PodRunning })
-	if cs := criContainers(t, string(c.UID)); len(cs) != 1 || !strings.HasPrefix(execIn(t, cs[0].Id, "echo $TEST_DEVICES"), "dev-") {
+	if cs := e2e.CRIContainers(t, ctrd, string(c.UID)); len(cs) != 1 || !strings.HasPrefix(execIn(t, cs[0].Id, "echo $TEST_DEVICES"), "dev-") {
 		t.Fatalf("gpu-c has no device: %+v", cs)
 	}
 	_ = os.RemoveAll(files)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/nodelet/nodelet/internal/e2e"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,7 +30,7 @@ func TestStateDirFull(t *testing.T) {
 		for i := 0; i < k; i++ {
 			name := fmt.Sprintf("%s-%d", prefix, i)
 			names[name+"-"+nodeName] = true
-			n.WriteManifest(name+".yaml", sleeperManifest(name))
+			n.WriteManifest(name+".yaml", e2e.SleeperManifest(name))
 		}
 	}
 	converged := func() (bool, string) {
@@ -46,8 +47,8 @@ func TestStateDirFull(t *testing.T) {
 			if !runningReady(&p) {
 				return false, p.Name + "=" + string(p.Status.Phase)
 			}
-			c := criView(t)[string(p.UID)]
-			if c == nil || c.sandboxes != 1 || c.running != 1 {
+			c := e2e.CRIView(t, ctrd)[string(p.UID)]
+			if c == nil || c.Sandboxes != 1 || c.Running != 1 {
 				return false, fmt.Sprintf("CRI of %s: %+v", p.Name, c)
 			}
 		}
@@ -58,7 +59,7 @@ func TestStateDirFull(t *testing.T) {
 	}
 	add("before", 3)
 	waitState(t, 90*time.Second, "the first pods Running", converged)
-	baseline := criView(t)
+	baseline := e2e.CRIView(t, ctrd)
 	tap := n.connect(bus.Tap)
 	stored := storedRevisions(t, tap)
 
@@ -85,12 +86,12 @@ func TestStateDirFull(t *testing.T) {
 		return false
 	})
 	// Meanwhile the pods ran on.
-	now := criView(t)
+	now := e2e.CRIView(t, ctrd)
 	for uid, b := range baseline {
-		if b.containerID == "" {
+		if b.ContainerID == "" {
 			continue
 		}
-		if c := now[uid]; c == nil || c.containerID != b.containerID || c.restartCount != b.restartCount {
+		if c := now[uid]; c == nil || c.ContainerID != b.ContainerID || c.RestartCount != b.RestartCount {
 			t.Fatalf("while full: pod %s container restarted: %+v → %+v", uid, b, c)
 		}
 	}
@@ -102,12 +103,12 @@ func TestStateDirFull(t *testing.T) {
 	waitState(t, 2*time.Minute, "every pod Running after space returned", converged)
 	t.Logf("state dir full: full %s, converged %s after space returned",
 		freed.Sub(full).Round(time.Second), time.Since(freed).Round(10*time.Millisecond))
-	now = criView(t)
+	now = e2e.CRIView(t, ctrd)
 	for uid, b := range baseline {
-		if b.containerID == "" {
+		if b.ContainerID == "" {
 			continue
 		}
-		if c := now[uid]; c == nil || c.containerID != b.containerID || c.restartCount != b.restartCount {
+		if c := now[uid]; c == nil || c.ContainerID != b.ContainerID || c.RestartCount != b.RestartCount {
 			t.Fatalf("after: pod %s container restarted: %+v → %+v", uid, b, c)
 		}
 	}

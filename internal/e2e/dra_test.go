@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"context"
+	"github.com/nodelet/nodelet/internal/e2e"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -90,7 +91,7 @@ func TestDRA(t *testing.T) {
 			rs[0].Resources[0].ResourceID == corev1.ResourceID(want) && rs[0].Resources[0].Health == corev1.ResourceHealthStatusUnhealthy &&
 			rs[0].Resources[0].Message != nil && *rs[0].Resources[0].Message == "ECC errors"
 	})
-	cs := criContainers(t, string(good.UID))
+	cs := e2e.CRIContainers(t, ctrd, string(good.UID))
 	if len(cs) != 1 {
 		t.Fatalf("containers of %s: %+v", good.Name, cs)
 	}
@@ -145,7 +146,7 @@ func TestDRA(t *testing.T) {
 	if got := countOf(plugin.Prepared(), "dev"); got != 1 {
 		t.Fatalf("NodePrepareResources of claim dev %d times, want 1", got)
 	}
-	if now := criContainers(t, string(good.UID)); len(now) != 1 || now[0].Id != cs[0].Id {
+	if now := e2e.CRIContainers(t, ctrd, string(good.UID)); len(now) != 1 || now[0].Id != cs[0].Id {
 		t.Fatalf("containers after the restart: %+v", now)
 	}
 
@@ -177,7 +178,7 @@ func claimedPod(t *testing.T, ctx context.Context, admin kubernetes.Interface, n
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := apiPod(ns, name, "")
+	p := e2e.APIPod(nodeName, ns, name, "")
 	p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: &claimName}}
 	p.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "gpu", Request: "req"}}
 	pod, err := admin.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})

@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"context"
+	"github.com/nodelet/nodelet/internal/e2e"
 	"net/url"
 	"os"
 	"os/exec"
@@ -335,7 +336,7 @@ func TestDRATestDriver(t *testing.T) {
 	}
 	claims := admin.ResourceV1().ResourceClaims(ns)
 	claimPod := func(name, claimName string) *corev1.Pod {
-		p := apiPod(ns, name, "")
+		p := e2e.APIPod(nodeName, ns, name, "")
 		p.Spec.NodeName = "" // the scheduler allocates the claim
 		p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "resource", ResourceClaimName: &claimName}}
 		p.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "resource"}}

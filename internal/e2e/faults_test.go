@@ -3,10 +3,10 @@ package e2e_test
 import (
 	"context"
 	"fmt"
+	"github.com/nodelet/nodelet/internal/e2e"
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -14,7 +14,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/internal/supervisor"
@@ -29,70 +28,6 @@ func faultSizes() (running, creating int) {
 		return 30, 20
 	}
 	return 6, 2
-}
-
-func sleeperManifest(name string) string {
-	return fmt.Sprintf(`apiVersion: v1
-kind: Pod
-metadata:
-  name: %s
-spec:
-  terminationGracePeriodSeconds: 2
-  containers:
-  - name: sleep
-    image: nodelet.local/busybox:1.35
-    imagePullPolicy: Never
-    command: [sleep, "3600"]
-`, name)
-}
-
-// criPod is what CRI says of one pod.
-type criPod struct {
-	readySandboxes int
-	sandboxes      int
-	containerID    string // the running container
-	restartCount   int
-	running        int
-}
-
-// criView reads every pod of the node from CRI, by pod UID.
-func criView(t testing.TB) map[string]*criPod {
-	t.Helper()
-	c := ctrd.RuntimeClient(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	out := map[string]*criPod{}
-	get := func(uid string) *criPod {
-		if out[uid] == nil {
-			out[uid] = &criPod{}
-		}
-		return out[uid]
-	}
-	sbs, err := c.Runtime.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range sbs.Items {
-		p := get(s.Labels["io.kubernetes.pod.uid"])
-		p.sandboxes++
-		if s.State == runtimeapi.PodSandboxState_SANDBOX_READY {
-			p.readySandboxes++
-		}
-	}
-	cs, err := c.Runtime.ListContainers(ctx, &runtimeapi.ListContainersRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, ct := range cs.Containers {
-		if ct.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
-			continue
-		}
-		p := get(ct.Labels["io.kubernetes.pod.uid"])
-		p.running++
-		p.containerID = ct.Id
-		p.restartCount, _ = strconv.Atoi(ct.Annotations["io.kubernetes.container.restartCount"])
-	}
-	return out
 }
 
 // statusMonitor watches the status bucket and records any pod whose status
@@ -149,7 +84,7 @@ func TestFaults(t *testing.T) {
 		for i := 0; i < k; i++ {
 			name := fmt.Sprintf("%s-%d", prefix, i)
 			names[name+"-"+nodeName] = true
-			n.WriteManifest(name+".yaml", sleeperManifest(name))
+			n.WriteManifest(name+".yaml", e2e.SleeperManifest(name))
 		}
 	}
 	allRunning := func() (bool, string) {
@@ -175,13 +110,13 @@ func TestFaults(t *testing.T) {
 			sort.Strings(waiting)
 			return false, "not running: " + strings.Join(waiting, " ")
 		}
-		view := criView(t)
+		view := e2e.CRIView(t, ctrd)
 		for _, p := range l.Items {
 			if !names[p.Name] {
 				continue
 			}
 			c := view[string(p.UID)]
-			if c == nil || c.readySandboxes != 1 || c.sandboxes != 1 || c.running != 1 {
+			if c == nil || c.ReadySandboxes != 1 || c.Sandboxes != 1 || c.Running != 1 {
 				return false, fmt.Sprintf("CRI of %s: %+v", p.Name, c)
 			}
 		}
@@ -205,7 +140,7 @@ func TestFaults(t *testing.T) {
 
 	add(running, "base")
 	waitConverged("initial pods")
-	baseline := criView(t)
+	baseline := e2e.CRIView(t, ctrd)
 
 	mon := &statusMonitor{last: map[string]corev1.PodStatus{}}
 	tapConn := n.connect(bus.Tap)
@@ -278,12 +213,12 @@ func TestFaults(t *testing.T) {
 		waitConverged("after killing " + f.name)
 		took := time.Since(start)
 		report = append(report, fmt.Sprintf("%-10s converged in %s", f.name, took.Round(10*time.Millisecond)))
-		now := criView(t)
+		now := e2e.CRIView(t, ctrd)
 		for uid, b := range baseline {
-			if b.containerID == "" {
+			if b.ContainerID == "" {
 				continue
 			}
-			if c := now[uid]; c == nil || c.containerID != b.containerID || c.restartCount != b.restartCount {
+			if c := now[uid]; c == nil || c.ContainerID != b.ContainerID || c.RestartCount != b.RestartCount {
 				t.Fatalf("after %s: pod %s container restarted: %+v → %+v", f.name, uid, b, c)
 			}
 		}

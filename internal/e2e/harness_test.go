@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -24,6 +23,7 @@ import (
 
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/internal/component"
+	"github.com/nodelet/nodelet/internal/e2e"
 	"github.com/nodelet/nodelet/internal/supervisor"
 	"github.com/nodelet/nodelet/internal/testenv"
 	"github.com/nodelet/nodelet/internal/tools/explain"
@@ -49,47 +49,14 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "nodelet-e2e-bin-")
+	env, stop, err := e2e.Setup(nodeName)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	if err := testenv.BuildBinaries(dir); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	binDir = dir
-	// containerd 2.x resolves CDI devices from specs here (1.6 has no CDI).
-	if cdiDir, err = os.MkdirTemp("", "nodelet-e2e-cdi-"); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(cdiDir)
-	ctrd, err = testenv.StartContainerd(testenv.ContainerdOptions{CDISpecDirs: []string{cdiDir}})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "containerd:", err)
-		return 1
-	}
-	defer ctrd.Stop()
-	var stop func()
-	cp, stop, err = testenv.StartControlPlane(nodeName)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "control plane:", err)
 		return 1
 	}
 	defer stop()
+	binDir, ctrd, cdiDir, cp = env.BinDir, env.Ctrd, env.CDIDir, env.CP
 	return m.Run()
-}
-
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // nodeOptions shape one node.
@@ -150,7 +117,7 @@ func newNode(t testing.TB, o nodeOptions) *node {
 	dir := t.TempDir()
 	n := &node{t: t, dir: dir, StateDir: filepath.Join(dir, "state"), StaticDir: filepath.Join(dir, "manifests"),
 		Config: filepath.Join(dir, "nodelet.yaml"), opts: o,
-		BusListen: fmt.Sprintf("127.0.0.1:%d", freePort(t)), ServerPort: freePort(t), HealthzPort: freePort(t), ctrd: ctrd}
+		BusListen: fmt.Sprintf("127.0.0.1:%d", e2e.FreePort(t)), ServerPort: e2e.FreePort(t), HealthzPort: e2e.FreePort(t), ctrd: ctrd}
 	if o.Containerd != nil {
 		n.ctrd = o.Containerd
 	}
@@ -161,7 +128,7 @@ func newNode(t testing.TB, o nodeOptions) *node {
 	// its root that it does not know, so nodes running side by side must
 	// not share one. Registered first, it runs after the node stopped.
 	cgroupRoot := fmt.Sprintf("/nodelet-e2e-%d-%d", os.Getpid(), n.ServerPort)
-	t.Cleanup(func() { removeCgroupDirs(cgroupRoot) })
+	t.Cleanup(func() { e2e.RemoveCgroupDirs(cgroupRoot) })
 	n.CgroupRoot = cgroupRoot
 	if o.BusStoreSize != "" {
 		store := filepath.Join(n.StateDir, "bus")
@@ -184,7 +151,7 @@ func newNode(t testing.TB, o nodeOptions) *node {
 	}
 	readOnlyPort := 0
 	if !o.NoReadOnlyPort {
-		readOnlyPort = freePort(t)
+		readOnlyPort = e2e.FreePort(t)
 		n.ReadOnly = fmt.Sprintf("127.0.0.1:%d", readOnlyPort)
 	}
 	nodeLines := o.Node
@@ -303,19 +270,7 @@ func (n *node) containerd() *testenv.Containerd {
 }
 
 // cleanupPods removes the sandboxes the node left in its containerd.
-func (n *node) cleanupPods() {
-	c := n.containerd().RuntimeClient(n.t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	resp, err := c.Runtime.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
-	if err != nil {
-		return
-	}
-	for _, sb := range resp.Items {
-		_, _ = c.Runtime.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: sb.Id})
-		_, _ = c.Runtime.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: sb.Id})
-	}
-}
+func (n *node) cleanupPods() { e2e.RemovePodSandboxes(n.t, n.containerd()) }
 
 // WaitReady waits until `nodelet up` reports every process ready.
 func (n *node) WaitReady() map[string]supervisor.ProcState {
@@ -422,20 +377,6 @@ func runningReady(p *corev1.Pod) bool {
 	return false
 }
 
-// Containers lists CRI containers of the pod with uid (any state).
-func criContainers(t testing.TB, uid string) []*runtimeapi.Container {
-	t.Helper()
-	c := ctrd.RuntimeClient(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	resp, err := c.Runtime.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{
-		LabelSelector: map[string]string{"io.kubernetes.pod.uid": uid}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.Containers
-}
-
 func criSandboxes(t testing.TB, uid string) []*runtimeapi.PodSandbox {
 	t.Helper()
 	c := ctrd.RuntimeClient(t)
@@ -496,24 +437,5 @@ func (n *node) explainStuck(why string) {
 		_, _ = f.WriteString(n.out.String())
 		_ = f.Close()
 		n.t.Logf("node output saved to %s", f.Name())
-	}
-}
-
-// removeCgroupDirs removes root and the cgroups under it (emptied by the
-// node's runtime) in every cgroup v1 hierarchy and the unified one.
-func removeCgroupDirs(root string) {
-	dirs, _ := filepath.Glob("/sys/fs/cgroup/*" + root)
-	dirs = append(dirs, "/sys/fs/cgroup"+root)
-	for _, d := range dirs {
-		var all []string
-		_ = filepath.WalkDir(d, func(p string, e os.DirEntry, err error) error {
-			if err == nil && e.IsDir() {
-				all = append(all, p)
-			}
-			return nil
-		})
-		for i := len(all) - 1; i >= 0; i-- {
-			_ = os.Remove(all[i])
-		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"compress/gzip"
 	"context"
 	"fmt"
+	"github.com/nodelet/nodelet/internal/e2e"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -116,7 +117,7 @@ func TestImageFilesystemFull(t *testing.T) {
 		if i == 1 {
 			keepImage = ref
 		}
-		p := apiPod(ns, fmt.Sprintf("keep-%d", i), "")
+		p := e2e.APIPod(nodeName, ns, fmt.Sprintf("keep-%d", i), "")
 		p.Spec.Containers[0].Image = ref
 		p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceEphemeralStorage: resource.MustParse("16Mi")}
 		if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
@@ -127,7 +128,7 @@ func TestImageFilesystemFull(t *testing.T) {
 	waitTrue(t, 60*time.Second, "the keep pods Running", func() bool {
 		for name := range keep {
 			p, err := pods.Get(ctx, name, metav1.GetOptions{})
-			if err != nil || !podReady(p) {
+			if err != nil || !e2e.PodReady(p) {
 				return false
 			}
 		}
@@ -192,7 +193,7 @@ func TestImageFilesystemFull(t *testing.T) {
 		p.Spec.Containers[0].Image = keepImage
 		return p
 	}
-	hog := inUse(apiPod(ns, "hog", ""))
+	hog := inUse(e2e.APIPod(nodeName, ns, "hog", ""))
 	hog.Spec.Containers[0].Command = []string{"sh", "-c", fmt.Sprintf(`trap 'exit 0' TERM
 i=0
 while true; do
@@ -226,7 +227,7 @@ done`, imageFsHogLeaves)}
 	waitTrue(t, 60*time.Second, "the Node's DiskPressure condition True", diskPressure(corev1.ConditionTrue))
 	pressureAt := time.Since(hogCreated)
 	// Under DiskPressure every pod but a critical one is refused.
-	if _, err := pods.Create(ctx, inUse(apiPod(ns, "latecomer", "")), metav1.CreateOptions{}); err != nil {
+	if _, err := pods.Create(ctx, inUse(e2e.APIPod(nodeName, ns, "latecomer", "")), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	var evicted *corev1.Pod
@@ -263,16 +264,16 @@ done`, imageFsHogLeaves)}
 			t.Errorf("unused image %s survived the eviction manager's reclaim", ref)
 		}
 	}
-	if _, err := pods.Create(ctx, inUse(apiPod(ns, "after", "")), metav1.CreateOptions{}); err != nil {
+	if _, err := pods.Create(ctx, inUse(e2e.APIPod(nodeName, ns, "after", "")), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitTrue(t, 60*time.Second, "a new pod Running after recovery", func() bool {
 		p, err := pods.Get(ctx, "after", metav1.GetOptions{})
-		return err == nil && podReady(p)
+		return err == nil && e2e.PodReady(p)
 	})
 	for name, cid := range keepContainers {
 		p, err := pods.Get(ctx, name, metav1.GetOptions{})
-		if err != nil || !podReady(p) || p.Status.ContainerStatuses[0].ContainerID != cid || p.Status.ContainerStatuses[0].RestartCount != 0 {
+		if err != nil || !e2e.PodReady(p) || p.Status.ContainerStatuses[0].ContainerID != cid || p.Status.ContainerStatuses[0].RestartCount != 0 {
 			t.Errorf("%s: not the same running container after the pressure: %+v, %v", name, p.Status.ContainerStatuses, err)
 		}
 	}

@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"context"
 	"fmt"
+	"github.com/nodelet/nodelet/internal/e2e"
 	"net/url"
 	"os"
 	"os/exec"
@@ -87,11 +88,11 @@ func outage(t *testing.T, what string, stop func(), start func() error) {
 		_ = pods.DeleteCollection(context.Background(), metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{})
 	})
 	for _, name := range steady {
-		if _, err := pods.Create(ctx, apiPod(ns, name, ""), metav1.CreateOptions{}); err != nil {
+		if _, err := pods.Create(ctx, e2e.APIPod(nodeName, ns, name, ""), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	ends := apiPod(ns, endsName, "")
+	ends := e2e.APIPod(nodeName, ns, endsName, "")
 	ends.Spec.RestartPolicy = corev1.RestartPolicyNever
 	ends.Spec.Containers[0].Command = []string{"sh", "-c", "sleep 15; exit 0"}
 	if _, err := pods.Create(ctx, ends, metav1.CreateOptions{}); err != nil {

@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"context"
+	"github.com/nodelet/nodelet/internal/e2e"
 	"strings"
 	"sync"
 	"testing"
@@ -115,7 +116,7 @@ func TestProbesEndToEnd(t *testing.T) {
 	}
 	uid := string(p.UID)
 	var webID string
-	for _, c := range criContainers(t, uid) {
+	for _, c := range e2e.CRIContainers(t, ctrd, uid) {
 		if c.Metadata.Name == "web" && c.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
 			webID = c.Id
 		}

@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"context"
 	"fmt"
+	"github.com/nodelet/nodelet/internal/e2e"
 	"os"
 	"path/filepath"
 	"strings"
@@ -31,7 +32,7 @@ func TestResizeThroughAPI(t *testing.T) {
 	defer cancel()
 	ns := cp.Namespace(t)
 	pods := admin.CoreV1().Pods(ns)
-	p := apiPod(ns, "resize", "100m")
+	p := e2e.APIPod(nodeName, ns, "resize", "100m")
 	p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{
 		corev1.ResourceCPU: resource.MustParse("200m"), corev1.ResourceMemory: resource.MustParse("64Mi")}
 	if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
@@ -124,7 +125,7 @@ func TestResizeVariousOperationsThroughAPI(t *testing.T) {
 		{Requests: rl("cpu", "15m", "memory", "35Mi")},
 		{Requests: rl("cpu", "20m", "memory", "40Mi")},
 	}
-	p := apiPod(ns, "resize-ops", "")
+	p := e2e.APIPod(nodeName, ns, "resize-ops", "")
 	app := p.Spec.Containers[0]
 	p.Spec.Containers = nil
 	for i, r := range before {
@@ -140,7 +141,7 @@ func TestResizeVariousOperationsThroughAPI(t *testing.T) {
 	waitTrue(t, 2*time.Minute, "pod Running and ready", func() bool {
 		got, err := pods.Get(ctx, p.Name, metav1.GetOptions{})
 		running = got
-		return err == nil && got.Status.Phase == corev1.PodRunning && podReady(got)
+		return err == nil && got.Status.Phase == corev1.PodRunning && e2e.PodReady(got)
 	})
 
 	// Every version of the pod from here on, as a client watching it sees.
@@ -170,7 +171,7 @@ func TestResizeVariousOperationsThroughAPI(t *testing.T) {
 	}
 	// actuated is the e2e's WaitForPodResizeActuation condition.
 	actuated := func(got *corev1.Pod) bool {
-		if got.Status.ObservedGeneration < resized.Generation || !podReady(got) {
+		if got.Status.ObservedGeneration < resized.Generation || !e2e.PodReady(got) {
 			return false
 		}
 		for _, c := range got.Status.Conditions {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/nodelet/nodelet/internal/e2e"
 	"net/http"
 	"os"
 	"os/exec"
@@ -52,7 +53,7 @@ func TestRunScript(t *testing.T) {
 	}
 	dir := t.TempDir()
 	manifests := filepath.Join(dir, "manifests")
-	readOnlyPort := strconv.Itoa(freePort(t))
+	readOnlyPort := strconv.Itoa(e2e.FreePort(t))
 	readOnly := "127.0.0.1:" + readOnlyPort
 	const node = "runsh-node"
 	cmd := exec.Command("bash", "scripts/run.sh")
@@ -63,10 +64,10 @@ func TestRunScript(t *testing.T) {
 		"NODELET_NODE_PODLOGSDIR="+filepath.Join(dir, "logs"),
 		"NODELET_SOURCES_STATICPODPATH="+manifests,
 		"NODELET_SOURCES_FILECHECKFREQUENCY=2s",
-		fmt.Sprintf("NODELET_BUS_LISTEN=127.0.0.1:%d", freePort(t)),
+		fmt.Sprintf("NODELET_BUS_LISTEN=127.0.0.1:%d", e2e.FreePort(t)),
 		"NODELET_SERVER_ADDRESS=127.0.0.1",
 		"NODELET_SERVER_READONLYPORT="+readOnlyPort,
-		fmt.Sprintf("NODELET_SERVER_PORT=%d", freePort(t)),
+		fmt.Sprintf("NODELET_SERVER_PORT=%d", e2e.FreePort(t)),
 	)
 	out := &testenv.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out

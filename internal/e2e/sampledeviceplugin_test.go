@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/nodelet/nodelet/internal/e2e"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -83,7 +84,7 @@ const lowDiskThresholds = "  evictionHard:\n    nodefs.available: \"1%\"\n    im
 
 // devicePod asks for n of the sample resource, bound to the node.
 func devicePod(ns, name string, n int64) *corev1.Pod {
-	p := apiPod(ns, name, "")
+	p := e2e.APIPod(nodeName, ns, name, "")
 	q := *resource.NewQuantity(n, resource.DecimalSI)
 	p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{sampleResource: q}
 	return p
@@ -169,7 +170,7 @@ func TestSampleDevicePlugin(t *testing.T) {
 		t.Fatal(err)
 	}
 	two := waitAPIPod(t, ctx, admin, ns, "two", "Running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
-	cs := criContainers(t, string(two.UID))
+	cs := e2e.CRIContainers(t, ctrd, string(two.UID))
 	if len(cs) != 1 {
 		t.Fatalf("containers of pod two: %+v", cs)
 	}
@@ -238,7 +239,7 @@ func TestSampleDevicePlugin(t *testing.T) {
 			return err == nil && p.Status.Phase == corev1.PodRunning && len(p.Status.ContainerStatuses) == 1 &&
 				p.Status.ContainerStatuses[0].RestartCount == 0 && p.Status.ContainerStatuses[0].ContainerID == "containerd://"+id
 		})
-		if cs := criContainers(t, string(two.UID)); len(cs) != 1 || cs[0].Id != id || cs[0].State != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		if cs := e2e.CRIContainers(t, ctrd, string(two.UID)); len(cs) != 1 || cs[0].Id != id || cs[0].State != runtimeapi.ContainerState_CONTAINER_RUNNING {
 			t.Fatalf("%s: pod two's containers %+v (was %s)", after, cs, id)
 		}
 		if rec := record(); rec == nil || !rec.AllocatedAt.Equal(first.AllocatedAt) || !slices.Equal(rec.Containers[0].Resources[0].DeviceIDs, []string{"Dev-1", "Dev-2"}) {
@@ -290,7 +291,7 @@ func TestSampleDevicePlugin(t *testing.T) {
 
 	// The plugin's container killed: it restarts, registers again (a new
 	// socket), and the devices stay with pod two.
-	pcs := criContainers(t, string(pluginBefore.UID))
+	pcs := e2e.CRIContainers(t, ctrd, string(pluginBefore.UID))
 	if len(pcs) != 1 {
 		t.Fatalf("the plugin's containers: %+v", pcs)
 	}

@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"context"
+	"github.com/nodelet/nodelet/internal/e2e"
 	"strings"
 	"testing"
 	"time"
@@ -51,7 +52,7 @@ func TestGracefulNodeShutdown(t *testing.T) {
 
 	ns := cp.Namespace(t)
 	pods := admin.CoreV1().Pods(ns)
-	stubborn := apiPod(ns, "stubborn", "")
+	stubborn := e2e.APIPod(nodeName, ns, "stubborn", "")
 	stubborn.Spec.Containers[0].Command = []string{"sh", "-c", "trap 'echo got TERM' TERM; while true; do sleep 0.2; done"}
 	stubborn.Spec.TerminationGracePeriodSeconds = ptr.To[int64](60)
 	created, err := pods.Create(ctx, stubborn, metav1.CreateOptions{})
@@ -66,7 +67,7 @@ func TestGracefulNodeShutdown(t *testing.T) {
 	signalled := time.Now()
 	logind.PrepareForShutdown(true)
 	waitTrue(t, 30*time.Second, "node NotReady: node is shutting down", nodeReady(corev1.ConditionFalse, "node is shutting down"))
-	if _, err := pods.Create(ctx, apiPod(ns, "latecomer", ""), metav1.CreateOptions{}); err != nil {
+	if _, err := pods.Create(ctx, e2e.APIPod(nodeName, ns, "latecomer", ""), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -83,7 +84,7 @@ func TestGracefulNodeShutdown(t *testing.T) {
 	}
 	var st *runtimeapi.ContainerStatus
 	waitTrue(t, 30*time.Second, "the pod's container killed", func() bool {
-		for _, c := range criContainers(t, string(created.UID)) {
+		for _, c := range e2e.CRIContainers(t, ctrd, string(created.UID)) {
 			if c.State == runtimeapi.ContainerState_CONTAINER_EXITED {
 				resp, err := ctrd.RuntimeClient(t).Runtime.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: c.Id})
 				if err == nil {

@@ -1,6 +1,7 @@
 package e2e_test
 
 import (
+	"github.com/nodelet/nodelet/internal/e2e"
 	"io"
 	"net/http"
 	"strings"
@@ -36,7 +37,7 @@ func TestStaticPodEndToEnd(t *testing.T) {
 	n.WriteManifest("web.yaml", webManifest)
 	pod := n.WaitPod("web-"+nodeName, 90*time.Second, "Running and Ready", runningReady)
 
-	cs := criContainers(t, string(pod.UID))
+	cs := e2e.CRIContainers(t, ctrd, string(pod.UID))
 	if len(cs) != 1 || cs[0].State != runtimeapi.ContainerState_CONTAINER_RUNNING || cs[0].Metadata.Name != "httpd" {
 		t.Fatalf("CRI containers of the pod: %+v", cs)
 	}
@@ -74,7 +75,7 @@ func TestStaticPodEndToEnd(t *testing.T) {
 
 	n.RemoveManifest("web.yaml")
 	waitTrue(t, 60*time.Second, "containers and sandbox removed from CRI", func() bool {
-		for _, c := range criContainers(t, string(pod.UID)) {
+		for _, c := range e2e.CRIContainers(t, ctrd, string(pod.UID)) {
 			if c.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
 				return false
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/nodelet/nodelet/internal/e2e"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -71,7 +72,7 @@ func TestWatchExpired(t *testing.T) {
 		_ = pods.DeleteCollection(context.Background(), metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{})
 	})
 	tryCreate := func(name string) error {
-		p := apiPod(ns, name, "")
+		p := e2e.APIPod(nodeName, ns, name, "")
 		p.Spec.TerminationGracePeriodSeconds = ptr.To[int64](2)
 		_, err := pods.Create(ctx, p, metav1.CreateOptions{})
 		return err
@@ -164,7 +165,7 @@ func TestWatchExpired(t *testing.T) {
 			why = err.Error()
 			return false
 		}
-		view := criView(t)
+		view := e2e.CRIView(t, ctrd)
 		want := map[string]bool{}
 		for _, p := range l.Items {
 			if p.DeletionTimestamp != nil {
@@ -173,7 +174,7 @@ func TestWatchExpired(t *testing.T) {
 			}
 			want[string(p.UID)] = true
 			c := view[string(p.UID)]
-			if p.Status.Phase != corev1.PodRunning || c == nil || c.sandboxes != 1 || c.readySandboxes != 1 || c.running != 1 {
+			if p.Status.Phase != corev1.PodRunning || c == nil || c.Sandboxes != 1 || c.ReadySandboxes != 1 || c.Running != 1 {
 				why = fmt.Sprintf("%s: phase %s, CRI %+v", p.Name, p.Status.Phase, c)
 				return false
 			}
@@ -200,7 +201,7 @@ func TestWatchExpired(t *testing.T) {
 			if names[p.Name] > 1 {
 				t.Fatalf("%s twice in the node's pods", p.Name)
 			}
-			if c := view[string(p.UID)]; !want[string(p.UID)] && c != nil && c.running > 0 {
+			if c := view[string(p.UID)]; !want[string(p.UID)] && c != nil && c.Running > 0 {
 				why = p.Name + " deleted from the API but running on the node"
 				return false
 			}

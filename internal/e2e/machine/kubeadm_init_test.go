@@ -1,9 +1,11 @@
-package e2e_test
+package machine_test
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/nodelet/nodelet/internal/e2e"
+	"github.com/nodelet/nodelet/internal/testenv/eventually"
 	"net"
 	"net/netip"
 	"os"
@@ -229,8 +231,8 @@ func TestKubeadmInit(t *testing.T) {
 		}
 	}
 	t.Cleanup(func() {
-		(&node{t: t}).cleanupPods()
-		removeCgroupDirs(cgroupRoot)
+		e2e.RemovePodSandboxes(t, ctrd)
+		e2e.RemoveCgroupDirs(cgroupRoot)
 		_ = os.RemoveAll(rootDir)
 		_ = os.RemoveAll(logsDir)
 	})
@@ -311,7 +313,7 @@ func TestKubeadmInit(t *testing.T) {
 
 	// The new cluster, through its admin.conf.
 	admin := kubeadmAdmin(t)
-	nodeReadyFresh(ctx, t, admin, name, began, 2*time.Minute)
+	e2e.NodeReadyFresh(ctx, t, admin, name, began, 2*time.Minute)
 	n, err := admin.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -333,9 +335,9 @@ func TestKubeadmInit(t *testing.T) {
 	// The static pods' mirror pods: Running and Ready, critical, on the node.
 	for _, c := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
 		pod := c + "-" + name
-		waitTrue(t, 2*time.Minute, "mirror pod kube-system/"+pod+" Running and Ready", func() bool {
+		eventually.True(t, 2*time.Minute, "mirror pod kube-system/"+pod+" Running and Ready", func() bool {
 			p, err := admin.CoreV1().Pods("kube-system").Get(ctx, pod, metav1.GetOptions{})
-			return err == nil && p.Status.Phase == corev1.PodRunning && podReady(p)
+			return err == nil && p.Status.Phase == corev1.PodRunning && e2e.PodReady(p)
 		})
 		p, err := admin.CoreV1().Pods("kube-system").Get(ctx, pod, metav1.GetOptions{})
 		if err != nil {
@@ -358,7 +360,7 @@ func TestKubeadmInit(t *testing.T) {
 	}
 
 	// A pod the new cluster's scheduler places on the node.
-	pod := apiPod("default", "kubeadm-init-pod", "")
+	pod := e2e.APIPod(nodeName, "default", "kubeadm-init-pod", "")
 	pod.Spec.NodeName = "" // the scheduler's to choose
 	pod.Spec.Tolerations = []corev1.Toleration{{Key: "node-role.kubernetes.io/control-plane", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
 	pod.Spec.Containers[0].Command = []string{"sh", "-c", "echo hello from a kubeadm control plane; trap 'exit 0' TERM; while true; do sleep 1; done"}
@@ -376,12 +378,12 @@ func TestKubeadmInit(t *testing.T) {
 			t.Logf("pod %s: node %q, status %+v", last.Name, last.Spec.NodeName, last.Status)
 		}
 	})
-	waitTrue(t, 2*time.Minute, "the scheduled pod Running and Ready on the node", func() bool {
+	eventually.True(t, 2*time.Minute, "the scheduled pod Running and Ready on the node", func() bool {
 		p, err := admin.CoreV1().Pods("default").Get(ctx, pod.Name, metav1.GetOptions{})
 		if err == nil {
 			last = p
 		}
-		return err == nil && p.Spec.NodeName == name && p.Status.Phase == corev1.PodRunning && podReady(p)
+		return err == nil && p.Spec.NodeName == name && p.Status.Phase == corev1.PodRunning && e2e.PodReady(p)
 	})
 	t.Logf("pod scheduled, Running and Ready %s after its creation", time.Since(began).Round(time.Millisecond))
 

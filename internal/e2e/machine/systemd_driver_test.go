@@ -1,9 +1,11 @@
-package e2e_test
+package machine_test
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/nodelet/nodelet/internal/e2e"
+	"github.com/nodelet/nodelet/internal/testenv/eventually"
 	"net/http"
 	"os"
 	"os/exec"
@@ -89,7 +91,7 @@ func TestNodeUnderSystemdDriver(t *testing.T) {
 		// slices stay, as the kubelet's kubepods: systemd removed them at
 		// poweroff in the hierarchies it manages, the others (cpuset,
 		// freezer, ...: made by the systemd driver itself) go here.
-		defer removeCgroupDirs("/kubepods.slice")
+		defer e2e.RemoveCgroupDirs("/kubepods.slice")
 		if t.Failed() || mc == nil {
 			return
 		}
@@ -125,7 +127,7 @@ func TestNodeUnderSystemdDriver(t *testing.T) {
 		t.Logf("the machine's runtime: %s %s", v.RuntimeName, v.RuntimeVersion)
 	}
 
-	readOnly := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	readOnly := fmt.Sprintf("127.0.0.1:%d", e2e.FreePort(t))
 	_, roPort, _ := strings.Cut(readOnly, ":")
 	cfg := fmt.Sprintf(`node:
   name: systemd-driver-node
@@ -151,8 +153,8 @@ server:
   port: %d
   readOnlyPort: %s
   healthzPort: %d
-`, stateDir, logsDir, mc.Subnet, freePort(t), mc.Endpoint, mc.CNIConfDir, mc.BridgeName, mc.NetworkName,
-		freePort(t), roPort, freePort(t))
+`, stateDir, logsDir, mc.Subnet, e2e.FreePort(t), mc.Endpoint, mc.CNIConfDir, mc.BridgeName, mc.NetworkName,
+		e2e.FreePort(t), roPort, e2e.FreePort(t))
 	if err := os.WriteFile(filepath.Join(etc, "nodelet.yaml"), []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +177,7 @@ server:
 	}
 	podName := "limited-systemd-driver-node"
 	var pod *corev1.Pod
-	waitTrue(t, 60*time.Second, "the static pod Running on the read-only API", func() bool {
+	eventually.True(t, 60*time.Second, "the static pod Running on the read-only API", func() bool {
 		pod = readOnlyPod(readOnly, podName)
 		return pod != nil && pod.Status.Phase == corev1.PodRunning && len(pod.Status.ContainerStatuses) == 1 &&
 			pod.Status.ContainerStatuses[0].State.Running != nil
@@ -216,7 +218,7 @@ server:
 	// /stats/summary reads the pod's slice: its CPU time lies between two
 	// readings of the slice's cpuacct.usage around the request, its
 	// process count (pause and sleep) is the slice's pids.current.
-	waitTrue(t, 30*time.Second, "the pod's CPU and processes in /stats/summary from its slice", func() bool {
+	eventually.True(t, 30*time.Second, "the pod's CPU and processes in /stats/summary from its slice", func() bool {
 		before := cgroupUint(t, m, "cpuacct/"+podDir+"/cpuacct.usage")
 		ps := summaryPod(t, readOnly, uid)
 		after := cgroupUint(t, m, "cpuacct/"+podDir+"/cpuacct.usage")
@@ -235,7 +237,7 @@ server:
 	if out, _ := m.Run("journalctl", "--no-pager", "-o", "cat", "-u", "nodelet-server"); strings.Contains(out, "Cannot read pod cgroups") {
 		t.Errorf("nodelet-server cannot read the pod slices:\n%s", out)
 	}
-	waitTrue(t, 30*time.Second, "the container's working set from CRI", func() bool {
+	eventually.True(t, 30*time.Second, "the container's working set from CRI", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		st, err := cri.Runtime.ContainerStats(ctx, &runtimeapi.ContainerStatsRequest{ContainerId: ctr.Id})
@@ -248,7 +250,7 @@ server:
 	before := showUnits(t, m)
 	m.MustRun(t, "systemctl", "restart", "nodelet-runtime.service")
 	var newPID int
-	waitTrue(t, 60*time.Second, "nodelet-runtime restarted and its pod workers started", func() bool {
+	eventually.True(t, 60*time.Second, "nodelet-runtime restarted and its pod workers started", func() bool {
 		s := showUnits(t, m)["runtime"]
 		if s.active != "active" || s.mainPID == before["runtime"].mainPID {
 			return false
@@ -257,7 +259,7 @@ server:
 		out, _ := m.Run("journalctl", "--no-pager", "-o", "cat", "_PID="+strconv.Itoa(newPID))
 		return strings.Contains(out, "Inputs loaded, starting pod workers")
 	})
-	waitTrue(t, 30*time.Second, "the pod Running on the read-only API after the runtime's restart", func() bool {
+	eventually.True(t, 30*time.Second, "the pod Running on the read-only API after the runtime's restart", func() bool {
 		p := readOnlyPod(readOnly, podName)
 		return p != nil && p.Status.Phase == corev1.PodRunning
 	})
@@ -274,7 +276,7 @@ server:
 	if err := os.Remove(filepath.Join(manifests, "limited.yaml")); err != nil {
 		t.Fatal(err)
 	}
-	waitTrue(t, 60*time.Second, "the pod gone from the read-only API and CRI", func() bool {
+	eventually.True(t, 60*time.Second, "the pod gone from the read-only API and CRI", func() bool {
 		if readOnlyPod(readOnly, podName) != nil {
 			return false
 		}
@@ -284,7 +286,7 @@ server:
 		return err == nil && len(sbs.Items) == 0
 	})
 	var left string
-	waitTrue(t, 30*time.Second, "no pod slice or container scope left", func() bool {
+	eventually.True(t, 30*time.Second, "no pod slice or container scope left", func() bool {
 		units, _ := m.Run("systemctl", "list-units", "--all", "--plain", "--no-legend", "kubepods*pod*", "cri-containerd-*")
 		dirs, _ := m.Run("sh", "-c", "find /sys/fs/cgroup/ -name 'kubepods*-pod*.slice' -o -name 'cri-containerd-*.scope' 2>/dev/null")
 		left = strings.TrimSpace(units + dirs)

@@ -1,4 +1,4 @@
-package e2e_test
+package machine_test
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
+	"github.com/nodelet/nodelet/internal/e2e"
+	"github.com/nodelet/nodelet/internal/testenv/eventually"
 	"io"
 	"math/big"
 	"net/http"
@@ -120,7 +122,7 @@ func kubeletUnit(t *testing.T, m *testenv.Machine, daemons int) unitState {
 	t.Helper()
 	var s unitState
 	var children []string
-	waitTrue(t, 2*time.Minute, fmt.Sprintf("kubelet.service active with its %d nodelet daemons", daemons), func() bool {
+	eventually.True(t, 2*time.Minute, fmt.Sprintf("kubelet.service active with its %d nodelet daemons", daemons), func() bool {
 		s = unitState{}
 		for _, l := range strings.Split(m.MustRun(t, "systemctl", "show", "-p", "ActiveState,MainPID,NRestarts", "kubelet"), "\n") {
 			k, v, _ := strings.Cut(strings.TrimSpace(l), "=")
@@ -218,7 +220,7 @@ Environment="NODELET_RUNTIME_CNIBRIDGENAME=%s"
 Environment="NODELET_RUNTIME_CNINETWORKNAME=%s"
 Environment="NODELET_NODE_PODCIDR=%s"
 Environment="NODELET_NODE_PODLOGSDIR=%s"
-`, freePort(t), cgroupRoot, ctrd.CNIConfDir, ctrd.BridgeName, ctrd.NetworkName, ctrd.Subnet, logsDir)), 0o644)
+`, e2e.FreePort(t), cgroupRoot, ctrd.CNIConfDir, ctrd.BridgeName, ctrd.NetworkName, ctrd.Subnet, logsDir)), 0o644)
 	// The drop-in's file for the operator's own flags: a root dir of its
 	// own, bound from the host at the same path, since the host's
 	// containerd mounts what the runtime puts there.

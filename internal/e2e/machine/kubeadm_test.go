@@ -1,8 +1,10 @@
-package e2e_test
+package machine_test
 
 import (
 	"context"
 	"fmt"
+	"github.com/nodelet/nodelet/internal/e2e"
+	"github.com/nodelet/nodelet/internal/testenv/eventually"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -91,8 +93,8 @@ func TestKubeadmJoin(t *testing.T) {
 	}
 	// Registered first, so it runs last: after the machine is off.
 	t.Cleanup(func() {
-		(&node{t: t}).cleanupPods()
-		removeCgroupDirs(cgroupRoot)
+		e2e.RemovePodSandboxes(t, ctrd)
+		e2e.RemoveCgroupDirs(cgroupRoot)
 		_ = os.RemoveAll(rootDir)
 		_ = os.RemoveAll(logsDir)
 	})
@@ -121,7 +123,7 @@ func TestKubeadmJoin(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(ctl.Stop)
-	port, healthzPort := freePort(t), freePort(t)
+	port, healthzPort := e2e.FreePort(t), e2e.FreePort(t)
 	cfgPath := filepath.Join(t.TempDir(), "kubeadm.yaml")
 	initToken := randTokenID(t) + ".0123456789abcdef"
 	if err := os.WriteFile(cfgPath, []byte(kubeadmConfig(initToken, port, healthzPort)), 0o600); err != nil {
@@ -220,11 +222,11 @@ func TestKubeadmJoin(t *testing.T) {
 	if certFile != filepath.Join(rootDir, "pki", "kubelet-client-current.pem") {
 		t.Errorf("kubelet.conf's client certificate is %q, want <root-dir>/pki/kubelet-client-current.pem", certFile)
 	}
-	cert, _ := pemCert(t, certFile)
-	checkNodeCert(t, cert, name, x509ClientAuth)
+	cert, _ := e2e.PEMCert(t, certFile)
+	e2e.CheckNodeCert(t, cp.CAData, cert, name, x509ClientAuth)
 
 	// Registered and Ready, as the kubelet it stands in for.
-	nodeReadyFresh(ctx, t, admin, name, began, 3*time.Minute)
+	e2e.NodeReadyFresh(ctx, t, admin, name, began, 3*time.Minute)
 	n, err := admin.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -242,7 +244,7 @@ func TestKubeadmJoin(t *testing.T) {
 
 	// A pod, and kubectl logs and exec through kube-apiserver.
 	ns := cp.Namespace(t)
-	pod := apiPod(ns, "kubeadm-pod", "")
+	pod := e2e.APIPod(nodeName, ns, "kubeadm-pod", "")
 	pod.Spec.NodeName = name
 	pod.Spec.Containers[0].Command = []string{"sh", "-c", "echo hello from a kubeadm node; trap 'exit 0' TERM; while true; do sleep 1; done"}
 	pod, err = admin.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
@@ -253,9 +255,9 @@ func TestKubeadmJoin(t *testing.T) {
 		_ = admin.CoreV1().Pods(ns).Delete(context.Background(), pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
 	})
 	began = time.Now()
-	waitTrue(t, 2*time.Minute, "the pod Running and Ready", func() bool {
+	eventually.True(t, 2*time.Minute, "the pod Running and Ready", func() bool {
 		p, err := admin.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
-		return err == nil && p.Status.Phase == corev1.PodRunning && podReady(p)
+		return err == nil && p.Status.Phase == corev1.PodRunning && e2e.PodReady(p)
 	})
 	t.Logf("pod Running and Ready %s after its creation", time.Since(began).Round(time.Millisecond))
 	kubectl := func(args ...string) string {
@@ -266,13 +268,13 @@ func TestKubeadmJoin(t *testing.T) {
 		}
 		return string(out)
 	}
-	waitTrue(t, 30*time.Second, "kubectl logs showing the container's line", func() bool {
+	eventually.True(t, 30*time.Second, "kubectl logs showing the container's line", func() bool {
 		return strings.Contains(kubectl("logs", pod.Name), "hello from a kubeadm node")
 	})
 	if got := strings.TrimSpace(kubectl("exec", pod.Name, "--", "sh", "-c", "echo exec $((6*7))")); got != "exec 42" {
 		t.Errorf("kubectl exec: %q, want %q", got, "exec 42")
 	}
-	before := criContainers(t, string(pod.UID))
+	before := e2e.CRIContainers(t, ctrd, string(pod.UID))
 
 	// systemctl restart kubelet: a new nodelet, the same container.
 	m.MustRun(t, "systemctl", "restart", "kubelet")
@@ -280,11 +282,11 @@ func TestKubeadmJoin(t *testing.T) {
 	if restarted.mainPID == unit.mainPID {
 		t.Errorf("kubelet.service kept main pid %d through a restart", unit.mainPID)
 	}
-	nodeReadyFresh(ctx, t, admin, name, time.Now(), 2*time.Minute)
+	e2e.NodeReadyFresh(ctx, t, admin, name, time.Now(), 2*time.Minute)
 	if body, err := httpGet(healthz); err != nil || body != "ok" {
 		t.Errorf("after the restart, the kubelet's healthz: %q %v", body, err)
 	}
-	sameContainer(t, before, criContainers(t, string(pod.UID)))
+	sameContainer(t, before, e2e.CRIContainers(t, ctrd, string(pod.UID)))
 
 	// systemctl stop kubelet: every nodelet process goes, the pod stays.
 	m.MustRun(t, "systemctl", "stop", "kubelet")
@@ -294,5 +296,5 @@ func TestKubeadmJoin(t *testing.T) {
 	if left, _ := m.Run("sh", "-c", "grep -l nodelet /proc/[0-9]*/comm 2>/dev/null"); strings.TrimSpace(left) != "" {
 		t.Errorf("nodelet processes left after systemctl stop kubelet: %s", left)
 	}
-	sameContainer(t, before, criContainers(t, string(pod.UID)))
+	sameContainer(t, before, e2e.CRIContainers(t, ctrd, string(pod.UID)))
 }

@@ -1,9 +1,11 @@
-package e2e_test
+package machine_test
 
 import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"github.com/nodelet/nodelet/internal/e2e"
+	"github.com/nodelet/nodelet/internal/testenv/eventually"
 	"os"
 	"path/filepath"
 	"slices"
@@ -167,12 +169,12 @@ func TestUnitsUnderSystemd(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		(&node{t: t}).cleanupPods()
+		e2e.RemovePodSandboxes(t, ctrd)
 		_ = os.RemoveAll(stateDir)
 		_ = os.RemoveAll(logsDir)
 	})
-	busListen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	serverPort := freePort(t)
+	busListen := fmt.Sprintf("127.0.0.1:%d", e2e.FreePort(t))
+	serverPort := e2e.FreePort(t)
 	cfg := fmt.Sprintf(`node:
   name: %s
   kubeconfig: %s
@@ -198,7 +200,7 @@ server:
   address: 127.0.0.1
   port: %d
 `, nodeName, "/etc/nodelet/identity/node.kubeconfig", stateDir, logsDir, ctrd.Subnet, busListen, ctrd.Endpoint, ctrd.CNIConfDir, ctrd.BridgeName, ctrd.NetworkName,
-		freePort(t), serverPort)
+		e2e.FreePort(t), serverPort)
 	// The node's kubeconfig, root's and 0600 in a 0700 directory, as
 	// kubeadm writes kubelet.conf: sources, of its own user, reads it with
 	// CAP_DAC_READ_SEARCH.
@@ -215,7 +217,7 @@ server:
 	if err := os.WriteFile(filepath.Join(etc, "nodelet.yaml"), []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(etc, "manifests", "sleeper.yaml"), []byte(sleeperManifest("sleeper")), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(etc, "manifests", "sleeper.yaml"), []byte(e2e.SleeperManifest("sleeper")), 0o644); err != nil {
 		t.Fatal(err)
 	}
 
@@ -240,7 +242,7 @@ server:
 	shareSocket(t, ctrd.Address, criGID)
 	// The machine stands for a host, whose cgroup controllers the runtime
 	// writes (pod cgroups, node allocatable); nspawn mounts them read-only.
-	t.Cleanup(func() { removeCgroupDirs("/nodelet-e2e") })
+	t.Cleanup(func() { e2e.RemoveCgroupDirs("/nodelet-e2e") })
 	m.MustRun(t, "sh", "-c", `for d in /sys/fs/cgroup/*; do
 		case $d in */systemd|*/unified) continue;; esac
 		[ -L "$d" ] || mount -o remount,bind,rw "$d" || exit 1
@@ -271,7 +273,7 @@ server:
 	admin := cp.AdminClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	created, err := admin.CoreV1().Pods(ns).Create(ctx, apiPod(ns, "api-sleeper", ""), metav1.CreateOptions{})
+	created, err := admin.CoreV1().Pods(ns).Create(ctx, e2e.APIPod(nodeName, ns, "api-sleeper", ""), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,10 +285,10 @@ server:
 	// Only this test's two pods count: API pods other tests of the package
 	// left on the node's name (in namespaces kube-apiserver cannot finish
 	// deleting without kube-controller-manager) run here too.
-	var pods map[string]*criPod
-	waitTrue(t, 90*time.Second, "the static and the API pod's containers running", func() bool {
-		pods = map[string]*criPod{}
-		all := criView(t)
+	var pods map[string]*e2e.CRIPod
+	eventually.True(t, 90*time.Second, "the static and the API pod's containers running", func() bool {
+		pods = map[string]*e2e.CRIPod{}
+		all := e2e.CRIView(t, ctrd)
 		for _, uid := range []string{string(created.UID), staticPodUID(t, "sleeper-"+nodeName)} {
 			if p := all[uid]; p != nil && uid != "" {
 				pods[uid] = p
@@ -294,7 +296,7 @@ server:
 		}
 		running := 0
 		for _, p := range pods {
-			if p.running == 1 {
+			if p.Running == 1 {
 				running++
 			}
 		}
@@ -303,9 +305,9 @@ server:
 
 	// status, of its own user, reports the API pod running and ready (CRI
 	// through group nodelet-cri, the API with the root-only kubeconfig).
-	waitTrue(t, 60*time.Second, "status reporting the API pod running and ready", func() bool {
+	eventually.True(t, 60*time.Second, "status reporting the API pod running and ready", func() bool {
 		p, err := admin.CoreV1().Pods(ns).Get(ctx, created.Name, metav1.GetOptions{})
-		return err == nil && p.Status.Phase == corev1.PodRunning && podReady(p)
+		return err == nil && p.Status.Phase == corev1.PodRunning && e2e.PodReady(p)
 	})
 	// The server, of its own user, serves the kubelet API with the
 	// certificate it made in the shared pki: setgid, root's, group
@@ -315,7 +317,7 @@ server:
 	if got := strings.TrimSpace(m.MustRun(t, "stat", "-c", "%a %u %g", filepath.Join(stateDir, component.SharedDir))); got != "2770 0 "+apiGID {
 		t.Errorf("%s: mode, owner, group %q, want 2770 0 %s", component.SharedDir, got, apiGID)
 	}
-	waitTrue(t, 30*time.Second, "the server's TLS handshake on its port", func() bool {
+	eventually.True(t, 30*time.Second, "the server's TLS handshake on its port", func() bool {
 		c, err := tls.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", serverPort), &tls.Config{InsecureSkipVerify: true})
 		if err == nil {
 			c.Close()
@@ -424,7 +426,7 @@ server:
 	before := showUnits(t, m)
 	m.MustRun(t, "systemctl", "kill", "-s", "KILL", "nodelet-prober")
 	var after map[string]unitState
-	waitTrue(t, 60*time.Second, "the prober restarted and ready", func() bool {
+	eventually.True(t, 60*time.Second, "the prober restarted and ready", func() bool {
 		after = showUnits(t, m)
 		p := after[bus.Prober]
 		return p.active == "active" && p.mainPID != 0 && p.mainPID != before[bus.Prober].mainPID
@@ -469,9 +471,9 @@ server:
 	sameExcept(t, before, after, bus.BusAdmin)
 
 	// No container restarted through any of it.
-	now := criView(t)
+	now := e2e.CRIView(t, ctrd)
 	for uid, p := range pods {
-		if n := now[uid]; n == nil || n.running != 1 || n.containerID != p.containerID || n.restartCount != 0 || n.sandboxes != 1 {
+		if n := now[uid]; n == nil || n.Running != 1 || n.ContainerID != p.ContainerID || n.RestartCount != 0 || n.Sandboxes != 1 {
 			t.Errorf("pod %s changed: before %+v, now %+v", uid, p, n)
 		}
 	}
