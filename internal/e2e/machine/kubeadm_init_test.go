@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -211,30 +210,17 @@ func TestKubeadmInit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Chmod(binDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	sweepNspawnDirs()
 	claimKubeadmDir(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	controlPlaneImages(ctx, t)
 
-	tag := strconv.Itoa(os.Getpid())
+	tag, rootDir, logsDir := nodeDirs(t, "kubeadm")
 	name := "kubeadm-init-" + tag
-	rootDir := "/var/lib/nodelet-kubeadm-" + tag
-	logsDir := "/var/log/nodelet-kubeadm-" + tag + "-pods"
 	cgroupRoot := "/nodelet-kubeadm-" + tag
-	for _, d := range []string{rootDir, logsDir} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
 	t.Cleanup(func() {
 		e2e.RemovePodSandboxes(t, ctrd)
 		e2e.RemoveCgroupDirs(cgroupRoot)
-		_ = os.RemoveAll(rootDir)
-		_ = os.RemoveAll(logsDir)
 	})
 	ports := freePorts(t, 3)
 	apiPort, port, healthzPort := ports[0], ports[1], ports[2]

@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -77,26 +76,12 @@ func TestKubeadmJoin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Chmod(binDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	sweepNspawnDirs()
-	tag := strconv.Itoa(os.Getpid())
+	tag, rootDir, logsDir := nodeDirs(t, "kubeadm")
 	name := "kubeadm-join-" + tag
-	rootDir := "/var/lib/nodelet-kubeadm-" + tag
-	logsDir := "/var/log/nodelet-kubeadm-" + tag + "-pods"
 	cgroupRoot := "/nodelet-kubeadm-" + tag
-	for _, d := range []string{rootDir, logsDir} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// Registered first, so it runs last: after the machine is off.
 	t.Cleanup(func() {
 		e2e.RemovePodSandboxes(t, ctrd)
 		e2e.RemoveCgroupDirs(cgroupRoot)
-		_ = os.RemoveAll(rootDir)
-		_ = os.RemoveAll(logsDir)
 	})
 	admin := cp.AdminClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)

@@ -65,19 +65,11 @@ func TestNodeUnderSystemdDriver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Chmod(binDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	sweepNspawnDirs()
-	tag := strconv.Itoa(os.Getpid())
-	stateDir := "/var/lib/nodelet-nspawn-" + tag
-	logsDir := "/var/log/nodelet-nspawn-" + tag + "-pods"
+	_, stateDir, logsDir := nodeDirs(t, "nspawn")
 	etc := t.TempDir()
 	manifests := filepath.Join(etc, "manifests")
-	for _, d := range []string{stateDir, logsDir, manifests} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
+	if err := os.MkdirAll(manifests, 0o755); err != nil {
+		t.Fatal(err)
 	}
 	if err := os.Chmod(etc, 0o755); err != nil {
 		t.Fatal(err)
@@ -85,8 +77,6 @@ func TestNodeUnderSystemdDriver(t *testing.T) {
 	var mc *testenv.Containerd
 	// Registered first, it runs last: after the machine is gone.
 	t.Cleanup(func() {
-		_ = os.RemoveAll(stateDir)
-		_ = os.RemoveAll(logsDir)
 		// The machine's cgroups are the host's. The node's root and QoS
 		// slices stay, as the kubelet's kubepods: systemd removed them at
 		// poweroff in the hierarchies it manages, the others (cpuset,

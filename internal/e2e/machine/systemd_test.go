@@ -150,29 +150,17 @@ func canRead(t *testing.T, m *testenv.Machine, pid int, id identity, path string
 // restarts.
 func TestUnitsUnderSystemd(t *testing.T) {
 	root := testenv.RequiresNspawn(t)
-	// The machine's non-root daemons reach the binaries and the config
-	// through their bind mounts, which keep the host dirs' modes.
-	if err := os.Chmod(binDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	sweepNspawnDirs()
-	tag := strconv.Itoa(os.Getpid())
-	stateDir := "/var/lib/nodelet-nspawn-" + tag
-	logsDir := "/var/log/nodelet-nspawn-" + tag + "-pods"
+	_, stateDir, logsDir := nodeDirs(t, "nspawn")
+	// The machine's non-root daemons reach the config through its bind
+	// mount, which keeps the host dir's mode.
 	etc := t.TempDir()
-	for _, d := range []string{stateDir, logsDir, filepath.Join(etc, "manifests")} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
+	if err := os.MkdirAll(filepath.Join(etc, "manifests"), 0o755); err != nil {
+		t.Fatal(err)
 	}
 	if err := os.Chmod(etc, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		e2e.RemovePodSandboxes(t, ctrd)
-		_ = os.RemoveAll(stateDir)
-		_ = os.RemoveAll(logsDir)
-	})
+	t.Cleanup(func() { e2e.RemovePodSandboxes(t, ctrd) })
 	busListen := fmt.Sprintf("127.0.0.1:%d", e2e.FreePort(t))
 	serverPort := e2e.FreePort(t)
 	cfg := fmt.Sprintf(`node:
@@ -531,21 +519,50 @@ func shareSocket(t *testing.T, path string, gid int) {
 	}
 }
 
-// sweepNspawnDirs removes the state and log dirs of earlier runs of
-// TestUnitsUnderSystemd, TestNodeUnderSystemdDriver and TestKubeadmJoin whose test binary died before
-// its cleanup (the pid in the name is gone).
+// nodeDirs prepares the host side of a machine's node: nodelet's binaries
+// readable by the machine's non-root daemons (bound in, they keep the
+// host dir's modes), the dirs of earlier runs whose test binary died swept,
+// and the node's state (or root) and pod log dirs,
+// /var/lib/nodelet-<kind>-<pid> and /var/log/nodelet-<kind>-<pid>-pods,
+// bound into the machine at the same paths and removed after the test (a
+// cleanup registered here, so it runs after the test's own).
+func nodeDirs(t *testing.T, kind string) (tag, stateDir, logsDir string) {
+	t.Helper()
+	if err := os.Chmod(binDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sweepNspawnDirs()
+	tag = strconv.Itoa(os.Getpid())
+	stateDir = "/var/lib/nodelet-" + kind + "-" + tag
+	logsDir = "/var/log/nodelet-" + kind + "-" + tag + "-pods"
+	for _, d := range []string{stateDir, logsDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		_ = os.RemoveAll(stateDir)
+		_ = os.RemoveAll(logsDir)
+	})
+	return tag, stateDir, logsDir
+}
+
+// sweepNspawnDirs removes the state and log dirs of earlier runs of this
+// package's tests whose test binary died before its cleanup (the pid in
+// the name is gone).
 func sweepNspawnDirs() {
-	for _, pat := range []string{"/var/lib/nodelet-nspawn-*", "/var/log/nodelet-nspawn-*-pods",
-		"/var/lib/nodelet-kubeadm-*", "/var/log/nodelet-kubeadm-*-pods"} {
-		dirs, _ := filepath.Glob(pat)
-		for _, d := range dirs {
-			base := strings.TrimPrefix(strings.TrimPrefix(filepath.Base(d), "nodelet-nspawn-"), "nodelet-kubeadm-")
-			pid, err := strconv.Atoi(strings.TrimSuffix(base, "-pods"))
-			if err != nil || pid == os.Getpid() {
-				continue
-			}
-			if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err != nil {
-				_ = os.RemoveAll(d)
+	for _, kind := range []string{"nspawn", "kubeadm"} {
+		for _, pat := range []string{"/var/lib/nodelet-" + kind + "-*", "/var/log/nodelet-" + kind + "-*-pods"} {
+			dirs, _ := filepath.Glob(pat)
+			for _, d := range dirs {
+				base := strings.TrimPrefix(filepath.Base(d), "nodelet-"+kind+"-")
+				pid, err := strconv.Atoi(strings.TrimSuffix(base, "-pods"))
+				if err != nil || pid == os.Getpid() {
+					continue
+				}
+				if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err != nil {
+					_ = os.RemoveAll(d)
+				}
 			}
 		}
 	}
