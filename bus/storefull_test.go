@@ -22,7 +22,7 @@ import (
 // reports the stream's write error (StoreWriteError) while JetStream stays
 // on; once space is back and the bus restarted (what nodelet-bus does), the
 // stream takes writes again and what was stored before is all there.
-// internal/e2e's TestStateDirFull is the whole node's version.
+// internal/e2e/faults's TestStateDirFull is the whole node's version.
 func TestStoreFilesystemFull(t *testing.T) {
 	testenv.RequiresRoot(t)
 	stateDir := t.TempDir()

@@ -18,5 +18,5 @@ export PATH=$PATH:/usr/local/go/bin
 scripts/setup.sh >/dev/null
 scripts/controlplane.sh build >/dev/null
 NODELET_FAULTS_LONG=1 NODELET_OUTAGE=${NODELET_OUTAGE:-5m} go test -count=1 -timeout 40m -v \
-	-run '^(TestFaults|TestAPIServerOutage|TestWatchExpired|TestStateDirFull|TestImageFilesystemFull)$' ./internal/e2e/ 2>&1 |
+	-run '^(TestFaults|TestAPIServerOutage|TestWatchExpired|TestStateDirFull|TestImageFilesystemFull)$' ./internal/e2e/faults/ 2>&1 |
 	grep -E 'fault convergence|converged in|kube-apiserver|^(--- |ok|FAIL|panic)|_test.go:[0-9]+:' 

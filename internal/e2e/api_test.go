@@ -2,7 +2,6 @@ package e2e_test
 
 import (
 	"context"
-	"github.com/nodelet/nodelet/internal/e2e"
 	"testing"
 	"time"
 
@@ -11,6 +10,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/nodelet/nodelet/internal/e2e"
+	"github.com/nodelet/nodelet/internal/testenv/eventually"
 )
 
 // TestClusterNode covers what a control plane sees of a nodelet node: the
@@ -18,13 +20,13 @@ import (
 // going Pending → Running and being deleted gracefully, a pod rejected by
 // admission failing with the kubelet's reason, and a static pod's mirror.
 func TestClusterNode(t *testing.T) {
-	n := newNode(t, nodeOptions{API: true})
+	n := e2e.NewNode(t, e2e.NodeOptions{API: true})
 	admin := cp.AdminClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
 	var node *corev1.Node
-	waitTrue(t, 60*time.Second, "node registered Ready", func() bool {
+	eventually.True(t, 60*time.Second, "node registered Ready", func() bool {
 		var err error
 		node, err = admin.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 		if err != nil {
@@ -48,7 +50,7 @@ func TestClusterNode(t *testing.T) {
 		t.Fatalf("lease: %v", err)
 	}
 	renew := lease.Spec.RenewTime.Time
-	waitTrue(t, 30*time.Second, "lease renewed", func() bool {
+	eventually.True(t, 30*time.Second, "lease renewed", func() bool {
 		l, err := admin.CoordinationV1().Leases("kube-node-lease").Get(ctx, nodeName, metav1.GetOptions{})
 		return err == nil && l.Spec.RenewTime.After(renew)
 	})
@@ -60,7 +62,7 @@ func TestClusterNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	var running *corev1.Pod
-	waitTrue(t, 90*time.Second, "API pod Running and Ready", func() bool {
+	eventually.True(t, 90*time.Second, "API pod Running and Ready", func() bool {
 		p, err := pods.Get(ctx, "app", metav1.GetOptions{})
 		running = p
 		return err == nil && p.Status.Phase == corev1.PodRunning && e2e.PodReady(p) && p.Status.PodIP != ""
@@ -75,7 +77,7 @@ func TestClusterNode(t *testing.T) {
 	if err := pods.Delete(ctx, "app", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](5)}); err != nil {
 		t.Fatal(err)
 	}
-	waitTrue(t, 60*time.Second, "API pod deleted after its containers stopped", func() bool {
+	eventually.True(t, 60*time.Second, "API pod deleted after its containers stopped", func() bool {
 		_, err := pods.Get(ctx, "app", metav1.GetOptions{})
 		return apierrors.IsNotFound(err)
 	})
@@ -89,7 +91,7 @@ func TestClusterNode(t *testing.T) {
 	if _, err := pods.Create(ctx, e2e.APIPod(nodeName, ns, "huge", "1000"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitTrue(t, 60*time.Second, "huge pod Failed OutOfcpu in the API", func() bool {
+	eventually.True(t, 60*time.Second, "huge pod Failed OutOfcpu in the API", func() bool {
 		p, err := pods.Get(ctx, "huge", metav1.GetOptions{})
 		return err == nil && p.Status.Phase == corev1.PodFailed && p.Status.Reason == "OutOfcpu"
 	})
@@ -99,10 +101,10 @@ func TestClusterNode(t *testing.T) {
 
 	// Static pod: a mirror pod appears with its status, is recreated when
 	// deleted, and goes when the manifest goes.
-	n.WriteManifest("web.yaml", webManifest)
+	n.WriteManifest("web.yaml", e2e.WebManifest)
 	mirrorName := "web-" + nodeName
 	mirrors := admin.CoreV1().Pods("default")
-	waitTrue(t, 90*time.Second, "mirror pod Running", func() bool {
+	eventually.True(t, 90*time.Second, "mirror pod Running", func() bool {
 		p, err := mirrors.Get(ctx, mirrorName, metav1.GetOptions{})
 		return err == nil && p.Annotations["kubernetes.io/config.mirror"] != "" && p.Status.Phase == corev1.PodRunning && e2e.PodReady(p)
 	})
@@ -110,12 +112,12 @@ func TestClusterNode(t *testing.T) {
 	if err := mirrors.Delete(ctx, mirrorName, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitTrue(t, 60*time.Second, "mirror pod recreated", func() bool {
+	eventually.True(t, 60*time.Second, "mirror pod recreated", func() bool {
 		p, err := mirrors.Get(ctx, mirrorName, metav1.GetOptions{})
 		return err == nil && p.UID != first.UID
 	})
 	n.RemoveManifest("web.yaml")
-	waitTrue(t, 60*time.Second, "mirror pod deleted with the manifest", func() bool {
+	eventually.True(t, 60*time.Second, "mirror pod deleted with the manifest", func() bool {
 		_, err := mirrors.Get(ctx, mirrorName, metav1.GetOptions{})
 		return apierrors.IsNotFound(err)
 	})

@@ -6,7 +6,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	"github.com/nodelet/nodelet/internal/e2e"
 	"io"
 	"net"
 	"net/http"
@@ -23,16 +22,18 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/nodelet/nodelet/internal/e2e"
 	"github.com/nodelet/nodelet/internal/kubeclient"
 	"github.com/nodelet/nodelet/internal/kubeletmetrics"
 	"github.com/nodelet/nodelet/internal/testenv"
+	"github.com/nodelet/nodelet/internal/testenv/eventually"
 )
 
 // bootstrapNode starts kube-controller-manager's CSR controllers (signing
 // certificates for signingDuration) and a node that has only a bootstrap
 // kubeconfig (a bootstrap token, with kubeadm's RBAC bindings for
 // auto-approval) and the extra node and server lines.
-func bootstrapNode(t *testing.T, name string, signingDuration time.Duration, nodeLines, serverLines string) (*node, string) {
+func bootstrapNode(t *testing.T, name string, signingDuration time.Duration, nodeLines, serverLines string) (*e2e.Node, string) {
 	t.Helper()
 	testenv.RequiresRoot(t)
 	kcm, err := testenv.Tool("kube-controller-manager")
@@ -53,7 +54,7 @@ func bootstrapNode(t *testing.T, name string, signingDuration time.Duration, nod
 		t.Fatal(err)
 	}
 	kubeconfig := filepath.Join(dir, "kubelet.kubeconfig")
-	n := newNode(t, nodeOptions{Name: name, ServerAddress: "0.0.0.0",
+	n := e2e.NewNode(t, e2e.NodeOptions{Name: name, ServerAddress: "0.0.0.0",
 		Node:   fmt.Sprintf("  kubeconfig: %s\n  bootstrapKubeconfig: %s\n%s", kubeconfig, boot, nodeLines),
 		Server: "  authentication:\n    x509:\n      clientCAFile: " + cp.ClientCAFile + "\n" + serverLines})
 	return n, kubeconfig
@@ -77,7 +78,7 @@ func configPod(ctx context.Context, t *testing.T, admin kubernetes.Interface, ns
 	if _, err := admin.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitTrue(t, 90*time.Second, "pod "+name+" Running and Ready in the API", func() bool {
+	eventually.True(t, 90*time.Second, "pod "+name+" Running and Ready in the API", func() bool {
 		p, err := admin.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 		return err == nil && p.Status.Phase == corev1.PodRunning && e2e.PodReady(p) && p.Status.PodIP != ""
 	})
@@ -207,7 +208,7 @@ func TestTLSBootstrapRotation(t *testing.T) {
 
 	// The serving certificate: issued after the admin's approval.
 	var served *x509.Certificate
-	waitTrue(t, 90*time.Second, "nodelet-server presenting a kubelet-serving certificate of the cluster CA", func() bool {
+	eventually.True(t, 90*time.Second, "nodelet-server presenting a kubelet-serving certificate of the cluster CA", func() bool {
 		c, err := servedCert(n.ServerPort)
 		if err != nil || c.Issuer.String() == c.Subject.String() {
 			return false
@@ -244,7 +245,7 @@ func TestTLSBootstrapRotation(t *testing.T) {
 
 	// Renewal, before the first certificate expires.
 	var second *x509.Certificate
-	waitTrue(t, first.NotAfter.Sub(time.Now())+10*time.Second, "client certificate renewed", func() bool {
+	eventually.True(t, first.NotAfter.Sub(time.Now())+10*time.Second, "client certificate renewed", func() bool {
 		c, _ := e2e.PEMCert(t, clientPath)
 		second = c
 		return c.SerialNumber.Cmp(first.SerialNumber) != 0
@@ -257,7 +258,7 @@ func TestTLSBootstrapRotation(t *testing.T) {
 		t.Fatal("client certificate renewed without a CSR of the node's own identity")
 	}
 	t.Logf("renewed at %s: serial %s, the first expires at %s", time.Now().Format(time.TimeOnly), second.SerialNumber, first.NotAfter.Format(time.TimeOnly))
-	waitTrue(t, 4*time.Minute, "serving certificate renewed", func() bool {
+	eventually.True(t, 4*time.Minute, "serving certificate renewed", func() bool {
 		c, err := servedCert(n.ServerPort)
 		return err == nil && c.SerialNumber.Cmp(served.SerialNumber) != 0
 	})
@@ -272,7 +273,7 @@ func TestTLSBootstrapRotation(t *testing.T) {
 	}
 	e2e.NodeReadyFresh(ctx, t, admin, name, first.NotAfter, 60*time.Second)
 	configPod(ctx, t, admin, ns, "after", name)
-	waitTrue(t, 30*time.Second, "logs of the new pod through kube-apiserver", func() bool {
+	eventually.True(t, 30*time.Second, "logs of the new pod through kube-apiserver", func() bool {
 		_, err := admin.CoreV1().Pods(ns).GetLogs("after", &corev1.PodLogOptions{}).DoRaw(ctx)
 		if err != nil {
 			t.Logf("logs: %v", err)
@@ -281,7 +282,7 @@ func TestTLSBootstrapRotation(t *testing.T) {
 	})
 	switched := map[string]bool{}
 	// Each daemon that talks to kube-apiserver switched on its own.
-	for _, l := range strings.Split(n.out.String(), "\n") {
+	for _, l := range strings.Split(n.Out.String(), "\n") {
 		if strings.Contains(l, "Certificate rotation detected") {
 			for _, c := range []string{"sources", "runtime", "status", "server"} {
 				if strings.Contains(l, "component="+c+" ") {

@@ -13,6 +13,7 @@ import (
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	"github.com/nodelet/nodelet/internal/testenv"
+	"github.com/nodelet/nodelet/internal/testenv/eventually"
 )
 
 // kubectlDebug runs kubectl debug -i against the pod srv of TestKubeletAPI:
@@ -76,7 +77,7 @@ func kubectlDebug(t *testing.T, ctx context.Context, ns string, pods corev1clien
 	}
 	_, _ = io.WriteString(stdin, "exit 0\n")
 	_ = stdin.Close()
-	waitTrue(t, 60*time.Second, "the ephemeral container in ephemeralContainerStatuses", func() bool {
+	eventually.True(t, 60*time.Second, "the ephemeral container in ephemeralContainerStatuses", func() bool {
 		p, err := pods.Get(ctx, "srv", metav1.GetOptions{})
 		if err != nil {
 			return false

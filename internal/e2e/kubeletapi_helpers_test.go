@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/nodelet/nodelet/internal/e2e"
 	"github.com/nodelet/nodelet/internal/testenv"
 )
 
@@ -110,7 +111,7 @@ func kubectlStream(t testing.TB, ctx context.Context, env []string, args ...stri
 }
 
 // nodeletCLI runs bin/nodelet against node n.
-func nodeletCLI(t testing.TB, n *node, stdin string, args ...string) (string, string, int) {
+func nodeletCLI(t testing.TB, n *e2e.Node, stdin string, args ...string) (string, string, int) {
 	t.Helper()
 	return runCommand(t, 60*time.Second, nil, stdin, filepath.Join(binDir, "nodelet"), args...)
 }

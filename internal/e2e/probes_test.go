@@ -2,16 +2,17 @@ package e2e_test
 
 import (
 	"context"
-	"github.com/nodelet/nodelet/internal/e2e"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodelet/nodelet/bus"
+	"github.com/nodelet/nodelet/internal/e2e"
 	"github.com/nodelet/nodelet/schemas"
 )
 
@@ -73,10 +74,10 @@ func (l *eventLog) find(reason, contains string) int {
 // Unhealthy event, readiness gates Ready both ways, and a startup probe
 // that never succeeds restarts its container while liveness never runs.
 func TestProbesEndToEnd(t *testing.T) {
-	n := newNode(t, nodeOptions{})
+	n := e2e.NewNode(t, e2e.NodeOptions{})
 	log := &eventLog{}
-	tap := n.connect(bus.Tap)
-	sub, err := tap.NC.Subscribe(bus.SubjectEventsAll, func(m *natsMsg) {
+	tap := n.Connect(bus.Tap)
+	sub, err := tap.NC.Subscribe(bus.SubjectEventsAll, func(m *nats.Msg) {
 		if _, ev, err := schemas.Decode[schemas.Event](m.Data); err == nil {
 			log.mu.Lock()
 			log.ev = append(log.ev, *ev)
@@ -126,7 +127,7 @@ func TestProbesEndToEnd(t *testing.T) {
 		c := ctrd.RuntimeClient(t)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if _, err := c.Runtime.ExecSync(ctx, execReq(webID, cmd)); err != nil {
+		if _, err := c.Runtime.ExecSync(ctx, e2e.ExecReq(webID, cmd)); err != nil {
 			t.Fatalf("exec %v: %v", cmd, err)
 		}
 	}

@@ -3,7 +3,6 @@ package e2e_test
 import (
 	"context"
 	"fmt"
-	"github.com/nodelet/nodelet/internal/e2e"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,6 +14,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodelet/nodelet/internal/e2e"
+	"github.com/nodelet/nodelet/internal/testenv/eventually"
 )
 
 // An in-place resize through the API (the pods/resize subresource, as
@@ -26,7 +28,7 @@ func TestResizeThroughAPI(t *testing.T) {
 	if _, err := os.Stat("/sys/fs/cgroup/cpu/cpu.cfs_quota_us"); err != nil {
 		t.Skip("reads cgroup v1 files")
 	}
-	n := newNode(t, nodeOptions{API: true})
+	n := e2e.NewNode(t, e2e.NodeOptions{API: true})
 	admin := cp.AdminClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -39,7 +41,7 @@ func TestResizeThroughAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	var running *corev1.Pod
-	waitTrue(t, 90*time.Second, "pod Running", func() bool {
+	eventually.True(t, 90*time.Second, "pod Running", func() bool {
 		got, err := pods.Get(ctx, "resize", metav1.GetOptions{})
 		running = got
 		return err == nil && got.Status.Phase == corev1.PodRunning && len(got.Status.ContainerStatuses) == 1 &&
@@ -64,7 +66,7 @@ func TestResizeThroughAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	var resized *corev1.Pod
-	waitTrue(t, 60*time.Second, "status shows the new CPU limit, no resize condition", func() bool {
+	eventually.True(t, 60*time.Second, "status shows the new CPU limit, no resize condition", func() bool {
 		got, err := pods.Get(ctx, "resize", metav1.GetOptions{})
 		if err != nil || len(got.Status.ContainerStatuses) != 1 || got.Status.ContainerStatuses[0].Resources == nil {
 			return false
@@ -98,7 +100,7 @@ func TestResizeThroughAPI(t *testing.T) {
 // "observed, done" with the old ones (nodelet-status reported the new
 // generation before nodelet-runtime had admitted the resize).
 func TestResizeVariousOperationsThroughAPI(t *testing.T) {
-	newNode(t, nodeOptions{API: true})
+	e2e.NewNode(t, e2e.NodeOptions{API: true})
 	admin := cp.AdminClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -138,7 +140,7 @@ func TestResizeVariousOperationsThroughAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	var running *corev1.Pod
-	waitTrue(t, 2*time.Minute, "pod Running and ready", func() bool {
+	eventually.True(t, 2*time.Minute, "pod Running and ready", func() bool {
 		got, err := pods.Get(ctx, p.Name, metav1.GetOptions{})
 		running = got
 		return err == nil && got.Status.Phase == corev1.PodRunning && e2e.PodReady(got)
@@ -201,7 +203,7 @@ func TestResizeVariousOperationsThroughAPI(t *testing.T) {
 		}
 		return strings.Join(out, "; ")
 	}
-	waitTrue(t, 2*time.Minute, "the resize actuated", func() bool {
+	eventually.True(t, 2*time.Minute, "the resize actuated", func() bool {
 		got, err := pods.Get(ctx, p.Name, metav1.GetOptions{})
 		return err == nil && actuated(got) && mismatch(got) == ""
 	})

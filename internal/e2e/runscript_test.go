@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/nodelet/nodelet/internal/e2e"
 	"net/http"
 	"os"
 	"os/exec"
@@ -21,6 +20,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodelet/nodelet/internal/containerd"
+	"github.com/nodelet/nodelet/internal/e2e"
 	"github.com/nodelet/nodelet/internal/testenv"
 )
 

@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/nodelet/nodelet/internal/e2e"
 	"github.com/nodelet/nodelet/internal/podutil"
 )
 
@@ -41,7 +42,7 @@ func securityManifest(name, meta, sysctls string) string {
 // runs under the runtime's default filter; a pod asking for AppArmor is
 // refused where the kernel has none (applied where it has).
 func TestSecurityFields(t *testing.T) {
-	n := newNode(t, nodeOptions{
+	n := e2e.NewNode(t, e2e.NodeOptions{
 		Runtime: "  seccompDefault: true\n",
 		Extra:   "admission:\n  allowedUnsafeSysctls: [kernel.msgmax]\n",
 	})
@@ -57,7 +58,7 @@ func TestSecurityFields(t *testing.T) {
 	if p.Status.Message != `Pod was rejected: forbidden sysctl: "kernel.sem" not allowlisted` {
 		t.Errorf("SysctlForbidden message %q", p.Status.Message)
 	}
-	if len(criSandboxes(t, string(p.UID))) != 0 {
+	if len(e2e.CRISandboxes(t, ctrd, string(p.UID))) != 0 {
 		t.Errorf("a refused pod got a sandbox")
 	}
 
@@ -68,7 +69,7 @@ func TestSecurityFields(t *testing.T) {
 	c := ctrd.RuntimeClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	resp, err := c.Runtime.ExecSync(ctx, execReq(id, []string{"sh", "-c",
+	resp, err := c.Runtime.ExecSync(ctx, e2e.ExecReq(id, []string{"sh", "-c",
 		"cat /proc/sys/kernel/msgmax /proc/sys/net/ipv4/ip_unprivileged_port_start; grep '^Seccomp:' /proc/self/status"}))
 	if err != nil {
 		t.Fatal(err)
@@ -89,7 +90,7 @@ func TestSecurityFields(t *testing.T) {
 			return p != nil && p.Status.Phase == corev1.PodRunning
 		})
 		id := podutil.RawContainerID(p.Status.ContainerStatuses[0].ContainerID)
-		resp, err := c.Runtime.ExecSync(ctx, execReq(id, []string{"cat", "/proc/self/attr/current"}))
+		resp, err := c.Runtime.ExecSync(ctx, e2e.ExecReq(id, []string{"cat", "/proc/self/attr/current"}))
 		if err != nil || !strings.Contains(string(resp.Stdout), "(enforce)") {
 			t.Errorf("AppArmor in the container: %q %v", resp.GetStdout(), err)
 		}

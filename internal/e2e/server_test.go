@@ -25,9 +25,11 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
+	"github.com/nodelet/nodelet/internal/e2e"
 	"github.com/nodelet/nodelet/internal/kubeletmetrics"
 	"github.com/nodelet/nodelet/internal/supervisor"
 	"github.com/nodelet/nodelet/internal/testenv"
+	"github.com/nodelet/nodelet/internal/testenv/eventually"
 )
 
 const chattyManifest = `apiVersion: v1
@@ -46,10 +48,10 @@ spec:
 // TestStandaloneLogsExec: a node without a control plane is debuggable
 // through its own kubelet API with the node-local client certificate.
 func TestStandaloneLogsExec(t *testing.T) {
-	n := newNode(t, nodeOptions{})
+	n := e2e.NewNode(t, e2e.NodeOptions{})
 	n.WriteManifest("chatty.yaml", chattyManifest)
-	n.WaitPod("chatty-"+nodeName, 90*time.Second, "Running", runningReady)
-	waitTrue(t, 30*time.Second, "nodelet logs", func() bool {
+	n.WaitPod("chatty-"+nodeName, 90*time.Second, "Running", e2e.RunningReady)
+	eventually.True(t, 30*time.Second, "nodelet logs", func() bool {
 		out, _, code := nodeletCLI(t, n, "", "logs", "--config", n.Config, "chatty-"+nodeName)
 		return code == 0 && out == "hello-standalone\n"
 	})
@@ -109,13 +111,13 @@ func serverPod(ns string) *corev1.Pod {
 // 403 answered directly, the read-only port off, and nodelet-server
 // SIGKILLed during logs -f.
 func TestKubeletAPI(t *testing.T) {
-	n := newNode(t, nodeOptions{API: true, ServerAddress: "0.0.0.0", NoReadOnlyPort: true,
+	n := e2e.NewNode(t, e2e.NodeOptions{API: true, ServerAddress: "0.0.0.0", NoReadOnlyPort: true,
 		Server: "  authentication:\n    x509:\n      clientCAFile: " + cp.ClientCAFile + "\n"})
 	admin := cp.AdminClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
-	waitTrue(t, 60*time.Second, "node publishes the kubelet endpoint", func() bool {
+	eventually.True(t, 60*time.Second, "node publishes the kubelet endpoint", func() bool {
 		node, err := admin.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 		return err == nil && node.Status.DaemonEndpoints.KubeletEndpoint.Port == int32(n.ServerPort)
 	})
@@ -124,7 +126,7 @@ func TestKubeletAPI(t *testing.T) {
 	if _, err := pods.Create(ctx, serverPod(ns), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitTrue(t, 120*time.Second, "pod running with crash restarted once", func() bool {
+	eventually.True(t, 120*time.Second, "pod running with crash restarted once", func() bool {
 		p, err := pods.Get(ctx, "srv", metav1.GetOptions{})
 		if err != nil || p.Status.Phase != corev1.PodRunning {
 			return false
@@ -358,7 +360,7 @@ func TestKubeletAPI(t *testing.T) {
 		// /metrics/probes: the web container's readiness probe, counted by
 		// nodelet-prober, under the kubelet's name and labels.
 		probe := map[string]string{"probe_type": "Readiness", "result": "successful", "container": "web", "pod": "srv", "namespace": ns}
-		waitTrue(t, 30*time.Second, "prober_probe_total of the web container", func() bool {
+		eventually.True(t, 30*time.Second, "prober_probe_total of the web container", func() bool {
 			out, _, code := kubectl(t, "", "get", "--raw", proxy+"/metrics/probes")
 			return code == 0 && hasSeries(parseMetrics(t, out), "prober_probe_total", probe)
 		})
@@ -376,7 +378,7 @@ func TestKubeletAPI(t *testing.T) {
 			t.Errorf("metrics lack the pod's kubelet series")
 		}
 		// The pod's emptyDir, measured by nodelet-runtime every minute.
-		waitTrue(t, 90*time.Second, "nodelet_pod_volume_stats_used_bytes of the emptyDir", func() bool {
+		eventually.True(t, 90*time.Second, "nodelet_pod_volume_stats_used_bytes of the emptyDir", func() bool {
 			out, _, code := kubectl(t, "", "get", "--raw", proxy+"/metrics")
 			return code == 0 && hasSeries(parseMetrics(t, out), "nodelet_pod_volume_stats_used_bytes", map[string]string{"namespace": ns, "pod": "srv", "volume": "data"})
 		})
@@ -520,7 +522,7 @@ func TestKubeletAPI(t *testing.T) {
 		if fctx.Err() != nil {
 			t.Fatal("kubectl logs -f did not end when nodelet-server was killed")
 		}
-		waitTrue(t, 60*time.Second, "nodelet-server back", func() bool {
+		eventually.True(t, 60*time.Second, "nodelet-server back", func() bool {
 			st, err := supervisor.ReadState(n.StateDir)
 			if err != nil {
 				return false
@@ -532,7 +534,7 @@ func TestKubeletAPI(t *testing.T) {
 			}
 			return false
 		})
-		waitTrue(t, 30*time.Second, "kubectl logs works again", func() bool {
+		eventually.True(t, 30*time.Second, "kubectl logs works again", func() bool {
 			out, _, code := kubectl(t, "", "-n", ns, "logs", "srv", "-c", "side", "--tail=1")
 			return code == 0 && out == "side-err\n"
 		})

@@ -26,18 +26,24 @@ import (
 // Env is what every test of one e2e binary shares: nodelet's binaries,
 // built once; a private containerd; a control plane.
 type Env struct {
-	BinDir string
-	Ctrd   *testenv.Containerd
+	// NodeName is the control plane's node: a node's name by default.
+	NodeName string
+	BinDir   string
+	Ctrd     *testenv.Containerd
 	// CDIDir is containerd's CDI spec directory (2.x resolves CDI devices
 	// from it; 1.6 has no CDI).
 	CDIDir string
 	CP     *testenv.ControlPlane
 }
 
+// env is the binary's Env, for NewNode.
+var env Env
+
 // Setup builds the binaries and starts containerd and a control plane
-// whose node is nodeName; stop undoes it all. A TestMain calls it before
-// m.Run.
-func Setup(nodeName string) (env Env, stop func(), err error) {
+// whose node is nodeName; stop undoes it all. A TestMain calls it once
+// before m.Run.
+func Setup(nodeName string) (_ Env, stop func(), err error) {
+	env = Env{NodeName: nodeName}
 	var undo []func()
 	stop = func() {
 		for i := len(undo) - 1; i >= 0; i-- {
@@ -291,4 +297,27 @@ func CRIView(t testing.TB, c *testenv.Containerd) map[string]*CRIPod {
 		p.RestartCount, _ = strconv.Atoi(ct.Annotations["io.kubernetes.container.restartCount"])
 	}
 	return out
+}
+
+// WebManifest is a static pod serving HTTP on 8080, Ready by its probe.
+const WebManifest = `apiVersion: v1
+kind: Pod
+metadata:
+  name: web
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: httpd
+    image: nodelet.local/busybox:1.35
+    imagePullPolicy: Never
+    command: [httpd, -f, -p, "8080", -h, /www]
+    ports: [{containerPort: 8080, name: http}]
+    readinessProbe:
+      httpGet: {path: /, port: http}
+      periodSeconds: 1
+`
+
+// ExecReq is a CRI ExecSync of cmd in container id, with a 10 s timeout.
+func ExecReq(id string, cmd []string) *runtimeapi.ExecSyncRequest {
+	return &runtimeapi.ExecSyncRequest{ContainerId: id, Cmd: cmd, Timeout: 10}
 }

@@ -2,7 +2,6 @@ package e2e_test
 
 import (
 	"context"
-	"github.com/nodelet/nodelet/internal/e2e"
 	"strings"
 	"testing"
 	"time"
@@ -12,7 +11,9 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/nodelet/nodelet/internal/e2e"
 	"github.com/nodelet/nodelet/internal/testenv"
+	"github.com/nodelet/nodelet/internal/testenv/eventually"
 )
 
 // TestGracefulNodeShutdown: nodelet-gc takes logind's delay lock on
@@ -26,11 +27,11 @@ func TestGracefulNodeShutdown(t *testing.T) {
 	addr := testenv.StartSystemBus(t)
 	logind := testenv.StartLogind(t, addr, 30*time.Second)
 	t.Setenv("DBUS_SYSTEM_BUS_ADDRESS", addr)
-	newNode(t, nodeOptions{API: true, GC: "  shutdownGracePeriod: 10s\n  shutdownGracePeriodCriticalPods: 4s\n"})
+	e2e.NewNode(t, e2e.NodeOptions{API: true, GC: "  shutdownGracePeriod: 10s\n  shutdownGracePeriodCriticalPods: 4s\n"})
 	admin := cp.AdminClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	waitTrue(t, 60*time.Second, "a delay inhibitor lock on shutdown", func() bool {
+	eventually.True(t, 60*time.Second, "a delay inhibitor lock on shutdown", func() bool {
 		l := logind.Inhibitors()
 		return len(l) == 1 && l[0] == "shutdown:nodelet:delay"
 	})
@@ -48,7 +49,7 @@ func TestGracefulNodeShutdown(t *testing.T) {
 			return false
 		}
 	}
-	waitTrue(t, 60*time.Second, "node Ready", nodeReady(corev1.ConditionTrue, ""))
+	eventually.True(t, 60*time.Second, "node Ready", nodeReady(corev1.ConditionTrue, ""))
 
 	ns := cp.Namespace(t)
 	pods := admin.CoreV1().Pods(ns)
@@ -59,14 +60,14 @@ func TestGracefulNodeShutdown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitTrue(t, 90*time.Second, "the pod Running", func() bool {
+	eventually.True(t, 90*time.Second, "the pod Running", func() bool {
 		p, err := pods.Get(ctx, "stubborn", metav1.GetOptions{})
 		return err == nil && p.Status.Phase == corev1.PodRunning
 	})
 
 	signalled := time.Now()
 	logind.PrepareForShutdown(true)
-	waitTrue(t, 30*time.Second, "node NotReady: node is shutting down", nodeReady(corev1.ConditionFalse, "node is shutting down"))
+	eventually.True(t, 30*time.Second, "node NotReady: node is shutting down", nodeReady(corev1.ConditionFalse, "node is shutting down"))
 	if _, err := pods.Create(ctx, e2e.APIPod(nodeName, ns, "latecomer", ""), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +84,7 @@ func TestGracefulNodeShutdown(t *testing.T) {
 		t.Fatalf("lock released %v after PrepareForShutdown, want after the 6s of the non-critical group", waited)
 	}
 	var st *runtimeapi.ContainerStatus
-	waitTrue(t, 30*time.Second, "the pod's container killed", func() bool {
+	eventually.True(t, 30*time.Second, "the pod's container killed", func() bool {
 		for _, c := range e2e.CRIContainers(t, ctrd, string(created.UID)) {
 			if c.State == runtimeapi.ContainerState_CONTAINER_EXITED {
 				resp, err := ctrd.RuntimeClient(t).Runtime.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: c.Id})
@@ -102,7 +103,7 @@ func TestGracefulNodeShutdown(t *testing.T) {
 		t.Fatalf("the pod lived %v after the shutdown signal (exit %d), want 6s (shutdownGracePeriod 10s - critical 4s)", lived, st.ExitCode)
 	}
 
-	waitTrue(t, 60*time.Second, "the pod Failed with reason Terminated", func() bool {
+	eventually.True(t, 60*time.Second, "the pod Failed with reason Terminated", func() bool {
 		p, err := pods.Get(ctx, "stubborn", metav1.GetOptions{})
 		if err != nil || p.Status.Phase != corev1.PodFailed || p.Status.Reason != "Terminated" ||
 			p.Status.Message != "Pod was terminated in response to imminent node shutdown." {
@@ -115,7 +116,7 @@ func TestGracefulNodeShutdown(t *testing.T) {
 		}
 		return false
 	})
-	waitTrue(t, 60*time.Second, "the new pod refused with NodeShutdown", func() bool {
+	eventually.True(t, 60*time.Second, "the new pod refused with NodeShutdown", func() bool {
 		p, err := pods.Get(ctx, "latecomer", metav1.GetOptions{})
 		return err == nil && p.Status.Phase == corev1.PodFailed && p.Status.Reason == "NodeShutdown" &&
 			p.Status.Message == "Pod was rejected: Pod was rejected as the node is shutting down."
@@ -126,6 +127,6 @@ func TestGracefulNodeShutdown(t *testing.T) {
 
 	// A cancelled shutdown: Ready again, and the lock taken again.
 	logind.PrepareForShutdown(false)
-	waitTrue(t, 30*time.Second, "node Ready after the cancellation", nodeReady(corev1.ConditionTrue, ""))
-	waitTrue(t, 30*time.Second, "the lock taken again", func() bool { return len(logind.Inhibitors()) == 2 })
+	eventually.True(t, 30*time.Second, "node Ready after the cancellation", nodeReady(corev1.ConditionTrue, ""))
+	eventually.True(t, 30*time.Second, "the lock taken again", func() bool { return len(logind.Inhibitors()) == 2 })
 }

@@ -1,7 +1,6 @@
 package e2e_test
 
 import (
-	"github.com/nodelet/nodelet/internal/e2e"
 	"io"
 	"net/http"
 	"strings"
@@ -10,38 +9,24 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
-)
 
-const webManifest = `apiVersion: v1
-kind: Pod
-metadata:
-  name: web
-spec:
-  terminationGracePeriodSeconds: 2
-  containers:
-  - name: httpd
-    image: nodelet.local/busybox:1.35
-    imagePullPolicy: Never
-    command: [httpd, -f, -p, "8080", -h, /www]
-    ports: [{containerPort: 8080, name: http}]
-    readinessProbe:
-      httpGet: {path: /, port: http}
-      periodSeconds: 1
-`
+	"github.com/nodelet/nodelet/internal/e2e"
+	"github.com/nodelet/nodelet/internal/testenv/eventually"
+)
 
 // TestStaticPodEndToEnd is the first path through every stage: a static pod
 // file → sources → admission → runtime on real containerd → prober →
 // status on /pods, then removal.
 func TestStaticPodEndToEnd(t *testing.T) {
-	n := newNode(t, nodeOptions{})
-	n.WriteManifest("web.yaml", webManifest)
-	pod := n.WaitPod("web-"+nodeName, 90*time.Second, "Running and Ready", runningReady)
+	n := e2e.NewNode(t, e2e.NodeOptions{})
+	n.WriteManifest("web.yaml", e2e.WebManifest)
+	pod := n.WaitPod("web-"+nodeName, 90*time.Second, "Running and Ready", e2e.RunningReady)
 
 	cs := e2e.CRIContainers(t, ctrd, string(pod.UID))
 	if len(cs) != 1 || cs[0].State != runtimeapi.ContainerState_CONTAINER_RUNNING || cs[0].Metadata.Name != "httpd" {
 		t.Fatalf("CRI containers of the pod: %+v", cs)
 	}
-	if sb := criSandboxes(t, string(pod.UID)); len(sb) != 1 {
+	if sb := e2e.CRISandboxes(t, ctrd, string(pod.UID)); len(sb) != 1 {
 		t.Fatalf("sandboxes: %d", len(sb))
 	}
 	if len(pod.Status.ContainerStatuses) != 1 || !pod.Status.ContainerStatuses[0].Ready ||
@@ -74,13 +59,13 @@ func TestStaticPodEndToEnd(t *testing.T) {
 	}
 
 	n.RemoveManifest("web.yaml")
-	waitTrue(t, 60*time.Second, "containers and sandbox removed from CRI", func() bool {
+	eventually.True(t, 60*time.Second, "containers and sandbox removed from CRI", func() bool {
 		for _, c := range e2e.CRIContainers(t, ctrd, string(pod.UID)) {
 			if c.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
 				return false
 			}
 		}
-		for _, s := range criSandboxes(t, string(pod.UID)) {
+		for _, s := range e2e.CRISandboxes(t, ctrd, string(pod.UID)) {
 			if s.State == runtimeapi.PodSandboxState_SANDBOX_READY {
 				return false
 			}

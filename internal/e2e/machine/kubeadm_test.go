@@ -3,8 +3,6 @@ package machine_test
 import (
 	"context"
 	"fmt"
-	"github.com/nodelet/nodelet/internal/e2e"
-	"github.com/nodelet/nodelet/internal/testenv/eventually"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,7 +18,9 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nodelet/nodelet/internal/component"
+	"github.com/nodelet/nodelet/internal/e2e"
 	"github.com/nodelet/nodelet/internal/testenv"
+	"github.com/nodelet/nodelet/internal/testenv/eventually"
 	"github.com/nodelet/nodelet/internal/version"
 )
 

@@ -4,8 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"github.com/nodelet/nodelet/internal/e2e"
-	"github.com/nodelet/nodelet/internal/testenv/eventually"
 	"os"
 	"path/filepath"
 	"slices"
@@ -23,7 +21,9 @@ import (
 
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/internal/component"
+	"github.com/nodelet/nodelet/internal/e2e"
 	"github.com/nodelet/nodelet/internal/testenv"
+	"github.com/nodelet/nodelet/internal/testenv/eventually"
 	"github.com/nodelet/nodelet/internal/tools/units"
 )
 

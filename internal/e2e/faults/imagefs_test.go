@@ -1,4 +1,4 @@
-package e2e_test
+package faults_test
 
 import (
 	"archive/tar"
@@ -6,7 +6,6 @@ import (
 	"compress/gzip"
 	"context"
 	"fmt"
-	"github.com/nodelet/nodelet/internal/e2e"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -27,9 +26,11 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/nodelet/nodelet/internal/e2e"
 	"github.com/nodelet/nodelet/internal/images"
 	"github.com/nodelet/nodelet/internal/supervisor"
 	"github.com/nodelet/nodelet/internal/testenv"
+	"github.com/nodelet/nodelet/internal/testenv/eventually"
 )
 
 // Image GC and eviction thresholds of TestImageFilesystemFull. The
@@ -74,7 +75,7 @@ func TestImageFilesystemFull(t *testing.T) {
 	c := testenv.NewContainerd(t, testenv.ContainerdOptions{RootDir: root, StatsCollectPeriod: 1})
 	cri := c.RuntimeClient(t)
 	mnt := root // statfs of any path on it
-	n := newNode(t, nodeOptions{API: true, Containerd: c, GC: fmt.Sprintf(`  imageGCPeriod: 1s
+	n := e2e.NewNode(t, e2e.NodeOptions{API: true, Containerd: c, GC: fmt.Sprintf(`  imageGCPeriod: 1s
   imageMinimumGCAge: 0s
   imageGCHighThresholdPercent: %d
   imageGCLowThresholdPercent: %d
@@ -125,7 +126,7 @@ func TestImageFilesystemFull(t *testing.T) {
 		}
 		keep[p.Name] = id
 	}
-	waitTrue(t, 60*time.Second, "the keep pods Running", func() bool {
+	eventually.True(t, 60*time.Second, "the keep pods Running", func() bool {
 		for name := range keep {
 			p, err := pods.Get(ctx, name, metav1.GetOptions{})
 			if err != nil || !e2e.PodReady(p) {
@@ -156,7 +157,7 @@ func TestImageFilesystemFull(t *testing.T) {
 		t.Fatalf("the image filesystem never reached %d%%", imageFsGCHigh)
 	}
 	t.Logf("%d unused images imported, the image filesystem at %d%%", len(unused), peak)
-	waitTrue(t, 30*time.Second, fmt.Sprintf("image GC below the low threshold (%d%%)", imageFsGCLow), func() bool {
+	eventually.True(t, 30*time.Second, fmt.Sprintf("image GC below the low threshold (%d%%)", imageFsGCLow), func() bool {
 		return fsUsage(t, mnt) < imageFsGCLow
 	})
 	gcTook := time.Since(crossed)
@@ -224,14 +225,14 @@ done`, imageFsHogLeaves)}
 			return false
 		}
 	}
-	waitTrue(t, 60*time.Second, "the Node's DiskPressure condition True", diskPressure(corev1.ConditionTrue))
+	eventually.True(t, 60*time.Second, "the Node's DiskPressure condition True", diskPressure(corev1.ConditionTrue))
 	pressureAt := time.Since(hogCreated)
 	// Under DiskPressure every pod but a critical one is refused.
 	if _, err := pods.Create(ctx, inUse(e2e.APIPod(nodeName, ns, "latecomer", "")), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	var evicted *corev1.Pod
-	waitTrue(t, 60*time.Second, "the hog evicted", func() bool {
+	eventually.True(t, 60*time.Second, "the hog evicted", func() bool {
 		p, err := pods.Get(ctx, "hog", metav1.GetOptions{})
 		if err == nil && p.Status.Phase == corev1.PodFailed {
 			evicted = p
@@ -246,14 +247,14 @@ done`, imageFsHogLeaves)}
 		!strings.HasSuffix(evicted.Status.Message, ", request is 0, has larger consumption of ephemeral-storage. ") {
 		t.Errorf("hog: reason %q, message %q; want the kubelet's eviction for ephemeral-storage", evicted.Status.Reason, evicted.Status.Message)
 	}
-	waitTrue(t, 30*time.Second, "the latecomer refused with the kubelet's reason", func() bool {
+	eventually.True(t, 30*time.Second, "the latecomer refused with the kubelet's reason", func() bool {
 		p, err := pods.Get(ctx, "latecomer", metav1.GetOptions{})
 		return err == nil && p.Status.Phase == corev1.PodFailed && p.Status.Reason == "Evicted" &&
 			p.Status.Message == "Pod was rejected: The node had condition: [DiskPressure]. "
 	})
 
 	// 3. Recovery.
-	waitTrue(t, 60*time.Second, "the Node's DiskPressure condition False again", diskPressure(corev1.ConditionFalse))
+	eventually.True(t, 60*time.Second, "the Node's DiskPressure condition False again", diskPressure(corev1.ConditionFalse))
 	recoveredAt := time.Since(hogCreated)
 	if u := fsUsage(t, mnt); u >= 100-imageFsEvictAt {
 		t.Errorf("DiskPressure cleared with the image filesystem %d%% used", u)
@@ -267,7 +268,7 @@ done`, imageFsHogLeaves)}
 	if _, err := pods.Create(ctx, inUse(e2e.APIPod(nodeName, ns, "after", "")), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitTrue(t, 60*time.Second, "a new pod Running after recovery", func() bool {
+	eventually.True(t, 60*time.Second, "a new pod Running after recovery", func() bool {
 		p, err := pods.Get(ctx, "after", metav1.GetOptions{})
 		return err == nil && e2e.PodReady(p)
 	})

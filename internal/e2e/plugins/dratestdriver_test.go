@@ -1,8 +1,7 @@
-package e2e_test
+package plugins_test
 
 import (
 	"context"
-	"github.com/nodelet/nodelet/internal/e2e"
 	"net/url"
 	"os"
 	"os/exec"
@@ -27,9 +26,11 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/nodelet/nodelet/bus"
+	"github.com/nodelet/nodelet/internal/e2e"
 	"github.com/nodelet/nodelet/internal/images"
 	"github.com/nodelet/nodelet/internal/supervisor"
 	"github.com/nodelet/nodelet/internal/testenv"
+	"github.com/nodelet/nodelet/internal/testenv/eventually"
 	"github.com/nodelet/nodelet/schemas"
 )
 
@@ -219,7 +220,7 @@ func TestDRATestDriver(t *testing.T) {
 	t.Cleanup(ctl.Stop)
 
 	root := filepath.Join(t.TempDir(), "kubelet")
-	n := newNode(t, nodeOptions{API: true, Node: "  rootDir: " + root + "\n", GC: lowDiskThresholds, Containerd: ctr})
+	n := e2e.NewNode(t, e2e.NodeOptions{API: true, Node: "  rootDir: " + root + "\n", GC: lowDiskThresholds, Containerd: ctr})
 	admin := cp.AdminClient(t)
 	ns := cp.Namespace(t)
 	t.Logf("tools, image, containerd 2, controllers and node ready in %s", time.Since(began).Round(10*time.Millisecond))
@@ -232,14 +233,14 @@ func TestDRATestDriver(t *testing.T) {
 		defer cancel()
 		_ = admin.AppsV1().DaemonSets(ns).Delete(ctx, "dra-test-driver", metav1.DeleteOptions{})
 		_ = admin.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
-		waitTrue(t, time.Minute, "the namespace's pods gone", func() bool {
+		eventually.True(t, time.Minute, "the namespace's pods gone", func() bool {
 			l, err := admin.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 			return err == nil && len(l.Items) == 0
 		})
 	})
 	t.Cleanup(func() {
 		if t.Failed() {
-			dumpNamespace(t, admin, ns, filepath.Join(n.dir, "logs"))
+			dumpNamespace(t, admin, ns, filepath.Join(n.Dir, "logs"))
 		}
 	})
 
@@ -248,7 +249,7 @@ func TestDRATestDriver(t *testing.T) {
 	// controller removes once the Node is Ready; that controller does not
 	// run here (it would taint and evict the shared control plane's other
 	// tests' Nodes), so the test removes it as the controller would.
-	waitTrue(t, time.Minute, "the Node Ready, its not-ready taint removed", func() bool {
+	eventually.True(t, time.Minute, "the Node Ready, its not-ready taint removed", func() bool {
 		node, err := admin.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 		if err != nil || !slices.ContainsFunc(node.Status.Conditions, func(c corev1.NodeCondition) bool {
 			return c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue
@@ -292,16 +293,16 @@ func TestDRATestDriver(t *testing.T) {
 	}
 	registrations := func() int {
 		k := 0
-		for _, l := range strings.Split(n.out.String(), "\n") {
+		for _, l := range strings.Split(n.Out.String(), "\n") {
 			if strings.Contains(l, "Registered DRA driver") && strings.Contains(l, testDriver) {
 				k++
 			}
 		}
 		return k
 	}
-	waitTrue(t, 2*time.Minute, "the driver registered with nodelet-devices", func() bool { return registrations() == 1 })
+	eventually.True(t, 2*time.Minute, "the driver registered with nodelet-devices", func() bool { return registrations() == 1 })
 	registered := time.Since(created)
-	waitTrue(t, time.Minute, "the driver's ResourceSlice for the node", func() bool {
+	eventually.True(t, time.Minute, "the driver's ResourceSlice for the node", func() bool {
 		l, err := admin.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{
 			FieldSelector: "spec.nodeName=" + nodeName + ",spec.driver=" + testDriver})
 		return err == nil && len(l.Items) == 1 && len(l.Items[0].Spec.Devices) == 4 && l.Items[0].Spec.Pool.Name == nodeName
@@ -418,7 +419,7 @@ func TestDRATestDriver(t *testing.T) {
 	}
 
 	// The refused claim: no sandbox, the kubelet's event.
-	waitTrue(t, time.Minute, "FailedPrepareDynamicResources for the broken claim", func() bool {
+	eventually.True(t, time.Minute, "FailedPrepareDynamicResources for the broken claim", func() bool {
 		evs, err := admin.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + broken.Name})
 		if err != nil {
 			return false
@@ -441,7 +442,7 @@ func TestDRATestDriver(t *testing.T) {
 
 	// intact: both claimed pods keep their containers (never restarted)
 	// and nodelet-devices its record of their prepared claims.
-	tap := n.connect(bus.Tap)
+	tap := n.Connect(bus.Tap)
 	record := func(p *corev1.Pod) *schemas.PodClaims {
 		t.Helper()
 		rec, _, err := bus.Get[schemas.PodClaims](ctx, tap, bus.BucketDevices, "claims."+string(p.UID))
@@ -464,7 +465,7 @@ func TestDRATestDriver(t *testing.T) {
 	intact := func(after string, ps ...*corev1.Pod) {
 		t.Helper()
 		for _, p := range ps {
-			waitTrue(t, time.Minute, after+": pod "+p.Name+" Running, no container restarted", func() bool {
+			eventually.True(t, time.Minute, after+": pod "+p.Name+" Running, no container restarted", func() bool {
 				p, err := pods.Get(ctx, p.Name, metav1.GetOptions{})
 				if err != nil || p.Status.Phase != corev1.PodRunning || len(p.Status.ContainerStatuses) != len(p.Spec.Containers) {
 					return false
@@ -499,7 +500,7 @@ func TestDRATestDriver(t *testing.T) {
 	if err := syscall.Kill(st["devices"].PID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	waitTrue(t, time.Minute, "nodelet-devices restarted", func() bool {
+	eventually.True(t, time.Minute, "nodelet-devices restarted", func() bool {
 		now, err := supervisor.ReadState(n.StateDir)
 		if err != nil {
 			return false
@@ -521,16 +522,16 @@ func TestDRATestDriver(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitTrue(t, time.Minute, "claim example unprepared: the driver's CDI spec gone", func() bool {
+	eventually.True(t, time.Minute, "claim example unprepared: the driver's CDI spec gone", func() bool {
 		_, err := os.Stat(exampleSpec)
 		return os.IsNotExist(err)
 	})
 	unprepared := time.Since(deleted)
-	waitTrue(t, time.Minute, "claim example's reservedFor emptied", func() bool {
+	eventually.True(t, time.Minute, "claim example's reservedFor emptied", func() bool {
 		cl, err := claims.Get(ctx, "example", metav1.GetOptions{})
 		return err == nil && len(cl.Status.ReservedFor) == 0
 	})
-	waitTrue(t, time.Minute, "the deleted pods' claims records gone", func() bool {
+	eventually.True(t, time.Minute, "the deleted pods' claims records gone", func() bool {
 		return record(claimed) == nil && record(broken) == nil
 	})
 	t.Logf("pod of claim example deleted: claim unprepared (CDI spec gone) in %s, reservedFor emptied in %s",
@@ -553,12 +554,12 @@ func TestDRATestDriver(t *testing.T) {
 	if err := syscall.Kill(containerPIDIn(t, ctr, dcs[0].Id), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	waitTrue(t, time.Minute, "the driver's container restarted", func() bool {
+	eventually.True(t, time.Minute, "the driver's container restarted", func() bool {
 		p := driverPod()
 		return p != nil && p.UID == dp.UID && p.Status.Phase == corev1.PodRunning && len(p.Status.ContainerStatuses) == 1 &&
 			p.Status.ContainerStatuses[0].RestartCount == 1 && p.Status.ContainerStatuses[0].State.Running != nil
 	})
-	waitTrue(t, time.Minute, "the driver registered again", func() bool { return registrations() > before })
+	eventually.True(t, time.Minute, "the driver registered again", func() bool { return registrations() > before })
 	intact("SIGKILL of the driver's container", inline)
 	t.Logf("SIGKILL of the driver's container: restarted and registered again in %s, the inline pod's claim kept", time.Since(killed).Round(10*time.Millisecond))
 
@@ -570,8 +571,8 @@ func TestDRATestDriver(t *testing.T) {
 	if err := pods.Delete(ctx, inline.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitTrue(t, time.Minute, "the inline pod's claims record gone", func() bool { return record(inline) == nil })
-	waitTrue(t, time.Minute, "the inline pod's generated claim released", func() bool {
+	eventually.True(t, time.Minute, "the inline pod's claims record gone", func() bool { return record(inline) == nil })
+	eventually.True(t, time.Minute, "the inline pod's generated claim released", func() bool {
 		cl, err := claims.Get(ctx, inlineClaim, metav1.GetOptions{})
 		return err != nil || len(cl.Status.ReservedFor) == 0
 	})
@@ -608,7 +609,7 @@ func execInC(t *testing.T, c *testenv.Containerd, id, script string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	resp, err := c.RuntimeClient(t).Runtime.ExecSync(ctx, execReq(id, []string{"sh", "-c", script}))
+	resp, err := c.RuntimeClient(t).Runtime.ExecSync(ctx, e2e.ExecReq(id, []string{"sh", "-c", script}))
 	if err != nil || resp.ExitCode != 0 {
 		t.Fatalf("exec %q: %v %s %s", script, err, resp.GetStdout(), resp.GetStderr())
 	}
@@ -631,7 +632,7 @@ func dumpNamespace(t *testing.T, admin kubernetes.Interface, ns, logsDir string)
 	}
 	for _, f := range []string{"kube-controller-manager.log", "kube-scheduler.log"} {
 		if b, err := os.ReadFile(filepath.Join(cp.Dir, f)); err == nil {
-			t.Logf("%s:\n%s", f, tail(string(b), 30))
+			t.Logf("%s:\n%s", f, e2e.Tail(string(b), 30))
 		}
 	}
 	if l, err := admin.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{}); err == nil {
@@ -649,7 +650,7 @@ func dumpNamespace(t *testing.T, admin kubernetes.Interface, ns, logsDir string)
 	logs, _ := filepath.Glob(filepath.Join(logsDir, "*", "*", "*.log"))
 	for _, f := range logs {
 		if b, err := os.ReadFile(f); err == nil {
-			t.Logf("%s:\n%s", f, tail(string(b), 40))
+			t.Logf("%s:\n%s", f, e2e.Tail(string(b), 40))
 		}
 	}
 }

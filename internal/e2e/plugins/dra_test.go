@@ -1,8 +1,7 @@
-package e2e_test
+package plugins_test
 
 import (
 	"context"
-	"github.com/nodelet/nodelet/internal/e2e"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -17,9 +16,11 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/nodelet/nodelet/bus"
+	"github.com/nodelet/nodelet/internal/e2e"
 	"github.com/nodelet/nodelet/internal/supervisor"
 	"github.com/nodelet/nodelet/internal/testenv"
 	"github.com/nodelet/nodelet/internal/testenv/draplugin"
+	"github.com/nodelet/nodelet/internal/testenv/eventually"
 	"github.com/nodelet/nodelet/schemas"
 )
 
@@ -37,11 +38,11 @@ const draDriver = "dra.e2e.nodelet.io"
 // unprepared once its pod is deleted.
 func TestDRA(t *testing.T) {
 	root := filepath.Join(t.TempDir(), "kubelet")
-	n := newNode(t, nodeOptions{API: true, Node: "  rootDir: " + root + "\n"})
+	n := e2e.NewNode(t, e2e.NodeOptions{API: true, Node: "  rootDir: " + root + "\n"})
 	admin := cp.AdminClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	waitTrue(t, 60*time.Second, "node registered", func() bool {
+	eventually.True(t, 60*time.Second, "node registered", func() bool {
 		_, err := admin.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 		return err == nil
 	})
@@ -64,11 +65,11 @@ func TestDRA(t *testing.T) {
 	good := claimedPod(t, ctx, admin, ns, "dra", "dev")
 	bad := claimedPod(t, ctx, admin, ns, "dra-broken", "broken")
 
-	waitTrue(t, 2*time.Minute, "the pod with a prepared claim Running", func() bool {
+	eventually.True(t, 2*time.Minute, "the pod with a prepared claim Running", func() bool {
 		p, err := pods.Get(ctx, good.Name, metav1.GetOptions{})
 		return err == nil && p.Status.Phase == corev1.PodRunning
 	})
-	tap := n.connect(bus.Tap)
+	tap := n.Connect(bus.Tap)
 	rec, _, err := bus.Get[schemas.PodClaims](ctx, tap, bus.BucketDevices, "claims."+string(good.UID))
 	claim, cerr := admin.ResourceV1().ResourceClaims(ns).Get(ctx, "dev", metav1.GetOptions{})
 	if err != nil || cerr != nil || rec == nil || !rec.Prepared || len(rec.Claims) != 1 {
@@ -81,7 +82,7 @@ func TestDRA(t *testing.T) {
 	// The container's allocatedResourcesStatus names the claim's request
 	// and its device with the health the driver's DRAResourceHealth
 	// stream reports (ResourceHealthStatus, on by default in 1.37).
-	waitTrue(t, 60*time.Second, "allocatedResourcesStatus in the API, the device Unhealthy", func() bool {
+	eventually.True(t, 60*time.Second, "allocatedResourcesStatus in the API, the device Unhealthy", func() bool {
 		p, err := pods.Get(ctx, good.Name, metav1.GetOptions{})
 		if err != nil || len(p.Status.ContainerStatuses) != 1 {
 			return false
@@ -104,7 +105,7 @@ func TestDRA(t *testing.T) {
 
 	// A claim that cannot be prepared: the pod never gets a sandbox, and
 	// the kubelet's event says why.
-	waitTrue(t, 2*time.Minute, "FailedPrepareDynamicResources for the broken claim", func() bool {
+	eventually.True(t, 2*time.Minute, "FailedPrepareDynamicResources for the broken claim", func() bool {
 		evs, err := admin.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + bad.Name})
 		if err != nil {
 			return false
@@ -118,7 +119,7 @@ func TestDRA(t *testing.T) {
 		}
 		return false
 	})
-	if sb := criSandboxes(t, string(bad.UID)); len(sb) != 0 {
+	if sb := e2e.CRISandboxes(t, ctrd, string(bad.UID)); len(sb) != 0 {
 		t.Fatalf("the pod whose claim failed has sandboxes: %+v", sb)
 	}
 	if p, err := pods.Get(ctx, bad.Name, metav1.GetOptions{}); err != nil || p.Status.Phase != corev1.PodPending {
@@ -131,7 +132,7 @@ func TestDRA(t *testing.T) {
 	if err := syscall.Kill(st["devices"].PID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	waitTrue(t, 2*time.Minute, "nodelet-devices back", func() bool {
+	eventually.True(t, 2*time.Minute, "nodelet-devices back", func() bool {
 		now, err := supervisor.ReadState(n.StateDir)
 		if err != nil {
 			return false
@@ -156,11 +157,11 @@ func TestDRA(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitTrue(t, 2*time.Minute, "both claims unprepared", func() bool {
+	eventually.True(t, 2*time.Minute, "both claims unprepared", func() bool {
 		u := plugin.Unprepared()
 		return slices.Contains(u, "dev") && slices.Contains(u, "broken")
 	})
-	waitTrue(t, 30*time.Second, "the claims records gone", func() bool {
+	eventually.True(t, 30*time.Second, "the claims records gone", func() bool {
 		r, _, err := bus.Get[schemas.PodClaims](ctx, tap, bus.BucketDevices, "claims."+string(good.UID))
 		return err == nil && r == nil
 	})

@@ -1,10 +1,9 @@
-package e2e_test
+package plugins_test
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/nodelet/nodelet/internal/e2e"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,8 +16,10 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodelet/nodelet/bus"
+	"github.com/nodelet/nodelet/internal/e2e"
 	"github.com/nodelet/nodelet/internal/supervisor"
 	"github.com/nodelet/nodelet/internal/testenv/deviceplugin"
+	"github.com/nodelet/nodelet/internal/testenv/eventually"
 	"github.com/nodelet/nodelet/schemas"
 )
 
@@ -54,7 +55,7 @@ spec:
 // (CreateContainerConfigError) until it succeeds.
 func TestDevicePlugins(t *testing.T) {
 	root := filepath.Join(t.TempDir(), "kubelet")
-	n := newNode(t, nodeOptions{Node: "  rootDir: " + root + "\n", GC: lowDiskThresholds})
+	n := e2e.NewNode(t, e2e.NodeOptions{Node: "  rootDir: " + root + "\n", GC: lowDiskThresholds})
 	files := t.TempDir()
 	plugin, err := deviceplugin.StartWith(deviceplugin.Options{PreStartRequired: true},
 		filepath.Join(root, "device-plugins"), files, devResource, "dev-1", "dev-2")
@@ -63,9 +64,9 @@ func TestDevicePlugins(t *testing.T) {
 	}
 	defer plugin.Stop()
 
-	tap := n.connect(bus.Tap)
+	tap := n.Connect(bus.Tap)
 	ctx := context.Background()
-	waitTrue(t, 60*time.Second, "the node to advertise "+devResource, func() bool {
+	eventually.True(t, 60*time.Second, "the node to advertise "+devResource, func() bool {
 		rec, _, err := bus.Get[schemas.NodeRecord](ctx, tap, bus.BucketNode, bus.KeyNode)
 		if err != nil || rec == nil || rec.Node == nil {
 			return false
@@ -106,7 +107,7 @@ func TestDevicePlugins(t *testing.T) {
 	if err := syscall.Kill(st["devices"].PID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	waitTrue(t, 2*time.Minute, "nodelet-devices back and the plugin registered again", func() bool {
+	eventually.True(t, 2*time.Minute, "nodelet-devices back and the plugin registered again", func() bool {
 		now, err := supervisor.ReadState(n.StateDir)
 		if err != nil {
 			return false
@@ -118,7 +119,7 @@ func TestDevicePlugins(t *testing.T) {
 		}
 		return plugin.Registrations() >= 2
 	})
-	waitTrue(t, 60*time.Second, "the devices healthy again", func() bool {
+	eventually.True(t, 60*time.Second, "the devices healthy again", func() bool {
 		r, _, err := bus.Get[schemas.DeviceResources](ctx, tap, bus.BucketDevices, bus.KeyDevices)
 		return err == nil && r != nil && len(r.Resources) == 1 && len(r.Resources[0].Healthy) == 2 && r.Resources[0].Endpoint != ""
 	})
@@ -144,10 +145,10 @@ func TestDevicePlugins(t *testing.T) {
 		t.Fatal(err)
 	}
 	regs := plugin.Registrations()
-	n.start()
+	n.Start()
 	n.WaitReady()
-	waitTrue(t, 60*time.Second, "the plugin registered after the wipe", func() bool { return plugin.Registrations() > regs })
-	waitTrue(t, 90*time.Second, "gpu-a's allocation back after the wipe", func() bool {
+	eventually.True(t, 60*time.Second, "the plugin registered after the wipe", func() bool { return plugin.Registrations() > regs })
+	eventually.True(t, 90*time.Second, "gpu-a's allocation back after the wipe", func() bool {
 		rec, _, err := bus.Get[schemas.PodDevices](ctx, tap, bus.BucketDevices, "pods."+string(pod.UID))
 		return err == nil && rec != nil && rec.Error == "" && len(rec.Containers) == 1 && slices.Equal(rec.Containers[0].Resources[0].DeviceIDs, []string{"dev-1", "dev-2"})
 	})
@@ -171,7 +172,7 @@ func TestDevicePlugins(t *testing.T) {
 	// Gone: its devices serve the next pod.
 	n.RemoveManifest("gpu-b.yaml")
 	n.RemoveManifest("gpu-a.yaml")
-	waitTrue(t, 90*time.Second, "gpu-a's devices freed", func() bool {
+	eventually.True(t, 90*time.Second, "gpu-a's devices freed", func() bool {
 		rec, _, err := bus.Get[schemas.PodDevices](ctx, tap, bus.BucketDevices, "pods."+string(pod.UID))
 		return err == nil && rec == nil
 	})
@@ -201,7 +202,7 @@ func execIn(t *testing.T, id, script string) string {
 	c := ctrd.RuntimeClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	resp, err := c.Runtime.ExecSync(ctx, execReq(id, []string{"sh", "-c", script}))
+	resp, err := c.Runtime.ExecSync(ctx, e2e.ExecReq(id, []string{"sh", "-c", script}))
 	if err != nil || resp.ExitCode != 0 {
 		t.Fatalf("exec %q: %v %s %s", script, err, resp.GetStdout(), resp.GetStderr())
 	}

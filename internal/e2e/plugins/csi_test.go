@@ -1,10 +1,9 @@
-package e2e_test
+package plugins_test
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/nodelet/nodelet/internal/e2e"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -21,7 +20,9 @@ import (
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	"k8s.io/utils/ptr"
 
+	"github.com/nodelet/nodelet/internal/e2e"
 	"github.com/nodelet/nodelet/internal/testenv"
+	"github.com/nodelet/nodelet/internal/testenv/eventually"
 	"github.com/nodelet/nodelet/services/runtime/csi/csitest"
 )
 
@@ -33,11 +34,11 @@ import (
 // pod on another volume is Failed by admission for the driver's attach
 // limit of 1; deleting the first pod unpublishes and unstages the volume.
 func TestCSIOnAWholeNode(t *testing.T) {
-	n := newNode(t, nodeOptions{API: true})
+	n := e2e.NewNode(t, e2e.NodeOptions{API: true})
 	admin := cp.AdminClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	waitTrue(t, 60*time.Second, "node registered", func() bool {
+	eventually.True(t, 60*time.Second, "node registered", func() bool {
 		_, err := admin.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 		return err == nil
 	})
@@ -56,7 +57,7 @@ func TestCSIOnAWholeNode(t *testing.T) {
 	t.Cleanup(func() { _ = os.RemoveAll(data) })
 	drv := csitest.Start(t, csitest.Config{Name: driver, NodeID: nodeName, MaxVolumes: 1, Stage: true,
 		DataDir: data, RegistryDir: filepath.Join(n.StateDir, "plugins_registry")})
-	waitTrue(t, 60*time.Second, "CSINode lists the driver with its limit", func() bool {
+	eventually.True(t, 60*time.Second, "CSINode lists the driver with its limit", func() bool {
 		cn, err := admin.StorageV1().CSINodes().Get(ctx, nodeName, metav1.GetOptions{})
 		if err != nil {
 			return false
@@ -119,16 +120,16 @@ func TestCSIOnAWholeNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitTrue(t, 2*time.Minute, "first pod Running", func() bool {
+	eventually.True(t, 2*time.Minute, "first pod Running", func() bool {
 		p, err := pods.Get(ctx, "first", metav1.GetOptions{})
 		return err == nil && p.Status.Phase == corev1.PodRunning && e2e.PodReady(p)
 	})
-	waitTrue(t, 30*time.Second, "the file in the volume", func() bool {
+	eventually.True(t, 30*time.Second, "the file in the volume", func() bool {
 		b, _ := os.ReadFile(filepath.Join(data, "volumes", "vol-one", "f"))
 		return string(b) == "hello\n"
 	})
 	unique := corev1.UniqueVolumeName("kubernetes.io/csi/" + driver + "^vol-one")
-	waitTrue(t, 30*time.Second, "the Node lists the volume in use", func() bool {
+	eventually.True(t, 30*time.Second, "the Node lists the volume in use", func() bool {
 		node, err := admin.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 		return err == nil && slices.Contains(node.Status.VolumesInUse, unique)
 	})
@@ -138,14 +139,14 @@ func TestCSIOnAWholeNode(t *testing.T) {
 	if _, err := pods.Create(ctx, withClaim("second", "two", "sleep 3600"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitTrue(t, 60*time.Second, "second pod Failed VolumeAttachmentLimitExceeded", func() bool {
+	eventually.True(t, 60*time.Second, "second pod Failed VolumeAttachmentLimitExceeded", func() bool {
 		p, err := pods.Get(ctx, "second", metav1.GetOptions{})
 		return err == nil && p.Status.Phase == corev1.PodFailed && p.Status.Reason == "VolumeAttachmentLimitExceeded"
 	})
 
 	// /stats/summary measures the volume through NodeGetVolumeStats (the
 	// runtime measures every minute).
-	waitTrue(t, 90*time.Second, "the volume in /stats/summary", func() bool {
+	eventually.True(t, 90*time.Second, "the volume in /stats/summary", func() bool {
 		resp, err := http.Get("http://" + n.ReadOnly + "/stats/summary")
 		if err != nil {
 			return false
@@ -168,12 +169,12 @@ func TestCSIOnAWholeNode(t *testing.T) {
 	if err := pods.Delete(ctx, "first", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](1)}); err != nil {
 		t.Fatal(err)
 	}
-	waitTrue(t, 90*time.Second, "unpublished and unstaged, no mount left", func() bool {
+	eventually.True(t, 90*time.Second, "unpublished and unstaged, no mount left", func() bool {
 		return drv.Count("NodeUnpublishVolume", "vol-one") == 1 && drv.Count("NodeUnstageVolume", "vol-one") == 1 &&
 			len(testenv.MountsUnder(filepath.Join(n.StateDir, "pods"))) == 0 &&
 			len(testenv.MountsUnder(filepath.Join(n.StateDir, "plugins"))) == 0
 	})
-	waitTrue(t, 30*time.Second, "the Node no longer lists the volume", func() bool {
+	eventually.True(t, 30*time.Second, "the Node no longer lists the volume", func() bool {
 		node, err := admin.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 		return err == nil && !slices.Contains(node.Status.VolumesInUse, unique)
 	})

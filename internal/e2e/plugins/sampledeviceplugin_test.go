@@ -1,10 +1,9 @@
-package e2e_test
+package plugins_test
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/nodelet/nodelet/internal/e2e"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,9 +22,11 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/nodelet/nodelet/bus"
+	"github.com/nodelet/nodelet/internal/e2e"
 	"github.com/nodelet/nodelet/internal/images"
 	"github.com/nodelet/nodelet/internal/supervisor"
 	"github.com/nodelet/nodelet/internal/testenv"
+	"github.com/nodelet/nodelet/internal/testenv/eventually"
 	"github.com/nodelet/nodelet/schemas"
 )
 
@@ -134,7 +135,7 @@ func TestSampleDevicePlugin(t *testing.T) {
 	}
 
 	root := filepath.Join(t.TempDir(), "kubelet")
-	n := newNode(t, nodeOptions{API: true, Node: "  rootDir: " + root + "\n", GC: lowDiskThresholds})
+	n := e2e.NewNode(t, e2e.NodeOptions{API: true, Node: "  rootDir: " + root + "\n", GC: lowDiskThresholds})
 	admin := cp.AdminClient(t)
 	ns := cp.Namespace(t)
 	created := time.Now()
@@ -148,7 +149,7 @@ func TestSampleDevicePlugin(t *testing.T) {
 		}
 		return &l.Items[0]
 	}
-	waitTrue(t, 3*time.Minute, "the sample device plugin's DaemonSet pod Running on the node", func() bool {
+	eventually.True(t, 3*time.Minute, "the sample device plugin's DaemonSet pod Running on the node", func() bool {
 		p := plugin()
 		return p != nil && p.Spec.NodeName == nodeName && p.Status.Phase == corev1.PodRunning
 	})
@@ -162,7 +163,7 @@ func TestSampleDevicePlugin(t *testing.T) {
 			return c.Value() == want && a.Value() == want
 		}
 	}
-	waitTrue(t, 2*time.Minute, "the Node's capacity and allocatable of "+sampleResource+" at 2", advertised(2))
+	eventually.True(t, 2*time.Minute, "the Node's capacity and allocatable of "+sampleResource+" at 2", advertised(2))
 	t.Logf("the plugin's DaemonSet pod Running and %s advertised %s after the DaemonSet was created", sampleResource, time.Since(created).Round(10*time.Millisecond))
 
 	pods := admin.CoreV1().Pods(ns)
@@ -180,7 +181,7 @@ func TestSampleDevicePlugin(t *testing.T) {
 	if out := execIn(t, id, "ls -d /tmp/Dev-*"); out != "/tmp/Dev-1\n/tmp/Dev-2\n" {
 		t.Fatalf("pod two sees %q, want both devices' mounts", out)
 	}
-	tap := n.connect(bus.Tap)
+	tap := n.Connect(bus.Tap)
 	record := func() *schemas.PodDevices {
 		rec, _, err := bus.Get[schemas.PodDevices](ctx, tap, bus.BucketDevices, "pods."+string(two.UID))
 		if err != nil {
@@ -229,12 +230,12 @@ func TestSampleDevicePlugin(t *testing.T) {
 		// the process says READY once it reaches the bus, before it
 		// republishes the key, and the old one still says both devices
 		// are healthy.
-		waitTrue(t, 2*time.Minute, after+": the plugin registered, both devices healthy", func() bool {
+		eventually.True(t, 2*time.Minute, after+": the plugin registered, both devices healthy", func() bool {
 			r, rev, err := bus.Get[schemas.DeviceResources](ctx, tap, bus.BucketDevices, bus.KeyDevices)
 			return err == nil && r != nil && rev > since && len(r.Resources) == 1 && len(r.Resources[0].Healthy) == 2 && r.Resources[0].Endpoint != ""
 		})
-		waitTrue(t, 2*time.Minute, after+": "+sampleResource+" advertised again", advertised(2))
-		waitTrue(t, 2*time.Minute, after+": pod two Running with its container never restarted", func() bool {
+		eventually.True(t, 2*time.Minute, after+": "+sampleResource+" advertised again", advertised(2))
+		eventually.True(t, 2*time.Minute, after+": pod two Running with its container never restarted", func() bool {
 			p, err := pods.Get(ctx, "two", metav1.GetOptions{})
 			return err == nil && p.Status.Phase == corev1.PodRunning && len(p.Status.ContainerStatuses) == 1 &&
 				p.Status.ContainerStatuses[0].RestartCount == 0 && p.Status.ContainerStatuses[0].ContainerID == "containerd://"+id
@@ -254,7 +255,7 @@ func TestSampleDevicePlugin(t *testing.T) {
 		if err := syscall.Kill(st[name].PID, syscall.SIGKILL); err != nil {
 			t.Fatalf("kill %s: %v", name, err)
 		}
-		waitTrue(t, 2*time.Minute, name+" restarted", func() bool {
+		eventually.True(t, 2*time.Minute, name+" restarted", func() bool {
 			now, err := supervisor.ReadState(n.StateDir)
 			if err != nil {
 				return false
@@ -301,7 +302,7 @@ func TestSampleDevicePlugin(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	waitTrue(t, 2*time.Minute, "the plugin's container restarted", func() bool {
+	eventually.True(t, 2*time.Minute, "the plugin's container restarted", func() bool {
 		p := plugin()
 		return p != nil && p.Status.Phase == corev1.PodRunning && len(p.Status.ContainerStatuses) == 1 &&
 			p.Status.ContainerStatuses[0].RestartCount == 1 && p.Status.ContainerStatuses[0].State.Running != nil
@@ -313,7 +314,7 @@ func TestSampleDevicePlugin(t *testing.T) {
 	began = time.Now()
 	since = resourcesRev()
 	n.Stop()
-	n.start()
+	n.Start()
 	n.WaitReady()
 	intact("a restart of the agent", since)
 	t.Logf("the agent stopped and started: allocation intact, one more pod refused in %s", time.Since(began).Round(10*time.Millisecond))
@@ -324,7 +325,7 @@ func TestSampleDevicePlugin(t *testing.T) {
 func waitAPIPod(t *testing.T, ctx context.Context, c kubernetes.Interface, ns, name, what string, ok func(*corev1.Pod) bool) *corev1.Pod {
 	t.Helper()
 	var p *corev1.Pod
-	waitTrue(t, 2*time.Minute, "pod "+name+" "+what+" in the API", func() bool {
+	eventually.True(t, 2*time.Minute, "pod "+name+" "+what+" in the API", func() bool {
 		var err error
 		p, err = c.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 		return err == nil && ok(p)

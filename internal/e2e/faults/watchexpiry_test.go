@@ -1,10 +1,9 @@
-package e2e_test
+package faults_test
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/nodelet/nodelet/internal/e2e"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -23,6 +22,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nodelet/nodelet/bus"
+	"github.com/nodelet/nodelet/internal/e2e"
 	"github.com/nodelet/nodelet/internal/testenv/eventually"
 )
 
@@ -62,7 +62,7 @@ func TestWatchExpired(t *testing.T) {
 			t.Errorf("kube-apiserver back with its watch cache: %v", err)
 		}
 	})
-	n := newNode(t, nodeOptions{API: true})
+	n := e2e.NewNode(t, e2e.NodeOptions{API: true})
 	admin := cp.AdminClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -91,7 +91,7 @@ func TestWatchExpired(t *testing.T) {
 		create(name)
 	}
 	ids := map[string]string{}
-	waitTrue(t, 90*time.Second, "every pod Running in the API", func() bool {
+	eventually.True(t, 90*time.Second, "every pod Running in the API", func() bool {
 		for _, name := range steady {
 			p, err := pods.Get(ctx, name, metav1.GetOptions{})
 			if err != nil || p.Status.Phase != corev1.PodRunning || len(p.Status.ContainerStatuses) != 1 {
@@ -108,7 +108,7 @@ func TestWatchExpired(t *testing.T) {
 	churnDone := make(chan struct{})
 	go func() { defer close(churnDone); churn.run(churnCtx) }()
 	defer func() { stopChurn(); <-churnDone }()
-	waitTrue(t, 30*time.Second, "churn under way", func() bool { return churn.created() >= 3 })
+	eventually.True(t, 30*time.Second, "churn under way", func() bool { return churn.created() >= 3 })
 
 	sources := n.WaitReady()[bus.Sources].PID
 	if err := syscall.Kill(sources, syscall.SIGSTOP); err != nil {
@@ -138,7 +138,7 @@ func TestWatchExpired(t *testing.T) {
 		t.Fatal(err)
 	}
 	k := churn.created()
-	waitTrue(t, 30*time.Second, "churn during the stop", func() bool { return churn.created() >= k+3 })
+	eventually.True(t, 30*time.Second, "churn during the stop", func() bool { return churn.created() >= k+3 })
 	rev, err := cp.CompactEtcd(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -151,7 +151,7 @@ func TestWatchExpired(t *testing.T) {
 	}
 	stopped = false
 	k = churn.created()
-	waitTrue(t, 30*time.Second, "churn after the expiry", func() bool { return churn.created() >= k+3 })
+	eventually.True(t, 30*time.Second, "churn after the expiry", func() bool { return churn.created() >= k+3 })
 	stopChurn()
 	<-churnDone
 
@@ -211,7 +211,7 @@ func TestWatchExpired(t *testing.T) {
 	deadline := time.Now().Add(2 * time.Minute)
 	for !converged() {
 		if time.Now().After(deadline) {
-			n.explainStuck(why)
+			n.ExplainStuck(why)
 			t.Fatalf("not converged after the watch expired: %s", why)
 		}
 		time.Sleep(250 * time.Millisecond)
@@ -229,7 +229,7 @@ func TestWatchExpired(t *testing.T) {
 		}
 	}
 	// The node's events for the pod it learned of by relisting reach the API.
-	waitTrue(t, 60*time.Second, "made-while-stopped's Started event in the API", func() bool {
+	eventually.True(t, 60*time.Second, "made-while-stopped's Started event in the API", func() bool {
 		evs, err := admin.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=made-while-stopped"})
 		if err != nil {
 			return false

@@ -1,9 +1,8 @@
-package e2e_test
+package faults_test
 
 import (
 	"context"
 	"fmt"
-	"github.com/nodelet/nodelet/internal/e2e"
 	"os"
 	"path/filepath"
 	"sort"
@@ -16,7 +15,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nodelet/nodelet/bus"
+	"github.com/nodelet/nodelet/internal/e2e"
 	"github.com/nodelet/nodelet/internal/supervisor"
+	"github.com/nodelet/nodelet/internal/testenv/eventually"
 	"github.com/nodelet/nodelet/schemas"
 )
 
@@ -78,7 +79,7 @@ func TestFaults(t *testing.T) {
 	// Every fault adds pods and none go: room for all of them (the long
 	// suite holds 230, past the default maxPods of 110).
 	faultCount := len(bus.Daemons) + 4
-	n := newNode(t, nodeOptions{Node: fmt.Sprintf("  maxPods: %d\n", running+creating*faultCount)})
+	n := e2e.NewNode(t, e2e.NodeOptions{Node: fmt.Sprintf("  maxPods: %d\n", running+creating*faultCount)})
 	names := map[string]bool{}
 	add := func(k int, prefix string) {
 		for i := 0; i < k; i++ {
@@ -99,7 +100,7 @@ func TestFaults(t *testing.T) {
 				continue
 			}
 			seen++
-			if !runningReady(&p) {
+			if !e2e.RunningReady(&p) {
 				waiting = append(waiting, p.Name+"="+string(p.Status.Phase))
 			}
 		}
@@ -133,7 +134,7 @@ func TestFaults(t *testing.T) {
 			}
 			time.Sleep(250 * time.Millisecond)
 		}
-		n.explainStuck(why)
+		n.ExplainStuck(why)
 		t.Fatalf("%s: not converged after 5m: %s", what, why)
 		return 0
 	}
@@ -143,7 +144,7 @@ func TestFaults(t *testing.T) {
 	baseline := e2e.CRIView(t, ctrd)
 
 	mon := &statusMonitor{last: map[string]corev1.PodStatus{}}
-	tapConn := n.connect(bus.Tap)
+	tapConn := n.Connect(bus.Tap)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() { _ = bus.Watch(ctx, tapConn, bus.BucketStatus, ">", mon.observe) }()
@@ -158,7 +159,7 @@ func TestFaults(t *testing.T) {
 				t.Fatalf("kill %s: %v", name, err)
 			}
 		}
-		waitTrue(t, 2*time.Minute, "killed processes restarted", func() bool {
+		eventually.True(t, 2*time.Minute, "killed processes restarted", func() bool {
 			now, err := supervisor.ReadState(n.StateDir)
 			if err != nil {
 				return false
@@ -197,7 +198,7 @@ func TestFaults(t *testing.T) {
 			if err := os.RemoveAll(filepath.Join(n.StateDir, "bus")); err != nil {
 				t.Fatal(err)
 			}
-			n.start()
+			n.Start()
 			n.WaitReady()
 		}},
 	)

@@ -1,9 +1,8 @@
-package e2e_test
+package faults_test
 
 import (
 	"context"
 	"fmt"
-	"github.com/nodelet/nodelet/internal/e2e"
 	"net/url"
 	"os"
 	"os/exec"
@@ -14,6 +13,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/nodelet/nodelet/internal/e2e"
+	"github.com/nodelet/nodelet/internal/testenv/eventually"
 )
 
 // outageFor is how long kube-apiserver stays away in TestAPIServerOutage:
@@ -72,7 +74,7 @@ func apiserverDrop(t *testing.T, op string) {
 }
 
 func outage(t *testing.T, what string, stop func(), start func() error) {
-	n := newNode(t, nodeOptions{API: true})
+	n := e2e.NewNode(t, e2e.NodeOptions{API: true})
 	admin := cp.AdminClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -99,7 +101,7 @@ func outage(t *testing.T, what string, stop func(), start func() error) {
 		t.Fatal(err)
 	}
 	ids := map[string]string{}
-	waitTrue(t, 2*time.Minute, "every pod Running in the API", func() bool {
+	eventually.True(t, 2*time.Minute, "every pod Running in the API", func() bool {
 		for _, name := range append(steady, endsName) {
 			p, err := pods.Get(ctx, name, metav1.GetOptions{})
 			if err != nil || p.Status.Phase != corev1.PodRunning || len(p.Status.ContainerStatuses) != 1 {
@@ -120,7 +122,7 @@ func outage(t *testing.T, what string, stop func(), start func() error) {
 	t.Logf("%s for %s", what, outageFor(t))
 	// Meanwhile the node runs on: a static pod starts, the "ends" pod ends,
 	// every other container keeps running.
-	n.WriteManifest("web.yaml", webManifest)
+	n.WriteManifest("web.yaml", e2e.WebManifest)
 	n.WaitPod("web-"+nodeName, 90*time.Second, "the static pod Running without the API", func(p *corev1.Pod) bool {
 		return p != nil && p.Status.Phase == corev1.PodRunning
 	})
@@ -142,7 +144,7 @@ func outage(t *testing.T, what string, stop func(), start func() error) {
 	}
 	back := time.Now()
 	t.Logf("%s: back after %s", what, back.Sub(stopped).Round(time.Second))
-	waitTrue(t, 2*time.Minute, "the ended pod Succeeded in the API", func() bool {
+	eventually.True(t, 2*time.Minute, "the ended pod Succeeded in the API", func() bool {
 		p, err := pods.Get(ctx, endsName, metav1.GetOptions{})
 		return err == nil && p.Status.Phase == corev1.PodSucceeded
 	})
@@ -154,7 +156,7 @@ func outage(t *testing.T, what string, stop func(), start func() error) {
 		}
 	}
 	mirrorName := "web-" + nodeName
-	waitTrue(t, 2*time.Minute, "one mirror pod, Running", func() bool {
+	eventually.True(t, 2*time.Minute, "one mirror pod, Running", func() bool {
 		l, err := admin.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false
@@ -171,7 +173,7 @@ func outage(t *testing.T, what string, stop func(), start func() error) {
 		return len(found) == 1 && found[0].Name == mirrorName && found[0].Status.Phase == corev1.PodRunning
 	})
 	// Events the node made while the API was away reach it.
-	waitTrue(t, 2*time.Minute, "the static pod's Started event, made during the outage, in the API", func() bool {
+	eventually.True(t, 2*time.Minute, "the static pod's Started event, made during the outage, in the API", func() bool {
 		evs, err := admin.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + mirrorName})
 		if err != nil {
 			return false
@@ -183,7 +185,7 @@ func outage(t *testing.T, what string, stop func(), start func() error) {
 		}
 		return false
 	})
-	waitTrue(t, 90*time.Second, "the Lease renewed and the Node Ready again after the outage", func() bool {
+	eventually.True(t, 90*time.Second, "the Lease renewed and the Node Ready again after the outage", func() bool {
 		l, err := admin.CoordinationV1().Leases("kube-node-lease").Get(ctx, nodeName, metav1.GetOptions{})
 		if err != nil || !l.Spec.RenewTime.After(back) {
 			return false

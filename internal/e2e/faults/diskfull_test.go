@@ -1,10 +1,9 @@
-package e2e_test
+package faults_test
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/nodelet/nodelet/internal/e2e"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +12,8 @@ import (
 	"time"
 
 	"github.com/nodelet/nodelet/bus"
+	"github.com/nodelet/nodelet/internal/e2e"
+	"github.com/nodelet/nodelet/internal/testenv/eventually"
 )
 
 // TestStateDirFull (issue 37, the state dir's filesystem full): the bus's
@@ -24,7 +25,7 @@ import (
 // rewritten from scratch); once space returns the node converges: the pods
 // added meanwhile run and every status is caught up.
 func TestStateDirFull(t *testing.T) {
-	n := newNode(t, nodeOptions{BusStoreSize: "64m"})
+	n := e2e.NewNode(t, e2e.NodeOptions{BusStoreSize: "64m"})
 	names := map[string]bool{}
 	add := func(prefix string, k int) {
 		for i := 0; i < k; i++ {
@@ -44,7 +45,7 @@ func TestStateDirFull(t *testing.T) {
 				continue
 			}
 			seen++
-			if !runningReady(&p) {
+			if !e2e.RunningReady(&p) {
 				return false, p.Name + "=" + string(p.Status.Phase)
 			}
 			c := e2e.CRIView(t, ctrd)[string(p.UID)]
@@ -60,7 +61,7 @@ func TestStateDirFull(t *testing.T) {
 	add("before", 3)
 	waitState(t, 90*time.Second, "the first pods Running", converged)
 	baseline := e2e.CRIView(t, ctrd)
-	tap := n.connect(bus.Tap)
+	tap := n.Connect(bus.Tap)
 	stored := storedRevisions(t, tap)
 
 	// Fill the filesystem.
@@ -72,12 +73,12 @@ func TestStateDirFull(t *testing.T) {
 	// The refusal is logged with what it was for: by the bus, naming the
 	// stream, and by the writer (nodelet-sources, whose new pods these
 	// are), naming the bucket, once its put goes unacknowledged.
-	waitTrue(t, 60*time.Second, "the bus's refusal logged with the stream", func() bool {
-		return strings.Contains(n.out.String(), "Bus store refuses writes") &&
-			strings.Contains(n.out.String(), "KV_"+bus.BucketDesired+"] Critical write error")
+	eventually.True(t, 60*time.Second, "the bus's refusal logged with the stream", func() bool {
+		return strings.Contains(n.Out.String(), "Bus store refuses writes") &&
+			strings.Contains(n.Out.String(), "KV_"+bus.BucketDesired+"] Critical write error")
 	})
-	waitTrue(t, 60*time.Second, "nodelet-sources' refused put logged with the bucket", func() bool {
-		for _, l := range strings.Split(n.out.String(), "\n") {
+	eventually.True(t, 60*time.Second, "nodelet-sources' refused put logged with the bucket", func() bool {
+		for _, l := range strings.Split(n.Out.String(), "\n") {
 			if strings.Contains(l, "Cannot publish desired pods") && strings.Contains(l, "put "+bus.BucketDesired+"/") &&
 				strings.Contains(l, bus.ErrNoAck.Error()) {
 				return true

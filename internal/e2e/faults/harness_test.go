@@ -1,0 +1,32 @@
+package faults_test
+
+import (
+	"fmt"
+	"os"
+	"testing"
+
+	"github.com/nodelet/nodelet/internal/e2e"
+	"github.com/nodelet/nodelet/internal/testenv"
+)
+
+const nodeName = "e2e-node"
+
+var (
+	ctrd *testenv.Containerd
+	cp   *testenv.ControlPlane
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	env, stop, err := e2e.Setup(nodeName)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer stop()
+	ctrd, cp = env.Ctrd, env.CP
+	return m.Run()
+}
