@@ -19,6 +19,10 @@ import (
 //
 //   - the PLEG: kubelet_pleg_relist_duration_seconds,
 //     kubelet_pleg_relist_interval_seconds, kubelet_pleg_last_seen_seconds;
+//     its CRI event stream (the kubelet's evented PLEG, pkg/kubelet/pleg/evented.go):
+//     kubelet_evented_pleg_connection_success_count and _error_count,
+//     kubelet_evented_pleg_connection_latency_seconds (an event's age on
+//     arrival);
 //   - pod workers: kubelet_pod_worker_duration_seconds{operation_type}
 //     (create for a pod's first sync in this process, sync after, kill
 //     while the pod is being killed);
@@ -36,6 +40,9 @@ type metrics struct {
 	plegRelistDuration prometheus.Histogram
 	plegRelistInterval prometheus.Histogram
 	plegLastSeen       prometheus.Gauge
+	eventedConn        prometheus.Counter
+	eventedConnErr     prometheus.Counter
+	eventedConnLatency prometheus.Histogram
 	podWorkerDuration  *prometheus.HistogramVec
 	startedPods        prometheus.Counter
 	startedPodsErrors  prometheus.Counter
@@ -77,6 +84,12 @@ func newMetrics(observed *observedWriter) *metrics {
 			"Interval in seconds between relisting in PLEG.", prometheus.DefBuckets),
 		plegLastSeen: kubeletmetrics.Gauge("kubelet_pleg_last_seen_seconds",
 			"Timestamp in seconds when PLEG was last seen active."),
+		eventedConn: kubeletmetrics.Counter("kubelet_evented_pleg_connection_success_count",
+			"The number of times a streaming client was obtained to receive CRI Events."),
+		eventedConnErr: kubeletmetrics.Counter("kubelet_evented_pleg_connection_error_count",
+			"The number of errors encountered during the establishment of streaming connection with the CRI runtime."),
+		eventedConnLatency: kubeletmetrics.Histogram("kubelet_evented_pleg_connection_latency_seconds",
+			"The latency of streaming connection with the CRI runtime, measured in seconds.", prometheus.DefBuckets),
 		podWorkerDuration: kubeletmetrics.HistogramVec("kubelet_pod_worker_duration_seconds",
 			"Duration in seconds to sync a single pod. Broken down by operation type: create, update, or sync",
 			prometheus.DefBuckets, "operation_type"),
@@ -94,7 +107,8 @@ func newMetrics(observed *observedWriter) *metrics {
 		imagePullDuration: kubeletmetrics.HistogramVec("kubelet_image_pull_duration_seconds",
 			"Duration in seconds to pull an image.", kubeletmetrics.ImagePullBuckets, "image_size_in_bytes"),
 	}
-	m.registry.MustRegister(m.plegRelistDuration, m.plegRelistInterval, m.plegLastSeen, m.podWorkerDuration,
+	m.registry.MustRegister(m.plegRelistDuration, m.plegRelistInterval, m.plegLastSeen,
+		m.eventedConn, m.eventedConnErr, m.eventedConnLatency, m.podWorkerDuration,
 		m.startedPods, m.startedPodsErrors, m.sandboxDuration, m.sandboxErrors, m.startedContainers,
 		m.containersErrors, m.imagePullDuration, volumes.StorageOperationDuration,
 		kubeletmetrics.GaugeFunc("kubelet_running_pods", "Number of pods that have a running pod sandbox", observed.runningPods),
@@ -115,6 +129,12 @@ func (m *metrics) relisted(start, prev, now time.Time) {
 		m.plegRelistInterval.Observe(start.Sub(prev).Seconds())
 	}
 	m.plegRelistDuration.Observe(now.Sub(start).Seconds())
+}
+
+// containerEvent records a CRI container event's age on arrival, made at
+// createdAt (Unix ns): the kubelet's EventedPLEG.updateLatencyMetric.
+func (m *metrics) containerEvent(createdAt int64, now time.Time) {
+	m.eventedConnLatency.Observe(time.Duration(now.UnixNano() - createdAt).Seconds())
 }
 
 // containerType is the kubelet's container_type label value of a kind.

@@ -262,16 +262,29 @@ func (g *pleg) watchContainerEvents(ctx context.Context) {
 			case <-ctx.Done():
 				return
 			case ev := <-ch:
+				if g.metrics != nil {
+					g.metrics.containerEvent(ev.GetCreatedAt(), g.clock.Now())
+				}
 				if uid := ev.GetPodSandboxStatus().GetMetadata().GetUid(); uid != "" {
 					g.workers.Update(uid)
 				}
 			}
 		}
 	}()
+	// Counted as the kubelet's EventedPLEG.watchEventsChannel does: a
+	// stream obtained, and every end of one that was not ours.
+	connected := func(runtimeapi.RuntimeService_GetContainerEventsClient) {
+		if g.metrics != nil {
+			g.metrics.eventedConn.Inc()
+		}
+	}
 	for {
-		err := g.rs.GetContainerEvents(ctx, ch, nil)
+		err := g.rs.GetContainerEvents(ctx, ch, connected)
 		if ctx.Err() != nil {
 			return
+		}
+		if g.metrics != nil {
+			g.metrics.eventedConnErr.Inc()
 		}
 		if isUnimplemented(err) {
 			if g.runtime.name == "containerd" {

@@ -47,6 +47,19 @@ func TestExitSeenThroughTheEventStream(t *testing.T) {
 			if term := container(o, "app").State.Terminated; term.ExitCode != 3 {
 				t.Fatalf("terminated %+v, want exit code 3", term)
 			}
+			// The kubelet's evented PLEG families count the stream on 2.x
+			// (one connection, no error, every event's age); 1.6 is never
+			// asked for it.
+			fams := gatherFamilies(t, h.m.Gatherer())
+			conns := fams["kubelet_evented_pleg_connection_success_count"].GetMetric()[0].GetCounter().GetValue()
+			errs := fams["kubelet_evented_pleg_connection_error_count"].GetMetric()[0].GetCounter().GetValue()
+			ages := fams["kubelet_evented_pleg_connection_latency_seconds"].GetMetric()[0].GetHistogram().GetSampleCount()
+			if tc.major == 2 && (conns != 1 || errs != 0 || ages < 2) {
+				t.Errorf("on 2.x: %v connections, %v errors, %d events' latencies; want 1, 0 and the container's events", conns, errs, ages)
+			}
+			if tc.major == 1 && (conns != 0 || errs != 0 || ages != 0) {
+				t.Errorf("on 1.6: %v connections, %v errors, %d events' latencies; want none", conns, errs, ages)
+			}
 		})
 	}
 }
