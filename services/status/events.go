@@ -50,11 +50,11 @@ const (
 //
 // One poster per producer: each component's events are a stream of their
 // own on the bus (so that none can drop or evict another's), and status
-// consumes its copy of each through its own durable consumer, correlator
-// and clock. Events are posted in order per producer; producers do not
-// wait for one another, and the correlator's aggregation and spam filter
-// see one producer's events at a time (the kubelet has one recorder for
-// all; here the reasons of different daemons do not overlap).
+// consumes its copy of each through its own durable consumer. Events are
+// posted in order per producer; producers do not wait for one another.
+// Every poster correlates through one shared correlator (sharedCorrelator),
+// as every source of the kubelet's events goes through the one correlator
+// of its recorder's sink.
 //
 // Exactly once across restarts: events arrive in stream order through a
 // durable consumer that delivers one at a time and is acknowledged only
@@ -63,14 +63,20 @@ const (
 // recorder derives them from the time of recording), and at start the
 // correlator is primed with every event already acknowledged. So an event
 // handled again after a crash produces the same create (AlreadyExists) or
-// the same absolute count patch, never a second copy.
+// the same absolute count patch, never a second copy. (With the correlator
+// shared, the one thing the order between producers decides is the spam
+// filter's budget of an object that several producers report on, which may
+// differ after a restart: an event is then skipped or counted differently,
+// never posted twice, since its name comes from its own time.)
 type eventPoster struct {
 	s *Daemon
 	// stream is status's copy of one producer's events.
 	stream string
 	sink   record.EventSink
-	clk    *eventClock
-	corr   *record.EventCorrelator
+	// corr is the correlator every poster shares; now is the time of the
+	// latest event of this producer, its clock.
+	corr *sharedCorrelator
+	now  time.Time
 	// created is the consumer's creation time, for the age cut-off.
 	created time.Time
 	primed  bool
@@ -83,28 +89,72 @@ type eventPoster struct {
 	retryBase, retryMax time.Duration
 }
 
-func newEventPoster(s *Daemon, kube kubernetes.Interface) *eventPoster {
-	clk := &eventClock{}
+func newEventPoster(s *Daemon, kube kubernetes.Interface, corr *sharedCorrelator) *eventPoster {
 	return &eventPoster{
 		s:    s,
 		sink: &typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")},
-		clk:  clk,
-		corr: record.NewEventCorrelatorWithOptions(record.CorrelatorOptions{Clock: clk}),
+		corr: corr,
 
 		retryBase: 250 * time.Millisecond,
 		retryMax:  10 * time.Second,
 	}
 }
 
-// newEventPosters makes a poster for every producer's events.
+// newEventPosters makes a poster for every producer's events, all sharing
+// one correlator.
 func newEventPosters(s *Daemon, kube kubernetes.Interface) []*eventPoster {
+	corr := newSharedCorrelator()
 	var out []*eventPoster
 	for _, c := range bus.EventProducers {
-		p := newEventPoster(s, kube)
+		p := newEventPoster(s, kube, corr)
 		p.stream = bus.StatusEventsStream(c)
 		out = append(out, p)
 	}
 	return out
+}
+
+// sharedCorrelator is the node's one record.EventCorrelator, which every
+// producer's poster goes through, as client-go's
+// (*eventBroadcasterImpl).StartRecordingToSink makes one correlator for all
+// the events of the kubelet's recorder. Its caches (client-go's
+// maxLruCacheEntries, 4096 keys each for the spam filter, the aggregator and
+// the event log; about 5.5 MiB of heap when full) are then bounded once
+// per node, not once per producer: one correlator per producer was 9 times
+// the kubelet's bound, and the soak's status growth was them filling
+// (issue 37). Same semantics as the kubelet's: every producer's events
+// have the kubelet's source (EventSourceComponent and the node), so the
+// keys, which start with the source, do not tell producers apart; the spam
+// filter allows 25 events per object from the whole node agent, as it
+// does the kubelet.
+//
+// client-go's correlator is not safe for concurrent use as a whole (the
+// kubelet calls it from one goroutine), so every call holds mu; the clock
+// is then the time of the calling producer's latest event.
+type sharedCorrelator struct {
+	mu   sync.Mutex
+	clk  eventClock
+	corr *record.EventCorrelator
+}
+
+func newSharedCorrelator() *sharedCorrelator {
+	c := &sharedCorrelator{}
+	c.corr = record.NewEventCorrelatorWithOptions(record.CorrelatorOptions{Clock: &c.clk})
+	return c
+}
+
+// correlate is EventCorrelate at now.
+func (c *sharedCorrelator) correlate(now time.Time, ev *corev1.Event) (*record.EventCorrelateResult, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.clk.set(now)
+	return c.corr.EventCorrelate(ev)
+}
+
+// updateState is UpdateState.
+func (c *sharedCorrelator) updateState(ev *corev1.Event) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.corr.UpdateState(ev)
 }
 
 // run consumes the events stream until ctx ends, recreating the consumer
@@ -195,7 +245,7 @@ func (p *eventPoster) prime(ctx context.Context, ackFloor uint64) error {
 			}
 			if ev, _ := p.decode(msg); ev != nil {
 				if res := p.correlate(ev); res != nil {
-					p.corr.UpdateState(res.Event)
+					p.corr.updateState(res.Event)
 				}
 				n++
 			}
@@ -332,8 +382,10 @@ func (p *eventPoster) decode(msg jetstream.Msg) (*corev1.Event, string) {
 }
 
 func (p *eventPoster) correlate(ev *corev1.Event) *record.EventCorrelateResult {
-	p.clk.set(ev.LastTimestamp.Time)
-	res, err := p.corr.EventCorrelate(ev)
+	if t := ev.LastTimestamp.Time; t.After(p.now) {
+		p.now = t
+	}
+	res, err := p.corr.correlate(p.now, ev)
 	if err != nil {
 		p.s.log.Warn("Event correlation failed", "reason", ev.Reason, "err", err)
 	}
@@ -377,7 +429,7 @@ func (p *eventPoster) post(res *record.EventCorrelateResult) (postOutcome, error
 		created, err = p.sink.Create(&e)
 	}
 	if err == nil {
-		p.corr.UpdateState(created)
+		p.corr.updateState(created)
 		p.s.metrics.eventsPosted.Inc()
 		if testHookAfterPost != nil {
 			testHookAfterPost(ev)
@@ -391,7 +443,7 @@ func (p *eventPoster) post(res *record.EventCorrelateResult) (postOutcome, error
 	switch {
 	case apierrors.IsAlreadyExists(err):
 		// Posted before a crash: the same event, nothing to do.
-		p.corr.UpdateState(ev)
+		p.corr.updateState(ev)
 		p.s.metrics.eventsPosted.Inc()
 		return postDone, nil
 	case errors.As(err, &rce):
@@ -462,9 +514,10 @@ func apiEvent(ev *schemas.Event, nodeName string) (*corev1.Event, error) {
 // a second copy.
 var testHookAfterPost func(*corev1.Event)
 
-// eventClock is the correlator's clock: the time of the event being
-// correlated, so that aggregation and spam filtering depend only on the
-// sequence of events and not on when they are handled.
+// eventClock is the correlator's clock: the time of the latest event of
+// the producer whose event is being correlated, so that aggregation and
+// spam filtering depend only on the sequence of events and not on when
+// they are handled.
 type eventClock struct {
 	mu sync.Mutex
 	t  time.Time
@@ -472,9 +525,7 @@ type eventClock struct {
 
 func (c *eventClock) set(t time.Time) {
 	c.mu.Lock()
-	if t.After(c.t) {
-		c.t = t
-	}
+	c.t = t
 	c.mu.Unlock()
 }
 

@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
 
@@ -204,7 +205,7 @@ func TestDeliverGivesUp(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			s := &Daemon{log: slog.New(slog.DiscardHandler), metrics: newMetrics(prometheus.NewRegistry(), newStore())}
-			p := newEventPoster(s, fake.NewClientset())
+			p := newEventPoster(s, fake.NewClientset(), newSharedCorrelator())
 			p.retryBase, p.retryMax = time.Microsecond, time.Microsecond
 			sink := &fakeSink{errs: tc.errs}
 			p.sink = sink
@@ -239,12 +240,94 @@ func TestDeliverGivesUp(t *testing.T) {
 	}
 	// A context that ends while the API is away hands the event back.
 	s := &Daemon{log: slog.New(slog.DiscardHandler), metrics: newMetrics(prometheus.NewRegistry(), newStore())}
-	p := newEventPoster(s, fake.NewClientset())
+	p := newEventPoster(s, fake.NewClientset(), newSharedCorrelator())
 	p.sink = &fakeSink{errs: slices.Repeat([]error{refused}, 1000)}
 	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 	defer cancel()
 	ev, _ := apiEvent(&schemas.Event{Object: corev1.ObjectReference{Kind: "Pod", Namespace: "ns", Name: "web"}, Type: "Normal", Reason: "X", Time: t0}, "n")
 	if p.deliver(ctx, &record.EventCorrelateResult{Event: ev}) {
 		t.Error("deliver returned true for an event never posted")
+	}
+}
+
+// TestPostersShareOneCorrelator: every producer's poster goes through one
+// correlator, as every source of the kubelet's events goes through the one
+// correlator client-go's (*eventBroadcasterImpl).StartRecordingToSink
+// makes. Its caches are then bounded once per node, not once per producer
+// (issue 37: nine correlators filling their 4096-key caches were the soak's
+// status growth), and its decisions are the kubelet's: the spam filter's 25
+// events per object count the events of every producer, and the same event
+// from two producers is one event counted twice.
+func TestPostersShareOneCorrelator(t *testing.T) {
+	type send struct {
+		producer int // index into the posters
+		pod      string
+		reason   string
+	}
+	repeat := func(n int, f func(i int) send) []send {
+		var out []send
+		for i := range n {
+			out = append(out, f(i))
+		}
+		return out
+	}
+	tests := []struct {
+		name      string
+		sends     []send
+		wantSkips int
+		// wantLastCount is the count of the last event correlated.
+		wantLastCount int32
+	}{{
+		name:          "one producer past the burst of one pod",
+		sends:         repeat(30, func(i int) send { return send{0, "a", fmt.Sprint("R", i)} }),
+		wantSkips:     5,
+		wantLastCount: 1,
+	}, {
+		name:          "two producers share the burst of one pod",
+		sends:         repeat(30, func(i int) send { return send{i % 2, "a", fmt.Sprint("R", i)} }),
+		wantSkips:     5,
+		wantLastCount: 1,
+	}, {
+		name:          "two producers, two pods, each within its burst",
+		sends:         repeat(30, func(i int) send { return send{i % 2, []string{"a", "b"}[i%2], fmt.Sprint("R", i)} }),
+		wantSkips:     0,
+		wantLastCount: 1,
+	}, {
+		name:          "the same event from two producers is counted",
+		sends:         []send{{0, "a", "Killing"}, {1, "a", "Killing"}},
+		wantSkips:     0,
+		wantLastCount: 2,
+	}}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &Daemon{log: slog.New(slog.DiscardHandler), metrics: newMetrics(prometheus.NewRegistry(), newStore())}
+			posters := newEventPosters(s, fake.NewClientset())
+			if len(posters) < 2 {
+				t.Fatalf("%d producers, the test needs two", len(posters))
+			}
+			skips := 0
+			var last *corev1.Event
+			for i, snd := range tc.sends {
+				p := posters[snd.producer]
+				e, err := apiEvent(&schemas.Event{Object: corev1.ObjectReference{Kind: "Pod", Namespace: "ns", Name: snd.pod, UID: types.UID(snd.pod)},
+					Type: "Normal", Reason: snd.reason, Message: "m", Time: t0.Add(time.Duration(i) * time.Second)}, "node-1")
+				if err != nil {
+					t.Fatal(err)
+				}
+				res := p.correlate(e)
+				if res == nil {
+					skips++
+					continue
+				}
+				p.corr.updateState(res.Event)
+				last = res.Event
+			}
+			if skips != tc.wantSkips {
+				t.Errorf("spam filter skipped %d events, want %d", skips, tc.wantSkips)
+			}
+			if last == nil || last.Count != tc.wantLastCount {
+				t.Errorf("last event %+v, want count %d", last, tc.wantLastCount)
+			}
+		})
 	}
 }
