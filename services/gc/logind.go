@@ -88,12 +88,15 @@ func (l *logindConn) ReleaseInhibitLock(lock inhibitLock) error {
 // shutdown starts, false when it is cancelled. The channel closes with the
 // connection.
 func (l *logindConn) MonitorShutdown(log *slog.Logger) (<-chan bool, error) {
-	if err := l.conn.AddMatchSignal(dbus.WithMatchInterface(logindInterface), dbus.WithMatchMember("PrepareForShutdown"),
-		dbus.WithMatchObjectPath(logindObject)); err != nil {
-		return nil, err
-	}
+	// The channel is registered before the match exists, so no signal
+	// the daemon sends once it has the match finds no channel.
 	signals := make(chan *dbus.Signal, 1)
 	l.conn.Signal(signals)
+	if err := l.conn.AddMatchSignal(dbus.WithMatchInterface(logindInterface), dbus.WithMatchMember("PrepareForShutdown"),
+		dbus.WithMatchObjectPath(logindObject)); err != nil {
+		l.conn.RemoveSignal(signals)
+		return nil, err
+	}
 	out := make(chan bool, 1)
 	go func() {
 		for sig := range signals {

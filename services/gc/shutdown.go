@@ -178,13 +178,17 @@ func (s *shutdownManager) start(ctx context.Context) (chan struct{}, error) {
 		return nil, fmt.Errorf("logind's InhibitDelayMaxSec (%v) is shorter than gc.shutdownGracePeriod (%v): "+
 			"set InhibitDelayMaxSec=%.0f in /etc/systemd/logind.conf.d/ and reload systemd-logind", delay, want, want.Seconds())
 	}
-	if err := s.acquireLock(conn); err != nil {
-		return nil, err
-	}
+	// Subscribed before the lock is taken: the kubelet's start takes the
+	// lock first (nodeshutdown_manager_linux.go), and a shutdown that
+	// begins between the two is then held for InhibitDelayMaxSec with its
+	// PrepareForShutdown never seen. Signals that come before the lock wait
+	// in events until the loop below runs.
 	events, err := conn.MonitorShutdown(s.log)
 	if err != nil {
-		_ = s.release()
 		return nil, fmt.Errorf("failed to monitor shutdown: %w", err)
+	}
+	if err := s.acquireLock(conn); err != nil {
+		return nil, err
 	}
 	ok = true
 	stop := make(chan struct{})

@@ -2,6 +2,7 @@ package gc
 
 import (
 	"context"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -148,3 +149,50 @@ func TestShutdownManagerWithLogind(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// orderLogind is an inhibiter that records whether PrepareForShutdown was
+// watched when the lock was taken.
+type orderLogind struct {
+	watching      bool
+	watchedAtLock bool
+	events        chan bool
+	inhibitCalls  int
+	delay         time.Duration
+}
+
+func (o *orderLogind) CurrentInhibitDelay() (time.Duration, error) { return o.delay, nil }
+func (o *orderLogind) InhibitShutdown() (inhibitLock, error) {
+	o.inhibitCalls++
+	if o.inhibitCalls == 1 {
+		o.watchedAtLock = o.watching
+	}
+	return inhibitLock(o.inhibitCalls), nil
+}
+func (o *orderLogind) ReleaseInhibitLock(inhibitLock) error { return nil }
+func (o *orderLogind) MonitorShutdown(*slog.Logger) (<-chan bool, error) {
+	o.watching = true
+	return o.events, nil
+}
+func (o *orderLogind) Close() error { return nil }
+
+// The shutdown manager watches for PrepareForShutdown before it takes the
+// delay lock: a shutdown that begins once the lock is held is always seen
+// (the kubelet takes the lock first, and a signal between the two is lost
+// while the lock holds the shutdown for InhibitDelayMaxSec).
+func TestShutdownSignalsWatchedBeforeTheLock(t *testing.T) {
+	e := newTestEnv(t)
+	e.cfg.GC.ShutdownGracePeriod = 30 * time.Second
+	g, _ := e.newGC()
+	l := &orderLogind{events: make(chan bool, 1), delay: time.Minute}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stop, err := newShutdownManager(g, func() (inhibiter, error) { return l, nil }).start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	<-stop
+	if l.inhibitCalls != 1 || !l.watchedAtLock {
+		t.Fatalf("lock taken %d times, watching when first taken: %v; want once, after the watch", l.inhibitCalls, l.watchedAtLock)
+	}
+}
