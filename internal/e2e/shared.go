@@ -79,6 +79,20 @@ func Setup(nodeName string) (_ Env, stop func(), err error) {
 	return env, stop, nil
 }
 
+// Main is a test binary's TestMain body: Setup, then use gets the Env
+// (each package keeps its parts under short names), then m runs; the exit
+// code for os.Exit.
+func Main(m *testing.M, nodeName string, use func(Env)) int {
+	env, stop, err := Setup(nodeName)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer stop()
+	use(env)
+	return m.Run()
+}
+
 // FreePort is a TCP port on 127.0.0.1 that nothing listens on now.
 func FreePort(t testing.TB) int {
 	t.Helper()

@@ -1,7 +1,6 @@
 package faults_test
 
 import (
-	"fmt"
 	"os"
 	"testing"
 
@@ -17,16 +16,5 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	env, stop, err := e2e.Setup(nodeName)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer stop()
-	ctrd, cp = env.Ctrd, env.CP
-	return m.Run()
+	os.Exit(e2e.Main(m, nodeName, func(env e2e.Env) { ctrd, cp = env.Ctrd, env.CP }))
 }

@@ -1,7 +1,6 @@
 package machine_test
 
 import (
-	"fmt"
 	"os"
 	"testing"
 
@@ -22,16 +21,5 @@ var (
 func TestMain(m *testing.M) {
 	// A machine's containerd is this binary too (testenv.StartMachineContainerd).
 	testenv.MainIfMachineContainerd()
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	env, stop, err := e2e.Setup(nodeName)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer stop()
-	binDir, ctrd, cp = env.BinDir, env.Ctrd, env.CP
-	return m.Run()
+	os.Exit(e2e.Main(m, nodeName, func(env e2e.Env) { binDir, ctrd, cp = env.BinDir, env.Ctrd, env.CP }))
 }

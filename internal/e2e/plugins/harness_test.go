@@ -1,7 +1,6 @@
 package plugins_test
 
 import (
-	"fmt"
 	"os"
 	"testing"
 
@@ -21,16 +20,5 @@ var (
 func TestMain(m *testing.M) {
 	// A CSI test driver started by csitest.Start is this binary too.
 	csitest.MainIfDriver()
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	env, stop, err := e2e.Setup(nodeName)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer stop()
-	ctrd, cdiDir, cp = env.Ctrd, env.CDIDir, env.CP
-	return m.Run()
+	os.Exit(e2e.Main(m, nodeName, func(env e2e.Env) { ctrd, cdiDir, cp = env.Ctrd, env.CDIDir, env.CP }))
 }
