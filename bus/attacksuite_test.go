@@ -274,16 +274,34 @@ func suiteStates(t *testing.T, tap, status *bus.Conn, targets []target) map[stri
 	}
 }
 
+// copyCatchUp is how long a copy may take to catch up with what it
+// copies: nats-server retries a stalled stream source after a back-off of
+// up to 2 minutes (retryMaximum), after its 10 s health check, and on a
+// loaded machine a source does stall (an attack suite once waited 4
+// minutes for one, in 30 s windows).
+const copyCatchUp = 3 * time.Minute
+
 func readStates(t *testing.T, tap, status *bus.Conn, targets []target) map[string]state {
 	ctx := ctxT(t)
 	for _, tg := range targets {
-		for tg.kind == "copy" {
-			s, err := status.JS.Stream(ctx, tg.stream())
+		if tg.kind != "copy" {
+			continue
+		}
+		deadline := time.Now().Add(copyCatchUp)
+		for {
+			sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			s, err := status.JS.Stream(sctx, tg.stream())
+			cancel()
 			if err != nil {
 				t.Fatal(err)
 			}
-			if src := s.CachedInfo().Sources; len(src) == 1 && src[0].Lag == 0 {
+			src := s.CachedInfo().Sources
+			if len(src) == 1 && src[0].Lag == 0 {
 				break
+			}
+			if time.Now().After(deadline) {
+				j, _ := json.Marshal(src)
+				t.Fatalf("%s has not caught up with its source in %v: %s", tg.stream(), copyCatchUp, j)
 			}
 			time.Sleep(20 * time.Millisecond)
 		}

@@ -60,6 +60,13 @@ type imagePuller struct {
 
 	mu       sync.Mutex
 	inflight map[string]*pullCall
+	// ended is the last successful pull of each key, kept for a while:
+	// a pod that found the image absent just before a pull of it ended
+	// shares that pull as if it had been in flight when it looked. ends
+	// counts the pulls ended; a pull's number tells whether it ended
+	// after a pod looked.
+	ended map[string]endedPull
+	ends  uint64
 	// pulled records a successful pull: its size, and how long it took
 	// from asking, the wait for a pull slot included (nil: nothing).
 	pulled func(size uint64, took time.Duration)
@@ -74,6 +81,18 @@ type pullRecords interface {
 	RecordImagePullFailed(image string)
 	MustAttemptImagePull(image, imageRef string, getPodCredentials pullmanager.GetPodCredentials) (bool, error)
 }
+
+// endedPull is a successful pull that has ended: its number among the
+// puller's ends, and when.
+type endedPull struct {
+	call *pullCall
+	n    uint64
+	at   time.Time
+}
+
+// endedPullKept is how long an ended pull may be shared: enough for the
+// pods that looked while it ran to get to it.
+const endedPullKept = time.Minute
 
 type pullCall struct {
 	done    chan struct{}
@@ -96,6 +115,7 @@ func newImagePuller(is internalapi.ImageManagerService, clk Clock, maxParallel i
 		backoff:  newBackOff(clk, initialBackOff, maxBackOff),
 		sem:      make(chan struct{}, maxParallel),
 		inflight: map[string]*pullCall{},
+		ended:    map[string]endedPull{},
 	}
 }
 
@@ -193,6 +213,9 @@ func (p *imagePuller) ensure(ctx context.Context, pod *corev1.Pod, c *corev1.Con
 	}
 	policy := pullPolicy(c)
 	spec := &runtimeapi.ImageSpec{Image: image, UserSpecifiedImage: image}
+	// Taken before the image is looked at: a pull of it that ends after
+	// this is shared (pull).
+	looked := p.pullsEnded()
 	var present *runtimeapi.Image
 	if policy != corev1.PullAlways {
 		st, err := p.is.ImageStatus(ctx, spec, false)
@@ -243,7 +266,14 @@ func (p *imagePuller) ensure(ctx context.Context, pod *corev1.Pod, c *corev1.Con
 	if err != nil {
 		return "", nil, &waitError{Reason: reasonErrImagePull, Message: err.Error(), Retry: time.Second}
 	}
-	return p.pullImage(ctx, pod, spec, creds, sandbox, event)
+	return p.pullImage(ctx, pod, spec, creds, sandbox, looked, event)
+}
+
+// pullsEnded is how many pulls have ended so far.
+func (p *imagePuller) pullsEnded() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.ends
 }
 
 // pullImage is the kubelet's imageManager.pullImage: a pull intent
@@ -251,7 +281,7 @@ func (p *imagePuller) ensure(ctx context.Context, pod *corev1.Pod, c *corev1.Con
 // recorded after.
 func (p *imagePuller) pullImage(ctx context.Context, pod *corev1.Pod, spec *runtimeapi.ImageSpec,
 	creds []credentialprovider.TrackedAuthConfig, sandbox *runtimeapi.PodSandboxConfig,
-	event func(typ, reason, msg string)) (string, *runtimeapi.Image, *waitError) {
+	looked uint64, event func(typ, reason, msg string)) (string, *runtimeapi.Image, *waitError) {
 	image := spec.Image
 	if err := p.records.RecordPullIntent(image); err != nil {
 		return "", nil, &waitError{Reason: reasonErrImagePull, Retry: time.Second,
@@ -272,7 +302,7 @@ func (p *imagePuller) pullImage(ctx context.Context, pod *corev1.Pod, spec *runt
 		return "", nil, &waitError{Reason: reasonImagePullBackOff, Message: msg, Retry: left}
 	}
 	event(corev1.EventTypeNormal, "Pulling", fmt.Sprintf("Pulling image %q", image))
-	call = p.pull(ctx, spec, creds, sandbox)
+	call = p.pull(ctx, spec, creds, sandbox, looked)
 	if call.err != nil {
 		p.backoff.Failed(key)
 		msg := fmt.Sprintf("Failed to pull image %q: %v", image, call.err)
@@ -330,9 +360,14 @@ func trackedToImagePullCreds(c *credentialprovider.TrackedAuthConfig) *pullmanag
 }
 
 // pull pulls spec, joining a pull of the same image with the same
-// credentials already in flight, and trying each credential in turn (the
-// kubelet's kubeGenericRuntimeManager.PullImage); none: an anonymous pull.
-func (p *imagePuller) pull(ctx context.Context, spec *runtimeapi.ImageSpec, creds []credentialprovider.TrackedAuthConfig, sandbox *runtimeapi.PodSandboxConfig) *pullCall {
+// credentials already in flight, or one that succeeded after the caller
+// looked (pullsEnded gave looked), and trying each credential in turn
+// (the kubelet's kubeGenericRuntimeManager.PullImage); none: an anonymous
+// pull. The kubelet joins neither: containerd dedupes the transfer, but
+// each pull still asks the registry for the manifest. Sharing a pull
+// that ended after the caller looked is as if the caller had found it
+// in flight: the caller's pull could not have begun any earlier.
+func (p *imagePuller) pull(ctx context.Context, spec *runtimeapi.ImageSpec, creds []credentialprovider.TrackedAuthConfig, sandbox *runtimeapi.PodSandboxConfig, looked uint64) *pullCall {
 	// Pods that pull with other credentials must not share a pull that
 	// may fail (or succeed) for reasons of credentials.
 	key := spec.Image
@@ -355,13 +390,29 @@ func (p *imagePuller) pull(ctx context.Context, spec *runtimeapi.ImageSpec, cred
 			return &pullCall{err: ctx.Err()}
 		}
 	}
+	if e, ok := p.ended[key]; ok && e.n > looked {
+		p.mu.Unlock()
+		return e.call
+	}
 	call := &pullCall{done: make(chan struct{})}
 	p.inflight[key] = call
 	p.mu.Unlock()
 
 	defer func() {
+		now := p.clock.Now()
 		p.mu.Lock()
 		delete(p.inflight, key)
+		p.ends++
+		for k, e := range p.ended {
+			if now.Sub(e.at) > endedPullKept {
+				delete(p.ended, k)
+			}
+		}
+		if call.err == nil {
+			p.ended[key] = endedPull{call: call, n: p.ends, at: now}
+		} else {
+			delete(p.ended, key)
+		}
 		p.mu.Unlock()
 		close(call.done)
 	}()
