@@ -14,6 +14,7 @@
 #   scripts/soak.sh -short                       a quick check: 20 pods, 60 lifecycles
 #   scripts/soak.sh -agent nodelet -lifecycles 1000 -duration 30m
 #   scripts/soak.sh -h                           every flag
+#   kill -USR1 <pid of bin/soak>                 end the churn now: drain, then the figures so far
 #
 # Writes result.json and a plot per agent (and compare.png) to -out
 # (default /tmp/nodelet-soak). One cluster runs on the machine at a time:

@@ -43,6 +43,10 @@ type Options struct {
 	Lifecycles int
 	// Duration ends the churn after this long, if sooner. Default: 0 (none).
 	Duration time.Duration
+	// EndChurn, once closed, ends the churn as Lifecycles would: the node
+	// drains and the figures are made of the lifecycles so far (every
+	// later agent's churn ends as it begins). Default: nil (never).
+	EndChurn <-chan struct{}
 	// Warmup is the lifecycles left out of the growth figures. Default:
 	// a fifth of Lifecycles, at most 500.
 	Warmup int
@@ -230,11 +234,15 @@ func (r *run) soak(ctx context.Context, c *cluster.Cluster, n *cluster.Node) err
 	t0 = time.Now()
 	churnBase := r.pods.counts().Lifecycles
 	tick := time.NewTicker(500 * time.Millisecond)
+churn:
 	for r.pods.counts().Lifecycles-churnBase < o.Lifecycles && (o.Duration == 0 || time.Since(t0) < o.Duration) {
 		select {
 		case <-ctx.Done():
 			tick.Stop()
 			return ctx.Err()
+		case <-o.EndChurn:
+			r.o.Log("%s: churn ended early after %d lifecycles", r.res.Agent, r.pods.counts().Lifecycles-churnBase)
+			break churn
 		case <-tick.C:
 		}
 		ch.step(ctx)
