@@ -33,6 +33,18 @@ type emitter struct {
 	started bool
 }
 
+// popFront drops the queue's first event. Its slot is cleared, and an
+// empty queue lets its array go, so that a sent event's bytes are not
+// kept until the array is next reallocated (a burst's, up to
+// eventQueueSize events, for as long as the daemon is quiet).
+func (e *emitter) popFront() {
+	e.queue[0] = pendingEvent{}
+	e.queue = e.queue[1:]
+	if len(e.queue) == 0 {
+		e.queue = nil
+	}
+}
+
 // Emit queues ev for the events stream and returns at once. A background
 // sender publishes in order and retries while the bus is away; each event
 // carries a message ID, so a retry is never stored twice.
@@ -54,7 +66,7 @@ func (c *Conn) Emit(ev schemas.Event) {
 		go c.sendEvents()
 	}
 	if len(e.queue) >= eventQueueSize {
-		e.queue = e.queue[1:]
+		e.popFront()
 		e.dropped++
 	}
 	e.queue = append(e.queue, pendingEvent{
@@ -142,7 +154,7 @@ func (c *Conn) sendEvents() {
 		}
 		e.mu.Lock()
 		if len(e.queue) > 0 && e.queue[0].id == next.id {
-			e.queue = e.queue[1:]
+			e.popFront()
 		}
 		e.mu.Unlock()
 	}
