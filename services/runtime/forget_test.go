@@ -48,3 +48,52 @@ func TestProbeResultsOfAGonePodLeaveNoEntry(t *testing.T) {
 		t.Errorf("the pod's entry outlived its results: %v", s.probes)
 	}
 }
+
+// wakes records the pods whose workers were woken.
+type wakes []string
+
+func (w *wakes) Update(uid string) { *w = append(*w, uid) }
+
+// TestRecordsWithoutADesiredPodAreForgotten: a record that a verdict or
+// an eviction made, or kept, goes once they are deleted too. A verdict of a
+// pod never desired made a record no forget dropped (it was never Gone),
+// and an eviction's deletion did not wake the gone pod's worker, whose
+// record stayed: one of each per such pod, for good.
+func TestRecordsWithoutADesiredPodAreForgotten(t *testing.T) {
+	s := newStore()
+	var woken wakes
+	s.workers = &woken
+	for _, b := range watchedBuckets {
+		s.setSynced(b, true)
+	}
+	pod := newPod("evicted", busybox("app", ""))
+	uid := string(pod.UID)
+
+	s.onVerdict(bus.Update[schemas.AdmissionVerdict]{Kind: bus.Put, Key: "never-desired", Value: &schemas.AdmissionVerdict{Admitted: true}})
+	s.forget("never-desired")
+	if s.get("never-desired") == nil {
+		t.Fatal("a record with its verdict still on the bus was forgotten")
+	}
+	s.onVerdict(bus.Update[schemas.AdmissionVerdict]{Kind: bus.Deleted, Key: "never-desired"})
+	s.forget("never-desired")
+	if r := s.get("never-desired"); r != nil {
+		t.Errorf("the record of a pod never desired outlived its verdict: %+v", r)
+	}
+
+	s.onDesired(context.Background(), bus.Update[schemas.PodDesired]{Kind: bus.Put, Key: uid, Value: &schemas.PodDesired{Pod: pod}})
+	s.onEviction(bus.Update[schemas.PodEviction]{Kind: bus.Put, Key: uid, Value: &schemas.PodEviction{Reason: "Evicted"}})
+	s.onDesired(context.Background(), bus.Update[schemas.PodDesired]{Kind: bus.Deleted, Key: uid})
+	s.forget(uid)
+	if s.get(uid) == nil {
+		t.Fatal("a gone pod's record was forgotten with its eviction still on the bus")
+	}
+	woken = nil
+	s.onEviction(bus.Update[schemas.PodEviction]{Kind: bus.Deleted, Key: uid})
+	if len(woken) != 1 || woken[0] != uid {
+		t.Fatalf("the eviction's deletion woke %v, want the gone pod's worker", woken)
+	}
+	s.forget(uid) // what the woken worker's syncGone does
+	if r := s.get(uid); r != nil {
+		t.Errorf("the gone pod's record outlived its eviction: %+v", r)
+	}
+}

@@ -103,11 +103,14 @@ func (s *store) get(uid string) *podRecord {
 	return &c
 }
 
-// forget drops a pod that is gone from the bus and the runtime.
+// forget drops a pod that is gone from the bus and the runtime: one that
+// left the desired bucket, or was never in it (a record a verdict or an
+// eviction made), once no verdict or eviction of it is left either (their
+// deletion wakes its worker again).
 func (s *store) forget(uid string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if r := s.pods[uid]; r != nil && r.Gone && r.Verdict == nil && r.Eviction == nil {
+	if r := s.pods[uid]; r != nil && (r.Gone || r.Pod == nil) && r.Verdict == nil && r.Eviction == nil {
 		delete(s.pods, uid)
 	}
 }
@@ -294,6 +297,7 @@ func (s *store) onEviction(u bus.Update[schemas.PodEviction]) {
 			r.Eviction = nil
 		}
 		s.mu.Unlock()
+		s.wakeWorker(u.Key)
 	case bus.Synced:
 		s.setSynced(bus.BucketEvictions, true)
 	case bus.Reset:
