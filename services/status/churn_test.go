@@ -310,6 +310,9 @@ func churn(t *testing.T, h *harness, newCmd func() *exec.Cmd, extra func()) {
 			} else if r >= 6 && r != 8 {
 				c.State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed",
 					StartedAt: metav1.NewTime(began), FinishedAt: metav1.NewTime(began.Add(time.Second))}}
+				// The runtime has torn the pod down: only then is its
+				// phase terminal.
+				o.Terminated = true
 			}
 			// Round 8 reports a completed job running again: a stale
 			// report that must not take its status back.

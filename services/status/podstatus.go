@@ -254,17 +254,17 @@ func deadlineExceeded(in PodInputs, old *corev1.PodStatus) bool {
 }
 
 // couldHaveRunningContainers is the kubelet's PodCouldHaveRunningContainers
-// seen through the runtime's report.
+// seen through the runtime's report: true from the runtime's first report
+// until it reports the pod terminated (its containers and sandbox
+// stopped), as the kubelet's pod worker answers until syncTerminatingPod
+// is done. Not "a container is reported running": a pod whose containers
+// all exited is still being torn down, and admission (podutil.Inactive,
+// the kubelet's filterOutInactivePods) counts it until then; a terminal
+// phase in the API before that frees its place in the scheduler while the
+// node still counts it, and the pod the scheduler puts there is rejected
+// OutOfpods (17 % of the soak's lifecycles at 110 pods).
 func couldHaveRunningContainers(obs *schemas.PodObserved) bool {
-	if obs == nil || obs.Terminated {
-		return false
-	}
-	for _, c := range append(append([]schemas.ContainerObserved{}, obs.InitContainers...), obs.Containers...) {
-		if c.State.Running != nil {
-			return true
-		}
-	}
-	return false
+	return obs != nil && !obs.Terminated
 }
 
 func isTerminal(p corev1.PodPhase) bool { return p == corev1.PodSucceeded || p == corev1.PodFailed }

@@ -53,6 +53,15 @@ func waiting(name, reason string) schemas.ContainerObserved {
 		State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: reason + " message"}}}
 }
 
+// torndown is o once the runtime has stopped the pod: its sandbox too.
+func torndown(o *schemas.PodObserved) *schemas.PodObserved {
+	o.Terminated = true
+	if o.Sandbox != nil {
+		o.Sandbox.Ready = false
+	}
+	return o
+}
+
 func readySandbox() *schemas.SandboxObserved {
 	return &schemas.SandboxObserved{ID: "sb1", Ready: true, IPs: []string{"10.88.0.5"}, CreatedAt: t0}
 }
@@ -225,7 +234,7 @@ func TestComputePodStatus(t *testing.T) {
 		},
 	}, {
 		name: "restartPolicy Never, exit 0: Succeeded",
-		in:   PodInputs{Pod: testPod(corev1.RestartPolicyNever, "app"), Verdict: admitted(), Observed: obs(readySandbox(), exited("app", 0))},
+		in:   PodInputs{Pod: testPod(corev1.RestartPolicyNever, "app"), Verdict: admitted(), Observed: torndown(obs(readySandbox(), exited("app", 0)))},
 		check: func(t *testing.T, s corev1.PodStatus) {
 			expect(t, s.Phase, corev1.PodSucceeded, "phase")
 			expect(t, cond(s, corev1.PodReady).Reason, ReasonPodCompleted, "Ready reason")
@@ -233,7 +242,7 @@ func TestComputePodStatus(t *testing.T) {
 		},
 	}, {
 		name: "restartPolicy Never, exit 1: Failed",
-		in:   PodInputs{Pod: testPod(corev1.RestartPolicyNever, "app"), Verdict: admitted(), Observed: obs(readySandbox(), exited("app", 1))},
+		in:   PodInputs{Pod: testPod(corev1.RestartPolicyNever, "app"), Verdict: admitted(), Observed: torndown(obs(readySandbox(), exited("app", 1)))},
 		check: func(t *testing.T, s corev1.PodStatus) {
 			expect(t, s.Phase, corev1.PodFailed, "phase")
 			expect(t, cond(s, corev1.PodReady).Reason, ReasonPodFailed, "Ready reason")
@@ -244,8 +253,26 @@ func TestComputePodStatus(t *testing.T) {
 		check: func(t *testing.T, s corev1.PodStatus) { expect(t, s.Phase, corev1.PodRunning, "phase") },
 	}, {
 		name:  "restartPolicy OnFailure, exit 0: Succeeded",
-		in:    PodInputs{Pod: testPod(corev1.RestartPolicyOnFailure, "app"), Verdict: admitted(), Observed: obs(readySandbox(), exited("app", 0))},
+		in:    PodInputs{Pod: testPod(corev1.RestartPolicyOnFailure, "app"), Verdict: admitted(), Observed: torndown(obs(readySandbox(), exited("app", 0)))},
 		check: func(t *testing.T, s corev1.PodStatus) { expect(t, s.Phase, corev1.PodSucceeded, "phase") },
+	}, {
+		// The kubelet's mergePodStatus: no terminal phase while the pod
+		// could have running containers (its worker has not finished
+		// terminating it), though getPhase says Succeeded.
+		name: "restartPolicy Never, exit 0, the runtime still tearing the pod down: the phase it had",
+		in: PodInputs{Pod: testPod(corev1.RestartPolicyNever, "app"), Verdict: admitted(),
+			Observed: func() *schemas.PodObserved {
+				o := obs(readySandbox(), exited("app", 0))
+				o.Terminating = true
+				return o
+			}(),
+			Old: &corev1.PodStatus{Phase: corev1.PodRunning}},
+		check: func(t *testing.T, s corev1.PodStatus) { expect(t, s.Phase, corev1.PodRunning, "phase") },
+	}, {
+		name: "restartPolicy Never, exit 1, not yet seen by the runtime's sync: the phase it had",
+		in: PodInputs{Pod: testPod(corev1.RestartPolicyNever, "app"), Verdict: admitted(), Observed: obs(readySandbox(), exited("app", 1)),
+			Old: &corev1.PodStatus{Phase: corev1.PodRunning}},
+		check: func(t *testing.T, s corev1.PodStatus) { expect(t, s.Phase, corev1.PodRunning, "phase") },
 	}, {
 		name: "restartPolicy Always, CrashLoopBackOff: Running with the runtime's waiting reason",
 		in: PodInputs{Pod: testPod(corev1.RestartPolicyAlways, "app"), Verdict: admitted(), Observed: obs(readySandbox(), func() schemas.ContainerObserved {
@@ -279,8 +306,8 @@ func TestComputePodStatus(t *testing.T) {
 			p := withInit.DeepCopy()
 			p.Spec.RestartPolicy = corev1.RestartPolicyNever
 			return p
-		}(), Verdict: admitted(), Observed: &schemas.PodObserved{Sandbox: readySandbox(),
-			InitContainers: []schemas.ContainerObserved{exited("init", 2)}, Containers: []schemas.ContainerObserved{waiting("app", ReasonPodInitializing)}}},
+		}(), Verdict: admitted(), Observed: torndown(&schemas.PodObserved{Sandbox: readySandbox(),
+			InitContainers: []schemas.ContainerObserved{exited("init", 2)}, Containers: []schemas.ContainerObserved{waiting("app", ReasonPodInitializing)}})},
 		check: func(t *testing.T, s corev1.PodStatus) {
 			expect(t, s.Phase, corev1.PodFailed, "phase")
 			expect(t, s.InitContainerStatuses[0].Ready, false, "init ready")
@@ -317,8 +344,8 @@ func TestComputePodStatus(t *testing.T) {
 		},
 	}, {
 		name: "sidecar still running after the app completed (Never): Succeeded",
-		in: PodInputs{Pod: withSidecar, Verdict: admitted(), Observed: &schemas.PodObserved{Sandbox: readySandbox(),
-			InitContainers: []schemas.ContainerObserved{exited("side", 137)}, Containers: []schemas.ContainerObserved{exited("app", 0)}}},
+		in: PodInputs{Pod: withSidecar, Verdict: admitted(), Observed: torndown(&schemas.PodObserved{Sandbox: readySandbox(),
+			InitContainers: []schemas.ContainerObserved{exited("side", 137)}, Containers: []schemas.ContainerObserved{exited("app", 0)}})},
 		check: func(t *testing.T, s corev1.PodStatus) { expect(t, s.Phase, corev1.PodSucceeded, "phase") },
 	}, {
 		name: "runtime finished a deleted pod: Failed, TerminatePod rules",

@@ -115,6 +115,7 @@ func TestBusRestartNeverGoesBackwards(t *testing.T) {
 	// The job completes.
 	done := runningObserved(job, "10.88.0.9", 2)
 	done.Containers[0].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed"}}
+	done.Terminated = true
 	h.observe(job, done)
 	h.waitRecord(job.UID, "job Succeeded", func(r *schemas.PodStatusRecord) bool { return r.Status.Phase == corev1.PodSucceeded })
 	_, webRev := h.record(web.UID)
