@@ -83,14 +83,9 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// SIGUSR1 ends the churn early, keeping the run's figures.
-	usr1 := make(chan os.Signal, 1)
-	signal.Notify(usr1, syscall.SIGUSR1)
-	endChurn := make(chan struct{})
-	go func() {
-		<-usr1
-		close(endChurn)
-	}()
-	o.EndChurn = endChurn
+	churn, endChurn := signal.NotifyContext(context.Background(), syscall.SIGUSR1)
+	defer endChurn()
+	o.EndChurn = churn.Done()
 	o.Command = strings.Join(os.Args, " ")
 	rep, err := soak.Run(ctx, o)
 	rep.Print(os.Stdout)
