@@ -209,29 +209,41 @@ func NodeReadyFresh(ctx context.Context, t *testing.T, admin kubernetes.Interfac
 // PEMCert reads the certificate of a PEM pair file and its mode.
 func PEMCert(t *testing.T, path string) (*x509.Certificate, os.FileMode) {
 	t.Helper()
-	real, err := filepath.EvalSymlinks(path)
+	c, mode, err := ReadPEMCert(path)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return c, mode
+}
+
+// ReadPEMCert is PEMCert for a poll: a rotation replaces the
+// "-current.pem" symlink by removing it and making a new one (client-go
+// certificate FileStore updateSymlink, as the kubelet does), so a reader
+// can find it missing for an instant.
+func ReadPEMCert(path string) (*x509.Certificate, os.FileMode, error) {
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return nil, 0, err
 	}
 	st, err := os.Stat(real)
 	if err != nil {
-		t.Fatal(err)
+		return nil, 0, err
 	}
 	b, err := os.ReadFile(real)
 	if err != nil {
-		t.Fatal(err)
+		return nil, 0, err
 	}
 	for {
 		var blk *pem.Block
 		if blk, b = pem.Decode(b); blk == nil {
-			t.Fatalf("%s holds no certificate", path)
+			return nil, 0, fmt.Errorf("%s holds no certificate", path)
 		}
 		if blk.Type == "CERTIFICATE" {
 			c, err := x509.ParseCertificate(blk.Bytes)
 			if err != nil {
-				t.Fatal(err)
+				return nil, 0, fmt.Errorf("%s: %w", path, err)
 			}
-			return c, st.Mode().Perm()
+			return c, st.Mode().Perm(), nil
 		}
 	}
 }
