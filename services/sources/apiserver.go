@@ -90,14 +90,9 @@ func (s *apiSource) run(ctx context.Context, out chan<- snapshot) {
 		return
 	}
 	s.log.Info("API server pods synced")
+	var copies podCopies
 	for {
-		objs := inf.GetStore().List()
-		pods := make([]*corev1.Pod, 0, len(objs))
-		for _, o := range objs {
-			if p, ok := o.(*corev1.Pod); ok {
-				pods = append(pods, p.DeepCopy())
-			}
-		}
+		pods := copies.take(inf.GetStore().List())
 		select {
 		case out <- snapshot{source: schemas.SourceAPI, pods: pods}:
 		case <-ctx.Done():
@@ -109,4 +104,39 @@ func (s *apiSource) run(ctx context.Context, out chan<- snapshot) {
 		case <-kick:
 		}
 	}
+}
+
+// podCopies hands over the informer's pods as copies the merge may keep and
+// change (the informer's objects are shared and must not be), copying only
+// what changed since the last list. The informer replaces a pod's object on
+// every change, so an object listed before is unchanged and the copy made
+// of it then is handed over again: at 110 pods every status update of one
+// pod copied all 110 (issue 37's soak, sources' heap).
+//
+// An unchanged copy handed over again is the very object the merge holds
+// for the pod (an ADD keeps what it was given) or one it compared and took
+// the changes of; either way the merge finds nothing new in it.
+type podCopies struct {
+	last map[*corev1.Pod]*corev1.Pod // informer's object → its copy
+}
+
+// take returns the pods among objs, copied where they changed, and forgets
+// the copies of objects no longer listed.
+func (c *podCopies) take(objs []any) []*corev1.Pod {
+	pods := make([]*corev1.Pod, 0, len(objs))
+	next := make(map[*corev1.Pod]*corev1.Pod, len(objs))
+	for _, o := range objs {
+		p, ok := o.(*corev1.Pod)
+		if !ok {
+			continue
+		}
+		cp, ok := c.last[p]
+		if !ok {
+			cp = p.DeepCopy()
+		}
+		next[p] = cp
+		pods = append(pods, cp)
+	}
+	c.last = next
+	return pods
 }
