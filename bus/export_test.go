@@ -118,6 +118,12 @@ func KeyMessages(ctx context.Context, s *Server, bucket, key string) (uint64, er
 	return info.State.Subjects[subj], nil
 }
 
+// BucketFill is what bucket's stream holds and its MaxBytes, as the sweep
+// reads them.
+func BucketFill(ctx context.Context, s *Server, bucket string) (uint64, int64, error) {
+	return bucketFill(ctx, s.sweeper.store[storeAccountOf(streamOf(bucket))], bucket)
+}
+
 // ProxyWorkers is how many goroutines serve the consumer proxy's queues
 // now, all components together.
 func ProxyWorkers(s *Server) int {

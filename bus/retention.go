@@ -27,6 +27,13 @@ const (
 	MinDeletedKeyRetention = 10 * time.Minute
 	// maxSweepInterval bounds how long a delete outlives its retention.
 	maxSweepInterval = 10 * time.Minute
+	// fullShare is the share of a bucket's MaxBytes past which a sweep
+	// drops the history of keys deleted MinDeletedKeyRetention ago, not
+	// only of those past the retention: history is for people, and a full
+	// bucket refuses the writes the node needs. The hour's history of
+	// pods_desired is about 18 KiB per gone pod (issue 37's soak), so a
+	// node past about 110 lifecycles a minute would otherwise fill 128Mi.
+	fullShare = 0.5
 )
 
 // sweepInterval is how often the bus looks for expired deletes: a quarter
@@ -41,6 +48,7 @@ type sweeper struct {
 	clock     clock.WithTicker
 	retention time.Duration
 	store     map[string]jetstream.JetStream // by store account
+	log       *slog.Logger
 
 	// swept, when set (tests), hears each sweep's result.
 	swept atomic.Pointer[func(dropped int, err error)]
@@ -48,7 +56,8 @@ type sweeper struct {
 
 // run sweeps at every tick of t until ctx ends. The first sweep waits a
 // tick too: mirrors resuming after a bus restart catch up first.
-func (sw *sweeper) run(ctx context.Context, t clock.Ticker, log *slog.Logger) {
+func (sw *sweeper) run(ctx context.Context, t clock.Ticker) {
+	log := sw.log
 	defer t.Stop()
 	for {
 		select {
@@ -70,11 +79,13 @@ func (sw *sweeper) run(ctx context.Context, t clock.Ticker, log *slog.Logger) {
 }
 
 // sweep drops the history of every key whose delete (or purge) marker is
-// older than the retention, and returns how many keys it dropped. Only
-// the messages up to and including the marker go: a key written again
-// after the sweep read it keeps its new value.
+// older than the retention, and returns how many keys it dropped; in a
+// bucket more than fullShare full, of every key deleted longer ago than
+// MinDeletedKeyRetention. Only the messages up to and including the marker
+// go: a key written again after the sweep read it keeps its new value.
 func (sw *sweeper) sweep(ctx context.Context) (int, error) {
-	before := sw.clock.Now().Add(-sw.retention)
+	now := sw.clock.Now()
+	before, beforeFull := now.Add(-sw.retention), now.Add(-MinDeletedKeyRetention)
 	dropped := 0
 	var errs []error
 	for _, b := range Buckets {
@@ -82,13 +93,35 @@ func (sw *sweeper) sweep(ctx context.Context) (int, error) {
 		if js == nil {
 			continue
 		}
-		n, err := sweepBucket(ctx, js, b.Name, before)
+		cut := before
+		if bytes, limit, err := bucketFill(ctx, js, b.Name); err != nil {
+			errs = append(errs, fmt.Errorf("bucket %s: %w", b.Name, err))
+			continue
+		} else if limit > 0 && float64(bytes) > fullShare*float64(limit) && beforeFull.After(before) {
+			cut = beforeFull
+			sw.log.Warn("Bucket more than half full: dropping the history of keys deleted before the minimum retention, not the configured one",
+				"bucket", b.Name, "bytes", bytes, "maxBytes", limit, "retention", MinDeletedKeyRetention, "configured", sw.retention)
+		}
+		n, err := sweepBucket(ctx, js, b.Name, cut)
 		dropped += n
 		if err != nil {
 			errs = append(errs, fmt.Errorf("bucket %s: %w", b.Name, err))
 		}
 	}
 	return dropped, errors.Join(errs...)
+}
+
+// bucketFill is what bucket's stream holds and its MaxBytes.
+func bucketFill(ctx context.Context, js jetstream.JetStream, bucket string) (bytes uint64, limit int64, err error) {
+	stream, err := js.Stream(ctx, streamOf(bucket))
+	if err != nil {
+		return 0, 0, err
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	return info.State.Bytes, info.Config.MaxBytes, nil
 }
 
 func sweepBucket(ctx context.Context, js jetstream.JetStream, bucket string, before time.Time) (int, error) {

@@ -401,14 +401,13 @@ func (s *Server) startSweeper(clk clock.WithTicker) error {
 	if err != nil {
 		return err
 	}
-	sw := &sweeper{clock: clk, retention: s.limits.DeletedKeyRetention, store: store}
+	sw := &sweeper{clock: clk, retention: s.limits.DeletedKeyRetention, store: store, log: s.log.With("bus", "retention")}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.sweeper, s.stopSweep, s.sweepEnded = sw, cancel, make(chan struct{})
-	log := s.log.With("bus", "retention")
 	t := clk.NewTicker(sweepInterval(sw.retention))
 	go func() {
 		defer close(s.sweepEnded)
-		sw.run(ctx, t, log)
+		sw.run(ctx, t)
 	}()
 	return nil
 }
