@@ -53,6 +53,15 @@ type entry struct {
 	source    string
 	firstSeen time.Time
 	seq       uint64 // arrival order among pods first seen at the same time
+	// compared is the object of the source's last list that pod was
+	// compared with (or made from): the API source hands over the same
+	// object while the pod is unchanged (podCopies), and comparing it again
+	// would find nothing, at the price of a DeepEqual of every pod on every
+	// list.
+	compared *corev1.Pod
+	// gen changes whenever pod does, so that the merger writes only
+	// entries it has not written.
+	gen uint64
 }
 
 // store is the kubelet's podStorage: per source, the pods it last listed,
@@ -65,6 +74,7 @@ type store struct {
 	sources map[string]map[types.UID]*entry
 	seen    map[string]bool // sources that delivered a full list
 	seq     uint64
+	gen     uint64
 }
 
 func newStore(clk clock.PassiveClock, log *slog.Logger) *store {
@@ -80,7 +90,8 @@ func (s *store) restore(source string, pod *corev1.Pod, firstSeen time.Time) {
 		m = map[types.UID]*entry{}
 		s.sources[source] = m
 	}
-	m[pod.UID] = &entry{pod: pod, source: source, firstSeen: firstSeen}
+	s.gen++
+	m[pod.UID] = &entry{pod: pod, source: source, firstSeen: firstSeen, gen: s.gen}
 }
 
 // set replaces source's pods with pods and returns the changes, each
@@ -104,14 +115,21 @@ func (s *store) set(source string, pods []*corev1.Pod) []Change {
 		}
 		if e, ok := old[ref.UID]; ok {
 			next[ref.UID] = e
+			if ref == e.compared {
+				continue
+			}
+			e.compared = ref
 			if op, changed := checkAndUpdatePod(e.pod, ref); changed {
+				s.gen++
+				e.gen = s.gen
 				changes = append(changes, Change{Op: op, Source: source, Pod: e.pod})
 			}
 			continue
 		}
 		s.seq++
+		s.gen++
 		ref.Annotations[podutil.AnnotationConfigSeen] = now.Format(time.RFC3339Nano)
-		next[ref.UID] = &entry{pod: ref, source: source, firstSeen: now, seq: s.seq}
+		next[ref.UID] = &entry{pod: ref, source: source, firstSeen: now, seq: s.seq, compared: ref, gen: s.gen}
 		changes = append(changes, Change{Op: OpAdd, Source: source, Pod: ref})
 	}
 	var removed []*corev1.Pod

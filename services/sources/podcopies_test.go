@@ -3,9 +3,13 @@ package sources
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/nodelet/nodelet/schemas"
 )
 
 func listed(pods ...*corev1.Pod) []any {
@@ -86,4 +90,57 @@ func BenchmarkPodCopies(b *testing.B) {
 			c.take(update(i))
 		}
 	})
+}
+
+// The store compares a pod with the source's object only when the object
+// is new: the same object again is no change and keeps the entry's gen; a
+// new object with a change is one, and moves the gen the flush writes by.
+func TestStoreComparesOnlyNewObjects(t *testing.T) {
+	s := newStore(clocktesting.NewFakeClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)), discardLogger())
+	api := schemas.SourceAPI
+	a, b := apiPod("u1", "a"), apiPod("u2", "b")
+	gens := func() (uint64, uint64) {
+		m := s.sources[api]
+		return m["u1"].gen, m["u2"].gen
+	}
+	if got := ops(s.set(api, []*corev1.Pod{a, b})); got != "ADD:a,ADD:b" {
+		t.Fatalf("first list: %q", got)
+	}
+	ga, gb := gens()
+	if got := ops(s.set(api, []*corev1.Pod{a, b})); got != "" {
+		t.Fatalf("the same objects again: %q, want no change", got)
+	}
+	if a2, b2 := gens(); a2 != ga || b2 != gb {
+		t.Fatalf("gens moved without a change: %d,%d → %d,%d", ga, gb, a2, b2)
+	}
+	b2 := b.DeepCopy()
+	b2.Status.Phase = corev1.PodRunning
+	if got := ops(s.set(api, []*corev1.Pod{a, b2})); got != "RECONCILE:b" {
+		t.Fatalf("b's new object: %q, want RECONCILE:b", got)
+	}
+	if a3, b3 := gens(); a3 != ga || b3 == gb {
+		t.Fatalf("gens after b changed: a %d→%d, b %d→%d", ga, a3, gb, b3)
+	}
+	// An equal new object (a relist) is compared and is no change.
+	if got := ops(s.set(api, []*corev1.Pod{a.DeepCopy(), b2})); got != "" {
+		t.Fatalf("an equal new object of a: %q, want no change", got)
+	}
+}
+
+// BenchmarkStoreSet is a list of 110 pods of which one changed, handed
+// over as podCopies does: the same objects but one.
+func BenchmarkStoreSet(b *testing.B) {
+	s := newStore(clocktesting.NewFakeClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)), discardLogger())
+	pods := make([]*corev1.Pod, 110)
+	for i := range pods {
+		pods[i] = apiPod(fmt.Sprintf("u%d", i), fmt.Sprintf("p%d", i))
+	}
+	s.set(schemas.SourceAPI, pods)
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		p := pods[i%len(pods)].DeepCopy()
+		p.Status.Message = fmt.Sprint(i)
+		pods[i%len(pods)] = p
+		s.set(schemas.SourceAPI, pods)
+	}
 }

@@ -161,6 +161,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 			m.store.set(s.source, s.pods)
 			dirty = true
 		case <-m.reset:
+			clear(m.written)
 			dirty = true
 		case <-retry:
 			retry = nil
@@ -179,9 +180,14 @@ type merger struct {
 	ready      *bus.Writer
 	reset      chan struct{}
 
-	rejected      map[string]bool // source/UID of duplicates already reported
-	refused       map[string]bool // UIDs the bus refused to store, reported
-	readyRestored bool            // the bucket says these sources were all ready
+	rejected map[string]bool // source/UID of duplicates already reported
+	refused  map[string]bool // UIDs the bus refused to store, reported
+	// written is the gen of each entry the bucket holds as the merge has
+	// it, so a flush marshals and puts only what changed since (the
+	// writer would skip the rest, but only after marshalling every pod
+	// of every flush). Cleared when the bucket was recreated.
+	written       map[types.UID]uint64
+	readyRestored bool // the bucket says these sources were all ready
 	allReady      bool
 }
 
@@ -194,6 +200,7 @@ func newMerger(o Options, configured []string) *merger {
 		store:      newStore(o.Clock, o.Log),
 		reset:      make(chan struct{}, 1),
 		rejected:   map[string]bool{},
+		written:    map[types.UID]uint64{},
 	}
 	// The bus's store was wiped under us: the writers forget what they
 	// wrote, and the next flush puts everything again.
@@ -313,9 +320,16 @@ func (m *merger) flush(ctx context.Context) error {
 		}
 		m.log.Info("Deleted desired pod", "podUID", k)
 	}
+	for uid := range m.written {
+		if _, ok := out[uid]; !ok {
+			delete(m.written, uid) // a pod that comes back is a new entry
+		}
+	}
 	uids := make([]string, 0, len(out))
-	for uid := range out {
-		uids = append(uids, string(uid))
+	for uid, e := range out {
+		if gen, ok := m.written[uid]; !ok || gen != e.gen {
+			uids = append(uids, string(uid))
+		}
 	}
 	sort.Strings(uids)
 	refused := map[string]bool{}
@@ -340,6 +354,7 @@ func (m *merger) flush(ctx context.Context) error {
 			failed = append(failed, err)
 			continue
 		}
+		m.written[types.UID(uid)] = e.gen
 		if wrote {
 			m.log.Debug("Wrote desired pod", "pod", podKey(e.pod), "podUID", uid, "source", e.source, "revision", rev)
 		}
