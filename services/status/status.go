@@ -105,6 +105,9 @@ func New(o Options) (*Daemon, error) {
 		s.hostname = s.nodeName
 	}
 	s.metrics = newMetrics(s.registry, s.st)
+	if o.Bus != nil {
+		s.registry.MustRegister(newEventCopyCollector(o.Bus.JS))
+	}
 	s.kubelet = newKubeletMetrics(s.registry, s.nodeName)
 	s.statusW = bus.NewWriter(o.Bus, bus.BucketStatus, func() error {
 		s.st.mu.Lock()
