@@ -11,14 +11,12 @@ import (
 	"github.com/nodelet/nodelet/bus/bustest"
 )
 
-// A deleted key's history stays for the retention, then goes whole (its
-// delete marker too); live keys and a key written again after its delete
-// keep everything.
-func TestDeletedKeysHistoryIsDroppedAfterTheRetention(t *testing.T) {
-	ctx := ctxT(t)
-	clk := testingclock.NewFakeClock(time.Now())
+// sweptBus starts a bus whose sweeps tick on clk and are told on the
+// channel (keys dropped), and connects as nodelet-sources.
+func sweptBus(t *testing.T, clk *testingclock.FakeClock, l bus.Limits) (*bus.Server, chan int, *bus.Conn) {
+	t.Helper()
 	dir := t.TempDir()
-	s, err := bus.StartServer(ctx, bus.ServerOptions{StateDir: dir, Listen: "127.0.0.1:0", Log: bustest.Logger(), Clock: clk})
+	s, err := bus.StartServer(ctxT(t), bus.ServerOptions{StateDir: dir, Listen: "127.0.0.1:0", Log: bustest.Logger(), Clock: clk, Limits: l})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,6 +33,16 @@ func TestDeletedKeysHistoryIsDroppedAfterTheRetention(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(src.Close)
+	return s, swept, src
+}
+
+// A deleted key's history stays for the retention, then goes whole (its
+// delete marker too); live keys and a key written again after its delete
+// keep everything.
+func TestDeletedKeysHistoryIsDroppedAfterTheRetention(t *testing.T) {
+	ctx := ctxT(t)
+	clk := testingclock.NewFakeClock(time.Now())
+	s, swept, src := sweptBus(t, clk, bus.Limits{})
 
 	put(t, src, "gone")
 	if _, err := src.Put(ctx, bus.BucketDesired, "gone", desired("gone-2", "gone")); err != nil {
@@ -117,25 +125,7 @@ func TestFullBucketDropsHistoryPastTheMinimumRetention(t *testing.T) {
 			// the clock is set there at once, to the cut plus the minimum.
 			interval := bus.DefaultDeletedKeyRetention / 4
 			clk := testingclock.NewFakeClock(time.Now().Add(bus.MinDeletedKeyRetention - interval))
-			dir := t.TempDir()
-			s, err := bus.StartServer(ctx, bus.ServerOptions{StateDir: dir, Listen: "127.0.0.1:0", Log: bustest.Logger(), Clock: clk,
-				Limits: bus.Limits{BucketMaxBytes: limit, MaxValueSize: 8 << 10}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(s.Shutdown)
-			swept := make(chan int, 10)
-			bus.OnSweep(s, func(n int, err error) {
-				if err != nil {
-					t.Errorf("sweep: %v", err)
-				}
-				swept <- n
-			})
-			src, err := bus.Connect(bus.ConnectOptions{URL: s.ClientURL(), Component: bus.Sources, StateDir: dir, Log: bustest.Logger()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(src.Close)
+			s, swept, src := sweptBus(t, clk, bus.Limits{BucketMaxBytes: limit, MaxValueSize: 8 << 10})
 			churn := func(k string) {
 				put(t, src, k)
 				if err := src.Delete(ctx, bus.BucketDesired, k); err != nil {
