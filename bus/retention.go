@@ -113,14 +113,11 @@ func (sw *sweeper) sweep(ctx context.Context) (int, error) {
 
 // bucketFill is what bucket's stream holds and its MaxBytes.
 func bucketFill(ctx context.Context, js jetstream.JetStream, bucket string) (bytes uint64, limit int64, err error) {
-	stream, err := js.Stream(ctx, streamOf(bucket))
+	stream, err := js.Stream(ctx, streamOf(bucket)) // asks for the stream's info
 	if err != nil {
 		return 0, 0, err
 	}
-	info, err := stream.Info(ctx)
-	if err != nil {
-		return 0, 0, err
-	}
+	info := stream.CachedInfo()
 	return info.State.Bytes, info.Config.MaxBytes, nil
 }
 

@@ -20,13 +20,7 @@ import (
 type hostMounts struct{ mount.Interface }
 
 // isMounted: something is mounted at path; a missing path is not.
-func (h hostMounts) isMounted(path string) (bool, error) {
-	mounted, err := h.IsMountPoint(path)
-	if os.IsNotExist(err) {
-		return false, nil
-	}
-	return mounted, err
-}
+func (h hostMounts) isMounted(path string) (bool, error) { return isMountPoint(path) }
 
 // mountPoint is one line of /proc/self/mountinfo.
 type mountPoint = hostinfo.Mount
