@@ -23,7 +23,7 @@ func main() {
 	var (
 		o                  soak.Options
 		agents, k8sBin     string
-		nodeletBin         string
+		nodeletBin, report string
 		short              bool
 		boundMiB           float64
 		boundGor, boundFDs float64
@@ -44,11 +44,26 @@ func main() {
 	flag.StringVar(&nodeletBin, "nodelet-bin", "", "directory of the nodelet binaries (default: next to this one)")
 	flag.StringVar(&o.Work, "work", "/var/lib/nodelet-soak", "the cluster's scratch directory (removed at the end)")
 	flag.DurationVar(&o.LockWait, "wait", 2*time.Hour, "how long to wait for another cluster on this machine to go")
+	flag.StringVar(&report, "report", "", "run no soak: print the figures of past runs' result.json files (comma-separated, e.g. nodelet's and the kubelet's from two sessions) by this build's measure, -warmup overriding theirs, and write the merged result and plots to -out")
 	flag.Parse()
 	if short {
 		o.Pods, o.Lifecycles, o.Every, o.Quiet, o.Settle = 20, 60, 5*time.Second, 10*time.Second, time.Minute
 	}
 	o.Bounds = soak.Bounds{Memory: boundMiB * (1 << 20), Goroutines: boundGor, FDs: boundFDs}
+	if report != "" {
+		rep, err := soak.ReadReports(strings.Split(report, ","), o.Bounds, o.Warmup)
+		if err != nil {
+			fail(err)
+		}
+		rep.Print(os.Stdout)
+		if o.Out != "" {
+			if err := rep.Write(o.Out); err != nil {
+				fail(err)
+			}
+			fmt.Printf("\nresult: %s; plots: %s\n", filepath.Join(o.Out, "result.json"), filepath.Join(o.Out, "*.png"))
+		}
+		return
+	}
 	if agents == "both" {
 		agents = "nodelet,kubelet"
 	}

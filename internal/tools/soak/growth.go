@@ -19,9 +19,20 @@ const (
 // warm-up: the least-squares slope of value against lifecycles, per 1,000
 // (a regression over every sample rather than last minus first, so that
 // one sample caught before a GC does not decide it), and where it stood.
+//
+// The bound is held against the slope over the window's last half (Late),
+// not over the whole window: a store or cache that fills to its limit (the
+// bus keeps an hour of deleted keys' history, so its store fills for the
+// first hour of churn at any rate) grows over the whole window and not at
+// its end, while a leak grows at the same rate in both.
 type Growth struct {
 	Series  string  `json:"series"`
 	Per1000 float64 `json:"per1000"`
+	// Late is the slope over the samples in the second half of the
+	// window's lifecycles, per 1,000, from LateSamples samples; it is
+	// Per1000 when that half has fewer than three.
+	Late        float64 `json:"late"`
+	LateSamples int     `json:"lateSamples"`
 	// First and Last are the means of the window's first and last three
 	// samples; Min and Max its extremes.
 	First   float64 `json:"first"`
@@ -30,7 +41,7 @@ type Growth struct {
 	Max     float64 `json:"max"`
 	Samples int     `json:"samples"`
 	// Bound is the stated bound per 1,000 lifecycles (0: none), Over that
-	// Per1000 exceeds it.
+	// Late exceeds it.
 	Bound float64 `json:"bound,omitempty"`
 	Over  bool    `json:"over,omitempty"`
 }
@@ -140,6 +151,10 @@ func ComputeGrowth(samples []Sample, warmup int, bounds Bounds) []Growth {
 			continue
 		}
 		g.Series = k
+		g.Late, g.LateSamples = g.Per1000, g.Samples
+		if late, ok := fit(lateHalf(pts)); ok {
+			g.Late, g.LateSamples = late.Per1000, late.Samples
+		}
 		if name, fig, ok := procSeries(k); ok && agent[name] {
 			switch fig {
 			case "pss", "rss":
@@ -149,7 +164,7 @@ func ComputeGrowth(samples []Sample, warmup int, bounds Bounds) []Growth {
 			case "fds":
 				g.Bound = bounds.FDs
 			}
-			g.Over = g.Bound > 0 && g.Per1000 > g.Bound
+			g.Over = g.Bound > 0 && g.Late > g.Bound
 		}
 		out = append(out, g)
 	}
@@ -158,6 +173,14 @@ func ComputeGrowth(samples []Sample, warmup int, bounds Bounds) []Growth {
 }
 
 type point struct{ x, y float64 }
+
+// lateHalf is the points at or past the middle of pts' lifecycles (pts
+// are in lifecycle order).
+func lateHalf(pts []point) []point {
+	mid := (pts[0].x + pts[len(pts)-1].x) / 2
+	i := sort.Search(len(pts), func(i int) bool { return pts[i].x >= mid })
+	return pts[i:]
+}
 
 // fit is the least-squares line through pts, as a Growth without its name.
 func fit(pts []point) (Growth, bool) {

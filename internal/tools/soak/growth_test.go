@@ -97,6 +97,40 @@ func TestGrowthFlatAndNoisy(t *testing.T) {
 	}
 }
 
+func TestGrowthHeldToTheLastHalf(t *testing.T) {
+	// 60 samples, lifecycles 0 to 5,900.
+	for _, c := range []struct {
+		name        string
+		pss         func(l float64) float64
+		whole, late float64 // MiB per 1,000, ±0.5
+		over        bool
+	}{
+		// A store that fills at 20 MiB per 1,000 lifecycles and levels off
+		// at 2,400 (the bus's hour of history): over the bound over the
+		// window, not at its end.
+		{"fills then levels", func(l float64) float64 {
+			return 70<<20 + min(l, 2400)*(20<<20)/1000
+		}, 7.6, 0, false},
+		// A leak grows in both halves alike.
+		{"steady leak", func(l float64) float64 { return 70<<20 + l*(3<<20)/1000 }, 3, 3, true},
+		// A leak that starts halfway is under the bound over the window and
+		// over it at the end.
+		{"leak from halfway", func(l float64) float64 {
+			return 70<<20 + max(0, l-2950)*(3<<20)/1000
+		}, 1.5, 3, true},
+	} {
+		samples := churnSamples(60, func(l float64) (float64, float64, float64) { return c.pss(l), 100, 20 })
+		g := growthOf(t, ComputeGrowth(samples, 0, Bounds{}), "proc.runtime.pss")
+		if math.Abs(g.Per1000/(1<<20)-c.whole) > 0.5 || math.Abs(g.Late/(1<<20)-c.late) > 0.5 || g.Over != c.over {
+			t.Errorf("%s: whole %.2f late %.2f MiB/1k over %v, want %.1f, %.1f, %v",
+				c.name, g.Per1000/(1<<20), g.Late/(1<<20), g.Over, c.whole, c.late, c.over)
+		}
+		if g.Samples != 60 || g.LateSamples != 30 {
+			t.Errorf("%s: %d samples, %d in the last half; want 60 and 30", c.name, g.Samples, g.LateSamples)
+		}
+	}
+}
+
 func TestGrowthNeedsSpread(t *testing.T) {
 	// Fewer than three samples, or all at one lifecycle count: no figure.
 	if gs := ComputeGrowth(churnSamples(2, func(float64) (float64, float64, float64) { return 1, 1, 1 }), 0, Bounds{}); len(gs) != 0 {

@@ -90,6 +90,9 @@ func (res *Result) growthCell(k string, scale float64) string {
 		return "-"
 	}
 	s := fmt.Sprintf("%+.2f", g.Per1000/scale)
+	if g.LateSamples != g.Samples {
+		s += fmt.Sprintf(" %+.2f", g.Late/scale)
+	}
 	if g.Over {
 		s += "!"
 	}
@@ -111,8 +114,8 @@ func (res *Result) Print(w io.Writer) {
 	if len(res.Actions) > 0 {
 		fmt.Fprintf(w, "actions: %s\n", mapLine(res.Actions))
 	}
-	fmt.Fprintf(w, "growth per 1,000 lifecycles after the first %d (least squares over the churn's samples; ! over the bound)\n", res.Warmup)
-	fmt.Fprintf(w, "%-12s %27s %9s %9s %23s %8s %17s %7s\n", "process", "PSS MiB before/end/after", "PSS/1k", "RSS/1k",
+	fmt.Fprintf(w, "growth per 1,000 lifecycles after the first %d, then over the last half of those (least squares over the churn's samples; ! the last half over the bound)\n", res.Warmup)
+	fmt.Fprintf(w, "%-12s %27s %13s %13s %23s %12s %17s %11s\n", "process", "PSS MiB before/end/after", "PSS/1k", "RSS/1k",
 		"goroutines b/e/a", "gor/1k", "fds b/e/a", "fds/1k")
 	names := procNames(res)
 	for _, name := range append(names, "agent") {
@@ -126,7 +129,7 @@ func (res *Result) Print(w io.Writer) {
 				label += "*"
 			}
 		}
-		fmt.Fprintf(w, "%-12s %27s %9s %9s %23s %8s %17s %7s\n", label,
+		fmt.Fprintf(w, "%-12s %27s %13s %13s %23s %12s %17s %11s\n", label,
 			cell(before, k+"pss", mib, "%.1f")+"/"+cell(end, k+"pss", mib, "%.1f")+"/"+cell(after, k+"pss", mib, "%.1f"),
 			res.growthCell(k+"pss", mib), res.growthCell(k+"rss", mib),
 			cell(before, k+"goroutines", 1, "%.0f")+"/"+cell(end, k+"goroutines", 1, "%.0f")+"/"+cell(after, k+"goroutines", 1, "%.0f"),
@@ -182,7 +185,7 @@ func (res *Result) Print(w io.Writer) {
 			if _, fig, _ := procSeries(g.Series); fig == "pss" || fig == "rss" {
 				unit = mib
 			}
-			over = append(over, fmt.Sprintf("%s %+.1f/1k > %g", g.Series, g.Per1000/unit, g.Bound/unit))
+			over = append(over, fmt.Sprintf("%s %+.1f/1k over the last half > %g", g.Series, g.Late/unit, g.Bound/unit))
 		}
 	}
 	if len(over) > 0 {

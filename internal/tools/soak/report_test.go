@@ -75,7 +75,7 @@ func TestPrint(t *testing.T) {
 	steep.Growth = ComputeGrowth(steep.Samples, steep.Warmup, Bounds{})
 	b.Reset()
 	steep.Print(&b)
-	if want := "OVER BOUND: proc.runtime.pss +3.0/1k > 2, proc.runtime.rss +3.0/1k > 2"; !strings.Contains(b.String(), want) {
+	if want := "OVER BOUND: proc.runtime.pss +3.0/1k over the last half > 2, proc.runtime.rss +3.0/1k over the last half > 2"; !strings.Contains(b.String(), want) {
 		t.Errorf("report lacks %q:\n%s", want, b.String())
 	}
 }

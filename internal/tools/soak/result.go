@@ -1,7 +1,9 @@
 package soak
 
 import (
+	"encoding/json"
 	"fmt"
+	"os"
 	"sort"
 	"strings"
 	"time"
@@ -20,8 +22,11 @@ type Result struct {
 	Lifecycles int `json:"lifecycles"`
 	// Restarts is the sum of the containers' restarts the API saw.
 	Restarts int `json:"restarts"`
-	// Warmup is the lifecycles left out of the growth figures.
-	Warmup int `json:"warmupLifecycles"`
+	// Warmup is the lifecycles of the churn left out of the growth
+	// figures; ChurnBase the lifecycles (of the fill's pods) when the churn
+	// began.
+	Warmup    int `json:"warmupLifecycles"`
+	ChurnBase int `json:"churnBaseLifecycles"`
 	// FillSeconds is how long the node took to run Pods pods; ChurnSeconds
 	// the churn; DrainSeconds from the drain's start to no pod in the API.
 	FillSeconds  float64 `json:"fillSeconds"`
@@ -201,4 +206,55 @@ func (s Sample) agentNames() []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// ReadReports reads the result.json of past soaks (one agent's run each,
+// say, from two sessions) as one Report, its growth figures computed again
+// by this build's measure with bounds and, if warmup > 0, that warm-up.
+func ReadReports(paths []string, bounds Bounds, warmup int) (*Report, error) {
+	out := &Report{}
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil, err
+		}
+		var rep Report
+		if err := json.Unmarshal(b, &rep); err != nil {
+			return nil, fmt.Errorf("%s: %w", p, err)
+		}
+		if len(rep.Results) == 0 {
+			return nil, fmt.Errorf("%s: no soak results", p)
+		}
+		out.Command = strings.TrimPrefix(out.Command+"; "+rep.Command, "; ")
+		out.Load = strings.TrimPrefix(out.Load+"; "+rep.Load, "; ")
+		if out.Started.IsZero() || rep.Started.Before(out.Started) {
+			out.Started = rep.Started
+		}
+		if rep.Finished.After(out.Finished) {
+			out.Finished = rep.Finished
+		}
+		for _, res := range rep.Results {
+			if warmup > 0 {
+				res.Warmup = warmup
+			}
+			res.regrow(bounds)
+			out.Results = append(out.Results, res)
+		}
+	}
+	return out, nil
+}
+
+// regrow computes the growth figures again. A result written before
+// ChurnBase was kept takes the churn's first sample's lifecycles for it.
+func (res *Result) regrow(bounds Bounds) {
+	base := res.ChurnBase
+	if base == 0 {
+		for _, s := range res.Samples {
+			if s.Phase == PhaseChurn {
+				base = s.Lifecycles
+				break
+			}
+		}
+	}
+	res.Growth = ComputeGrowth(res.Samples, base+res.Warmup, bounds)
 }

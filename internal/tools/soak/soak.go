@@ -233,6 +233,7 @@ func (r *run) soak(ctx context.Context, c *cluster.Cluster, n *cluster.Node) err
 	r.setPhase(PhaseChurn)
 	t0 = time.Now()
 	churnBase := r.pods.counts().Lifecycles
+	r.res.ChurnBase = churnBase
 	tick := time.NewTicker(500 * time.Millisecond)
 churn:
 	for r.pods.counts().Lifecycles-churnBase < o.Lifecycles && (o.Duration == 0 || time.Since(t0) < o.Duration) {
