@@ -3,6 +3,7 @@ package soak
 import (
 	"bytes"
 	"image/png"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -109,4 +110,65 @@ func TestPlotsArePNGs(t *testing.T) {
 	if err := PlotResult(&Result{Agent: "nodelet"}, filepath.Join(dir, "empty.png")); err != nil {
 		t.Error(err)
 	}
+}
+
+func TestReadReports(t *testing.T) {
+	// Two sessions' runs, one agent each, their growth figures written by
+	// an older measure (here: none at all).
+	dir := t.TempDir()
+	var paths []string
+	for _, agent := range []string{"nodelet", "kubelet"} {
+		res := testResult()
+		res.Agent, res.Growth = agent, nil
+		if agent == "kubelet" {
+			// The churn began at 300 lifecycles: the warm-up counts from there.
+			res.ChurnBase = 300
+		}
+		p := filepath.Join(dir, agent+".json")
+		if err := writeJSON(p, &Report{Command: "soak -agent " + agent, Results: []*Result{res}}); err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, p)
+	}
+	rep, err := ReadReports(paths, Bounds{Memory: 512 << 10}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Results) != 2 || rep.Results[0].Agent != "nodelet" || rep.Results[1].Agent != "kubelet" {
+		t.Fatalf("results %+v", rep.Results)
+	}
+	if rep.Command != "soak -agent nodelet; soak -agent kubelet" {
+		t.Errorf("command %q", rep.Command)
+	}
+	// testResult's runtime grows 1,000 KiB per 1,000 lifecycles: over the
+	// bound given here. The window starts at ChurnBase + Warmup (the first
+	// churn sample's lifecycles, 0, when ChurnBase was not kept).
+	for i, wantSamples := range []int{10, 7} {
+		g, ok := rep.Results[i].growth("proc.runtime.pss")
+		if !ok || !g.Over || g.Samples != wantSamples || math.Abs(g.Late-1024000) > 1 {
+			t.Errorf("%s: %+v (found %v), want over, %d samples", rep.Results[i].Agent, g, ok, wantSamples)
+		}
+	}
+	// -warmup overrides the runs' own.
+	rep, err = ReadReports(paths[:1], Bounds{}, 900)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g, _ := rep.Results[0].growth("proc.runtime.pss"); g.Samples != 3 || g.Over {
+		t.Errorf("warm-up 900: %+v", g)
+	}
+	for _, bad := range []string{filepath.Join(dir, "missing.json"), writeFile(t, dir, "bad.json", "{"), writeFile(t, dir, "empty.json", "{}")} {
+		if _, err := ReadReports([]string{bad}, Bounds{}, 0); err == nil {
+			t.Errorf("%s: no error", bad)
+		}
+	}
+}
+
+func writeFile(t *testing.T, dir, name, content string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
