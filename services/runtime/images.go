@@ -65,7 +65,7 @@ type imagePuller struct {
 	// shares that pull as if it had been in flight when it looked. ends
 	// counts the pulls ended; a pull's number tells whether it ended
 	// after a pod looked.
-	ended map[string]endedPull
+	ended map[string]*pullCall
 	ends  uint64
 	// pulled records a successful pull: its size, and how long it took
 	// from asking, the wait for a pull slot included (nil: nothing).
@@ -82,14 +82,6 @@ type pullRecords interface {
 	MustAttemptImagePull(image, imageRef string, getPodCredentials pullmanager.GetPodCredentials) (bool, error)
 }
 
-// endedPull is a successful pull that has ended: its number among the
-// puller's ends, and when.
-type endedPull struct {
-	call *pullCall
-	n    uint64
-	at   time.Time
-}
-
 // endedPullKept is how long an ended pull may be shared: enough for the
 // pods that looked while it ran to get to it.
 const endedPullKept = time.Minute
@@ -103,6 +95,10 @@ type pullCall struct {
 	pulling time.Duration
 	// used is the credential the pull succeeded with (nil: none needed).
 	used *credentialprovider.TrackedAuthConfig
+	// n is the call's number among the puller's ends, endedAt when it
+	// ended (set under the puller's lock as it ends).
+	n       uint64
+	endedAt time.Time
 }
 
 func newImagePuller(is internalapi.ImageManagerService, clk Clock, maxParallel int, maxBackOff time.Duration,
@@ -115,7 +111,7 @@ func newImagePuller(is internalapi.ImageManagerService, clk Clock, maxParallel i
 		backoff:  newBackOff(clk, initialBackOff, maxBackOff),
 		sem:      make(chan struct{}, maxParallel),
 		inflight: map[string]*pullCall{},
-		ended:    map[string]endedPull{},
+		ended:    map[string]*pullCall{},
 	}
 }
 
@@ -392,7 +388,7 @@ func (p *imagePuller) pull(ctx context.Context, spec *runtimeapi.ImageSpec, cred
 	}
 	if e, ok := p.ended[key]; ok && e.n > looked {
 		p.mu.Unlock()
-		return e.call
+		return e
 	}
 	call := &pullCall{done: make(chan struct{})}
 	p.inflight[key] = call
@@ -403,13 +399,14 @@ func (p *imagePuller) pull(ctx context.Context, spec *runtimeapi.ImageSpec, cred
 		p.mu.Lock()
 		delete(p.inflight, key)
 		p.ends++
+		call.n, call.endedAt = p.ends, now
 		for k, e := range p.ended {
-			if now.Sub(e.at) > endedPullKept {
+			if now.Sub(e.endedAt) > endedPullKept {
 				delete(p.ended, k)
 			}
 		}
 		if call.err == nil {
-			p.ended[key] = endedPull{call: call, n: p.ends, at: now}
+			p.ended[key] = call
 		} else {
 			delete(p.ended, key)
 		}
