@@ -1,27 +1,18 @@
 package testenv
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
-	"crypto/rsa"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/hex"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -30,7 +21,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodelet/nodelet/internal/containerd"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -348,94 +338,6 @@ func (cp *ControlPlane) prepareNamespace(ctx context.Context, c kubernetes.Inter
 	return nil
 }
 
-// ---------------------------------------------------------------- binaries
-
-// BinaryPaths are the programs a control plane runs.
-type BinaryPaths struct {
-	KubeAPIServer, Kubectl, Etcd string
-}
-
-var binaries struct {
-	once  sync.Once
-	paths BinaryPaths
-	err   error
-}
-
-// Binaries returns the paths of kube-apiserver, kubectl and etcd, building
-// the first two (or reusing them from the cache) with
-// `scripts/controlplane.sh build`. The build's progress goes to stderr.
-func Binaries() (BinaryPaths, error) {
-	binaries.once.Do(func() {
-		binaries.paths, binaries.err = buildBinaries()
-	})
-	return binaries.paths, binaries.err
-}
-
-func buildBinaries() (BinaryPaths, error) {
-	root, err := RepoRoot()
-	if err != nil {
-		return BinaryPaths{}, err
-	}
-	script := filepath.Join(root, "scripts", "controlplane.sh")
-	cmd := exec.Command("bash", script, "build")
-	cmd.Dir = root
-	cmd.Stderr = os.Stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return BinaryPaths{}, fmt.Errorf("%s build: %w", script, err)
-	}
-	var p BinaryPaths
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	for sc.Scan() {
-		k, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), "=")
-		if !ok {
-			continue
-		}
-		switch k {
-		case "KUBE_APISERVER":
-			p.KubeAPIServer = v
-		case "KUBECTL":
-			p.Kubectl = v
-		case "ETCD":
-			p.Etcd = v
-		}
-	}
-	for name, path := range map[string]string{"kube-apiserver": p.KubeAPIServer, "kubectl": p.Kubectl, "etcd": p.Etcd} {
-		if path == "" {
-			return BinaryPaths{}, fmt.Errorf("%s build did not print the path of %s; output:\n%s", script, name, out)
-		}
-		if _, err := os.Stat(path); err != nil {
-			return BinaryPaths{}, fmt.Errorf("%s build: %s: %w", script, name, err)
-		}
-	}
-	return p, nil
-}
-
-// RepoRoot returns the root of the nodelet repository: the first directory,
-// walking up from the working directory, that has a go.mod and
-// scripts/controlplane.sh.
-func RepoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if fileExists(filepath.Join(dir, "go.mod")) && fileExists(filepath.Join(dir, "scripts", "controlplane.sh")) {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("testenv: repository root (go.mod with scripts/controlplane.sh) not found above the working directory")
-		}
-		dir = parent
-	}
-}
-
-func fileExists(p string) bool {
-	_, err := os.Stat(p)
-	return err == nil
-}
-
 // ------------------------------------------------------------------ start
 
 func startControlPlane(bins BinaryPaths, o ControlPlaneOptions) (_ *ControlPlane, err error) {
@@ -707,233 +609,4 @@ func randHex(n int) string {
 		panic(err)
 	}
 	return hex.EncodeToString(b)
-}
-
-// -------------------------------------------------------------- processes
-
-// proc is a child process whose output goes to a log file.
-type proc struct {
-	cmd     *exec.Cmd
-	logPath string
-	exited  chan struct{}
-	waitErr error
-}
-
-// startProc starts a program with Pdeathsig SIGKILL, so it dies with the test
-// binary even when the binary is killed before it can stop it.
-func startProc(logPath, path string, args ...string) (*proc, error) {
-	logf, err := os.Create(logPath)
-	if err != nil {
-		return nil, err
-	}
-	defer logf.Close() // the child has its own copy
-	cmd := exec.Command(path, args...)
-	cmd.Stdout = logf
-	cmd.Stderr = logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	if err := spawn(cmd); err != nil {
-		return nil, fmt.Errorf("testenv: starting %s: %w", path, err)
-	}
-	p := &proc{cmd: cmd, logPath: logPath, exited: make(chan struct{})}
-	go func() {
-		p.waitErr = cmd.Wait()
-		close(p.exited)
-	}()
-	return p, nil
-}
-
-// stop sends SIGTERM, waits up to 15 s, then sends SIGKILL and waits.
-func (p *proc) stop() {
-	if p == nil {
-		return
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.exited:
-		return
-	case <-time.After(15 * time.Second):
-	}
-	_ = p.cmd.Process.Kill()
-	<-p.exited
-}
-
-func (p *proc) logTail() string {
-	b, err := os.ReadFile(p.logPath)
-	if err != nil {
-		return err.Error()
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > 30 {
-		lines = lines[len(lines)-30:]
-	}
-	return strings.Join(lines, "\n")
-}
-
-// spawn forks from the one locked thread (containerd.StartOnLockedThread):
-// Pdeathsig fires when the forking thread exits, not the process.
-func spawn(cmd *exec.Cmd) error { return containerd.StartOnLockedThread(cmd) }
-
-// -------------------------------------------------------------------- PKI
-
-// writePKI writes into dir a CA (ca.crt, ca.key), a serving certificate
-// signed by it for 127.0.0.1, localhost, addr and the `kubernetes` Service's
-// ClusterIP (apiserver.crt, apiserver.key) and an RSA service-account key
-// pair (sa.key, sa.pub).
-func writePKI(dir string, addr net.IP) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	now := time.Now()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return err
-	}
-	caTmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "nodelet-testenv-ca"},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(10 * 365 * 24 * time.Hour),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		return err
-	}
-	caCert, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		return err
-	}
-
-	srvKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return err
-	}
-	srvTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2),
-		Subject:      pkix.Name{CommonName: "kube-apiserver"},
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.Add(10 * 365 * 24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1"), addr, net.ParseIP(KubernetesServiceIP)},
-		DNSNames: []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
-			"kubernetes.default.svc.cluster.local"},
-	}
-	srvDER, err := x509.CreateCertificate(rand.Reader, srvTmpl, caCert, &srvKey.PublicKey, caKey)
-	if err != nil {
-		return err
-	}
-
-	// kube-apiserver's client certificate towards the kubelet API (as
-	// kubeadm's apiserver-kubelet-client): group system:masters, signed by
-	// the cluster CA that nodelet-server trusts (server.authentication.x509).
-	kcKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return err
-	}
-	kcTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(3),
-		Subject:      pkix.Name{CommonName: "kube-apiserver-kubelet-client", Organization: []string{"system:masters"}},
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.Add(10 * 365 * 24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	kcDER, err := x509.CreateCertificate(rand.Reader, kcTmpl, caCert, &kcKey.PublicKey, caKey)
-	if err != nil {
-		return err
-	}
-	kcKeyDER, err := x509.MarshalECPrivateKey(kcKey)
-	if err != nil {
-		return err
-	}
-
-	// The front proxy, as kubeadm's certs phase makes it: a CA of its own
-	// (front-proxy-ca) and kube-apiserver's client certificate under it
-	// (front-proxy-client), with which it proxies to aggregated API servers;
-	// they trust the CA through extension-apiserver-authentication.
-	fpCAKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return err
-	}
-	fpCATmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(4),
-		Subject:               pkix.Name{CommonName: "front-proxy-ca"},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(10 * 365 * 24 * time.Hour),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	fpCADER, err := x509.CreateCertificate(rand.Reader, fpCATmpl, fpCATmpl, &fpCAKey.PublicKey, fpCAKey)
-	if err != nil {
-		return err
-	}
-	fpCACert, err := x509.ParseCertificate(fpCADER)
-	if err != nil {
-		return err
-	}
-	fpKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return err
-	}
-	fpDER, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{
-		SerialNumber: big.NewInt(5),
-		Subject:      pkix.Name{CommonName: "front-proxy-client"},
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.Add(10 * 365 * 24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}, fpCACert, &fpKey.PublicKey, fpCAKey)
-	if err != nil {
-		return err
-	}
-	fpKeyDER, err := x509.MarshalECPrivateKey(fpKey)
-	if err != nil {
-		return err
-	}
-
-	saKey, err := rsa.GenerateKey(rand.Reader, 2048)
-	if err != nil {
-		return err
-	}
-	saPub, err := x509.MarshalPKIXPublicKey(&saKey.PublicKey)
-	if err != nil {
-		return err
-	}
-
-	caKeyDER, err := x509.MarshalECPrivateKey(caKey)
-	if err != nil {
-		return err
-	}
-	srvKeyDER, err := x509.MarshalECPrivateKey(srvKey)
-	if err != nil {
-		return err
-	}
-	files := []struct {
-		name, typ string
-		der       []byte
-		mode      os.FileMode
-	}{
-		{"ca.crt", "CERTIFICATE", caDER, 0o644},
-		{"ca.key", "EC PRIVATE KEY", caKeyDER, 0o600},
-		{"apiserver.crt", "CERTIFICATE", srvDER, 0o644},
-		{"apiserver.key", "EC PRIVATE KEY", srvKeyDER, 0o600},
-		{"apiserver-kubelet-client.crt", "CERTIFICATE", kcDER, 0o644},
-		{"apiserver-kubelet-client.key", "EC PRIVATE KEY", kcKeyDER, 0o600},
-		{"front-proxy-ca.crt", "CERTIFICATE", fpCADER, 0o644},
-		{"front-proxy-client.crt", "CERTIFICATE", fpDER, 0o644},
-		{"front-proxy-client.key", "EC PRIVATE KEY", fpKeyDER, 0o600},
-		{"sa.key", "RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(saKey), 0o600},
-		{"sa.pub", "PUBLIC KEY", saPub, 0o644},
-	}
-	for _, f := range files {
-		data := pem.EncodeToMemory(&pem.Block{Type: f.typ, Bytes: f.der})
-		if err := os.WriteFile(filepath.Join(dir, f.name), data, f.mode); err != nil {
-			return err
-		}
-	}
-	return nil
 }

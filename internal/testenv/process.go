@@ -9,7 +9,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/nodelet/nodelet/internal/containerd"
 )
 
 // Buffer collects a child process's output while the test reads it.
@@ -128,3 +132,65 @@ func MustDaemonBinary(t testing.TB, name string) string {
 	}
 	return p
 }
+
+// proc is a child process whose output goes to a log file.
+type proc struct {
+	cmd     *exec.Cmd
+	logPath string
+	exited  chan struct{}
+	waitErr error
+}
+
+// startProc starts a program with Pdeathsig SIGKILL, so it dies with the test
+// binary even when the binary is killed before it can stop it.
+func startProc(logPath, path string, args ...string) (*proc, error) {
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close() // the child has its own copy
+	cmd := exec.Command(path, args...)
+	cmd.Stdout = logf
+	cmd.Stderr = logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	if err := spawn(cmd); err != nil {
+		return nil, fmt.Errorf("testenv: starting %s: %w", path, err)
+	}
+	p := &proc{cmd: cmd, logPath: logPath, exited: make(chan struct{})}
+	go func() {
+		p.waitErr = cmd.Wait()
+		close(p.exited)
+	}()
+	return p, nil
+}
+
+// stop sends SIGTERM, waits up to 15 s, then sends SIGKILL and waits.
+func (p *proc) stop() {
+	if p == nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+		return
+	case <-time.After(15 * time.Second):
+	}
+	_ = p.cmd.Process.Kill()
+	<-p.exited
+}
+
+func (p *proc) logTail() string {
+	b, err := os.ReadFile(p.logPath)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > 30 {
+		lines = lines[len(lines)-30:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// spawn forks from the one locked thread (containerd.StartOnLockedThread):
+// Pdeathsig fires when the forking thread exits, not the process.
+func spawn(cmd *exec.Cmd) error { return containerd.StartOnLockedThread(cmd) }
