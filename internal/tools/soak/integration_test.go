@@ -83,6 +83,9 @@ func TestShortSoak(t *testing.T) {
 	if len(res.Growth) == 0 {
 		t.Error("no growth figures")
 	}
+	if l := res.PodStart; l == nil || l.N == 0 || l.Max < l.P50 {
+		t.Errorf("pod start latency in the churn: %+v", l)
+	}
 	for _, name := range []string{"result.json", "nodelet.png"} {
 		if _, err := os.Stat(filepath.Join(out, name)); err != nil {
 			t.Error(err)

@@ -27,10 +27,23 @@ type podTracker struct {
 	// restarts holds each live pod's restarts; finished those of deleted pods.
 	restarts map[types.UID]int
 	finished int
+	// starts are the node's pods' start latencies, one per pod, in the
+	// order they were seen; started holds the pods already counted.
+	starts  []podStart
+	started map[types.UID]bool
+}
+
+// podStart is how long a pod took from its binding to the node (its
+// PodScheduled condition) to its first container's start, as the API
+// has them (whole seconds): the wait for a sandbox, volumes and image
+// included, the same for either agent.
+type podStart struct {
+	scheduled time.Time
+	seconds   float64
 }
 
 func trackPods(ctx context.Context, kube kubernetes.Interface, node string) (*podTracker, error) {
-	t := &podTracker{node: node, pods: map[types.UID]*corev1.Pod{}, restarts: map[types.UID]int{}}
+	t := newPodTracker(node)
 	f := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithNamespace(Namespace))
 	inf := f.Core().V1().Pods().Informer()
 	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -48,6 +61,10 @@ func trackPods(ctx context.Context, kube kubernetes.Interface, node string) (*po
 	return t, nil
 }
 
+func newPodTracker(node string) *podTracker {
+	return &podTracker{node: node, pods: map[types.UID]*corev1.Pod{}, restarts: map[types.UID]int{}, started: map[types.UID]bool{}}
+}
+
 func (t *podTracker) set(obj any) {
 	p, ok := obj.(*corev1.Pod)
 	if !ok {
@@ -59,6 +76,51 @@ func (t *podTracker) set(obj any) {
 	if r := podRestarts(p); r > t.restarts[p.UID] {
 		t.restarts[p.UID] = r
 	}
+	if p.Spec.NodeName == t.node && !t.started[p.UID] {
+		if scheduled, first, ok := startTimes(p); ok {
+			t.started[p.UID] = true
+			t.starts = append(t.starts, podStart{scheduled, max(0, first.Sub(scheduled).Seconds())})
+		}
+	}
+}
+
+// startTimes are when p was bound to its node and when its first
+// container (init containers included) started, once both are known.
+func startTimes(p *corev1.Pod) (scheduled, first time.Time, ok bool) {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionTrue {
+			scheduled = c.LastTransitionTime.Time
+		}
+	}
+	for _, s := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
+		for _, st := range []corev1.ContainerState{s.State, s.LastTerminationState} {
+			var at time.Time
+			switch {
+			case st.Running != nil:
+				at = st.Running.StartedAt.Time
+			case st.Terminated != nil:
+				at = st.Terminated.StartedAt.Time
+			}
+			if !at.IsZero() && (first.IsZero() || at.Before(first)) {
+				first = at
+			}
+		}
+	}
+	return scheduled, first, !scheduled.IsZero() && !first.IsZero()
+}
+
+// startLatency sums up the start latencies of the pods bound to the node
+// at or after since.
+func (t *podTracker) startLatency(since time.Time) *Latency {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var v []float64
+	for _, s := range t.starts {
+		if !s.scheduled.Before(since.Truncate(time.Second)) {
+			v = append(v, s.seconds)
+		}
+	}
+	return latencyOf(v)
 }
 
 func (t *podTracker) deleted(obj any) {

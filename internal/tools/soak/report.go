@@ -114,6 +114,10 @@ func (res *Result) Print(w io.Writer) {
 	if len(res.Actions) > 0 {
 		fmt.Fprintf(w, "actions: %s\n", mapLine(res.Actions))
 	}
+	if l := res.PodStart; l != nil {
+		fmt.Fprintf(w, "pod start in the churn (bound to first container started, whole seconds): %d pods, p50 %.0f, p90 %.0f, p99 %.0f, max %.0f s\n",
+			l.N, l.P50, l.P90, l.P99, l.Max)
+	}
 	fmt.Fprintf(w, "growth per 1,000 lifecycles after the first %d, then over the last half of those (least squares over the churn's samples; ! the last half over the bound)\n", res.Warmup)
 	fmt.Fprintf(w, "%-12s %27s %13s %13s %23s %12s %17s %11s\n", "process", "PSS MiB before/end/after", "PSS/1k", "RSS/1k",
 		"goroutines b/e/a", "gor/1k", "fds b/e/a", "fds/1k")
@@ -257,6 +261,7 @@ func printCompare(w io.Writer, results []*Result) {
 		})
 		row(f.label+" per 1k lifecycles", func(r *Result) string { return r.growthCell(f.k, f.scale) })
 	}
+	row("pod start p50/p99/max in the churn", func(r *Result) string { return r.PodStart.String() })
 	row("containerd PSS MiB per 1k", func(r *Result) string { return r.growthCell("proc.containerd.pss", mib) })
 	row("leftovers after drain", func(r *Result) string {
 		n := 0

@@ -3,7 +3,9 @@ package soak
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -46,11 +48,41 @@ type Result struct {
 	// (-1: it was not, within Options.Settle).
 	Leftovers         []Leftover `json:"leftovers"`
 	CleanAfterSeconds float64    `json:"cleanAfterSeconds"`
+	// PodStart is the start latency of the pods bound to the node during
+	// the churn: from binding to first container started.
+	PodStart *Latency `json:"podStart,omitempty"`
 	// Events are the node's events, produced and received.
 	Events Events `json:"events"`
 	// Errors are what went wrong on the way (a sample that could not be
 	// taken, an action the API refused); the run goes on.
 	Errors []string `json:"errors,omitempty"`
+}
+
+// Latency sums up durations, in seconds.
+type Latency struct {
+	N   int     `json:"n"`
+	P50 float64 `json:"p50"`
+	P90 float64 `json:"p90"`
+	P99 float64 `json:"p99"`
+	Max float64 `json:"max"`
+}
+
+// latencyOf is v's percentiles (nearest rank); nil for no values.
+func latencyOf(v []float64) *Latency {
+	if len(v) == 0 {
+		return nil
+	}
+	v = slices.Clone(v)
+	slices.Sort(v)
+	rank := func(q float64) float64 { return v[max(0, int(math.Ceil(q*float64(len(v))))-1)] }
+	return &Latency{N: len(v), P50: rank(0.5), P90: rank(0.9), P99: rank(0.99), Max: v[len(v)-1]}
+}
+
+func (l *Latency) String() string {
+	if l == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f/%.0f/%.0f s", l.P50, l.P99, l.Max)
 }
 
 // Report is what a soak writes: one Result per agent.

@@ -250,6 +250,7 @@ churn:
 	}
 	tick.Stop()
 	r.res.ChurnSeconds = time.Since(t0).Seconds()
+	r.res.PodStart = r.pods.startLatency(t0)
 
 	r.setPhase(PhaseDrain)
 	t0 = time.Now()
