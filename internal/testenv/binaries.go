@@ -39,29 +39,11 @@ func buildBinaries() (BinaryPaths, error) {
 		return BinaryPaths{}, err
 	}
 	script := filepath.Join(root, "scripts", "controlplane.sh")
-	cmd := exec.Command("bash", script, "build")
-	cmd.Dir = root
-	cmd.Stderr = os.Stderr
-	out, err := cmd.Output()
+	vars, out, err := scriptVars(root, "controlplane.sh", "build")
 	if err != nil {
-		return BinaryPaths{}, fmt.Errorf("%s build: %w", script, err)
+		return BinaryPaths{}, err
 	}
-	var p BinaryPaths
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	for sc.Scan() {
-		k, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), "=")
-		if !ok {
-			continue
-		}
-		switch k {
-		case "KUBE_APISERVER":
-			p.KubeAPIServer = v
-		case "KUBECTL":
-			p.Kubectl = v
-		case "ETCD":
-			p.Etcd = v
-		}
-	}
+	p := BinaryPaths{KubeAPIServer: vars["KUBE_APISERVER"], Kubectl: vars["KUBECTL"], Etcd: vars["ETCD"]}
 	for name, path := range map[string]string{"kube-apiserver": p.KubeAPIServer, "kubectl": p.Kubectl, "etcd": p.Etcd} {
 		if path == "" {
 			return BinaryPaths{}, fmt.Errorf("%s build did not print the path of %s; output:\n%s", script, name, out)
@@ -96,4 +78,24 @@ func RepoRoot() (string, error) {
 func fileExists(p string) bool {
 	_, err := os.Stat(p)
 	return err == nil
+}
+
+// scriptVars runs `scripts/<script> args…` from the repository's root
+// (its progress to stderr) and reads the KEY=VALUE lines it prints, such
+// as the paths of what it built; out is all it printed.
+func scriptVars(root, script string, args ...string) (vars map[string]string, out []byte, err error) {
+	cmd := exec.Command("bash", append([]string{filepath.Join(root, "scripts", script)}, args...)...)
+	cmd.Dir = root
+	cmd.Stderr = os.Stderr
+	if out, err = cmd.Output(); err != nil {
+		return nil, out, fmt.Errorf("%s %s: %w", filepath.Join(root, "scripts", script), strings.Join(args, " "), err)
+	}
+	vars = map[string]string{}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), "="); ok {
+			vars[k] = v
+		}
+	}
+	return vars, out, nil
 }

@@ -1,11 +1,8 @@
 package testenv
 
 import (
-	"bufio"
-	"bytes"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -57,28 +54,13 @@ func buildContainerd2() (containerd.Binaries2, error) {
 		return containerd.Binaries2{}, err
 	}
 	script := filepath.Join(root, "scripts", "containerd2.sh")
-	cmd := exec.Command("bash", script, "build")
-	cmd.Dir = root
-	cmd.Stderr = os.Stderr
-	out, err := cmd.Output()
+	vars, out, err := scriptVars(root, "containerd2.sh", "build")
 	if err != nil {
-		return containerd.Binaries2{}, fmt.Errorf("%s build: %w", script, err)
+		return containerd.Binaries2{}, err
 	}
-	var b containerd.Binaries2
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	for sc.Scan() {
-		k, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), "=")
-		if !ok {
-			continue
-		}
-		switch k {
-		case "CONTAINERD":
-			b.Containerd, b.Dir = v, filepath.Dir(v)
-		case "CONTAINERD_SHIM":
-			b.Shim = v
-		case "CTR":
-			b.Ctr = v
-		}
+	b := containerd.Binaries2{Containerd: vars["CONTAINERD"], Shim: vars["CONTAINERD_SHIM"], Ctr: vars["CTR"]}
+	if b.Containerd != "" {
+		b.Dir = filepath.Dir(b.Containerd)
 	}
 	if !b.Present() {
 		return containerd.Binaries2{}, fmt.Errorf("%s build did not print the paths of containerd, its shim and ctr; output:\n%s", script, out)

@@ -4,8 +4,6 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net/http"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -140,18 +138,12 @@ func Tool(name string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	cmd := exec.Command("bash", filepath.Join(root, "scripts", "controlplane.sh"), "tools", name)
-	cmd.Dir = root
-	cmd.Stderr = os.Stderr
-	out, err := cmd.Output()
+	vars, out, err := scriptVars(root, "controlplane.sh", "tools", name)
 	if err != nil {
-		return "", fmt.Errorf("controlplane.sh tools %s: %w", name, err)
+		return "", err
 	}
-	key := strings.NewReplacer("-", "_", ".", "_").Replace(strings.ToUpper(name)) + "="
-	for _, l := range strings.Split(string(out), "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(l), key); ok {
-			return v, nil
-		}
+	if v := vars[strings.NewReplacer("-", "_", ".", "_").Replace(strings.ToUpper(name))]; v != "" {
+		return v, nil
 	}
 	return "", fmt.Errorf("controlplane.sh tools %s printed no path:\n%s", name, out)
 }
