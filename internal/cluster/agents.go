@@ -4,6 +4,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/nodelet/nodelet/internal/testenv"
 )
 
 // The programs that run on a node, each in the node's namespaces and each
@@ -39,9 +43,12 @@ server:
   authentication:
     x509:
       clientCAFile: %s
-`, n.Name, n.IP, filepath.Join(n.Dir, "state"), n.RootDir, filepath.Join(n.Dir, "pods"), filepath.Join(n.Dir, "resolv.conf"),
+# A test machine's disk: testenv.DiskManagementOff.
+gc:
+%s`, n.Name, n.IP, filepath.Join(n.Dir, "state"), n.RootDir, filepath.Join(n.Dir, "pods"), filepath.Join(n.Dir, "resolv.conf"),
 		c.CP.NodeKubeconfigs[n.Name], DNSServiceIP, ClusterDomain,
-		n.Containerd.Endpoint, n.Containerd.CNIConfDir, n.cgroupRoot, cniBridge, cgroupPrefix+n.Name, c.CP.ClientCAFile)
+		n.Containerd.Endpoint, n.Containerd.CNIConfDir, n.cgroupRoot, cniBridge, cgroupPrefix+n.Name, c.CP.ClientCAFile,
+		testenv.DiskManagementOff("  "))
 	path := filepath.Join(n.Dir, "nodelet.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		return err
@@ -80,12 +87,25 @@ authentication:
     clientCAFile: %s
 authorization:
   mode: Webhook
-`, n.Containerd.Endpoint, n.cgroupRoot, DNSServiceIP, ClusterDomain, filepath.Join(n.Dir, "resolv.conf"),
-		filepath.Join(n.Dir, "pods"), c.CP.ClientCAFile)
+# A test machine's disk: testenv.DiskManagementOff.
+%s`, n.Containerd.Endpoint, n.cgroupRoot, DNSServiceIP, ClusterDomain, filepath.Join(n.Dir, "resolv.conf"),
+		filepath.Join(n.Dir, "pods"), c.CP.ClientCAFile, testenv.DiskManagementOff(""))
 	path := filepath.Join(n.Dir, "kubelet.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		return err
 	}
+	// One kubelet at a time until its device plugin registration socket is
+	// up: the path is fixed, whatever --root-dir says
+	// (pluginapi.DevicePluginPath), and the kubelet's registration server
+	// removes every socket in it before it binds its own
+	// (devicemanager/plugin/v1beta1 server.Start), so two kubelets
+	// starting together could both remove, and one then failed to bind,
+	// "address already in use", and exited. One after the other, the later
+	// one replaces the earlier's socket; no test here uses a device plugin
+	// on a kubelet node.
+	kubeletStart.Lock()
+	defer kubeletStart.Unlock()
+	before, _ := os.Stat(kubeletRegistrationSocket)
 	cmd := n.Namespaces().Command(c.o.Bins.Kubelet, "--config", path,
 		"--kubeconfig", c.CP.NodeKubeconfigs[n.Name],
 		"--root-dir", n.RootDir,
@@ -93,9 +113,26 @@ authorization:
 		"--hostname-override", n.Name,
 		"--node-ip", n.IP)
 	var err error
-	n.agent, err = startProcess("kubelet on "+n.Name, n.AgentLog(), cmd)
-	return err
+	if n.agent, err = startProcess("kubelet on "+n.Name, n.AgentLog(), cmd); err != nil {
+		return err
+	}
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if err := n.agent.exitedErr(); err != nil {
+			return err
+		}
+		if fi, err := os.Stat(kubeletRegistrationSocket); err == nil && fi.Mode()&os.ModeSocket != 0 && (before == nil || !os.SameFile(fi, before)) {
+			return nil
+		}
+	}
+	return fmt.Errorf("kubelet on %s: no %s after a minute", n.Name, kubeletRegistrationSocket)
 }
+
+// kubeletRegistrationSocket is the kubelet's device plugin registration
+// socket (pluginapi.KubeletSocket in pluginapi.DevicePluginPath).
+const kubeletRegistrationSocket = "/var/lib/kubelet/device-plugins/kubelet.sock"
+
+// kubeletStart lets one kubelet start at a time (startKubelet).
+var kubeletStart sync.Mutex
 
 // startProxy runs kube-proxy in iptables mode on the node, as kubeadm's
 // kube-proxy DaemonSet runs it (host network, the node's name), with the

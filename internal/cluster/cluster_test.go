@@ -5,6 +5,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -76,6 +77,7 @@ func twoNodes(t *testing.T, agent Agent, bins Binaries) {
 			t.Fatalf("%s: ready %v (%s), pod CIDR %q (others %v)", n.Name, ok, why, node.Spec.PodCIDR, cidrs)
 		}
 		cidrs[node.Spec.PodCIDR] = true
+		checkDiskThresholds(ctx, t, c, n.Name)
 		// Each agent has a root dir of its own: with one shared
 		// /var/lib/kubelet the second nodelet node's kubelet.sock (the
 		// device plugin Registration service) replaced the first's.
@@ -297,4 +299,36 @@ func readMounts(t *testing.T) []string {
 		out = append(out, sc.Text())
 	}
 	return out
+}
+
+// checkDiskThresholds: the agent runs with disk pressure and image GC off
+// (testenv.DiskManagementOff), as its /configz says through the API server's proxy;
+// with the defaults a busy shared disk tainted every node and nothing
+// scheduled.
+func checkDiskThresholds(ctx context.Context, t *testing.T, c *Cluster, node string) {
+	t.Helper()
+	b, err := c.Admin.CoreV1().RESTClient().Get().Resource("nodes").Name(node).SubResource("proxy", "configz").DoRaw(ctx)
+	if err != nil {
+		t.Errorf("%s: /configz: %v", node, err)
+		return
+	}
+	var z struct {
+		KubeletConfig struct {
+			EvictionHard                map[string]string `json:"evictionHard"`
+			ImageGCHighThresholdPercent int               `json:"imageGCHighThresholdPercent"`
+		} `json:"kubeletconfig"`
+	}
+	if err := json.Unmarshal(b, &z); err != nil {
+		t.Errorf("%s: /configz: %v: %s", node, err, b)
+		return
+	}
+	kc := z.KubeletConfig
+	for _, sig := range []string{"nodefs.available", "nodefs.inodesFree", "imagefs.available"} {
+		if v, ok := kc.EvictionHard[sig]; ok && v != "0%" {
+			t.Errorf("%s: evictionHard %s = %q, want 0%% or none", node, sig, v)
+		}
+	}
+	if kc.ImageGCHighThresholdPercent != 100 {
+		t.Errorf("%s: imageGCHighThresholdPercent = %d, want 100 (off)", node, kc.ImageGCHighThresholdPercent)
+	}
 }

@@ -435,6 +435,7 @@ func dnsPodsState(ctx context.Context, kube kubernetes.Interface) string {
 		return "no pods " + dnsAppLabel + "=" + dnsAppValue + " in " + dnsNamespace
 	}
 	var out []string
+	unschedulable := false
 	for _, p := range pods.Items {
 		node := p.Spec.NodeName
 		if node == "" {
@@ -444,6 +445,7 @@ func dnsPodsState(ctx context.Context, kube kubernetes.Interface) string {
 		for _, c := range p.Status.Conditions {
 			if c.Type == corev1.PodScheduled && c.Status != corev1.ConditionTrue {
 				s += fmt.Sprintf(", unschedulable: %s", c.Message)
+				unschedulable = true
 			}
 		}
 		for _, cs := range p.Status.ContainerStatuses {
@@ -460,5 +462,31 @@ func dnsPodsState(ctx context.Context, kube kubernetes.Interface) string {
 		out = append(out, strings.TrimSpace(s))
 	}
 	sort.Strings(out)
+	if unschedulable {
+		out = append(out, nodesTaints(ctx, kube))
+	}
 	return strings.Join(out, "; ")
+}
+
+// nodesTaints says what each node is tainted with, for a pod the scheduler
+// finds no node for: the taint's key names the condition behind it (e.g.
+// node.kubernetes.io/disk-pressure).
+func nodesTaints(ctx context.Context, kube kubernetes.Interface) string {
+	nodes, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return "nodes: " + err.Error()
+	}
+	if len(nodes.Items) == 0 {
+		return "no nodes"
+	}
+	var out []string
+	for _, n := range nodes.Items {
+		taints := make([]string, len(n.Spec.Taints))
+		for i, t := range n.Spec.Taints {
+			taints[i] = t.ToString()
+		}
+		out = append(out, fmt.Sprintf("node %s taints [%s]", n.Name, strings.Join(taints, " ")))
+	}
+	sort.Strings(out)
+	return strings.Join(out, ", ")
 }

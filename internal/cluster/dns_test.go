@@ -215,6 +215,16 @@ func TestInstallAndWaitDNS(t *testing.T) {
 	pod.Status.Phase = corev1.PodPending
 	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "coredns", Image: pod.Spec.Containers[0].Image,
 		State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ErrImagePull", Message: "not imported"}}}}
+	// As the scheduler left it before a tainted node: the error then names
+	// the nodes' taints.
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: cp.NodeName},
+		Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: "node.kubernetes.io/disk-pressure", Effect: corev1.TaintEffectNoSchedule}}}}
+	if _, err := kube.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = kube.CoreV1().Nodes().Delete(context.Background(), cp.NodeName, metav1.DeleteOptions{}) })
+	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse,
+		Reason: "Unschedulable", Message: "0/1 nodes are available: 1 node(s) had untolerated taint(s)."}}
 	if _, err := kube.CoreV1().Pods("kube-system").UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +234,8 @@ func TestInstallAndWaitDNS(t *testing.T) {
 	}
 	err = WaitDNS(ctx, kube, 300*time.Millisecond)
 	if err == nil || !strings.Contains(err.Error(), "0 of 3 replicas available") ||
-		!strings.Contains(err.Error(), "coredns waiting: ErrImagePull not imported") || !strings.Contains(err.Error(), cp.NodeName) {
+		!strings.Contains(err.Error(), "coredns waiting: ErrImagePull not imported") || !strings.Contains(err.Error(), cp.NodeName) ||
+		!strings.Contains(err.Error(), "; node "+cp.NodeName+" taints [node.kubernetes.io/disk-pressure:NoSchedule") {
 		t.Errorf("WaitDNS with a pod that cannot pull: %v", err)
 	}
 	d.Status = rolloutStatus(d.Generation, 3, 3, 3)

@@ -34,7 +34,9 @@ type NodeOptions struct {
 	// Extra is appended to the generated config (YAML, top-level sections
 	// not used by the harness: admission, prober, gc).
 	Extra string
-	// Runtime, Status, GC, Server: extra lines for those sections.
+	// Runtime, Status, GC, Server: extra lines for those sections. Unless
+	// GC names evictionHard or an imageGC field, it gets
+	// testenv.DiskManagementOff too.
 	Runtime, Status, GC, Node, Server string
 	// ServerAddress is server.address; empty is 127.0.0.1. kube-apiserver
 	// proxies to a node (nodes/proxy) only at a non-loopback address.
@@ -136,6 +138,12 @@ func NewNode(t testing.TB, o NodeOptions) *Node {
 	if name == "" {
 		name = env.NodeName
 	}
+	// The machine's shared disk must not put the node under DiskPressure,
+	// unless the test is about disk pressure or image GC.
+	gc := o.GC
+	if !strings.Contains(gc, "evictionHard") && !strings.Contains(gc, "imageGC") {
+		gc += testenv.DiskManagementOff("  ")
+	}
 	cfg := fmt.Sprintf(`node:
   name: %s
   stateDir: %s
@@ -168,7 +176,7 @@ runtime:
   containerGCPeriod: 5s
 %s%s`, name, n.StateDir, filepath.Join(dir, "logs"), n.ctrd.Subnet, nodeLines, n.BusListen, n.ctrd.Endpoint, n.ctrd.CNIConfDir,
 		cgroupRoot, n.ctrd.BridgeName, n.ctrd.NetworkName, o.Runtime,
-		n.StaticDir, "", o.Status, serverAddress, n.ServerPort, readOnlyPort, n.HealthzPort, o.Server, o.GC, o.Extra)
+		n.StaticDir, "", o.Status, serverAddress, n.ServerPort, readOnlyPort, n.HealthzPort, o.Server, gc, o.Extra)
 	if err := os.WriteFile(n.Config, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -55,7 +55,7 @@ spec:
 // (CreateContainerConfigError) until it succeeds.
 func TestDevicePlugins(t *testing.T) {
 	root := filepath.Join(t.TempDir(), "kubelet")
-	n := e2e.NewNode(t, e2e.NodeOptions{Node: "  rootDir: " + root + "\n", GC: lowDiskThresholds})
+	n := e2e.NewNode(t, e2e.NodeOptions{Node: "  rootDir: " + root + "\n"})
 	files := t.TempDir()
 	plugin, err := deviceplugin.StartWith(deviceplugin.Options{PreStartRequired: true},
 		filepath.Join(root, "device-plugins"), files, devResource, "dev-1", "dev-2")

@@ -220,7 +220,7 @@ func TestDRATestDriver(t *testing.T) {
 	t.Cleanup(ctl.Stop)
 
 	root := filepath.Join(t.TempDir(), "kubelet")
-	n := e2e.NewNode(t, e2e.NodeOptions{API: true, Node: "  rootDir: " + root + "\n", GC: lowDiskThresholds, Containerd: ctr})
+	n := e2e.NewNode(t, e2e.NodeOptions{API: true, Node: "  rootDir: " + root + "\n", Containerd: ctr})
 	admin := cp.AdminClient(t)
 	ns := cp.Namespace(t)
 	t.Logf("tools, image, containerd 2, controllers and node ready in %s", time.Since(began).Round(10*time.Millisecond))

@@ -78,11 +78,6 @@ func sampleDaemonSet(t *testing.T, ns, rootDir string) *appsv1.DaemonSet {
 	return &ds
 }
 
-// lowDiskThresholds keep a test machine's shared, busy disk from putting
-// the node under DiskPressure (imagefs.available<15% by default), which
-// would refuse the pods these tests are about.
-const lowDiskThresholds = "  evictionHard:\n    nodefs.available: \"1%\"\n    imagefs.available: \"1%\"\n"
-
 // devicePod asks for n of the sample resource, bound to the node.
 func devicePod(ns, name string, n int64) *corev1.Pod {
 	p := e2e.APIPod(nodeName, ns, name, "")
@@ -135,7 +130,7 @@ func TestSampleDevicePlugin(t *testing.T) {
 	}
 
 	root := filepath.Join(t.TempDir(), "kubelet")
-	n := e2e.NewNode(t, e2e.NodeOptions{API: true, Node: "  rootDir: " + root + "\n", GC: lowDiskThresholds})
+	n := e2e.NewNode(t, e2e.NodeOptions{API: true, Node: "  rootDir: " + root + "\n"})
 	admin := cp.AdminClient(t)
 	ns := cp.Namespace(t)
 	created := time.Now()
