@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/nodelet/nodelet/schemas"
@@ -117,5 +118,46 @@ func TestTerminationMessagesAndEmptyDir(t *testing.T) {
 	}
 	if _, err := os.Stat(podLogDir(h.cfg.Node.PodLogsDir, pod)); !os.IsNotExist(err) {
 		t.Fatalf("pod log dir left after removal: %v", err)
+	}
+}
+
+// PreStop hooks as the kubelet's executePreStopHook runs them: the kill
+// waits for a hook at most the grace period (3 s) and then stops the
+// container (SIGKILL 2 s later, the minimum grace), but the hook is not
+// cut off there: one that ends between the two (a busy node's slow exec)
+// completes and is no failure. A hook that fails gets FailedPreStopHook
+// with the kubelet's "PreStopHook failed" only, never the hook's output.
+func TestPreStopHooks(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	dir := t.TempDir()
+	stubborn := `trap "" TERM; while true; do sleep 0.2; done`
+	late := withMount(busybox("late", stubborn), "data", "/data")
+	late.Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{
+		Exec: &corev1.ExecAction{Command: []string{"sh", "-c", "sleep 3.5; echo done > /data/late"}},
+	}}
+	bad := busybox("bad", stubborn)
+	bad.Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{
+		Exec: &corev1.ExecAction{Command: []string{"sh", "-c", "echo hook-output >&2; exit 3"}},
+	}}
+	pod := newPod("prestops", late, bad)
+	pod.Spec.Volumes = []corev1.Volume{hostPathVolume("data", dir)}
+	grace := int64(3)
+	pod.Spec.TerminationGracePeriodSeconds = &grace
+	h.run(pod)
+	h.waitObserved(pod, 2*time.Minute, "running", func(o *schemas.PodObserved) bool { return running(o, "late", "bad") })
+
+	deleting := pod.DeepCopy()
+	now := metav1.Now()
+	deleting.DeletionTimestamp, deleting.DeletionGracePeriodSeconds = &now, &grace
+	h.desire(deleting)
+	h.waitObserved(pod, time.Minute, "terminated", func(o *schemas.PodObserved) bool { return o.Terminated })
+	if b, err := os.ReadFile(filepath.Join(dir, "late")); err != nil || strings.TrimSpace(string(b)) != "done" {
+		t.Errorf("the PreStop hook longer than the grace period did not complete: %q %v", b, err)
+	}
+	evs := h.events.await(t, pod.UID, "FailedPreStopHook", 1)
+	for _, ev := range evs {
+		if ev.Object.FieldPath != "spec.containers{bad}" || ev.Message != "PreStopHook failed" || ev.Type != corev1.EventTypeWarning {
+			t.Errorf("FailedPreStopHook event %+v: want only the failing hook's, saying only \"PreStopHook failed\"", ev)
+		}
 	}
 }

@@ -139,30 +139,7 @@ func (k *podKiller) killContainer(ctx context.Context, pod *corev1.Pod, c *conta
 	}
 	if preStop != nil && grace > 0 && c.running() {
 		began := k.clock.Now()
-		hctx, cancel := context.WithTimeout(ctx, time.Duration(grace)*time.Second)
-		done := make(chan struct{})
-		var msg string
-		var err error
-		go func() {
-			defer close(done)
-			hookSpec := spec
-			if hookSpec == nil {
-				hookSpec = &corev1.Container{Name: c.Name, Ports: c.Ports}
-			}
-			msg, err = k.hooks.runHook(hctx, pod, hookSpec, c.ID, preStop, k.podIPsOf(ctx, c.SandboxID))
-		}()
-		select {
-		case <-done:
-		case <-hctx.Done():
-		}
-		cancel()
-		<-done
-		if err != nil {
-			k.log.Info("PreStop hook failed", "containerName", c.Name, "containerID", c.ID, "err", err)
-			if spec != nil {
-				k.event(pod, spec, kind, corev1.EventTypeWarning, "FailedPreStopHook", msg)
-			}
-		}
+		k.runPreStop(ctx, pod, spec, kind, c, preStop, grace)
 		grace -= int64(k.clock.Since(began).Seconds())
 	}
 	if !forced && grace < minGracePeriod {
@@ -176,6 +153,39 @@ func (k *podKiller) killContainer(ctx context.Context, pod *corev1.Pod, c *conta
 		return fmt.Errorf("stop container %s (%s): %w", c.Name, c.ID, err)
 	}
 	return nil
+}
+
+// runPreStop runs a container's PreStop hook and waits for it at most
+// grace seconds, as the kubelet's executePreStopHook does: a hook still
+// running then is left to run on while the container is stopped (with the
+// kill's context, not one that ends with the grace period), so a hook that
+// a busy node makes slower than the grace period, but that ends before the
+// SIGKILL, is not a failure; one that fails, then or later, is logged and
+// gets a FailedPreStopHook event saying only "PreStopHook failed" (the
+// kubelet keeps the hook's output out of the event: it may hold secrets).
+func (k *podKiller) runPreStop(ctx context.Context, pod *corev1.Pod, spec *corev1.Container, kind string, c *containerInfo, preStop *corev1.LifecycleHandler, grace int64) {
+	hookSpec := spec
+	if hookSpec == nil {
+		hookSpec = &corev1.Container{Name: c.Name, Ports: c.Ports}
+	}
+	podIPs := k.podIPsOf(ctx, c.SandboxID)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if _, err := k.hooks.runHook(ctx, pod, hookSpec, c.ID, preStop, podIPs); err != nil {
+			k.log.Info("PreStop hook failed", "containerName", c.Name, "containerID", c.ID, "err", err)
+			if spec != nil {
+				k.event(pod, spec, kind, corev1.EventTypeWarning, "FailedPreStopHook", "PreStopHook failed")
+			}
+		}
+	}()
+	t := k.clock.NewTimer(time.Duration(grace) * time.Second)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C():
+		k.log.Info("PreStop hook not completed in grace period", "containerName", c.Name, "containerID", c.ID, "gracePeriod", grace)
+	}
 }
 
 // podIPsOf is a sandbox's IPs (for a PreStop HTTP hook), nil when unknown.
