@@ -1,26 +1,31 @@
 package runtime
 
 import (
+	"fmt"
+	"hash/fnv"
 	"strings"
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/clock"
 )
 
 // Back-off defaults: the kubelet's CrashLoopBackOff and image pull back-off.
 const (
 	initialBackOff = 10 * time.Second
-	// backOffResetAfter: a container that ran this long before it failed
-	// (or an image whose last failed pull is this old) starts over at the
-	// initial back-off.
+	// backOffResetAfter: a container that failed this long after its last
+	// restart (or an image whose last failed pull is this old) starts over:
+	// the kubelet's crashLoopBackOff.HasExpiredFunc (600 s).
 	backOffResetAfter = 10 * time.Minute
 )
 
 // backOff is an exponential back-off per key (a container of a pod, or an
 // image of a pod): each failure doubles the wait, from initial up to max.
-// The wait counts from the failure, so restarts come 10, 20, 40, ... s after
-// the container exited, as the kubelet's CrashLoopBackOff.
+// A container's restarts follow the kubelet's doBackOff: the first failure
+// restarts at once, the next ones wait 10, 20, 40, ... s counted from the
+// container's exit (the e2e_node "Container restart backs off" sequence:
+// restarts at 0, 0, 10, 30, 70 ... s).
 type backOff struct {
 	clock   clock.Clock
 	initial time.Duration
@@ -32,9 +37,15 @@ type backOff struct {
 }
 
 type backOffEntry struct {
+	// backoff is the wait of the failure at (and, for a container, of the
+	// next failure until this one's restart doubles it).
 	backoff time.Duration
 	at      time.Time // the failure the wait counts from
 	failure string    // identity of that failure (the dead container's ID)
+	// restarted: failure's restart was allowed, at lastRestart (the
+	// kubelet's lastUpdate, set by backOff.Next).
+	restarted   bool
+	lastRestart time.Time
 }
 
 func newBackOff(c clock.Clock, initial, max time.Duration) *backOff {
@@ -45,24 +56,37 @@ func newBackOff(c clock.Clock, initial, max time.Duration) *backOff {
 }
 
 // ContainerFailed records that container instance id of key exited at
-// finished after running since started, and returns how long from now the
-// restart must wait (0: restart now). Calling it again for the same id
-// changes nothing, so every sync of a crashed container may ask.
-func (b *backOff) ContainerFailed(key, id string, started, finished time.Time) time.Duration {
+// finished, and returns how long from now its restart must wait (0:
+// restart now), as the kubelet's doBackOff: not in back-off — the first
+// failure, a failure more than 10 minutes after the last restart, or one
+// whose wait is over — it allows the restart and doubles the next wait
+// (flowcontrol.Backoff.Next); else it returns the rest of the wait.
+// Calling it again for the same id changes nothing, so every sync of a
+// crashed container may ask (the kubelet's second ask after Next would
+// wait the doubled back-off if the restart failed; a retried start here
+// does not).
+func (b *backOff) ContainerFailed(key, id string, finished time.Time) time.Duration {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	now := b.clock.Now()
 	e, ok := b.entries[key]
-	if !ok || e.failure != id {
-		ranLong := !started.IsZero() && finished.Sub(started) >= b.reset
-		if !ok || ranLong {
-			e = &backOffEntry{backoff: b.initial}
-			b.entries[key] = e
-		} else {
-			e.backoff = min(2*e.backoff, b.max)
+	switch {
+	case ok && e.failure == id:
+		if e.restarted {
+			return 0
 		}
-		e.at, e.failure = finished, id
+	case !ok || finished.Sub(e.lastRestart) > b.reset:
+		b.entries[key] = &backOffEntry{backoff: b.initial, at: finished, failure: id, restarted: true, lastRestart: now}
+		return 0
+	default:
+		e.at, e.failure, e.restarted = finished, id, false
 	}
-	return b.left(e)
+	if left := b.left(e); left > 0 {
+		return left
+	}
+	e.backoff = min(2*e.backoff, b.max)
+	e.restarted, e.lastRestart = true, now
+	return 0
 }
 
 // left is how long e must still wait. A failure later than now means the
@@ -76,6 +100,15 @@ func (b *backOff) left(e *backOffEntry) time.Duration {
 		e.at = now
 	}
 	return max(0, e.backoff-b.clock.Since(e.at))
+}
+
+// containerBackOffKey is the kubelet's GetBackoffKey: a container's back-off
+// starts over when its image or resources change. The pod's UID leads, for
+// Forget.
+func containerBackOffKey(pod *corev1.Pod, c *corev1.Container) string {
+	h := fnv.New64a()
+	h.Write([]byte(c.Image + "/" + c.Resources.String()))
+	return fmt.Sprintf("%s_%s_%x", pod.UID, c.Name, h.Sum64())
 }
 
 // Failed records a failure of key now (an image pull) and returns the wait

@@ -2,15 +2,21 @@ package runtime
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	testingclock "k8s.io/utils/clock/testing"
 )
 
-// A container that crashes right after each start waits exactly 10, 20, 40,
-// ... s before each restart, capped at 300 s; once it ran 10 minutes the
-// sequence starts over.
+// A container that crashes right after each start restarts at once the
+// first time, then waits exactly 10, 20, 40, ... s before each restart,
+// capped at 300 s, as the kubelet's doBackOff (e2e_node "Container restart
+// backs off": restarts at 0, 0, 10, 30, 70, 150, 310 s); once it ran more
+// than 10 minutes the sequence starts over.
 func TestCrashLoopBackOffSequence(t *testing.T) {
 	clk := testingclock.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	b := newBackOff(clk, initialBackOff, 300*time.Second)
@@ -25,43 +31,55 @@ func TestCrashLoopBackOffSequence(t *testing.T) {
 		t.Helper()
 		n++
 		id := fmt.Sprintf("c%d", n)
-		started := clk.Now()
 		clk.Step(ran)
 		finished := clk.Now()
-		wait := b.ContainerFailed(key, id, started, finished)
-		if again := b.ContainerFailed(key, id, started, finished); again != wait {
+		wait := b.ContainerFailed(key, id, finished)
+		if wait == 0 {
+			if again := b.ContainerFailed(key, id, finished); again != 0 {
+				t.Fatalf("asking twice about %s after its restart: %v", id, again)
+			}
+			return 0
+		}
+		if again := b.ContainerFailed(key, id, finished); again != wait {
 			t.Fatalf("asking twice about %s changed the wait: %v then %v", id, wait, again)
 		}
+		if _, of := b.Remaining(key); of != wait {
+			t.Fatalf("Remaining says the back-off is %v, the wait is %v", of, wait)
+		}
 		clk.Step(wait / 2)
-		if left := b.ContainerFailed(key, id, started, finished); left != wait-wait/2 {
+		if left := b.ContainerFailed(key, id, finished); left != wait-wait/2 {
 			t.Fatalf("half way: left %v, want %v", left, wait-wait/2)
 		}
 		clk.Step(wait - wait/2 - time.Millisecond)
-		if left := b.ContainerFailed(key, id, started, finished); left != time.Millisecond {
+		if left := b.ContainerFailed(key, id, finished); left != time.Millisecond {
 			t.Fatalf("1ms before the end: left %v", left)
 		}
 		clk.Step(time.Millisecond)
-		if left := b.ContainerFailed(key, id, started, finished); left != 0 {
+		if left := b.ContainerFailed(key, id, finished); left != 0 {
 			t.Fatalf("at the end: left %v", left)
+		}
+		if left := b.ContainerFailed(key, id, finished); left != 0 {
+			t.Fatalf("asked again after the restart: left %v", left)
 		}
 		return wait
 	}
 
-	want := []time.Duration{10, 20, 40, 80, 160, 300, 300, 300}
+	want := []time.Duration{0, 10, 20, 40, 80, 160, 300, 300, 300}
 	for i, w := range want {
 		if got := crash(time.Second); got != w*time.Second {
 			t.Fatalf("restart %d: back-off %v, want %v", i+1, got, w*time.Second)
 		}
 	}
-	// Ran for 9m59s: still capped.
-	if got := crash(10*time.Minute - time.Second); got != 300*time.Second {
-		t.Fatalf("after 9m59s of running: %v, want 300s", got)
+	// Failed 10 minutes after its restart: still capped (the kubelet's
+	// HasExpiredFunc is "more than 600 s").
+	if got := crash(10 * time.Minute); got != 300*time.Second {
+		t.Fatalf("after 10m of running: %v, want 300s", got)
 	}
-	// Ran for 10 minutes: starts over.
-	for i, w := range []time.Duration{10, 20, 40} {
+	// Ran for longer: starts over.
+	for i, w := range []time.Duration{0, 10, 20, 40} {
 		ran := time.Second
 		if i == 0 {
-			ran = 10 * time.Minute
+			ran = 10*time.Minute + time.Second
 		}
 		if got := crash(ran); got != w*time.Second {
 			t.Fatalf("after reset, restart %d: %v, want %v", i+1, got, w*time.Second)
@@ -73,12 +91,56 @@ func TestBackOffMaxFromConfig(t *testing.T) {
 	clk := testingclock.NewFakeClock(time.Now())
 	b := newBackOff(clk, initialBackOff, 25*time.Second)
 	var got []time.Duration
-	for i := range 4 {
-		got = append(got, b.ContainerFailed("k", fmt.Sprint(i), clk.Now(), clk.Now()))
-		clk.Step(time.Minute)
+	for i := range 5 {
+		id := fmt.Sprint(i)
+		wait := b.ContainerFailed("k", id, clk.Now())
+		got = append(got, wait)
+		clk.Step(wait)
+		if left := b.ContainerFailed("k", id, clk.Now().Add(-wait)); left != 0 {
+			t.Fatalf("crash %d: still %v after its wait", i, left)
+		}
+		clk.Step(time.Second)
 	}
-	if fmt.Sprint(got) != "[10s 20s 25s 25s]" {
+	if fmt.Sprint(got) != "[0s 10s 20s 25s 25s]" {
 		t.Fatalf("got %v", got)
+	}
+}
+
+// TestContainerBackOffKey: as the kubelet's GetBackoffKey, a new image or
+// new resources give the container a fresh back-off; the key starts with
+// the pod's UID, which Forget drops.
+func TestContainerBackOffKey(t *testing.T) {
+	pod := newPod("p", busybox("app", ""))
+	c := &pod.Spec.Containers[0]
+	key := containerBackOffKey(pod, c)
+	if !strings.HasPrefix(key, string(pod.UID)+"_app_") {
+		t.Fatalf("key %q does not start with the pod's UID and the container's name", key)
+	}
+	if again := containerBackOffKey(pod, c); again != key {
+		t.Fatalf("key not stable: %q then %q", key, again)
+	}
+	image := pod.DeepCopy()
+	image.Spec.Containers[0].Image = "busybox:other"
+	resources := pod.DeepCopy()
+	resources.Spec.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}
+	for name, p := range map[string]*corev1.Pod{"image": image, "resources": resources} {
+		if k := containerBackOffKey(p, &p.Spec.Containers[0]); k == key {
+			t.Errorf("a new %s keeps the back-off key", name)
+		}
+	}
+
+	clk := testingclock.NewFakeClock(time.Now())
+	b := newBackOff(clk, initialBackOff, 300*time.Second)
+	b.ContainerFailed(key, "c1", clk.Now())
+	if wait := b.ContainerFailed(key, "c2", clk.Now()); wait != 10*time.Second {
+		t.Fatalf("second crash: %v", wait)
+	}
+	if wait := b.ContainerFailed(containerBackOffKey(image, &image.Spec.Containers[0]), "c3", clk.Now()); wait != 0 {
+		t.Fatalf("the first crash with a new image waits %v", wait)
+	}
+	b.Forget(string(pod.UID) + "_")
+	if wait := b.ContainerFailed(key, "c4", clk.Now()); wait != 0 {
+		t.Fatalf("a crash after Forget waits %v", wait)
 	}
 }
 
@@ -132,34 +194,39 @@ func TestBackOffClockSteps(t *testing.T) {
 			clk := testingclock.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 			b := newBackOff(clk, initialBackOff, 300*time.Second)
 			const key = "uid_app"
-			// Two crashes: the back-off is 20 s, then a third: 40 s.
-			for i, want := range []time.Duration{10, 20, 40} {
-				started := clk.Now()
+			// Three crashes, restarted after 0, 10 and 20 s, then a
+			// fourth: 40 s.
+			for i, want := range []time.Duration{0, 10, 20, 40} {
 				clk.Step(time.Second)
-				if got := b.ContainerFailed(key, fmt.Sprintf("c%d", i), started, clk.Now()); got != want*time.Second {
+				finished := clk.Now()
+				if got := b.ContainerFailed(key, fmt.Sprintf("c%d", i), finished); got != want*time.Second {
 					t.Fatalf("crash %d: %v, want %v", i, got, want*time.Second)
 				}
-				if i < 2 {
+				if i < 3 {
 					clk.Step(want * time.Second)
+					if got := b.ContainerFailed(key, fmt.Sprintf("c%d", i), finished); got != 0 {
+						t.Fatalf("crash %d: still %v after its wait", i, got)
+					}
 				}
 			}
 			finished := clk.Now()
 			clk.Step(5 * time.Second)
 			clk.SetTime(clk.Now().Add(tc.step))
-			if got := b.ContainerFailed(key, "c2", finished.Add(-time.Second), finished); got != tc.wantLeft {
+			if got := b.ContainerFailed(key, "c3", finished); got != tc.wantLeft {
 				t.Fatalf("right after the step: %v, want %v", got, tc.wantLeft)
 			}
-			if left, of := b.Remaining(key); left != tc.wantLeft || of != 40*time.Second {
-				t.Fatalf("Remaining: %v of %v", left, of)
+			if tc.wantLeft > 0 {
+				if left, of := b.Remaining(key); left != tc.wantLeft || of != 40*time.Second {
+					t.Fatalf("Remaining: %v of %v", left, of)
+				}
 			}
 			clk.Step(tc.wantLeft)
-			if got := b.ContainerFailed(key, "c2", finished.Add(-time.Second), finished); got != 0 {
+			if got := b.ContainerFailed(key, "c3", finished); got != 0 {
 				t.Fatalf("after the wait: still %v", got)
 			}
 			// The next crash doubles, as without the step.
-			started := clk.Now()
 			clk.Step(time.Second)
-			if got := b.ContainerFailed(key, "c3", started, clk.Now()); got != 80*time.Second {
+			if got := b.ContainerFailed(key, "c4", clk.Now()); got != 80*time.Second {
 				t.Fatalf("the crash after: %v, want 80s", got)
 			}
 		})

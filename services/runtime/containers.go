@@ -200,8 +200,8 @@ func (m *Daemon) startContainer(ctx context.Context, pod *corev1.Pod, ts contain
 		id = ts.Existing.ID
 	} else {
 		if ts.Dead != nil {
-			key := string(pod.UID) + "_" + c.Name
-			if wait := m.backoff.ContainerFailed(key, ts.Dead.ID, ts.Dead.StartedAt, ts.Dead.FinishedAt); wait > 0 {
+			key := containerBackOffKey(pod, c)
+			if wait := m.backoff.ContainerFailed(key, ts.Dead.ID, ts.Dead.FinishedAt); wait > 0 {
 				_, of := m.backoff.Remaining(key)
 				event(corev1.EventTypeWarning, "BackOff", fmt.Sprintf("Back-off restarting failed container %s in pod %s", c.Name, podString(pod)))
 				return "", &waitError{Reason: reasonCrashLoopBackOff, Retry: wait,

@@ -21,9 +21,14 @@ import (
 )
 
 // A container that exits 1 under restartPolicy Always is restarted with
-// CrashLoopBackOff in between; its restart count grows.
+// CrashLoopBackOff in between; its restart count grows. As the kubelet's
+// doBackOff, the first exit restarts at once (no BackOff before the second
+// start) and the second waits the initial 10 s from the exit, with one
+// BackOff event: the kubelet syncs once per PLEG event, and the task event
+// and the relist that both report the exit make one sync here. (The
+// periodic resync, which may record one more, is set out of the way.)
 func TestCrashLoopRestartCountGrows(t *testing.T) {
-	h := newHarness(t, harnessOptions{})
+	h := newHarness(t, harnessOptions{options: func(o *Options) { o.ResyncPeriod = 10 * time.Minute }})
 	pod := newPod("crasher", busybox("app", "echo crashed >/dev/termination-log; exit 1"))
 	h.run(pod)
 	sawBackOff := false
@@ -42,9 +47,38 @@ func TestCrashLoopRestartCountGrows(t *testing.T) {
 		t.Fatalf("never saw CrashLoopBackOff: %s", describe(o))
 	}
 	h.events.await(t, pod.UID, "BackOff", 1)
+	h.events.await(t, pod.UID, "Started", 3)
+	// The pod's events come in the order the runtime recorded them.
+	started, before := 0, map[int]int{}
+	for _, r := range h.events.reasons(pod.UID) {
+		switch r {
+		case "Started":
+			started++
+		case "BackOff":
+			before[started]++
+		}
+	}
+	if before[1] != 0 || before[2] != 1 {
+		t.Errorf("BackOff events after each start: %v; want none after the first (the first exit restarts at once), one after the second", before)
+	}
 	// One instance per restart, all in the one sandbox.
-	if cs := h.containers(pod.UID); len(cs) < 3 {
+	cs := h.containers(pod.UID)
+	if len(cs) < 3 {
 		t.Fatalf("%d container instances, want 3", len(cs))
+	}
+	times := map[uint32]*runtimeapi.ContainerStatus{}
+	for _, c := range cs {
+		st, err := h.cri.Runtime.ContainerStatus(h.ctx, &runtimeapi.ContainerStatusRequest{ContainerId: c.Id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		times[c.Metadata.Attempt] = st.Status
+	}
+	if times[1] == nil || times[2] == nil {
+		t.Fatalf("attempts 1 and 2 not both in CRI: %v", times)
+	}
+	if wait := time.Duration(times[2].StartedAt - times[1].FinishedAt); wait < initialBackOff {
+		t.Errorf("the second restart came %v after the exit, want at least %v", wait, initialBackOff)
 	}
 	if sbs := h.sandboxes(pod.UID); len(sbs) != 1 {
 		t.Fatalf("%d sandboxes", len(sbs))

@@ -76,6 +76,9 @@ func (s *podSync) syncRunning(ctx context.Context) syncResult {
 
 	start := func(ts containerToStart) *waitError {
 		id, w := m.startContainer(ctx, pod, ts, sandbox.Sandbox, sandbox.Config, volumes, s.pr)
+		if w != nil && w.Reason == reasonCrashLoopBackOff {
+			s.backingOff = append(s.backingOff, ts.Spec.Name)
+		}
 		if w != nil || ts.Replace != nil || ts.Existing != nil {
 			// A container may have been created, removed or left
 			// half-started: report reads the pod again.
@@ -96,7 +99,7 @@ func (s *podSync) syncRunning(ctx context.Context) syncResult {
 	}
 	current := s.report(ctx, sandbox)
 	res := syncResult{RequeueAfter: started.Requeue}
-	if current && res.RequeueAfter == 0 {
+	if current && (res.RequeueAfter == 0 || len(s.backingOff) > 0) {
 		res.Settled = s.settled()
 	}
 	return res
@@ -121,6 +124,9 @@ type podSync struct {
 	// else startsUnclear.
 	started       []string
 	startsUnclear bool
+	// backingOff are the containers whose restart this pass left to its
+	// CrashLoopBackOff wait: the requeue at the wait's end restarts them.
+	backingOff []string
 	// slot: this pass holds a slot of runtime.maxConcurrentSandboxCreations
 	// (a chan receive frees it), taken after waiting slotWait.
 	slot     bool
@@ -378,13 +384,21 @@ func (s *podSync) quiet() bool {
 
 // settled is the pod's CRI state as the PLEG snapshots it when, as the
 // pass leaves it, there is nothing more to do in it: one ready sandbox,
-// nothing to start, kill or stop. Else nil.
+// nothing to start, kill or stop, but containers that wait out their
+// back-off (their requeue restarts them; a relist of the same state would
+// only record BackOff again — the kubelet syncs once per PLEG event, and
+// nodelet's task events and relists both report an exit). Else nil.
 // Only after a report that could read the pod.
 func (s *podSync) settled() map[string]string {
 	a := &s.after
 	if a.CreateSandbox || a.Terminal || a.Sandbox == nil || len(s.pr.Sandboxes) != 1 ||
-		len(a.StopSandboxes) > 0 || len(a.Kill) > 0 || len(a.Start) > 0 {
+		len(a.StopSandboxes) > 0 || len(a.Kill) > 0 {
 		return nil
+	}
+	for _, ts := range a.Start {
+		if !slices.Contains(s.backingOff, ts.Spec.Name) {
+			return nil
+		}
 	}
 	out := map[string]string{}
 	addSnapshot(out, s.pr)

@@ -8,8 +8,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 
 	"github.com/nodelet/nodelet/bus"
+	"github.com/nodelet/nodelet/internal/podutil"
 	"github.com/nodelet/nodelet/schemas"
 )
 
@@ -200,6 +202,22 @@ func (s *store) watch(ctx context.Context) {
 	)
 }
 
+// syncReads says whether desired pod next differs from old in anything a
+// sync reads: what the kubelet's PodsDifferSemantically compares, and of
+// the status, the API's terminal phase (sync.go), the start time the
+// active deadline counts from (podStartTime) and the claims the scheduler
+// made for extended resources (podutil.ResourceClaims).
+func syncReads(old, next *corev1.Pod) bool {
+	terminal := func(p *corev1.Pod) bool {
+		return p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded
+	}
+	eq := equality.Semantic.DeepEqual
+	return podutil.PodsDifferSemantically(old, next) ||
+		terminal(old) != terminal(next) ||
+		!eq(old.Status.StartTime, next.Status.StartTime) ||
+		!eq(old.Status.ExtendedResourceClaimStatus, next.Status.ExtendedResourceClaimStatus)
+}
+
 // wakeWorker wakes uid's worker once every input bucket is loaded.
 func (s *store) wakeWorker(uid string) {
 	if s.workers != nil && s.allSynced() {
@@ -216,9 +234,18 @@ func (s *store) onDesired(ctx context.Context, u bus.Update[schemas.PodDesired])
 		}
 		s.mu.Lock()
 		r := s.record(u.Key)
+		reconcile := r.Pod != nil && !r.Gone && !syncReads(r.Pod, u.Value.Pod)
 		r.Pod, r.Gone, r.Unconfirmed = u.Value.Pod, false, false
 		admitted := r.Verdict != nil
 		s.mu.Unlock()
+		if reconcile {
+			// The kubelet's RECONCILE: the API's copy of the status
+			// changed (mostly by nodelet-status's own writes), nothing
+			// a sync acts on. The kubelet does not sync the pod for it
+			// (HandlePodReconcile); a sync of a crashed container in
+			// back-off would record BackOff once more for each.
+			return
+		}
 		if !admitted && s.observed != nil && s.observed.get(u.Key) == nil {
 			// Not admitted and never reported: nothing of the pod is in
 			// CRI (only an admitted pod's worker creates anything, and

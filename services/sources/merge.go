@@ -3,7 +3,6 @@ package sources
 import (
 	"fmt"
 	"log/slog"
-	"slices"
 	"sort"
 	"time"
 
@@ -161,47 +160,10 @@ func (s *store) drop(source string) []Change {
 	return changes
 }
 
-// localAnnotations are the kubelet's own; a change to them is no change of
-// the pod.
-var localAnnotations = []string{podutil.AnnotationConfigSource, podutil.AnnotationConfigMirror, podutil.AnnotationConfigSeen}
-
-func annotationsEqual(existing, candidate map[string]string) bool {
-	for k, v := range candidate {
-		if slices.Contains(localAnnotations, k) {
-			continue
-		}
-		if ev, ok := existing[k]; !ok || ev != v {
-			return false
-		}
-	}
-	for k := range existing {
-		if slices.Contains(localAnnotations, k) {
-			continue
-		}
-		if _, ok := candidate[k]; !ok {
-			return false
-		}
-	}
-	return true
-}
-
-// podsDifferSemantically is the kubelet's test. It compares with
-// equality.Semantic rather than reflect.DeepEqual: pods restored from the
-// bucket went through JSON, which turns empty maps and slices into nil and
-// quantities into their canonical form.
-func podsDifferSemantically(existing, ref *corev1.Pod) bool {
-	eq := equality.Semantic.DeepEqual
-	return !(eq(existing.Spec, ref.Spec) &&
-		eq(existing.Labels, ref.Labels) &&
-		eq(existing.DeletionTimestamp, ref.DeletionTimestamp) &&
-		eq(existing.DeletionGracePeriodSeconds, ref.DeletionGracePeriodSeconds) &&
-		annotationsEqual(existing.Annotations, ref.Annotations))
-}
-
 // checkAndUpdatePod is the kubelet's: it updates existing from ref and says
 // what kind of change that was, if any.
 func checkAndUpdatePod(existing, ref *corev1.Pod) (Op, bool) {
-	if !podsDifferSemantically(existing, ref) {
+	if !podutil.PodsDifferSemantically(existing, ref) {
 		if !equality.Semantic.DeepEqual(existing.Status, ref.Status) {
 			existing.Status = ref.Status
 			return OpReconcile, true
@@ -214,12 +176,12 @@ func checkAndUpdatePod(existing, ref *corev1.Pod) (Op, bool) {
 	existing.DeletionGracePeriodSeconds = ref.DeletionGracePeriodSeconds
 	existing.Generation = ref.Generation
 	existing.Status = ref.Status
-	annotations := make(map[string]string, len(ref.Annotations)+len(localAnnotations))
+	annotations := make(map[string]string, len(ref.Annotations)+3)
 	for k, v := range ref.Annotations {
 		annotations[k] = v
 	}
-	for _, k := range localAnnotations {
-		if v, ok := existing.Annotations[k]; ok {
+	for k, v := range existing.Annotations {
+		if podutil.IsLocalAnnotation(k) {
 			annotations[k] = v
 		}
 	}
