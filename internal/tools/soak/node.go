@@ -390,7 +390,37 @@ func readProc(pid int) (Proc, error) {
 		return p, err
 	}
 	p.FDs = len(fds)
-	return p, nil
+	p.CPU, err = readCPU(pid)
+	return p, err
+}
+
+// userHZ is the unit of /proc/<pid>/stat's times (USER_HZ, 100 on every
+// Linux architecture Go runs on).
+const userHZ = 100
+
+// readCPU is a process's utime + stime, in seconds (proc(5): fields 14
+// and 15 of /proc/<pid>/stat, counted after the command's closing paren,
+// which may itself hold spaces).
+func readCPU(pid int) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: no command", pid)
+	}
+	// After ") ": field 3 (state) is f[0], so field n is f[n-3].
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f)+2)
+	}
+	utime, err1 := strconv.ParseUint(f[11], 10, 64)
+	stime, err2 := strconv.ParseUint(f[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+	}
+	return float64(utime+stime) / userHZ, nil
 }
 
 // statusField reads an integer field of /proc/<pid>/status ("Threads:\t12").

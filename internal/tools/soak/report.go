@@ -47,6 +47,52 @@ func (res *Result) lastChurn() *Sample {
 	return nil
 }
 
+// churnCPU is the CPU process name used in the churn, in cores (CPU
+// seconds per second between the churn's first and last samples); for
+// "agent", summed over the agent's processes. Not known when a process
+// is missing from either sample, restarted in between, or told no CPU.
+func (res *Result) churnCPU(name string) (float64, bool) {
+	var first, last *Sample
+	for i := range res.Samples {
+		if res.Samples[i].Phase == PhaseChurn {
+			if first == nil {
+				first = &res.Samples[i]
+			}
+			last = &res.Samples[i]
+		}
+	}
+	if first == nil || last.At <= first.At {
+		return 0, false
+	}
+	var names []string
+	if name == "agent" {
+		for n, p := range last.Procs {
+			if p.Agent {
+				names = append(names, n)
+			}
+		}
+	} else {
+		names = []string{name}
+	}
+	var sum float64
+	for _, n := range names {
+		a, ok1 := first.Procs[n]
+		b, ok2 := last.Procs[n]
+		if !ok1 || !ok2 || a.PID != b.PID || b.CPU == 0 {
+			return 0, false
+		}
+		sum += b.CPU - a.CPU
+	}
+	return sum / (last.At - first.At), len(names) > 0
+}
+
+func (res *Result) cpuCell(name string) string {
+	if c, ok := res.churnCPU(name); ok {
+		return fmt.Sprintf("%.2f", c)
+	}
+	return "-"
+}
+
 func (res *Result) growth(series string) (Growth, bool) {
 	for _, g := range res.Growth {
 		if g.Series == series {
@@ -118,6 +164,11 @@ func (res *Result) Print(w io.Writer) {
 		fmt.Fprintf(w, "pod start in the churn (bound to first container started, whole seconds): %d pods, p50 %.0f, p90 %.0f, p99 %.0f, max %.0f s\n",
 			l.N, l.P50, l.P90, l.P99, l.Max)
 	}
+	var cpu []string
+	for _, name := range append(procNames(res), "agent") {
+		cpu = append(cpu, name+" "+res.cpuCell(name))
+	}
+	fmt.Fprintf(w, "CPU in the churn (cores): %s\n", strings.Join(cpu, ", "))
 	fmt.Fprintf(w, "growth per 1,000 lifecycles after the first %d, then over the last half of those (least squares over the churn's samples; ! the last half over the bound)\n", res.Warmup)
 	fmt.Fprintf(w, "%-12s %27s %13s %13s %23s %12s %17s %11s\n", "process", "PSS MiB before/end/after", "PSS/1k", "RSS/1k",
 		"goroutines b/e/a", "gor/1k", "fds b/e/a", "fds/1k")
@@ -262,6 +313,8 @@ func printCompare(w io.Writer, results []*Result) {
 		row(f.label+" per 1k lifecycles", func(r *Result) string { return r.growthCell(f.k, f.scale) })
 	}
 	row("pod start p50/p99/max in the churn", func(r *Result) string { return r.PodStart.String() })
+	row("agent CPU in the churn (cores)", func(r *Result) string { return r.cpuCell("agent") })
+	row("containerd CPU in the churn (cores)", func(r *Result) string { return r.cpuCell("containerd") })
 	row("containerd PSS MiB per 1k", func(r *Result) string { return r.growthCell("proc.containerd.pss", mib) })
 	row("leftovers after drain", func(r *Result) string {
 		n := 0

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -171,4 +172,53 @@ func writeFile(t *testing.T, dir, name, content string) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// TestChurnCPU: a process's CPU in the churn is its CPU seconds between the
+// churn's first and last samples over the time between them; the agent's
+// is the sum of its processes'; a process that restarted in between has
+// none, nor has an agent one of whose processes did.
+func TestChurnCPU(t *testing.T) {
+	sample := func(at float64, phase string, procs map[string]Proc) Sample {
+		return Sample{At: at, Phase: phase, Procs: procs}
+	}
+	res := &Result{Samples: []Sample{
+		sample(0, "fill", map[string]Proc{"runtime": {PID: 1, Agent: true, CPU: 1}}),
+		sample(10, PhaseChurn, map[string]Proc{"runtime": {PID: 1, Agent: true, CPU: 5}, "status": {PID: 2, Agent: true, CPU: 1},
+			"containerd": {PID: 3, CPU: 10}}),
+		sample(30, PhaseChurn, map[string]Proc{"runtime": {PID: 1, Agent: true, CPU: 15}, "status": {PID: 2, Agent: true, CPU: 3},
+			"containerd": {PID: 3, CPU: 40}}),
+		sample(40, "drain", map[string]Proc{"runtime": {PID: 1, Agent: true, CPU: 100}}),
+	}}
+	for name, want := range map[string]string{"runtime": "0.50", "status": "0.10", "agent": "0.60", "containerd": "1.50", "gone": "-"} {
+		if got := res.cpuCell(name); got != want {
+			t.Errorf("%s: %s, want %s", name, got, want)
+		}
+	}
+	res.Samples[2].Procs["status"] = Proc{PID: 9, Agent: true, CPU: 0.5}
+	if got := res.cpuCell("status"); got != "-" {
+		t.Errorf("a restarted process: %s, want -", got)
+	}
+	if got := res.cpuCell("agent"); got != "-" {
+		t.Errorf("an agent with a restarted process: %s, want -", got)
+	}
+}
+
+// TestReadCPU reads this process's CPU time, which grows as it works.
+func TestReadCPU(t *testing.T) {
+	before, err := readCPU(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for x := 0; time.Now().Before(deadline); x++ {
+		after, err := readCPU(os.Getpid())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after > before {
+			return
+		}
+	}
+	t.Fatalf("no CPU time counted in 5 s of spinning (%v)", before)
 }

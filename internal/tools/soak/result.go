@@ -122,6 +122,8 @@ type Proc struct {
 	FDs        int    `json:"fds"`
 	Threads    int    `json:"threads"`
 	Goroutines int    `json:"goroutines"`
+	// CPU is the process's user and system time since it started, seconds.
+	CPU float64 `json:"cpuSeconds,omitempty"`
 }
 
 // Counts are the node's resources that pods come and go with.
