@@ -228,19 +228,38 @@ func uidOf(v string) string {
 	return uid
 }
 
+// changedPods are the pods whose CRI state changed between two relists in
+// a way worth a sync: the kubelet's isSyncPodWorthy, which leaves out
+// ContainerRemoved — an exited container (or a sandbox no longer ready)
+// removed, mostly by the garbage collector. Syncing a pod for it would
+// only repeat the last sync (and record BackOff again for a container
+// waiting out its back-off). A pod that left CRI altogether still changed:
+// its worker forgets it.
 func changedPods(last, cur map[string]string) map[string]bool {
 	out := map[string]bool{}
+	present := map[string]bool{}
 	for id, v := range cur {
+		present[uidOf(v)] = true
 		if last[id] != v {
 			out[uidOf(v)] = true
 		}
 	}
 	for id, v := range last {
-		if _, ok := cur[id]; !ok {
-			out[uidOf(v)] = true
+		if _, ok := cur[id]; ok {
+			continue
+		}
+		if uid := uidOf(v); !present[uid] || !removedQuietly(v) {
+			out[uid] = true
 		}
 	}
 	return out
+}
+
+// removedQuietly says whether a snapshot value is an exited container or a
+// sandbox not ready, whose removal is no event.
+func removedQuietly(v string) bool {
+	_, st, _ := strings.Cut(v, " ")
+	return st == runtimeapi.ContainerState_CONTAINER_EXITED.String() || st == "notready"
 }
 
 // watchContainerEvents follows CRI's container event stream where the
