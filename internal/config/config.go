@@ -169,10 +169,11 @@ type RuntimeConfig struct {
 	// MaxParallelImagePulls across different images. Default: 5.
 	MaxParallelImagePulls int `mapstructure:"maxParallelImagePulls"`
 	// MaxConcurrentSandboxCreations bounds the pods making a new sandbox at once (a first
-	// sandbox's pod cgroup, volumes and RunPodSandbox); 0 = unbounded. Creating a sandbox is
-	// CPU work (runc, CNI, containerd), so more at once than the node has CPUs only share
-	// them: on 2 CPUs scripts/bench.sh recommended 2 of 1, 2, 4 and unbounded in three runs
-	// (docs/performance.md). Default: the number of CPUs, at least 2.
+	// sandbox's pod cgroup, volumes and RunPodSandbox); 0 = unbounded, as the kubelet. A
+	// bound of the node's CPUs lowers the median start of a burst of new pods (on 2 CPUs
+	// scripts/bench.sh recommended 2 in three runs), but caps the sandboxes a node makes a
+	// minute: in scripts/soak.sh's churn at 110 pods it doubled every pod's start (p50 115 s
+	// at 2 against 55 s unbounded, docs/soak.md). Default: 0.
 	MaxConcurrentSandboxCreations int `mapstructure:"maxConcurrentSandboxCreations"`
 	// CNIConfDir is where nodelet renders the conflist containerd reads. Default: /etc/nodelet/cni/net.d.
 	CNIConfDir string `mapstructure:"cniConfDir"`

@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -36,7 +35,7 @@ func TestDefaults(t *testing.T) {
 		cfg.Server.ReadOnlyPort != 0 || !cfg.Server.EnableSystemLogHandler || cfg.Server.Port != 10250 ||
 		cfg.Server.HealthzBindAddress != "127.0.0.1" || cfg.Server.HealthzPort != 10248 ||
 		cfg.Node.StateDir != "/var/lib/nodelet" || cfg.GC.EvictionHard["memory.available"] != "100Mi" ||
-		cfg.Runtime.MaxConcurrentSandboxCreations != max(2, runtime.NumCPU()) {
+		cfg.Runtime.MaxConcurrentSandboxCreations != 0 {
 		t.Fatalf("defaults: %+v", cfg)
 	}
 	host, _ := os.Hostname()

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"reflect"
-	goruntime "runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -15,10 +14,6 @@ import (
 	"github.com/spf13/viper"
 	"sigs.k8s.io/yaml"
 )
-
-// defaultSandboxCreations is runtime.maxConcurrentSandboxCreations's
-// default: the number of CPUs this process may use, at least 2.
-func defaultSandboxCreations() int { return max(2, goruntime.NumCPU()) }
 
 // EnvPrefix of every environment override: NODELET_<SECTION>_<KEY>.
 const EnvPrefix = "NODELET"
@@ -58,24 +53,23 @@ func Defaults() *Config {
 			MaxStore: "2Gi", BucketMaxBytes: "128Mi", MaxValueSize: "1536Ki", EventsMaxBytes: "128Mi", EventsMaxAge: 24 * time.Hour,
 			DeletedKeyRetention: time.Hour},
 		Runtime: RuntimeConfig{
-			Endpoint:                      "unix:///run/containerd/containerd.sock",
-			ContainerdConfig:              "/etc/nodelet/containerd/config.toml",
-			ContainerdVersion:             2,
-			SandboxImage:                  "nodelet.local/pause:3.10",
-			RelistPeriod:                  time.Second,
-			RuntimeRequestTimeout:         2 * time.Minute,
-			MaxContainerRestartPeriod:     300 * time.Second,
-			MaxParallelImagePulls:         5,
-			MaxConcurrentSandboxCreations: defaultSandboxCreations(),
-			CNIConfDir:                    "/etc/nodelet/cni/net.d",
-			CNIBinDirs:                    []string{"/usr/lib/cni", "/opt/cni/bin"},
-			ManageCNIConfig:               true,
-			CNIBridgeName:                 "nodelet0",
-			CNINetworkName:                "nodelet",
-			CgroupRoot:                    "/nodelet",
-			CgroupDriver:                  "cgroupfs",
-			PodPidsLimit:                  -1,
-			EnforceNodeAllocatable:        []string{"pods"},
+			Endpoint:                  "unix:///run/containerd/containerd.sock",
+			ContainerdConfig:          "/etc/nodelet/containerd/config.toml",
+			ContainerdVersion:         2,
+			SandboxImage:              "nodelet.local/pause:3.10",
+			RelistPeriod:              time.Second,
+			RuntimeRequestTimeout:     2 * time.Minute,
+			MaxContainerRestartPeriod: 300 * time.Second,
+			MaxParallelImagePulls:     5,
+			CNIConfDir:                "/etc/nodelet/cni/net.d",
+			CNIBinDirs:                []string{"/usr/lib/cni", "/opt/cni/bin"},
+			ManageCNIConfig:           true,
+			CNIBridgeName:             "nodelet0",
+			CNINetworkName:            "nodelet",
+			CgroupRoot:                "/nodelet",
+			CgroupDriver:              "cgroupfs",
+			PodPidsLimit:              -1,
+			EnforceNodeAllocatable:    []string{"pods"},
 			ConfigMapAndSecretChangeDetectionStrategy: "Watch",
 			AllowHostPathForStaticPods:                true,
 			SyncFrequency:                             time.Minute,

@@ -165,7 +165,9 @@ type Summary struct {
 	Breakdown *Breakdown `json:"breakdown,omitempty"`
 }
 
-// Recommendation is the sandbox bound to make the default.
+// Recommendation is the sandbox bound that starts a burst of new pods soonest
+// (not the default: under a sustained churn a bound caps the sandboxes made
+// a minute, docs/soak.md).
 type Recommendation struct {
 	Bound  int    `json:"bound"`
 	N      int    `json:"n"`

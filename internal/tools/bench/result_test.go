@@ -151,7 +151,7 @@ func TestWriteTable(t *testing.T) {
 		"sum  280.0MiB / 270.0MiB (200.0MiB) / 300.0MiB",
 		"(on the settled node before the burst, no pod running)",
 		"runtime  100.0MiB / 90.0MiB (50.0MiB) / 110.0MiB",
-		"recommended runtime.maxConcurrentSandboxCreations: 2",
+		"best runtime.maxConcurrentSandboxCreations for a burst: 2",
 		"== at rest with the burst running",
 		"2  20    nodelet  2.5% of a core (0.00s)  270.0MiB             2  12.0ms / 16.0ms / 16.0ms        20/20        40KiB          2.5ms           25.0ms",
 	} {

@@ -149,7 +149,7 @@ func WriteTable(w io.Writer, r *Result) error {
 	writeAtRest(ew, r.Summaries)
 	writeIdleMemory(ew, r.Summaries)
 	if rec := r.Recommendation; rec != nil {
-		ew.printf("\nrecommended runtime.maxConcurrentSandboxCreations: %d (%s)\n", rec.Bound, rec.Reason)
+		ew.printf("\nbest runtime.maxConcurrentSandboxCreations for a burst: %d (%s)\n", rec.Bound, rec.Reason)
 	}
 	for _, n := range r.Notes {
 		ew.printf("note: %s\n", n)
