@@ -54,18 +54,25 @@ type wakes []string
 
 func (w *wakes) Update(uid string) { *w = append(*w, uid) }
 
+// newLoadedStore is a store whose input buckets are all loaded, waking
+// the workers it records.
+func newLoadedStore() (*store, *wakes) {
+	s := newStore()
+	woken := &wakes{}
+	s.workers = woken
+	for _, b := range watchedBuckets {
+		s.setSynced(b, true)
+	}
+	return s, woken
+}
+
 // TestRecordsWithoutADesiredPodAreForgotten: a record that a verdict or
 // an eviction made, or kept, goes once they are deleted too. A verdict of a
 // pod never desired made a record no forget dropped (it was never Gone),
 // and an eviction's deletion did not wake the gone pod's worker, whose
 // record stayed: one of each per such pod, for good.
 func TestRecordsWithoutADesiredPodAreForgotten(t *testing.T) {
-	s := newStore()
-	var woken wakes
-	s.workers = &woken
-	for _, b := range watchedBuckets {
-		s.setSynced(b, true)
-	}
+	s, woken := newLoadedStore()
 	pod := newPod("evicted", busybox("app", ""))
 	uid := string(pod.UID)
 
@@ -87,10 +94,10 @@ func TestRecordsWithoutADesiredPodAreForgotten(t *testing.T) {
 	if s.get(uid) == nil {
 		t.Fatal("a gone pod's record was forgotten with its eviction still on the bus")
 	}
-	woken = nil
+	*woken = nil
 	s.onEviction(bus.Update[schemas.PodEviction]{Kind: bus.Deleted, Key: uid})
-	if len(woken) != 1 || woken[0] != uid {
-		t.Fatalf("the eviction's deletion woke %v, want the gone pod's worker", woken)
+	if len(*woken) != 1 || (*woken)[0] != uid {
+		t.Fatalf("the eviction's deletion woke %v, want the gone pod's worker", *woken)
 	}
 	s.forget(uid) // what the woken worker's syncGone does
 	if r := s.get(uid); r != nil {

@@ -49,25 +49,20 @@ func TestStatusOnlyChangeWakesNoWorker(t *testing.T) {
 		{"deletion", func(p *corev1.Pod) { p.DeletionTimestamp = &now }, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := newStore()
-			var woken wakes
-			s.workers = &woken
-			for _, b := range watchedBuckets {
-				s.setSynced(b, true)
-			}
+			s, woken := newLoadedStore()
 			pod := newPod("p", busybox("app", ""))
 			pod.Annotations = map[string]string{"kubernetes.io/config.seen": "first"}
 			uid := string(pod.UID)
 			ctx := context.Background()
 			s.onVerdict(bus.Update[schemas.AdmissionVerdict]{Kind: bus.Put, Key: uid, Value: &schemas.AdmissionVerdict{Admitted: true}})
 			s.onDesired(ctx, bus.Update[schemas.PodDesired]{Kind: bus.Put, Key: uid, Value: &schemas.PodDesired{Pod: pod}})
-			if len(woken) != 2 {
-				t.Fatalf("the verdict and the first desired pod woke %d times, want 2", len(woken))
+			if len(*woken) != 2 {
+				t.Fatalf("the verdict and the first desired pod woke %d times, want 2", len(*woken))
 			}
 			next := pod.DeepCopy()
 			tc.change(next)
 			s.onDesired(ctx, bus.Update[schemas.PodDesired]{Kind: bus.Put, Key: uid, Value: &schemas.PodDesired{Pod: next}})
-			if got := len(woken) == 3; got != tc.wake {
+			if got := len(*woken) == 3; got != tc.wake {
 				t.Errorf("woke: %v, want %v", got, tc.wake)
 			}
 			if r := s.get(uid); r.Pod != next {
@@ -77,22 +72,17 @@ func TestStatusOnlyChangeWakesNoWorker(t *testing.T) {
 	}
 
 	t.Run("back after a wipe", func(t *testing.T) {
-		s := newStore()
-		var woken wakes
-		s.workers = &woken
-		for _, b := range watchedBuckets {
-			s.setSynced(b, true)
-		}
+		s, woken := newLoadedStore()
 		pod := newPod("p", busybox("app", ""))
 		uid := string(pod.UID)
 		ctx := context.Background()
 		s.onVerdict(bus.Update[schemas.AdmissionVerdict]{Kind: bus.Put, Key: uid, Value: &schemas.AdmissionVerdict{Admitted: true}})
 		s.onDesired(ctx, bus.Update[schemas.PodDesired]{Kind: bus.Put, Key: uid, Value: &schemas.PodDesired{Pod: pod}})
 		s.onDesired(ctx, bus.Update[schemas.PodDesired]{Kind: bus.Deleted, Key: uid})
-		woken = nil
+		*woken = nil
 		s.onDesired(ctx, bus.Update[schemas.PodDesired]{Kind: bus.Put, Key: uid, Value: &schemas.PodDesired{Pod: pod.DeepCopy()}})
-		if len(woken) != 1 {
-			t.Errorf("the same pod desired again after it was gone woke %d times, want 1", len(woken))
+		if len(*woken) != 1 {
+			t.Errorf("the same pod desired again after it was gone woke %d times, want 1", len(*woken))
 		}
 	})
 }
