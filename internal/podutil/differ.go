@@ -49,3 +49,9 @@ func annotationsEqual(existing, candidate map[string]string) bool {
 	}
 	return true
 }
+
+// IsTerminalPhase says whether a pod in phase p has finished for good
+// (Succeeded or Failed): it never runs again.
+func IsTerminalPhase(p corev1.PodPhase) bool {
+	return p == corev1.PodSucceeded || p == corev1.PodFailed
+}

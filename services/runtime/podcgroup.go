@@ -366,7 +366,7 @@ func (p *podResources) updateQOSCgroups() {
 		if o := p.observed.get(uid); o != nil && o.Terminated {
 			continue
 		}
-		if ph := rec.Pod.Status.Phase; ph == corev1.PodFailed || ph == corev1.PodSucceeded {
+		if podutil.IsTerminalPhase(rec.Pod.Status.Phase) {
 			continue
 		}
 		req := resourcehelper.PodRequests(p.allocatedPod(rec.Pod), resourcehelper.PodResourcesOptions{})

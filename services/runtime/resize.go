@@ -280,7 +280,7 @@ func (p *podResources) resizeFits(pod *corev1.Pod) (reason, message string) {
 		if o := p.observed.get(uid); o != nil && o.Terminated {
 			continue
 		}
-		if ph := rec.Pod.Status.Phase; ph == corev1.PodFailed || ph == corev1.PodSucceeded {
+		if podutil.IsTerminalPhase(rec.Pod.Status.Phase) {
 			continue // the kubelet's active pods leave terminal ones out
 		}
 		for k, v := range resourcehelper.PodRequests(p.allocatedPod(rec.Pod), resourcehelper.PodResourcesOptions{}) {

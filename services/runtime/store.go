@@ -208,12 +208,9 @@ func (s *store) watch(ctx context.Context) {
 // active deadline counts from (podStartTime) and the claims the scheduler
 // made for extended resources (podutil.ResourceClaims).
 func syncReads(old, next *corev1.Pod) bool {
-	terminal := func(p *corev1.Pod) bool {
-		return p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded
-	}
 	eq := equality.Semantic.DeepEqual
 	return podutil.PodsDifferSemantically(old, next) ||
-		terminal(old) != terminal(next) ||
+		podutil.IsTerminalPhase(old.Status.Phase) != podutil.IsTerminalPhase(next.Status.Phase) ||
 		!eq(old.Status.StartTime, next.Status.StartTime) ||
 		!eq(old.Status.ExtendedResourceClaimStatus, next.Status.ExtendedResourceClaimStatus)
 }

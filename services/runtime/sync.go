@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nodelet/nodelet/bus"
+	"github.com/nodelet/nodelet/internal/podutil"
 	"github.com/nodelet/nodelet/schemas"
 )
 
@@ -66,7 +67,7 @@ func (m *Daemon) syncPod(ctx context.Context, uid string) syncResult {
 		return s.syncTerminating(ctx, nil)
 	case rec.Pod.DeletionTimestamp != nil:
 		return s.syncTerminating(ctx, nil)
-	case rec.Pod.Status.Phase == corev1.PodFailed || rec.Pod.Status.Phase == corev1.PodSucceeded:
+	case podutil.IsTerminalPhase(rec.Pod.Status.Phase):
 		// The kubelet's UpdatePod: "Pod is in a terminal phase
 		// (success/failed), begin teardown" — a pod the API server already
 		// holds as finished (a node that came back, a second node of the

@@ -221,7 +221,7 @@ func (a *apiSync) sync(ctx context.Context, key string) error {
 // deleted, the API shows it terminal, and the runtime finished with it (or
 // it never ran: admission rejected it).
 func canBeDeleted(pod *corev1.Pod, obs *schemas.PodObserved, v *schemas.AdmissionVerdict) bool {
-	if pod.DeletionTimestamp == nil || podutil.IsMirrorPod(pod) || !isTerminal(pod.Status.Phase) {
+	if pod.DeletionTimestamp == nil || podutil.IsMirrorPod(pod) || !podutil.IsTerminalPhase(pod.Status.Phase) {
 		return false
 	}
 	if obs != nil {
@@ -329,7 +329,7 @@ func mergePodStatus(apiStatus, ours corev1.PodStatus) corev1.PodStatus {
 	for _, c := range ours.Conditions {
 		// DisruptionTarget goes out with the terminal phase, not before
 		// (the kubelet's guard against an early, unneeded patch).
-		if conditionByKubelet(c.Type) || (c.Type == corev1.DisruptionTarget && isTerminal(ours.Phase)) {
+		if conditionByKubelet(c.Type) || (c.Type == corev1.DisruptionTarget && podutil.IsTerminalPhase(ours.Phase)) {
 			conds = append(conds, c)
 		}
 	}
@@ -339,10 +339,10 @@ func mergePodStatus(apiStatus, ours corev1.PodStatus) corev1.PodStatus {
 	out.Conditions = conds
 	out.ResourceClaimStatuses = apiStatus.ResourceClaimStatuses
 	out.ExtendedResourceClaimStatus = apiStatus.ExtendedResourceClaimStatus
-	if isTerminal(apiStatus.Phase) && out.Phase != apiStatus.Phase {
+	if podutil.IsTerminalPhase(apiStatus.Phase) && out.Phase != apiStatus.Phase {
 		out.Phase, out.Reason, out.Message = apiStatus.Phase, apiStatus.Reason, apiStatus.Message
 	}
-	if isTerminal(out.Phase) {
+	if podutil.IsTerminalPhase(out.Phase) {
 		for i := range out.Conditions {
 			t := out.Conditions[i].Type
 			if (t == corev1.PodReady || t == corev1.ContainersReady) && out.Conditions[i].Status == corev1.ConditionTrue {

@@ -26,6 +26,7 @@ import (
 	"github.com/nodelet/nodelet/bus"
 	"github.com/nodelet/nodelet/internal/config"
 	"github.com/nodelet/nodelet/internal/daemon"
+	"github.com/nodelet/nodelet/internal/podutil"
 	"github.com/nodelet/nodelet/internal/testenv"
 	"github.com/nodelet/nodelet/internal/testenv/eventually"
 	"github.com/nodelet/nodelet/schemas"
@@ -445,7 +446,7 @@ func checkMonotonic(t *testing.T, where string, pod *corev1.Pod, history []corev
 	}
 	for i := 1; i < len(history); i++ {
 		prev, cur := history[i-1], history[i]
-		if isTerminal(prev.Phase) && cur.Phase != prev.Phase {
+		if podutil.IsTerminalPhase(prev.Phase) && cur.Phase != prev.Phase {
 			t.Errorf("%s: %s went from %s to %s", where, pod.Name, prev.Phase, cur.Phase)
 		}
 		if prev.Phase == corev1.PodRunning && (cur.Phase == corev1.PodPending || cur.Phase == "") {

@@ -137,11 +137,11 @@ func generateStatus(in PodInputs, old *corev1.PodStatus) corev1.PodStatus {
 	s.Phase = podPhase(pod, all, podIsTerminal, c.anyAppCreated)
 
 	// Three-way merge: a terminal phase, ours or the API's, stays.
-	if !isTerminal(s.Phase) {
+	if !podutil.IsTerminalPhase(s.Phase) {
 		switch {
-		case isTerminal(old.Phase):
+		case podutil.IsTerminalPhase(old.Phase):
 			s.Phase = old.Phase
-		case isTerminal(pod.Status.Phase):
+		case podutil.IsTerminalPhase(pod.Status.Phase):
 			s.Phase = pod.Status.Phase
 		}
 	}
@@ -218,13 +218,13 @@ func generateStatus(in PodInputs, old *corev1.PodStatus) corev1.PodStatus {
 
 	// The kubelet reports a terminal phase only once no container can be
 	// running (mergePodStatus); until then the pod keeps its phase.
-	if isTerminal(s.Phase) && !isTerminal(old.Phase) && couldHaveRunningContainers(obs) {
+	if podutil.IsTerminalPhase(s.Phase) && !podutil.IsTerminalPhase(old.Phase) && couldHaveRunningContainers(obs) {
 		s.Phase, s.Reason, s.Message = old.Phase, old.Reason, old.Message
 		if s.Phase == "" {
 			s.Phase = corev1.PodPending
 		}
 	}
-	if isTerminal(s.Phase) {
+	if podutil.IsTerminalPhase(s.Phase) {
 		// Never report a terminal pod as ready.
 		for i := range s.Conditions {
 			switch s.Conditions[i].Type {
@@ -266,8 +266,6 @@ func deadlineExceeded(in PodInputs, old *corev1.PodStatus) bool {
 func couldHaveRunningContainers(obs *schemas.PodObserved) bool {
 	return obs != nil && !obs.Terminated
 }
-
-func isTerminal(p corev1.PodPhase) bool { return p == corev1.PodSucceeded || p == corev1.PodFailed }
 
 // podIPs returns the sandbox's IPs, primary family (the node's) first and
 // at most one per family. While the sandbox is not ready (stopped, or being
@@ -337,7 +335,7 @@ func terminatePod(pod *corev1.Pod, s *corev1.PodStatus) {
 			s.InitContainerStatuses[i].State = unknown()
 		}
 	}
-	if !isTerminal(s.Phase) {
+	if !podutil.IsTerminalPhase(s.Phase) {
 		s.Phase = corev1.PodFailed
 	}
 }
@@ -422,7 +420,7 @@ func finishStatus(pod *corev1.Pod, generation int64, s *corev1.PodStatus, old *c
 // not restart never reads running or waiting again, restart counts never
 // decrease.
 func preventRegression(pod *corev1.Pod, s *corev1.PodStatus, old *corev1.PodStatus) {
-	if isTerminal(old.Phase) && s.Phase != old.Phase {
+	if podutil.IsTerminalPhase(old.Phase) && s.Phase != old.Phase {
 		s.Phase, s.Reason, s.Message = old.Phase, old.Reason, old.Message
 	}
 	guard := func(news, olds []corev1.ContainerStatus, specs []corev1.Container, init bool) {
