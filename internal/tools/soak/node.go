@@ -390,8 +390,40 @@ func readProc(pid int) (Proc, error) {
 		return p, err
 	}
 	p.FDs = len(fds)
-	p.CPU, err = readCPU(pid)
+	if p.CPU, err = readCPU(pid); err != nil {
+		return p, err
+	}
+	p.DiskRead, p.DiskWrite, err = readIO(pid)
+	p.IO = err == nil
 	return p, err
+}
+
+// readIO is a process's bytes read from and written to storage
+// (proc(5) /proc/<pid>/io): read_bytes, and write_bytes less
+// cancelled_write_bytes (dirty pages of a file truncated before
+// writeback never reach the disk).
+func readIO(pid int) (read, written uint64, err error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	f := map[string]uint64{}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if !ok {
+			continue
+		}
+		if n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64); err == nil {
+			f[k] = n
+		}
+	}
+	for _, k := range []string{"read_bytes", "write_bytes", "cancelled_write_bytes"} {
+		if _, ok := f[k]; !ok {
+			return 0, 0, fmt.Errorf("/proc/%d/io: no %s", pid, k)
+		}
+	}
+	return f["read_bytes"], f["write_bytes"] - min(f["cancelled_write_bytes"], f["write_bytes"]), nil
 }
 
 // userHZ is the unit of /proc/<pid>/stat's times (USER_HZ, 100 on every

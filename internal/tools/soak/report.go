@@ -47,11 +47,12 @@ func (res *Result) lastChurn() *Sample {
 	return nil
 }
 
-// churnCPU is the CPU process name used in the churn, in cores (CPU
-// seconds per second between the churn's first and last samples); for
-// "agent", summed over the agent's processes. Not known when a process
-// is missing from either sample, restarted in between, or told no CPU.
-func (res *Result) churnCPU(name string) (float64, bool) {
+// churnDelta is how much of a process's counter (CPU seconds, bytes)
+// grew between the churn's first and last samples, with the seconds and
+// the lifecycles between them; for "agent", summed over the agent's
+// processes. Not known when a process is missing from either sample,
+// restarted in between, or told nothing of the counter.
+func (res *Result) churnDelta(name string, counter func(Proc) (float64, bool)) (delta, seconds float64, lifecycles int, ok bool) {
 	var first, last *Sample
 	for i := range res.Samples {
 		if res.Samples[i].Phase == PhaseChurn {
@@ -62,7 +63,7 @@ func (res *Result) churnCPU(name string) (float64, bool) {
 		}
 	}
 	if first == nil || last.At <= first.At {
-		return 0, false
+		return 0, 0, 0, false
 	}
 	var names []string
 	if name == "agent" {
@@ -74,23 +75,42 @@ func (res *Result) churnCPU(name string) (float64, bool) {
 	} else {
 		names = []string{name}
 	}
-	var sum float64
 	for _, n := range names {
 		a, ok1 := first.Procs[n]
 		b, ok2 := last.Procs[n]
-		if !ok1 || !ok2 || a.PID != b.PID || b.CPU == 0 {
-			return 0, false
+		if !ok1 || !ok2 || a.PID != b.PID {
+			return 0, 0, 0, false
 		}
-		sum += b.CPU - a.CPU
+		x, okA := counter(a)
+		y, okB := counter(b)
+		if !okA || !okB {
+			return 0, 0, 0, false
+		}
+		delta += y - x
 	}
-	return sum / (last.At - first.At), len(names) > 0
+	return delta, last.At - first.At, last.Lifecycles - first.Lifecycles, len(names) > 0
 }
 
+// cpuCell is the CPU a process used in the churn, in cores (CPU seconds
+// per second).
 func (res *Result) cpuCell(name string) string {
-	if c, ok := res.churnCPU(name); ok {
-		return fmt.Sprintf("%.2f", c)
+	if d, sec, _, ok := res.churnDelta(name, func(p Proc) (float64, bool) { return p.CPU, p.CPU != 0 }); ok {
+		return fmt.Sprintf("%.2f", d/sec)
 	}
 	return "-"
+}
+
+// diskCell is what a process wrote to and read from storage in the churn,
+// in MiB per 1,000 lifecycles: the cost of a pod's life in I/O, which
+// does not depend on how fast the machine churned.
+func (res *Result) diskCell(name string) string {
+	w, _, n, ok := res.churnDelta(name, func(p Proc) (float64, bool) { return float64(p.DiskWrite), p.IO })
+	r, _, _, _ := res.churnDelta(name, func(p Proc) (float64, bool) { return float64(p.DiskRead), p.IO })
+	if !ok || n <= 0 {
+		return "-"
+	}
+	per := func(b float64) string { return fmt.Sprintf("%.0f", b/mib/float64(n)*1000) }
+	return per(w) + "/" + per(r)
 }
 
 func (res *Result) growth(series string) (Growth, bool) {
@@ -169,6 +189,11 @@ func (res *Result) Print(w io.Writer) {
 		cpu = append(cpu, name+" "+res.cpuCell(name))
 	}
 	fmt.Fprintf(w, "CPU in the churn (cores): %s\n", strings.Join(cpu, ", "))
+	var disk []string
+	for _, name := range append(procNames(res), "agent") {
+		disk = append(disk, name+" "+res.diskCell(name))
+	}
+	fmt.Fprintf(w, "disk written/read in the churn (MiB per 1,000 lifecycles): %s\n", strings.Join(disk, ", "))
 	fmt.Fprintf(w, "growth per 1,000 lifecycles after the first %d, then over the last half of those (least squares over the churn's samples; ! the last half over the bound)\n", res.Warmup)
 	fmt.Fprintf(w, "%-12s %27s %13s %13s %23s %12s %17s %11s\n", "process", "PSS MiB before/end/after", "PSS/1k", "RSS/1k",
 		"goroutines b/e/a", "gor/1k", "fds b/e/a", "fds/1k")
@@ -315,6 +340,8 @@ func printCompare(w io.Writer, results []*Result) {
 	row("pod start p50/p99/max in the churn", func(r *Result) string { return r.PodStart.String() })
 	row("agent CPU in the churn (cores)", func(r *Result) string { return r.cpuCell("agent") })
 	row("containerd CPU in the churn (cores)", func(r *Result) string { return r.cpuCell("containerd") })
+	row("agent disk written/read, MiB per 1k lifecycles", func(r *Result) string { return r.diskCell("agent") })
+	row("containerd disk written/read, MiB per 1k", func(r *Result) string { return r.diskCell("containerd") })
 	row("containerd PSS MiB per 1k", func(r *Result) string { return r.growthCell("proc.containerd.pss", mib) })
 	row("leftovers after drain", func(r *Result) string {
 		n := 0

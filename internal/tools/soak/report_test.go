@@ -204,6 +204,56 @@ func TestChurnCPU(t *testing.T) {
 	}
 }
 
+// TestChurnDisk: what a process wrote and read in the churn, per 1,000
+// lifecycles between the churn's first and last samples; none where the
+// I/O counters were not read (a result from before they were).
+func TestChurnDisk(t *testing.T) {
+	res := &Result{Samples: []Sample{
+		{At: 0, Phase: "fill", Procs: map[string]Proc{"bus": {PID: 1, Agent: true, IO: true}}},
+		{At: 10, Phase: PhaseChurn, Lifecycles: 100, Procs: map[string]Proc{
+			"bus":        {PID: 1, Agent: true, IO: true, DiskWrite: 10 * mib, DiskRead: mib},
+			"sources":    {PID: 2, Agent: true, IO: true},
+			"containerd": {PID: 3, CPU: 1}}},
+		{At: 70, Phase: PhaseChurn, Lifecycles: 600, Procs: map[string]Proc{
+			"bus":        {PID: 1, Agent: true, IO: true, DiskWrite: 60 * mib, DiskRead: mib},
+			"sources":    {PID: 2, Agent: true, IO: true, DiskWrite: 5 * mib},
+			"containerd": {PID: 3, CPU: 2}}},
+		{At: 80, Phase: "drain", Lifecycles: 700, Procs: map[string]Proc{"bus": {PID: 1, Agent: true, IO: true, DiskWrite: 900 * mib}}},
+	}}
+	for name, want := range map[string]string{"bus": "100/0", "sources": "10/0", "agent": "110/0", "containerd": "-", "gone": "-"} {
+		if got := res.diskCell(name); got != want {
+			t.Errorf("%s: %s, want %s", name, got, want)
+		}
+	}
+}
+
+// TestReadIO reads this process's I/O counters after it wrote a file
+// through to the disk.
+func TestReadIO(t *testing.T) {
+	_, before, err := readIO(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(filepath.Join(t.TempDir(), "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Write(bytes.Repeat([]byte("x"), 1<<20)); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	_, after, err := readIO(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after < before+1<<20 {
+		t.Fatalf("write_bytes %d -> %d after writing and syncing 1 MiB", before, after)
+	}
+}
+
 // TestReadCPU reads this process's CPU time, which grows as it works.
 func TestReadCPU(t *testing.T) {
 	before, err := readCPU(os.Getpid())

@@ -124,6 +124,14 @@ type Proc struct {
 	Goroutines int    `json:"goroutines"`
 	// CPU is the process's user and system time since it started, seconds.
 	CPU float64 `json:"cpuSeconds,omitempty"`
+	// DiskWrite and DiskRead are the bytes the process sent to or fetched
+	// from the storage layer since it started (/proc/<pid>/io write_bytes
+	// less cancelled_write_bytes, and read_bytes): page-cache reads are
+	// not in them, buffered writes are, counted as the pages are dirtied.
+	// IO says the two were read (they may well be 0).
+	DiskWrite uint64 `json:"diskWriteBytes,omitempty"`
+	DiskRead  uint64 `json:"diskReadBytes,omitempty"`
+	IO        bool   `json:"io,omitempty"`
 }
 
 // Counts are the node's resources that pods come and go with.
