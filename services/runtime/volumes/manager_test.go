@@ -241,6 +241,58 @@ func TestStandaloneVolumes(t *testing.T) {
 	}
 }
 
+// Teardown unmounts whatever is mounted under the pod's directory, a
+// mount stacked on another and one inside another included, before it
+// removes the directory; the file systems mounted there keep their files
+// (RemoveAll never reaches into a mount).
+func TestTeardownUnmountsStackedAndNestedMounts(t *testing.T) {
+	testenv.RequiresRoot(t)
+	state := t.TempDir()
+	m := New(Options{StateDir: state, Log: quietLog()})
+	uid := "stacked"
+	dir := VolumeDir(state, uid, pluginEmptyDir, "v")
+	inner := filepath.Join(dir, "inner")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// The host file system bound under the pod: its file must survive.
+	host := t.TempDir()
+	keep := filepath.Join(host, "keep")
+	if err := os.WriteFile(keep, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, mnt := range []func() error{
+		func() error { return unix.Mount("tmpfs", dir, "tmpfs", 0, "") },
+		func() error { return unix.Mount("tmpfs", dir, "tmpfs", 0, "") }, // stacked
+		func() error { return os.Mkdir(inner, 0o755) },
+		func() error { return unix.Mount(host, inner, "", unix.MS_BIND, "") }, // nested
+	} {
+		if err := mnt(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, p := range []string{inner, dir, dir} {
+			_ = unix.Unmount(p, unix.MNT_DETACH)
+		}
+	})
+	if ms, _ := mountsUnder(PodDir(state, uid)); len(ms) != 3 {
+		t.Fatalf("set-up: %d mounts under the pod, want 3: %v", len(ms), ms)
+	}
+	if err := m.Teardown(context.Background(), uid); err != nil {
+		t.Fatal(err)
+	}
+	if ms, _ := mountsUnder(PodDir(state, uid)); len(ms) > 0 {
+		t.Fatalf("mounts left: %v", ms)
+	}
+	if _, err := os.Stat(PodDir(state, uid)); !os.IsNotExist(err) {
+		t.Fatalf("pod dir left: %v", err)
+	}
+	if _, err := os.Stat(keep); err != nil {
+		t.Fatalf("the bound host directory lost its file: %v", err)
+	}
+}
+
 // Secrets and configMaps from a getter (Get strategy): files with the
 // items' paths and modes, secrets on tmpfs, and Run rewrites them every
 // SyncFrequency after the objects change; a missing optional configMap
