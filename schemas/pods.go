@@ -105,8 +105,13 @@ type PodObserved struct {
 	Message string `json:"message,omitempty"`
 	// Terminating: the runtime is killing the pod. Terminated: every
 	// container and the sandbox are stopped; the state is final.
+	// Finished: terminated, and the pod's volumes are unmounted and its
+	// cgroup removed (the kubelet's SyncTerminatedPod done): only then
+	// may nodelet-status finish the pod's deletion in the API, as the
+	// status manager's canBeDeleted waits for podIsFinished.
 	Terminating bool `json:"terminating,omitempty"`
 	Terminated  bool `json:"terminated,omitempty"`
+	Finished    bool `json:"finished,omitempty"`
 	// ResizeConditions are the pod's PodResizePending and
 	// PodResizeInProgress conditions as the kubelet's allocation and status
 	// managers set them (in-place resize); none when no resize is under way.

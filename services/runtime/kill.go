@@ -61,7 +61,7 @@ type volumeTeardown interface {
 
 // podCgroupRemover removes a pod's cgroup (podResources).
 type podCgroupRemover interface {
-	removePodCgroup(uid string, pod *corev1.Pod)
+	removePodCgroup(uid string, pod *corev1.Pod) error
 }
 
 var (
@@ -295,7 +295,7 @@ func (k *podKiller) removePod(ctx context.Context, uid string, pod *corev1.Pod, 
 		return fmt.Errorf("tear down volumes: %w", err)
 	}
 	k.removePodDirs(uid, pod, pr)
-	k.resources.removePodCgroup(uid, pod)
+	_ = k.resources.removePodCgroup(uid, pod) // logged; the orphan cleanup tries again
 	return nil
 }
 

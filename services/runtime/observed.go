@@ -145,7 +145,7 @@ func buildObserved(runtimeName string, pod *corev1.Pod, pr *podRuntime, st *podS
 	}
 	ph := st.phase()
 	o.Reason, o.Message = ph.Reason, ph.Message
-	o.Terminating, o.Terminated = ph.Terminating, ph.Terminated
+	o.Terminating, o.Terminated, o.Finished = ph.Terminating, ph.Terminated, ph.Finished
 	if pod == nil {
 		// Only CRI knows the pod: report its containers as they are.
 		for _, c := range pr.Containers {

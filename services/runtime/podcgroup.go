@@ -297,10 +297,10 @@ func (p *podResources) ensurePodCgroup(pod *corev1.Pod) error {
 
 // removePodCgroup kills what is left in the pod's cgroup and removes it,
 // whatever its QoS class was (the spec may be gone).
-func (p *podResources) removePodCgroup(uid string, _ *corev1.Pod) {
+func (p *podResources) removePodCgroup(uid string, _ *corev1.Pod) error {
 	p.forgetResize(uid)
 	if p.cgroups.Manager() == nil {
-		return
+		return nil
 	}
 	var errs []error
 	for _, q := range []corev1.PodQOSClass{corev1.PodQOSGuaranteed, corev1.PodQOSBurstable, corev1.PodQOSBestEffort} {
@@ -314,12 +314,13 @@ func (p *podResources) removePodCgroup(uid string, _ *corev1.Pod) {
 			errs = append(errs, err)
 		}
 	}
-	if len(errs) > 0 {
-		// The orphan cleanup tries again.
-		p.log.Warn("Cannot remove pod cgroup", "podUID", uid, "err", errors.Join(errs...))
-		return
+	if err := errors.Join(errs...); err != nil {
+		// The caller or the orphan cleanup tries again.
+		p.log.Warn("Cannot remove pod cgroup", "podUID", uid, "err", err)
+		return err
 	}
 	p.updateQOSCgroups()
+	return nil
 }
 
 // cleanupOrphanedPodCgroups removes the cgroups of pods that no input and

@@ -16,9 +16,11 @@ type podState struct {
 	podReason  string
 	podMessage string
 	// terminating: being killed; terminated: every container and the
-	// sandbox are stopped.
+	// sandbox are stopped; finished: terminated, and the pod's volumes are
+	// unmounted and its cgroup removed.
 	terminating bool
 	terminated  bool
+	finished    bool
 	// replaced counts interrupted starts replaced, by container name.
 	replaced map[string]int
 	// startTime is the pod's status.startTime once known (for its active
@@ -85,16 +87,24 @@ func (s *podState) setPodReason(reason, message string) (prevReason, prevMessage
 	return prevReason, prevMessage
 }
 
+// finish marks a killed pod as finished: its volumes are unmounted and
+// its cgroup removed.
+func (s *podState) finish() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.finished = s.terminated
+}
+
 // podPhase is the pod-level part of its observed state.
 type podPhase struct {
-	Reason, Message         string
-	Terminating, Terminated bool
+	Reason, Message                   string
+	Terminating, Terminated, Finished bool
 }
 
 func (s *podState) phase() podPhase {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return podPhase{Reason: s.podReason, Message: s.podMessage, Terminating: s.terminating, Terminated: s.terminated}
+	return podPhase{Reason: s.podReason, Message: s.podMessage, Terminating: s.terminating, Terminated: s.terminated, Finished: s.finished}
 }
 
 // running marks the pod as one that runs (neither being killed nor
@@ -107,7 +117,7 @@ func (s *podState) running(starting []containerToStart) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.terminating, s.terminated = false, false
+	s.terminating, s.terminated, s.finished = false, false, false
 	for name := range s.waiting {
 		if !keep[name] {
 			delete(s.waiting, name)
@@ -119,7 +129,7 @@ func (s *podState) running(starting []containerToStart) {
 func (s *podState) killing() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.terminating, s.terminated = true, false
+	s.terminating, s.terminated, s.finished = true, false, false
 }
 
 // killed marks the pod as stopped: nothing waits any more.

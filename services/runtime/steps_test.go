@@ -33,6 +33,7 @@ func (v *stepVolumes) Setup(context.Context, *corev1.Pod) (map[string]string, er
 	return v.paths, v.err
 }
 func (v *stepVolumes) Teardown(context.Context, string) error { return nil }
+func (v *stepVolumes) Unmount(context.Context, string) error  { return nil }
 
 type stepEnv struct {
 	m     *Daemon
@@ -470,6 +471,7 @@ func (v *slotVolumes) Setup(context.Context, *corev1.Pod) (map[string]string, er
 	return nil, errors.New("stop here")
 }
 func (v *slotVolumes) Teardown(context.Context, string) error { return nil }
+func (v *slotVolumes) Unmount(context.Context, string) error  { return nil }
 
 // A pod's first sandbox takes its slot of runtime.maxConcurrentSandboxCreations
 // before the pod's cgroup and volumes are made, and frees it when the pass

@@ -186,6 +186,14 @@ func (s *podSync) syncTerminating(ctx context.Context, grace *int64) syncResult 
 		}
 	}
 	st.killed()
+	// The kubelet's SyncTerminatedPod: once the pod is stopped for good
+	// its volumes are unmounted and its cgroup removed, and only then is
+	// it finished (the status manager deletes it from the API no sooner);
+	// its sandbox and containers stay until it leaves the node
+	// (syncGone). Terminated is published either way: the terminal phase
+	// does not wait for the volumes (the kubelet sets the final status
+	// before WaitForUnmount).
+	finishErr := s.finish(ctx)
 	// A pod being deleted is published Terminated even when it never had
 	// anything in CRI (deleted before its first sync): nodelet-status
 	// finishes the API's graceful deletion only on that (canBeDeleted),
@@ -196,7 +204,33 @@ func (s *podSync) syncTerminating(ctx context.Context, grace *int64) syncResult 
 	if !pr.empty() || m.observed.get(pr.UID) != nil || deleting {
 		m.publish(ctx, pod, pr, st, nil)
 	}
+	if finishErr != nil {
+		return syncResult{RequeueAfter: retryCRI}
+	}
 	return syncResult{}
+}
+
+// finish unmounts a terminated pod's volumes and removes its cgroup, once.
+func (s *podSync) finish(ctx context.Context) error {
+	m, st := s.m, s.st
+	if st.phase().Finished {
+		return nil
+	}
+	if err := m.volumes.Unmount(ctx, s.uid); err != nil {
+		ref := s.pr.Namespace + "/" + s.pr.Name
+		if s.pod != nil {
+			ref = podRef(s.pod)
+		}
+		m.log.Error("Cannot unmount volumes of terminated pod", "pod", ref, "podUID", s.uid, "err", err)
+		return err
+	}
+	if m.resources != nil {
+		if err := m.resources.removePodCgroup(s.uid, s.pod); err != nil {
+			return err
+		}
+	}
+	st.finish()
+	return nil
 }
 
 // publish writes the pod's observed state when it changed.

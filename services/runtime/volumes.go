@@ -25,6 +25,9 @@ type VolumeManager interface {
 	// each, by volume name. It is called on every sync and must be
 	// idempotent. An error names the volume; the pod waits.
 	Setup(ctx context.Context, pod *corev1.Pod) (map[string]string, error)
+	// Unmount unmounts the volumes of a pod that will not run again and
+	// removes their directories; the pod's other files stay.
+	Unmount(ctx context.Context, uid string) error
 	// Teardown removes what Setup made for the pod (which is gone).
 	Teardown(ctx context.Context, uid string) error
 }

@@ -99,6 +99,62 @@ func TestEmptyDirSharedByInitContainers(t *testing.T) {
 	h.volumesGone(string(pod.UID))
 }
 
+// A deleted pod is finished (the observed state nodelet-status waits for
+// before it deletes the pod from the API) only once its volumes are
+// unmounted and its cgroup removed, as the kubelet's SyncTerminatedPod;
+// its sandbox and its containers' files stay until it leaves the node.
+func TestDeletedPodFinishedAfterUnmount(t *testing.T) {
+	requiresCgroupV1(t)
+	h := newHarness(t, harnessOptions{})
+	pod := newPod("finish", withMount(busybox("app", "exec sleep 3600"), "scratch", "/scratch"))
+	pod.Spec.Volumes = []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}}}}
+	grace := int64(1)
+	pod.Spec.TerminationGracePeriodSeconds = &grace
+	h.run(pod)
+	o := h.waitObserved(pod, 2*time.Minute, "app running", func(o *schemas.PodObserved) bool { return running(o, "app") })
+	if o.Finished {
+		t.Fatal("a running pod is observed finished")
+	}
+	uid := string(pod.UID)
+	scratch := filepath.Join(h.cfg.Node.StateDir, "pods", uid, "volumes", "kubernetes.io~empty-dir", "scratch")
+	cgroup := filepath.Join("/sys/fs/cgroup/memory", podCgroupPath(t, h, uid, corev1.PodQOSBestEffort))
+	if mountFSType(scratch) != "tmpfs" {
+		t.Fatalf("memory emptyDir %s not mounted", scratch)
+	}
+	if _, err := os.Stat(cgroup); err != nil {
+		t.Fatalf("pod cgroup: %v", err)
+	}
+
+	deleting := pod.DeepCopy()
+	now := metav1.Now()
+	deleting.DeletionTimestamp = &now
+	deleting.DeletionGracePeriodSeconds = &grace
+	h.desire(deleting)
+	o = h.waitObserved(pod, time.Minute, "finished", func(o *schemas.PodObserved) bool { return o.Finished })
+	if !o.Terminated {
+		t.Fatalf("finished but not terminated: %+v", o)
+	}
+	if ms := testenv.MountsUnder(podDir(h.cfg.Node.StateDir, uid)); len(ms) > 0 {
+		t.Fatalf("finished with mounts left: %v", ms)
+	}
+	if _, err := os.Stat(filepath.Dir(scratch)); !os.IsNotExist(err) {
+		t.Fatalf("finished with the emptyDir left: %v", err)
+	}
+	if _, err := os.Stat(cgroup); !os.IsNotExist(err) {
+		t.Fatalf("finished with the pod cgroup left: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(podDir(h.cfg.Node.StateDir, uid), "containers", "app")); err != nil {
+		t.Fatalf("the container's files went with the volumes: %v", err)
+	}
+	if len(h.sandboxes(pod.UID)) == 0 {
+		t.Fatal("the sandbox of a pod still on the node was removed")
+	}
+
+	h.remove(pod)
+	waitFor(t, 2*time.Minute, "observed key deleted", func() (bool, string) { return h.obs.wasDeleted(pod.UID), "" })
+	h.volumesGone(uid)
+}
+
 // subPath mounts stay inside their volume: a subPath through a symlink
 // that leads out of the volume, or with "..", fails that container with
 // CreateContainerConfigError; a good subPath of the same volume works.

@@ -268,6 +268,18 @@ func TestAPIPodStatus(t *testing.T) {
 	stopped.Sandbox.Ready = false
 	stopped.Containers[0].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 143, Reason: "Error"}}
 	h.observe(created, stopped)
+	// Stopped, its phase is terminal; the object stays until the runtime
+	// has unmounted its volumes and removed its cgroup (the kubelet's
+	// canBeDeleted waits for podIsFinished).
+	waitPod(t, admin, ns, "web", "a terminal phase", func(p *corev1.Pod) bool { return podutil.IsTerminalPhase(p.Status.Phase) })
+	leaseRenewedTwice(t, admin)
+	if _, err := admin.CoreV1().Pods(ns).Get(ctxT(t), "web", metav1.GetOptions{}); err != nil {
+		t.Fatalf("pod deleted before the runtime finished with it: %v", err)
+	}
+	finished := stopped
+	finished.Generation++
+	finished.Finished = true
+	h.observe(created, finished)
 	waitFor(t, 60*time.Second, "the pod object to go", func() bool {
 		_, err := admin.CoreV1().Pods(ns).Get(ctxT(t), "web", metav1.GetOptions{})
 		return apierrors.IsNotFound(err)

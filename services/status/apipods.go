@@ -218,14 +218,15 @@ func (a *apiSync) sync(ctx context.Context, key string) error {
 }
 
 // canBeDeleted is the status manager's canBeDeleted: the pod is being
-// deleted, the API shows it terminal, and the runtime finished with it (or
-// it never ran: admission rejected it).
+// deleted, the API shows it terminal, and the runtime finished with it
+// (podIsFinished: stopped, its volumes unmounted, its cgroup removed), or
+// it never ran (admission rejected it).
 func canBeDeleted(pod *corev1.Pod, obs *schemas.PodObserved, v *schemas.AdmissionVerdict) bool {
 	if pod.DeletionTimestamp == nil || podutil.IsMirrorPod(pod) || !podutil.IsTerminalPhase(pod.Status.Phase) {
 		return false
 	}
 	if obs != nil {
-		return obs.Terminated
+		return obs.Finished
 	}
 	return v != nil && !v.Admitted
 }

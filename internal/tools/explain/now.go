@@ -40,8 +40,11 @@ func (st *state) now() (string, string) {
 	}
 	o := st.observed
 	if st.desired.Pod.DeletionTimestamp != nil {
-		if o != nil && o.Terminated {
+		if o != nil && o.Finished {
 			return bus.Status, "deleted; stopped, waiting for the source to let go" + phaseSuffix(st.status)
+		}
+		if o != nil && o.Terminated {
+			return bus.Runtime, "deleted; stopped, the runtime is unmounting its volumes" + phaseSuffix(st.status)
 		}
 		return bus.Runtime, "being deleted; the runtime is stopping it"
 	}

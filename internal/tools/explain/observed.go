@@ -92,6 +92,10 @@ func observedChanges(prev, cur *schemas.PodObserved, reported map[string]bool) [
 		}
 	}
 	switch {
+	case cur.Finished && !prev.Finished && !prev.Terminated:
+		add(false, "terminated: every container and the sandbox are stopped; volumes unmounted, cgroup removed")
+	case cur.Finished && !prev.Finished:
+		add(false, "finished: volumes unmounted, cgroup removed")
 	case cur.Terminated && !prev.Terminated:
 		add(false, "terminated: every container and the sandbox are stopped")
 	case cur.Terminating && !prev.Terminating:

@@ -27,3 +27,33 @@ func TestObservedChangesEphemeral(t *testing.T) {
 		t.Fatalf("story: %s", got)
 	}
 }
+
+// The story tells the pod's end in the runtime's steps: killed, stopped,
+// finished (its volumes unmounted, its cgroup removed), or the last two
+// at once.
+func TestObservedChangesPodEnd(t *testing.T) {
+	terminating := &schemas.PodObserved{Terminating: true}
+	terminated := &schemas.PodObserved{Terminated: true}
+	finished := &schemas.PodObserved{Terminated: true, Finished: true}
+	for _, tc := range []struct {
+		name      string
+		prev, cur *schemas.PodObserved
+		want      string
+	}{
+		{"killing", &schemas.PodObserved{}, terminating, "terminating"},
+		{"stopped", terminating, terminated, "terminated: every container and the sandbox are stopped"},
+		{"finished", terminated, finished, "finished: volumes unmounted, cgroup removed"},
+		{"both at once", terminating, finished, "terminated: every container and the sandbox are stopped; volumes unmounted, cgroup removed"},
+		{"no change", finished, finished, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var texts []string
+			for _, c := range observedChanges(tc.prev, tc.cur, map[string]bool{}) {
+				texts = append(texts, c.text)
+			}
+			if got := strings.Join(texts, "; "); got != tc.want {
+				t.Fatalf("story %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

@@ -173,9 +173,20 @@ func (m *Manager) Setup(ctx context.Context, pod *corev1.Pod) (map[string]string
 	return m.reconciler.setup(ctx, pod)
 }
 
-// Teardown unmounts everything under the pod's directory (tmpfs volumes,
-// subPath bind mounts), checks that nothing is mounted there any more and
-// removes the directory. The pod's containers must be gone.
+// Unmount unpublishes the pod's CSI volumes, unmounts everything under
+// the pod's directory (tmpfs volumes, subPath bind mounts), checks that
+// nothing is mounted there any more and removes the volumes' directories
+// (an emptyDir's data goes with them); the rest of the pod's directory
+// (termination-message files, etc-hosts) stays. The kubelet's volume
+// manager does this once the pod worker has terminated the pod, and its
+// SyncTerminatedPod waits for it (WaitForUnmount, podVolumesExist). The
+// pod's containers must not be running.
+func (m *Manager) Unmount(ctx context.Context, uid string) error {
+	return m.reconciler.unmount(ctx, uid)
+}
+
+// Teardown is Unmount, then the removal of the whole pod directory: for a
+// pod that left the node. The pod's containers must be gone.
 func (m *Manager) Teardown(ctx context.Context, uid string) error {
 	return m.reconciler.teardown(ctx, uid)
 }

@@ -293,6 +293,61 @@ func TestTeardownUnmountsStackedAndNestedMounts(t *testing.T) {
 	}
 }
 
+// Unmount (a pod stopped for good) unmounts its volumes and removes their
+// directories, an emptyDir's data with them, and leaves the rest of the
+// pod's directory (its containers' termination-message files); Teardown
+// then removes that too.
+func TestUnmountKeepsPodDirectory(t *testing.T) {
+	testenv.RequiresRoot(t)
+	state := t.TempDir()
+	m := New(Options{StateDir: state, Log: quietLog(),
+		NodeAllocatable: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")}})
+	pod := testPod("done",
+		vol("scratch", corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}),
+		vol("mem", corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}}),
+	)
+	ctx := context.Background()
+	uid := string(pod.UID)
+	t.Cleanup(func() { _ = m.Teardown(ctx, uid) })
+	paths, err := m.Setup(ctx, pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(paths["scratch"], "data"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	msg := filepath.Join(PodDir(state, uid), "containers", "app", "termination-log")
+	if err := os.MkdirAll(filepath.Dir(msg), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(msg, []byte("bye"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if ms, _ := mountsUnder(PodDir(state, uid)); len(ms) != 1 {
+		t.Fatalf("set-up: %d mounts, want the memory emptyDir's", len(ms))
+	}
+	for range 2 { // idempotent
+		if err := m.Unmount(ctx, uid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ms, _ := mountsUnder(PodDir(state, uid)); len(ms) > 0 {
+		t.Fatalf("mounts left: %v", ms)
+	}
+	if _, err := os.Stat(filepath.Join(PodDir(state, uid), "volumes")); !os.IsNotExist(err) {
+		t.Fatalf("volumes dir left: %v", err)
+	}
+	if b, err := os.ReadFile(msg); err != nil || string(b) != "bye" {
+		t.Fatalf("termination message after Unmount: %q %v", b, err)
+	}
+	if err := m.Teardown(ctx, uid); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(PodDir(state, uid)); !os.IsNotExist(err) {
+		t.Fatalf("pod dir left after Teardown: %v", err)
+	}
+}
+
 // Secrets and configMaps from a getter (Get strategy): files with the
 // items' paths and modes, secrets on tmpfs, and Run rewrites them every
 // SyncFrequency after the objects change; a missing optional configMap

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"slices"
 	"time"
 
@@ -180,8 +181,13 @@ func (r *reconciler) reportOnce(pod *corev1.Pod, p *podVolumes, key, reason stri
 	}
 }
 
-// teardown is Manager.Teardown.
-func (r *reconciler) teardown(ctx context.Context, uid string) (err error) {
+// podVolumeDirs are the directories under a pod's directory that its
+// volumes live in: what unmount removes, where the kubelet's
+// podVolumesExist looks.
+var podVolumeDirs = []string{"volumes", subPathDirName, "volumeDevices"}
+
+// unmount is Manager.Unmount.
+func (r *reconciler) unmount(ctx context.Context, uid string) (err error) {
 	defer func(start time.Time) { recordStorageOperation("", "volume_unmount", start, err) }(time.Now())
 	if p := r.pods.untrack(types.UID(uid)); p != nil {
 		// Wait for a refresh under way.
@@ -218,6 +224,20 @@ func (r *reconciler) teardown(ctx context.Context, uid string) (err error) {
 			return fmt.Errorf("tear down volumes of pod %s: %w", uid, err)
 		}
 	}
+	for _, d := range podVolumeDirs {
+		if err := RemoveAll(filepath.Join(dir, d)); err != nil {
+			return fmt.Errorf("remove %s: %w", filepath.Join(dir, d), err)
+		}
+	}
+	return nil
+}
+
+// teardown is Manager.Teardown.
+func (r *reconciler) teardown(ctx context.Context, uid string) error {
+	if err := r.unmount(ctx, uid); err != nil {
+		return err
+	}
+	dir := PodDir(r.stateDir, uid)
 	if err := RemoveAll(dir); err != nil {
 		return fmt.Errorf("remove %s: %w", dir, err)
 	}
