@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"slices"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -37,6 +38,32 @@ type reconciler struct {
 	// certs learn the pods with podCertificate sources; nil on a
 	// standalone node.
 	certs podCertTracker
+	// unmounted are the pods unmount finished with (and no setup since):
+	// their teardown, when they leave the node, only removes the pod's
+	// directory instead of reading the node's mountinfo again. Empty
+	// after a restart, when teardown checks everything.
+	unmountedMu sync.Mutex
+	unmounted   map[types.UID]bool
+}
+
+// markUnmounted records whether unmount finished with pod uid.
+func (r *reconciler) markUnmounted(uid types.UID, done bool) {
+	r.unmountedMu.Lock()
+	defer r.unmountedMu.Unlock()
+	if !done {
+		delete(r.unmounted, uid)
+		return
+	}
+	if r.unmounted == nil {
+		r.unmounted = map[types.UID]bool{}
+	}
+	r.unmounted[uid] = true
+}
+
+func (r *reconciler) wasUnmounted(uid types.UID) bool {
+	r.unmountedMu.Lock()
+	defer r.unmountedMu.Unlock()
+	return r.unmounted[uid]
 }
 
 // volumeSetter sets up one volume of a pod and returns its host path
@@ -74,6 +101,7 @@ var (
 
 // setup is Manager.Setup.
 func (r *reconciler) setup(ctx context.Context, pod *corev1.Pod) (map[string]string, error) {
+	r.markUnmounted(pod.UID, false)
 	p := r.pods.track(pod)
 	if r.certs != nil {
 		r.certs.track(pod)
@@ -229,18 +257,22 @@ func (r *reconciler) unmount(ctx context.Context, uid string) (err error) {
 			return fmt.Errorf("remove %s: %w", filepath.Join(dir, d), err)
 		}
 	}
+	r.markUnmounted(types.UID(uid), true)
 	return nil
 }
 
 // teardown is Manager.Teardown.
 func (r *reconciler) teardown(ctx context.Context, uid string) error {
-	if err := r.unmount(ctx, uid); err != nil {
-		return err
+	if !r.wasUnmounted(types.UID(uid)) {
+		if err := r.unmount(ctx, uid); err != nil {
+			return err
+		}
 	}
 	dir := PodDir(r.stateDir, uid)
 	if err := RemoveAll(dir); err != nil {
 		return fmt.Errorf("remove %s: %w", dir, err)
 	}
+	r.markUnmounted(types.UID(uid), false)
 	return nil
 }
 
