@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -102,10 +103,13 @@ authorization:
 	// starting together could both remove, and one then failed to bind,
 	// "address already in use", and exited. One after the other, the later
 	// one replaces the earlier's socket; no test here uses a device plugin
-	// on a kubelet node.
+	// on a kubelet node. Whether this kubelet bound it is asked of the
+	// kubelet's own sockets, not of the file: a kubelet of another test
+	// (the bench's) may replace the file meanwhile, and a new socket file
+	// may get the removed one's inode number, which had this wait see the
+	// earlier kubelet's socket for a minute (CI, 2026-12-07).
 	kubeletStart.Lock()
 	defer kubeletStart.Unlock()
-	before, _ := os.Stat(kubeletRegistrationSocket)
 	cmd := n.Namespaces().Command(c.o.Bins.Kubelet, "--config", path,
 		"--kubeconfig", c.CP.NodeKubeconfigs[n.Name],
 		"--root-dir", n.RootDir,
@@ -120,11 +124,15 @@ authorization:
 		if err := n.agent.exitedErr(); err != nil {
 			return err
 		}
-		if fi, err := os.Stat(kubeletRegistrationSocket); err == nil && fi.Mode()&os.ModeSocket != 0 && (before == nil || !os.SameFile(fi, before)) {
+		ok, err := listensOnUnix(n.agent.cmd.Process.Pid, kubeletRegistrationSocket)
+		if ok {
 			return nil
 		}
+		if err != nil {
+			return errors.Join(n.agent.exitedErr(), err)
+		}
 	}
-	return fmt.Errorf("kubelet on %s: no %s after a minute", n.Name, kubeletRegistrationSocket)
+	return fmt.Errorf("kubelet on %s: not listening on %s after a minute (log %s)", n.Name, kubeletRegistrationSocket, n.AgentLog())
 }
 
 // kubeletRegistrationSocket is the kubelet's device plugin registration

@@ -77,3 +77,42 @@ func tail(path string, n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// listensOnUnix tells whether process pid holds a listening unix socket
+// bound to path: an entry of its network namespace's /proc/<pid>/net/unix
+// with that path and the listening flag (__SO_ACCEPTCON), whose inode is
+// one of the process's open files. Unlike the file at path, which another
+// process may remove and bind again (and whose inode number the
+// filesystem may reuse), this says that this process bound it.
+func listensOnUnix(pid int, path string) (bool, error) {
+	table, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/unix", pid))
+	if err != nil {
+		return false, err
+	}
+	const acceptCon = 0x10000
+	inodes := map[string]bool{}
+	for _, line := range strings.Split(string(table), "\n")[1:] {
+		// Num RefCount Protocol Flags Type St Inode Path
+		f := strings.Fields(line)
+		if len(f) < 8 || f[7] != path {
+			continue
+		}
+		var flags uint64
+		if _, err := fmt.Sscanf(f[3], "%x", &flags); err == nil && flags&acceptCon != 0 {
+			inodes["socket:["+f[6]+"]"] = true
+		}
+	}
+	if len(inodes) == 0 {
+		return false, nil
+	}
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return false, err
+	}
+	for _, fd := range fds {
+		if target, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())); err == nil && inodes[target] {
+			return true, nil
+		}
+	}
+	return false, nil
+}

@@ -61,6 +61,9 @@ func TestRunScript(t *testing.T) {
 	cmd.Env = append(os.Environ(),
 		"NODELET_NODE_NAME="+node,
 		"NODELET_NODE_STATEDIR="+filepath.Join(dir, "state"),
+		// The host's /var/lib/kubelet is the kubelets' of other tests
+		// (their device plugin registration socket is fixed there).
+		"NODELET_NODE_ROOTDIR="+filepath.Join(dir, "root"),
 		"NODELET_NODE_PODLOGSDIR="+filepath.Join(dir, "logs"),
 		"NODELET_SOURCES_STATICPODPATH="+manifests,
 		"NODELET_SOURCES_FILECHECKFREQUENCY=2s",
@@ -92,14 +95,28 @@ func TestRunScript(t *testing.T) {
 			t.Errorf("scripts/run.sh did not stop within 60s of SIGTERM")
 		}
 	}
+	pods := map[string]string{"web-" + node: "httpd", "ticker-" + node: "tick"}
 	t.Cleanup(func() {
+		// What the node says of each example (nodelet explain), asked
+		// before it stops and logged last: CI shows an output's tail.
+		var explained strings.Builder
+		if t.Failed() && !stopped {
+			fmt.Fprintf(&explained, "%s/pods: %s\n", readOnly, podPhases(readOnlyPods(readOnly)))
+			for pod := range pods {
+				x := exec.Command(filepath.Join(root, "bin", "nodelet"), "explain", "--config", "deploy/nodelet.yaml", "default/"+pod)
+				x.Dir = root
+				x.Env = cmd.Env
+				b, err := x.CombinedOutput()
+				fmt.Fprintf(&explained, "nodelet explain default/%s (%v):\n%s\n", pod, err, b)
+			}
+		}
 		stop()
 		if t.Failed() {
 			t.Logf("scripts/run.sh output:\n%s", out.String())
+			t.Log(explained.String())
 		}
 	})
 
-	pods := map[string]string{"web-" + node: "httpd", "ticker-" + node: "tick"}
 	// setup.sh inside run.sh builds the binaries and imports the images:
 	// minutes on a cold build cache.
 	waitUntil(t, exited, 6*time.Minute, "the example pods Running on /pods", func() bool {
@@ -179,6 +196,26 @@ func waitUntil(t *testing.T, exited chan error, timeout time.Duration, what stri
 			t.Fatalf("no %s within %s", what, timeout)
 		}
 	}
+}
+
+// podPhases is each pod's phase and its containers' states, in short.
+func podPhases(pods []corev1.Pod) string {
+	var b strings.Builder
+	for _, p := range pods {
+		fmt.Fprintf(&b, "%s %s", p.Name, p.Status.Phase)
+		for _, c := range p.Status.ContainerStatuses {
+			switch s := c.State; {
+			case s.Waiting != nil:
+				fmt.Fprintf(&b, " %s=waiting(%s: %s)", c.Name, s.Waiting.Reason, s.Waiting.Message)
+			case s.Running != nil:
+				fmt.Fprintf(&b, " %s=running", c.Name)
+			case s.Terminated != nil:
+				fmt.Fprintf(&b, " %s=terminated(%s, %d)", c.Name, s.Terminated.Reason, s.Terminated.ExitCode)
+			}
+		}
+		b.WriteString("; ")
+	}
+	return b.String()
 }
 
 func readOnlyPods(addr string) []corev1.Pod {

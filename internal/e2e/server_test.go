@@ -160,6 +160,12 @@ func TestKubeletAPI(t *testing.T) {
 	})
 
 	t.Run("logs", func(t *testing.T) {
+		// side writes its stderr line a second after its stdout line: the
+		// pod can be Running with every container up before that.
+		eventually.True(t, 30*time.Second, "side's second line logged", func() bool {
+			out, _, code := kubectl(t, "", "-n", ns, "logs", "srv", "-c", "side")
+			return code == 0 && strings.Contains(out, "side-err")
+		})
 		if out := mustKubectl(t, "", "-n", ns, "logs", "srv", "-c", "side"); out != "side-out\nside-err\n" {
 			t.Errorf("logs -c side = %q", out)
 		}
