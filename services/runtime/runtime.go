@@ -258,7 +258,9 @@ type Daemon struct {
 	view    *criView
 	images  *imagePuller
 	backoff *backOff
-	volumes VolumeManager
+	// mountBackoff spaces a pod's retries of its volumes (retryMountFirst).
+	mountBackoff *backOff
+	volumes      VolumeManager
 	// sandboxSlots bounds concurrent RunPodSandbox calls (nil: unbounded).
 	sandboxSlots chan struct{}
 	configSources
@@ -343,14 +345,15 @@ func New(opts Options) (*Daemon, error) {
 	}
 	m = &Daemon{
 		cfg: cfg, log: opts.Log, bus: opts.Bus, rs: opts.Runtime, clock: opts.Clock,
-		runtime: runtimeInfo{name: "containerd"},
-		health:  opts.SetHealth,
-		store:   newStore(),
-		pods:    newPodStates(),
-		view:    newCRIView(opts.Runtime),
-		images:  newImagePuller(opts.Image, opts.Clock, cfg.Runtime.MaxParallelImagePulls, maxBackOff, node, records),
-		backoff: newBackOff(opts.Clock, initialBackOff, maxBackOff),
-		volumes: opts.Volumes,
+		runtime:      runtimeInfo{name: "containerd"},
+		health:       opts.SetHealth,
+		store:        newStore(),
+		pods:         newPodStates(),
+		view:         newCRIView(opts.Runtime),
+		images:       newImagePuller(opts.Image, opts.Clock, cfg.Runtime.MaxParallelImagePulls, maxBackOff, node, records),
+		backoff:      newBackOff(opts.Clock, initialBackOff, maxBackOff),
+		mountBackoff: newBackOff(opts.Clock, retryMountFirst, retryWaiting),
+		volumes:      opts.Volumes,
 		configSources: configSources{
 			hostIPs: opts.HostIPs, capacity: capacity, objects: opts.Objects,
 			dns: dnsSettings{ClusterDNS: cfg.Node.ClusterDNS, ClusterDomain: cfg.Node.ClusterDomain, ResolvConf: cfg.Node.ResolvConf},

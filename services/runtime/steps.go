@@ -167,10 +167,20 @@ type podVolumes = map[string]string
 // the pod waiting with FailedMount, the error naming each volume as the
 // kubelet's does: MountVolume.SetUp failed for volume "x" : <why>, or, for
 // a claim that is not bound or a volume not attached yet, "Unable to
-// attach or mount volumes: unmounted volumes=[...], ...".
+// attach or mount volumes: unmounted volumes=[...], ...". It tries
+// again after 500 ms, 1 s, 2 s, then every retryWaiting: a token refused
+// for a pod the API server's NodeRestriction cache does not see bound to
+// the node yet starts in half a second, as on the kubelet's node.
 func (s *podSync) mountVolumes(ctx context.Context) (podVolumes, *syncResult) {
+	if left, _ := s.m.mountBackoff.Remaining(s.uid); left > 0 {
+		// Another sync (a pod update) before the retry is due: the
+		// kubelet's volume reconciler does not retry before its back-off
+		// ends either.
+		return nil, requeueIn(left)
+	}
 	volumes, err := s.m.volumes.Setup(ctx, s.pod)
 	if err == nil {
+		s.m.mountBackoff.Reset(s.uid)
 		return volumes, nil
 	}
 	msg := err.Error()
@@ -182,7 +192,7 @@ func (s *podSync) mountVolumes(ctx context.Context) (podVolumes, *syncResult) {
 	}
 	s.m.event(s.pod, nil, "", corev1.EventTypeWarning, "FailedMount", msg)
 	s.publish(ctx)
-	return nil, requeueIn(retryWaiting)
+	return nil, requeueIn(s.m.mountBackoff.Failed(s.uid))
 }
 
 // killResult is what killUnwanted stopped.

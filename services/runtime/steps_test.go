@@ -25,11 +25,13 @@ import (
 
 // stepVolumes is a VolumeManager that fails with err, else returns paths.
 type stepVolumes struct {
-	paths podVolumes
-	err   error
+	paths  podVolumes
+	err    error
+	setups int
 }
 
 func (v *stepVolumes) Setup(context.Context, *corev1.Pod) (map[string]string, error) {
+	v.setups++
 	return v.paths, v.err
 }
 func (v *stepVolumes) Teardown(context.Context, string) error { return nil }
@@ -55,6 +57,7 @@ func newStepEnv(t *testing.T) *stepEnv {
 	m.runtime = runtimeInfo{name: "containerd"}
 	m.store, m.pods = newStore(), newPodStates()
 	m.backoff = newBackOff(clk, initialBackOff, time.Minute)
+	m.mountBackoff = newBackOff(clk, retryMountFirst, retryWaiting)
 	m.observed = newObservedWriter(m.bus, m.log)
 	m.store.bus, m.store.log, m.store.observed = m.bus, m.log, m.observed
 	m.metrics = newMetrics(m.observed)
@@ -122,7 +125,7 @@ func TestMountVolumesStep(t *testing.T) {
 
 	e.vols.err = errors.New(`configmap "cm" not found`)
 	vols, stop := s.mountVolumes(ctx)
-	if stop == nil || stop.RequeueAfter != retryWaiting || vols != nil {
+	if stop == nil || stop.RequeueAfter != retryMountFirst || vols != nil {
 		t.Fatalf("failing volume: %v %v", vols, stop)
 	}
 	ph := s.st.phase()
@@ -134,14 +137,54 @@ func TestMountVolumesStep(t *testing.T) {
 	}
 	// The volume manager's own wording is kept.
 	e.vols.err = errors.New("Unable to attach or mount volumes: unmounted volumes=[data]")
+	e.clock.Step(retryMountFirst)
 	if _, stop := s.mountVolumes(ctx); stop == nil || s.st.phase().Message != e.vols.err.Error() {
 		t.Fatalf("kubelet wording lost: %+v", s.st.phase())
 	}
 
 	e.vols.err, e.vols.paths = nil, podVolumes{"data": "/var/lib/nodelet/pods/x/volumes/data"}
+	e.clock.Step(time.Second)
 	vols, stop = s.mountVolumes(ctx)
 	if stop != nil || vols["data"] == "" {
 		t.Fatalf("volumes set up: %v %v", vols, stop)
+	}
+}
+
+// A failed mount is retried after 500 ms, doubling up to retryWaiting (the
+// kubelet's volume operations back off from 500 ms); a sync before the
+// retry is due does not try the volumes again; a success starts over.
+func TestMountVolumesBackOff(t *testing.T) {
+	e := newStepEnv(t)
+	ctx := context.Background()
+	s := e.sync(t, newPod("backoff", busybox("app", "")))
+	setups := func() int { return e.vols.setups }
+
+	e.vols.err = errors.New(`failed to fetch token: node requested token bound to a pod scheduled on a different node`)
+	for i, want := range []time.Duration{retryMountFirst, time.Second, 2 * time.Second, 4 * time.Second, retryWaiting, retryWaiting} {
+		n := setups()
+		if _, stop := s.mountVolumes(ctx); stop == nil || stop.RequeueAfter != want || setups() != n+1 {
+			t.Fatalf("failure %d: requeue %v (want %v), setups %d -> %d", i+1, stop, want, n, setups())
+		}
+		// Too early: the volumes are not tried, the pass waits the rest.
+		e.clock.Step(want / 2)
+		n = setups()
+		if _, stop := s.mountVolumes(ctx); stop == nil || stop.RequeueAfter != want-want/2 || setups() != n {
+			t.Fatalf("early sync %d: requeue %v (want %v), setups %d -> %d", i+1, stop, want-want/2, n, setups())
+		}
+		e.clock.Step(want - want/2)
+	}
+	e.vols.err, e.vols.paths = nil, podVolumes{"token": "/var/lib/nodelet/pods/x/volumes/token"}
+	if vols, stop := s.mountVolumes(ctx); stop != nil || vols["token"] == "" {
+		t.Fatalf("volumes set up: %v %v", vols, stop)
+	}
+	e.vols.err = errors.New("again")
+	if _, stop := s.mountVolumes(ctx); stop == nil || stop.RequeueAfter != retryMountFirst {
+		t.Fatalf("after a success the back-off starts over: %v", stop)
+	}
+	e.m.images = &imagePuller{backoff: newBackOff(e.clock, initialBackOff, time.Minute)}
+	e.m.forgetPod(s.uid)
+	if left, _ := e.m.mountBackoff.Remaining(s.uid); left != 0 {
+		t.Fatalf("a forgotten pod still backs off %v", left)
 	}
 }
 

@@ -18,6 +18,13 @@ const (
 	retryWaiting  = 5 * time.Second
 	retryNext     = 50 * time.Millisecond // the next step of init right away
 	orphanRecheck = 5 * time.Second
+	// A pod whose volumes failed to set up tries again after 500 ms,
+	// doubling: the kubelet's volume operations back off from 500 ms
+	// (exponentialbackoff.initialDurationBeforeRetry). The kubelet doubles
+	// up to 2m2s; here the wait stops growing at retryWaiting, as a sync
+	// that fails also holds the pod's other steps (restarts, probes'
+	// kills) until its volumes are set up.
+	retryMountFirst = 500 * time.Millisecond
 )
 
 // syncPod is one pass of a pod's worker: it reads the newest inputs and
@@ -155,6 +162,7 @@ func (m *Daemon) forgetPod(uid string) {
 		m.resources.forgetResize(uid)
 	}
 	m.backoff.Forget(uid + "_")
+	m.mountBackoff.Forget(uid)
 	m.images.forgetPod(uid)
 	m.store.forget(uid)
 	m.metrics.forget(uid)
