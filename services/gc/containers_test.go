@@ -71,9 +71,10 @@ func TestContainerGCKeepsLastDeadInstance(t *testing.T) {
 	}
 }
 
-// A pod gone from desired whose runtime is final leaves no container,
-// sandbox or log directory after a pass — but only once every source is
-// ready, and never while the runtime still reports it running.
+// A pod gone from desired that the runtime no longer reports leaves no
+// container, sandbox or log directory after a pass — but only once every
+// source is ready, and never while the runtime still reports it, running or
+// final (it removes the pod itself).
 func TestContainerGCRemovesRemovedPod(t *testing.T) {
 	e := newTestEnv(t)
 	gone := newPod("gone", corev1.Container{Name: "app"})
@@ -161,10 +162,23 @@ func TestContainerGCRemovesRemovedPod(t *testing.T) {
 		t.Errorf("sandboxes of the live pod = %v, want %v (the dead, empty %s removed)", sbs, want, old.sandboxID)
 	}
 
-	// Once the runtime reports the terminating pod final, it goes too.
+	// Final, the pod is still the runtime's to remove (nodelet-runtime's
+	// syncGone), with or without disk pressure: gc does not race it.
 	e.stopPod(ps)
 	e.observe(stopping, true)
-	waitFor(t, "gc to see the pod final", func() bool { return g.state.shouldContentBeRemoved(string(stopping.UID)) })
+	waitFor(t, "gc to see the pod final", func() bool { return g.state.observedTerminated(string(stopping.UID)) })
+	for _, diskPressure := range []bool{false, true} {
+		if _, err := g.containers.garbageCollect(testCtx(t), diskPressure); err != nil {
+			t.Fatal(err)
+		}
+		if n := len(e.containersOf(string(stopping.UID))) + len(e.sandboxesOf(string(stopping.UID))); n != 2 {
+			t.Errorf("disk pressure %v: %d containers and sandboxes of the pod the runtime still removes left, want 2", diskPressure, n)
+		}
+	}
+	// Once the runtime forgot it (its observed entry deleted), what is
+	// left goes: a runtime stopped midway.
+	e.unobserve(stopping)
+	waitFor(t, "gc to see the pod forgotten", func() bool { return g.state.shouldContentBeRemoved(string(stopping.UID)) })
 	if _, err := g.containers.garbageCollect(testCtx(t), false); err != nil {
 		t.Fatal(err)
 	}

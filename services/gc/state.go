@@ -97,9 +97,16 @@ func (s *podState) allReadyLocked() bool {
 }
 
 // shouldContentBeRemoved is the kubelet's ShouldPodContentBeRemoved: the pod
-// was evicted, or it is gone from the sources, and in both cases the runtime
-// has nothing of it running any more (its observed entry is gone or final).
-// Nothing is removable until allSourcesReady.
+// was evicted and the runtime has nothing of it running any more (its
+// observed entry is gone or final), or it is gone from the sources and its
+// observed entry is gone. Nothing is removable until allSourcesReady.
+//
+// A pod gone from the sources is nodelet-runtime's to remove (syncGone
+// removes its sandbox and containers, then deletes its observed entry),
+// where the kubelet leaves it to its garbage collector: gc removes what is
+// left of it only once that entry is gone, what a runtime stopped midway
+// left, rather than race the runtime's removal ("container is already in
+// removing state", NotFound from ContainerStatus).
 func (s *podState) shouldContentBeRemoved(uid string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -107,17 +114,18 @@ func (s *podState) shouldContentBeRemoved(uid string) bool {
 		return false
 	}
 	obs := s.observed[uid]
-	runtimeDone := obs == nil || obs.Terminated
 	if _, ok := s.desired[uid]; !ok {
-		return runtimeDone
+		return obs == nil
 	}
 	_, evicted := s.evictions[uid]
-	return evicted && runtimeDone
+	return evicted && (obs == nil || obs.Terminated)
 }
 
 // shouldRuntimeBeRemoved is the kubelet's ShouldPodRuntimeBeRemoved: the
 // pod's containers are all stopped for good (a completed pod that still
-// exists). Under disk pressure their dead containers go too.
+// exists). Under disk pressure their dead containers go too. A pod gone
+// from the sources is the runtime's while it has an observed entry
+// (shouldContentBeRemoved).
 func (s *podState) shouldRuntimeBeRemoved(uid string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -125,9 +133,9 @@ func (s *podState) shouldRuntimeBeRemoved(uid string) bool {
 		return false
 	}
 	obs := s.observed[uid]
-	if obs == nil {
-		_, ok := s.desired[uid]
-		return !ok
+	_, desired := s.desired[uid]
+	if obs == nil || !desired {
+		return obs == nil && !desired
 	}
 	return obs.Terminated
 }
