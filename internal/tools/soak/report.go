@@ -184,6 +184,12 @@ func (res *Result) Print(w io.Writer) {
 		fmt.Fprintf(w, "pod start in the churn (bound to first container started, whole seconds): %d pods, p50 %.0f, p90 %.0f, p99 %.0f, max %.0f s\n",
 			l.N, l.P50, l.P90, l.P99, l.Max)
 	}
+	if len(res.Steps) > 0 {
+		fmt.Fprintf(w, "steps in the churn, the agent's own histograms (n, mean, p50/p90/p99 s):\n")
+		for _, st := range res.Steps {
+			fmt.Fprintf(w, "  %-44s %7d %7.3f %s\n", stepLabel(st.Name), st.N, st.Mean, st.quantiles())
+		}
+	}
 	var cpu []string
 	for _, name := range append(procNames(res), "agent") {
 		cpu = append(cpu, name+" "+res.cpuCell(name))
@@ -338,6 +344,16 @@ func printCompare(w io.Writer, results []*Result) {
 		row(f.label+" per 1k lifecycles", func(r *Result) string { return r.growthCell(f.k, f.scale) })
 	}
 	row("pod start p50/p99/max in the churn", func(r *Result) string { return r.PodStart.String() })
+	for _, name := range stepNames(results) {
+		row(stepLabel(name)+" p50/p99", func(r *Result) string {
+			for _, st := range r.Steps {
+				if st.Name == name {
+					return fmt.Sprintf("%.2f/%.2f", st.P50, st.P99)
+				}
+			}
+			return "-"
+		})
+	}
 	row("agent CPU in the churn (cores)", func(r *Result) string { return r.cpuCell("agent") })
 	row("containerd CPU in the churn (cores)", func(r *Result) string { return r.cpuCell("containerd") })
 	row("agent disk written/read, MiB per 1k lifecycles", func(r *Result) string { return r.diskCell("agent") })

@@ -51,6 +51,9 @@ type Result struct {
 	// PodStart is the start latency of the pods bound to the node during
 	// the churn: from binding to first container started.
 	PodStart *Latency `json:"podStart,omitempty"`
+	// Steps are the agent's own timings of a pod's steps over the churn
+	// (stepFamilies, from its /metrics at the churn's start and end).
+	Steps []Step `json:"steps,omitempty"`
 	// Events are the node's events, produced and received.
 	Events Events `json:"events"`
 	// Errors are what went wrong on the way (a sample that could not be

@@ -231,6 +231,10 @@ func (r *run) soak(ctx context.Context, c *cluster.Cluster, n *cluster.Node) err
 	r.res.FillSeconds = time.Since(t0).Seconds()
 
 	r.setPhase(PhaseChurn)
+	stepsBefore, err := scrapeSteps(ctx, c.Admin, n.Name)
+	if err != nil {
+		r.errorf("steps: %v", err)
+	}
 	t0 = time.Now()
 	churnBase := r.pods.counts().Lifecycles
 	r.res.ChurnBase = churnBase
@@ -251,6 +255,11 @@ churn:
 	tick.Stop()
 	r.res.ChurnSeconds = time.Since(t0).Seconds()
 	r.res.PodStart = r.pods.startLatency(t0)
+	if stepsAfter, err := scrapeSteps(ctx, c.Admin, n.Name); err != nil {
+		r.errorf("steps: %v", err)
+	} else if stepsBefore != nil {
+		r.res.Steps = stepsBetween(stepsBefore, stepsAfter)
+	}
 
 	r.setPhase(PhaseDrain)
 	t0 = time.Now()
