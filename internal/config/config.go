@@ -275,9 +275,10 @@ type SourcesConfig struct {
 	HTTPCheckFrequency time.Duration `mapstructure:"httpCheckFrequency"`
 	// Kubeconfig is deprecated: use node.kubeconfig, which it sets when that is empty. Default: "".
 	Kubeconfig string `mapstructure:"kubeconfig"`
-	// KubeAPIQPS towards the API server. Default: 50.
+	// KubeAPIQPS towards the API server, for each daemon's client (the kubelet's kubeAPIQPS; events
+	// have status.eventRecordQPS). Default: 50.
 	KubeAPIQPS float64 `mapstructure:"kubeAPIQPS"`
-	// KubeAPIBurst towards the API server. Default: 100.
+	// KubeAPIBurst towards the API server, for each daemon's client. Default: 100.
 	KubeAPIBurst int `mapstructure:"kubeAPIBurst"`
 }
 

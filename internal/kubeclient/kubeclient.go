@@ -74,7 +74,11 @@ var CertReloadPeriod = 10 * time.Second
 // ends. A client certificate in files, or any with
 // node.rotateCertificates, is presented by a transport that re-reads it
 // from disk, so renewals need no restart; the re-reading stops with ctx.
-// Callers set UserAgent, QPS and Burst.
+// Its rate limit is sources.kubeAPIQPS and sources.kubeAPIBurst (the
+// kubelet's kubeAPIQPS and kubeAPIBurst, 50 and 100), each daemon's client
+// alike: client-go's own default (5 and 10) held nodelet-runtime's secret,
+// config map and token requests to 5 a second, and a churning node's pod
+// starts queued behind them. Callers set UserAgent.
 func RESTConfig(ctx context.Context, cfg *config.Config, log *slog.Logger) (*rest.Config, error) {
 	path := cfg.NodeKubeconfig()
 	if path == "" {
@@ -95,6 +99,7 @@ func RESTConfig(ctx context.Context, cfg *config.Config, log *slog.Logger) (*res
 					return nil, fmt.Errorf("node.kubeconfig %s: %w", path, err)
 				}
 			}
+			rc.QPS, rc.Burst = float32(cfg.Sources.KubeAPIQPS), cfg.Sources.KubeAPIBurst
 			return rc, nil
 		}
 		if !Bootstraps(cfg) {

@@ -183,6 +183,40 @@ func TestRESTConfigFollowsRenewedCertificate(t *testing.T) {
 	})
 }
 
+// TestRESTConfigRateLimit: every daemon's client is limited by
+// sources.kubeAPIQPS and kubeAPIBurst (the kubelet's 50 and 100 by default),
+// not client-go's 5 and 10, which held nodelet-runtime's volume requests.
+func TestRESTConfigRateLimit(t *testing.T) {
+	ca := newCA(t)
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "c.crt"), filepath.Join(dir, "c.key")
+	c1, k1 := ca.issue(t, "system:node:n1", x509.ExtKeyUsageClientAuth)
+	writeFile(t, certFile, c1)
+	writeFile(t, keyFile, k1)
+	for _, c := range []struct {
+		qps   float64
+		burst int
+	}{{0, 0}, {7, 13}} {
+		cfg := testConfig(t)
+		if c.qps == 0 {
+			c.qps, c.burst = 50, 100 // the defaults
+		} else {
+			cfg.Sources.KubeAPIQPS, cfg.Sources.KubeAPIBurst = c.qps, c.burst
+		}
+		cfg.Node.Kubeconfig = filepath.Join(dir, "kubeconfig")
+		writeKubeconfig(t, cfg.Node.Kubeconfig, "https://127.0.0.1:1", ca.pem, certFile, keyFile)
+		ctx, cancel := context.WithCancel(context.Background())
+		rc, err := RESTConfig(ctx, cfg, slog.Default())
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rc.QPS != float32(c.qps) || rc.Burst != c.burst {
+			t.Errorf("QPS %v burst %d, want %v and %d", rc.QPS, rc.Burst, c.qps, c.burst)
+		}
+	}
+}
+
 // TestRESTConfigRotatingStore: with rotateCertificates the certificate is
 // the store's current pair (kubelet-client-current.pem), which the owner's
 // manager replaces by moving the symlink.

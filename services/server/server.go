@@ -342,7 +342,6 @@ func KubeClients(ctx context.Context, cfg *config.Config, log *slog.Logger) (rev
 			return nil, nil, err
 		}
 		rc.UserAgent = "nodelet-server/" + cfg.Node.Name
-		rc.QPS, rc.Burst = float32(cfg.Sources.KubeAPIQPS), cfg.Sources.KubeAPIBurst
 		if node, err = kubernetes.NewForConfig(rc); err != nil {
 			return nil, nil, err
 		}

@@ -31,15 +31,13 @@ type apiSource struct {
 }
 
 // newAPIClient builds the node's API client (node.kubeconfig, through
-// kubeclient: waiting for a bootstrapped credential, following renewals)
-// with sources.kubeAPIQPS and sources.kubeAPIBurst.
+// kubeclient: waiting for a bootstrapped credential, following renewals,
+// rate limited by sources.kubeAPIQPS and sources.kubeAPIBurst).
 func newAPIClient(ctx context.Context, cfg *config.Config, log *slog.Logger) (kubernetes.Interface, error) {
 	rc, err := kubeclient.RESTConfig(ctx, cfg, log)
 	if err != nil {
 		return nil, err
 	}
-	rc.QPS = float32(cfg.Sources.KubeAPIQPS)
-	rc.Burst = cfg.Sources.KubeAPIBurst
 	rc.UserAgent = "nodelet-sources"
 	c, err := kubernetes.NewForConfig(rc)
 	if err != nil {

@@ -216,7 +216,6 @@ func KubeClients(ctx context.Context, cfg *config.Config, log *slog.Logger) (kub
 		return nil, nil, err
 	}
 	rc.UserAgent = "nodelet-status/" + cfg.Node.Name
-	rc.QPS, rc.Burst = float32(cfg.Sources.KubeAPIQPS), cfg.Sources.KubeAPIBurst
 	kube, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return nil, nil, err
