@@ -18,14 +18,16 @@ import (
 // stepFamilies are the kubelet's histograms that both agents serve on
 // /metrics and that time the steps of a pod's start and end: the CRI calls
 // (kubelet_runtime_operations_duration_seconds by operation_type), the
-// sandbox as the agent saw it, the pod workers' passes, and the pod start
-// SLI. Their churn-only distributions say where a pod's start goes on
-// either node, side by side.
+// sandbox as the agent saw it, the pod workers' passes, the pod start SLI,
+// and the API clients' waits for their rate limiter (by verb). Their
+// churn-only distributions say where a pod's start goes on either node,
+// side by side.
 var stepFamilies = []string{
 	"kubelet_pod_start_sli_duration_seconds",
 	"kubelet_pod_worker_duration_seconds",
 	"kubelet_run_podsandbox_duration_seconds",
 	"kubelet_runtime_operations_duration_seconds",
+	"rest_client_rate_limiter_duration_seconds",
 }
 
 // stepOperations are the CRI operations reported (the rest, status and
@@ -78,6 +80,9 @@ func parseSteps(raw []byte) (map[string]*dto.Histogram, error) {
 			for _, l := range m.Label {
 				if l.GetName() == "operation_type" && name == "kubelet_runtime_operations_duration_seconds" && !slices.Contains(stepOperations, l.GetValue()) {
 					keep = false
+				}
+				if l.GetName() == "host" {
+					continue // the API server's address, the same for both
 				}
 				labels = append(labels, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
 			}
@@ -168,7 +173,7 @@ func (s Step) quantiles() string {
 }
 
 // stepLabel is a series' name in short: "cri run_podsandbox",
-// "pod_worker sync".
+// "pod_worker sync", "rest_client_rate_limiter GET".
 func stepLabel(name string) string {
 	if op, ok := strings.CutPrefix(name, `kubelet_runtime_operations_duration_seconds{operation_type="`); ok {
 		return "cri " + strings.TrimSuffix(op, `"}`)
@@ -177,8 +182,13 @@ func stepLabel(name string) string {
 	if i := strings.Index(name, "_duration_seconds"); i >= 0 {
 		name = name[:i] + name[i+len("_duration_seconds"):]
 	}
-	if family, op, ok := strings.Cut(name, `{operation_type="`); ok {
-		name = family + " " + strings.TrimSuffix(op, `"}`)
+	if family, labels, ok := strings.Cut(name, "{"); ok {
+		name = family
+		for _, kv := range strings.Split(strings.TrimSuffix(labels, "}"), ",") {
+			if _, v, ok := strings.Cut(kv, "="); ok {
+				name += " " + strings.Trim(v, `"`)
+			}
+		}
 	}
 	return name
 }

@@ -46,6 +46,9 @@ func TestStepsBetween(t *testing.T) {
 	if l := stepLabel(want[0].Name); l != "pod_worker create" {
 		t.Errorf("label %q", l)
 	}
+	if l := stepLabel(`rest_client_rate_limiter_duration_seconds{verb="GET"}`); l != "rest_client_rate_limiter GET" {
+		t.Errorf("label %q", l)
+	}
 	// A process that restarted between the scrapes (its count fell) says
 	// nothing of the churn.
 	if s := stepsBetween(after, before); len(s) != 0 {
