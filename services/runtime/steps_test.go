@@ -534,7 +534,7 @@ func TestSandboxSlotCoversPreparation(t *testing.T) {
 	}
 
 	first := newPod("first", busybox("app", ""))
-	if res := sync(ctx, first); res.RequeueAfter != retryWaiting {
+	if res := sync(ctx, first); res.RequeueAfter != retryMountFirst {
 		t.Fatalf("pass: %+v", res)
 	}
 	if len(vols.held) != 1 || vols.held[0] != 1 {
