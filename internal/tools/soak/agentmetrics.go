@@ -30,11 +30,6 @@ var stepFamilies = []string{
 	"rest_client_rate_limiter_duration_seconds",
 }
 
-// stepOperations are the CRI operations reported (the rest, status and
-// list calls, are many and quick).
-var stepOperations = []string{"run_podsandbox", "stop_podsandbox", "remove_podsandbox", "create_container",
-	"start_container", "stop_container", "remove_container", "pull_image", "exec_sync"}
-
 // Step is one histogram series over the churn: its observations between
 // the churn's start and its end, with percentiles interpolated within
 // buckets as PromQL's histogram_quantile does.
@@ -76,17 +71,13 @@ func parseSteps(raw []byte) (map[string]*dto.Histogram, error) {
 		}
 		for _, m := range f.Metric {
 			var labels []string
-			keep := true
 			for _, l := range m.Label {
-				if l.GetName() == "operation_type" && name == "kubelet_runtime_operations_duration_seconds" && !slices.Contains(stepOperations, l.GetValue()) {
-					keep = false
-				}
 				if l.GetName() == "host" {
 					continue // the API server's address, the same for both
 				}
 				labels = append(labels, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
 			}
-			if !keep || m.Histogram == nil {
+			if m.Histogram == nil {
 				continue
 			}
 			sort.Strings(labels)
