@@ -218,14 +218,14 @@ var Table = []Field{
 	r("nodeStatusMaxImages", "nodelet-status reports the images its own way"),
 	r("maxOpenFiles", "nodelet's processes keep the limit of their units"),
 	r("contentType", "nodelet's API clients choose their encoding"),
-	h("kubeAPIQPS", "sources.kubeAPIQPS", "0 is 50, as the kubelet's", func(k *kconf, c *config.Config) error {
+	h("kubeAPIQPS", "sources.kubeAPIQPS", "0 is 50, as the kubelet's; each daemon's client has this limit (the kubelet has one client, nodelet one a daemon)", func(k *kconf, c *config.Config) error {
 		c.Sources.KubeAPIQPS = float64(*k.KubeAPIQPS)
 		if *k.KubeAPIQPS == 0 {
 			c.Sources.KubeAPIQPS = 50
 		}
 		return nil
 	}),
-	h("kubeAPIBurst", "sources.kubeAPIBurst", "", func(k *kconf, c *config.Config) error { c.Sources.KubeAPIBurst = int(k.KubeAPIBurst); return nil }),
+	h("kubeAPIBurst", "sources.kubeAPIBurst", "each daemon's client", func(k *kconf, c *config.Config) error { c.Sources.KubeAPIBurst = int(k.KubeAPIBurst); return nil }),
 	withGet(h("serializeImagePulls", "runtime.maxParallelImagePulls", "true is 1", imagePulls), func(c *config.Config, k *kconf) {
 		k.SerializeImagePulls = ptr.To(c.Runtime.MaxParallelImagePulls == 1)
 	}),
