@@ -133,11 +133,10 @@ func (s *podState) shouldRuntimeBeRemoved(uid string) bool {
 		return false
 	}
 	obs := s.observed[uid]
-	_, desired := s.desired[uid]
-	if obs == nil || !desired {
-		return obs == nil && !desired
+	if _, desired := s.desired[uid]; !desired {
+		return obs == nil
 	}
-	return obs.Terminated
+	return obs != nil && obs.Terminated
 }
 
 // activePods are the pods eviction may choose from: desired, seen running
