@@ -133,6 +133,16 @@ func whoAmI(ctx context.Context, t *testing.T, c kubernetes.Interface) string {
 	return string(b)
 }
 
+// nodeCertFiles writes a client pair for system:node:n1 into dir.
+func nodeCertFiles(t *testing.T, ca *testCA, dir string) (certFile, keyFile string) {
+	t.Helper()
+	certFile, keyFile = filepath.Join(dir, "c.crt"), filepath.Join(dir, "c.key")
+	c, k := ca.issue(t, "system:node:n1", x509.ExtKeyUsageClientAuth)
+	writeFile(t, certFile, c)
+	writeFile(t, keyFile, k)
+	return certFile, keyFile
+}
+
 func testConfig(t *testing.T) *config.Config {
 	cfg := config.Defaults()
 	cfg.Node.Name = "n1"
@@ -156,10 +166,7 @@ func TestRESTConfigFollowsRenewedCertificate(t *testing.T) {
 	srv := echoServer(t, ca)
 	cfg := testConfig(t)
 	dir := t.TempDir()
-	certFile, keyFile := filepath.Join(dir, "c.crt"), filepath.Join(dir, "c.key")
-	c1, k1 := ca.issue(t, "system:node:n1", x509.ExtKeyUsageClientAuth)
-	writeFile(t, certFile, c1)
-	writeFile(t, keyFile, k1)
+	certFile, keyFile := nodeCertFiles(t, ca, dir)
 	cfg.Node.Kubeconfig = filepath.Join(dir, "kubeconfig")
 	writeKubeconfig(t, cfg.Node.Kubeconfig, srv.URL, ca.pem, certFile, keyFile)
 
@@ -189,10 +196,7 @@ func TestRESTConfigFollowsRenewedCertificate(t *testing.T) {
 func TestRESTConfigRateLimit(t *testing.T) {
 	ca := newCA(t)
 	dir := t.TempDir()
-	certFile, keyFile := filepath.Join(dir, "c.crt"), filepath.Join(dir, "c.key")
-	c1, k1 := ca.issue(t, "system:node:n1", x509.ExtKeyUsageClientAuth)
-	writeFile(t, certFile, c1)
-	writeFile(t, keyFile, k1)
+	certFile, keyFile := nodeCertFiles(t, ca, dir)
 	for _, c := range []struct {
 		qps   float64
 		burst int
